@@ -1,0 +1,3 @@
+"""mlbench-tui: declarative, reproducible benchmarks for distributed machine learning."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,83 @@
+"""The error hierarchy: every failure a user can cause or meet is an ``MlbenchError``.
+
+The CLI maps these to a message on stderr and an exit code; nothing else should reach the user
+as a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class MlbenchError(Exception):
+    """Base class: a message meant for the user, an optional hint, and the CLI exit code."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        """The text the CLI prints on stderr."""
+        if self.hint:
+            return f"error: {self.message}\nhint: {self.hint}"
+        return f"error: {self.message}"
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a spec file, located by file, line and column (1-based)."""
+
+    file: str
+    line: int
+    col: int
+    message: str
+    hint: str | None = None
+
+    def render(self) -> str:
+        text = f"{self.file}:{self.line}:{self.col}: {self.message}"
+        if self.hint:
+            text += f" (hint: {self.hint})"
+        return text
+
+
+class SpecError(MlbenchError):
+    """A spec could not be loaded or validated; carries every issue found, not just the first."""
+
+    exit_code = 2
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = list(issues)
+        summary = f"{len(self.issues)} problem(s) in spec" if self.issues else "invalid spec"
+        super().__init__(summary)
+
+    def render(self) -> str:
+        return "\n".join(issue.render() for issue in self.issues) or "error: invalid spec"
+
+
+class UsageError(MlbenchError):
+    """The command line itself is wrong (bad option value, missing argument)."""
+
+    exit_code = 2
+
+
+class ExecutorError(MlbenchError):
+    """A run could not be launched, watched or cancelled."""
+
+
+class StoreError(MlbenchError):
+    """The metric store could not be opened, migrated or written."""
+
+
+class ServerError(MlbenchError):
+    """The metrics server could not be reached or answered with an error."""
+
+
+class InfraError(MlbenchError):
+    """Cluster provisioning failed, or a tool it needs (pulumi, kind, a container engine) is missing."""
+
+
+class RunFailedError(MlbenchError):
+    """One or more benchmark runs ended in a failed state."""

@@ -1,0 +1,134 @@
+"""The executor API shared by the local and Kubernetes executors.
+
+``dryrun(plan, launch)`` is pure and returns exactly what will run (commands or manifests);
+``schedule(dryrun)`` makes it happen; ``submit = schedule(dryrun(...))``. Handles are strings such
+as ``local://myhost/<run-id>`` or ``kubernetes://<namespace>/<run-id>``, parsed only here.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from mlbench_tui.errors import ExecutorError
+from mlbench_tui.plan import RunPlan
+
+
+class RunState(str, Enum):
+    """Lifecycle of a run (and of each rank)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    def is_terminal(self) -> bool:
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+_HANDLE_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+-]*)://(?P<where>[^/]*)/(?P<run_id>[A-Za-z0-9._-]+)$")
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """Where a run lives: executor scheme, location (host or namespace) and run id."""
+
+    scheme: str
+    where: str
+    run_id: str
+
+    @classmethod
+    def parse(cls, text: str) -> RunHandle:
+        match = _HANDLE_RE.match(text)
+        if not match:
+            raise ExecutorError(
+                f"not a run handle: {text!r}",
+                hint="handles look like local://HOST/RUN_ID or kubernetes://NAMESPACE/RUN_ID",
+            )
+        return cls(match["scheme"], match["where"], match["run_id"])
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.where}/{self.run_id}"
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What the engine hands an executor beside the plan: identity and where to report."""
+
+    run_id: str
+    server_url: str
+    write_token: str = field(repr=False)
+    config_path: str | None = None  # local: where the worker config JSON is written
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """Exactly what ``schedule`` will do, printable by ``mlbench plan``/``apply --dry-run``."""
+
+    executor: str
+    plan: RunPlan
+    launch: LaunchContext
+    commands: tuple[tuple[str, ...], ...] = ()  # local: argv per launcher process
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # local: environment of the launcher
+    manifests: tuple[dict[str, Any], ...] = ()  # kubernetes: objects to apply, in order
+    worker_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankStatus:
+    rank: int
+    state: RunState
+    host: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+
+@dataclass
+class RunStatus:
+    handle: RunHandle
+    state: RunState
+    ranks: list[RankStatus] = field(default_factory=list)
+    message: str | None = None
+
+
+class Executor(abc.ABC):
+    """Launches run plans somewhere and watches them."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:
+        """Pure: what would run, without side effects."""
+
+    @abc.abstractmethod
+    def schedule(self, dryrun: DryRun) -> RunHandle:
+        """Start what ``dryrun`` describes; returns at once with a handle."""
+
+    def submit(self, plan: RunPlan, launch: LaunchContext) -> RunHandle:
+        return self.schedule(self.dryrun(plan, launch))
+
+    @abc.abstractmethod
+    def describe(self, handle: RunHandle) -> RunStatus | None:
+        """Current status, or None when the executor does not know the run."""
+
+    @abc.abstractmethod
+    def cancel(self, handle: RunHandle) -> None:
+        """Stop every rank; idempotent (cancelling a finished or unknown run is a no-op)."""
+
+    @abc.abstractmethod
+    def log_iter(
+        self,
+        handle: RunHandle,
+        rank: int | None = None,
+        follow: bool = False,
+        since: float | None = None,
+        regex: str | None = None,
+    ) -> Iterator[str]:
+        """Log lines of one rank (or all), optionally following and filtered by a regex."""
