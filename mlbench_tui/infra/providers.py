@@ -1,0 +1,268 @@
+"""The cluster provider protocol, the provider registry, and the local record of clusters.
+
+``mlbench cluster`` talks to every backend (GKE, EKS, KIND) through the small ``Provider``
+protocol. Providers are registered by name as ``"module:Class"`` and imported lazily (TorchX's
+scheduler registry), so a new backend is one module plus one line. Clusters created through
+mlbench are remembered as JSON records under the state directory, which is what ``cluster list``
+and ``cluster use`` read without needing any cloud tool installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from mlbench_tui.errors import InfraError, UsageError
+
+# name -> "module:Class". The kind provider and the in-cluster install live with the Kubernetes
+# code (issue 6); they are optional here and a clear error says so when they are missing.
+PROVIDERS: dict[str, str] = {
+    "gcp": "mlbench_tui.infra.automation:GcpProvider",
+    "aws": "mlbench_tui.infra.automation:AwsProvider",
+    "kind": "mlbench_tui.infra.kind:KindProvider",
+}
+
+# The in-cluster server installer: ``install(context: str | None, namespace: str) -> None``.
+INCLUSTER_INSTALLER = "mlbench_tui.infra.incluster:install"
+
+# GPU models users may ask for with ``--gpu NxMODEL``; per-cloud availability is in the price table.
+GPU_MODELS: tuple[str, ...] = ("T4", "L4", "A10G", "P4", "P100", "V100", "A100", "A100-80GB", "H100")
+
+Progress = Callable[[str], None]
+
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+_GPU_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*([A-Za-z0-9-]+)\s*$")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """GPUs per node: ``count`` devices of ``model`` (normalized upper case, e.g. 'T4')."""
+
+    count: int
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.count}x{self.model}"
+
+
+def parse_gpu(text: str) -> GpuSpec:
+    """Parse the short form ``NxMODEL`` (``1xT4``, ``8xA100``) into a ``GpuSpec``."""
+    match = _GPU_RE.match(text)
+    if match is None:
+        raise UsageError(f"invalid GPU spec {text!r}", hint="use COUNTxMODEL, e.g. 1xT4 or 8xA100")
+    count, model = int(match.group(1)), match.group(2).upper()
+    if not 1 <= count <= 16:
+        raise UsageError(f"invalid GPU count {count} in {text!r}", hint="GPUs per node must be 1..16")
+    if model not in GPU_MODELS:
+        raise UsageError(f"unknown GPU model {model!r}", hint=f"known models: {', '.join(GPU_MODELS)}")
+    return GpuSpec(count, model)
+
+
+@dataclass(frozen=True)
+class ClusterRequest:
+    """What the user asked for: validated on construction, provider-neutral."""
+
+    provider: str
+    name: str
+    nodes: int = 1
+    gpu: GpuSpec | None = None
+    machine_type: str | None = None
+    spot: bool = False
+    region: str | None = None
+    zone: str | None = None
+    project: str | None = None
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    disk_gb: int = 100
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise UsageError(
+                f"invalid cluster name {self.name!r}",
+                hint="use 1-30 lowercase letters, digits and '-', starting with a letter",
+            )
+        if self.nodes < 1:
+            raise UsageError(f"--nodes must be at least 1 (got {self.nodes})")
+        if self.min_nodes is not None and self.min_nodes < 0:
+            raise UsageError(f"--min-nodes must be >= 0 (got {self.min_nodes})")
+        if self.min_nodes is not None and self.max_nodes is not None and self.min_nodes > self.max_nodes:
+            raise UsageError(f"--min-nodes ({self.min_nodes}) is greater than --max-nodes ({self.max_nodes})")
+        if not self.autoscaling_min <= self.nodes <= self.autoscaling_max:
+            raise UsageError(
+                f"--nodes {self.nodes} is outside the autoscaling range "
+                f"{self.autoscaling_min}..{self.autoscaling_max}"
+            )
+        if not 20 <= self.disk_gb <= 65536:
+            raise UsageError(f"--disk-gb must be between 20 and 65536 (got {self.disk_gb})")
+
+    @property
+    def autoscaling_min(self) -> int:
+        """Lower bound of the GPU pool size (defaults to ``nodes``: a fixed-size pool)."""
+        return self.nodes if self.min_nodes is None else self.min_nodes
+
+    @property
+    def autoscaling_max(self) -> int:
+        """Upper bound of the GPU pool size (defaults to ``max(nodes, min_nodes)``)."""
+        return max(self.nodes, self.autoscaling_min) if self.max_nodes is None else self.max_nodes
+
+
+@dataclass
+class ClusterRecord:
+    """A cluster mlbench created: enough to list it, switch to it and delete it."""
+
+    provider: str
+    name: str
+    context: str
+    region: str | None = None
+    zone: str | None = None
+    project: str | None = None
+    nodes: int | None = None
+    gpu: str | None = None
+    machine_type: str | None = None
+    spot: bool = False
+    created_at: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class Provider(Protocol):
+    """A cluster backend. Implementations raise ``InfraError`` with a hint on failure."""
+
+    def create(self, request: ClusterRequest, *, progress: Progress) -> ClusterRecord:
+        """Create the cluster, write its kubeconfig context, save and return its record."""
+        ...
+
+    def delete(self, name: str, *, progress: Progress) -> None:
+        """Delete the cluster, its kubeconfig context and its record; idempotent."""
+        ...
+
+    def list(self) -> list[ClusterRecord]:
+        """The clusters of this provider that mlbench knows about."""
+        ...
+
+    def use(self, name: str) -> str:
+        """Make the cluster's context the current kubeconfig context; return the context name."""
+        ...
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    """Optional: providers that can check tools and credentials before anything is created."""
+
+    def preflight(self, request: ClusterRequest) -> None: ...
+
+
+def _is_missing(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """True when the module itself is absent (not a dependency it imports)."""
+    return bool(exc.name) and (exc.name == module_name or module_name.startswith(f"{exc.name}."))
+
+
+def load_provider(name: str) -> Provider:
+    """Instantiate the provider registered as ``name`` (lazy import, clear errors)."""
+    target = PROVIDERS.get(name)
+    if target is None:
+        raise UsageError(f"unknown cluster provider {name!r}", hint=f"choose one of: {', '.join(PROVIDERS)}")
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if _is_missing(exc, module_name):
+            raise InfraError(
+                f"the {name!r} cluster provider is not available in this installation "
+                f"({module_name} is missing)"
+            ) from exc
+        raise InfraError(f"the {name!r} cluster provider cannot be loaded: {exc}") from exc
+    provider_class = getattr(module, class_name, None)
+    if provider_class is None:
+        raise InfraError(f"the {name!r} cluster provider is not available ({target} not found)")
+    provider: Provider = provider_class()
+    return provider
+
+
+def load_incluster_installer() -> Callable[[str | None, str], None] | None:
+    """The in-cluster server installer, or None when this installation does not ship it."""
+    module_name, _, func_name = INCLUSTER_INSTALLER.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if _is_missing(exc, module_name):
+            return None
+        raise
+    installer: Callable[[str | None, str], None] | None = getattr(module, func_name, None)
+    return installer
+
+
+def state_dir() -> Path:
+    """mlbench's state directory: ``$MLBENCH_HOME/state``, else the platform's user state dir."""
+    home = os.environ.get("MLBENCH_HOME")
+    if home:
+        return Path(home).expanduser() / "state"
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("mlbench"))
+
+
+def context_name(provider: str, name: str) -> str:
+    """The kubeconfig context mlbench writes for a cluster."""
+    return f"mlbench-{provider}-{name}"
+
+
+def _records_dir() -> Path:
+    return state_dir() / "clusters"
+
+
+def save_record(record: ClusterRecord) -> Path:
+    """Write (or overwrite) a cluster record; returns its path."""
+    path = _records_dir() / record.provider / f"{record.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_records(provider: str | None = None) -> list[ClusterRecord]:
+    """All saved records (of one provider when given), sorted by provider and name."""
+    root = _records_dir()
+    if not root.is_dir():
+        return []
+    pattern = f"{provider}/*.json" if provider else "*/*.json"
+    records = []
+    for path in sorted(root.glob(pattern)):
+        try:
+            records.append(ClusterRecord.from_json(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, TypeError):
+            continue  # a corrupt record must not break `cluster list`
+    return records
+
+
+def find_record(provider: str, name: str) -> ClusterRecord | None:
+    """The record of one cluster, or None."""
+    for record in load_records(provider):
+        if record.name == name:
+            return record
+    return None
+
+
+def remove_record(provider: str, name: str) -> bool:
+    """Forget a cluster; returns whether a record existed."""
+    path = _records_dir() / provider / f"{name}.json"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
