@@ -9,9 +9,15 @@ engine and ``mlbench_worker`` and are pinned by a contract test.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import hashlib
+import json
+import math
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from mlbench_tui.spec.models import BenchmarkSpec
 
 
 class _Frozen(BaseModel):
@@ -42,7 +48,9 @@ class DataPlan(_Frozen):
     """Where the dataset comes from."""
 
     source: Literal["synthetic", "path", "download"]
-    path: str | None = Field(default=None, description="Dataset directory (path) or cache directory (download).")
+    path: str | None = Field(
+        default=None, description="Dataset directory (path) or cache directory (download)."
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
 
 
@@ -64,7 +72,9 @@ class RunPlan(_Frozen):
     max_time_s: float | None = None
     resources: ResourcesPlan
     data: DataPlan
-    hyperparameters: dict[str, Any] = Field(description="Effective hyperparameters (defaults + overrides, scaled).")
+    hyperparameters: dict[str, Any] = Field(
+        description="Effective hyperparameters (defaults + overrides, scaled)."
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
     target: dict[str, Any] = Field(description="The spec's target section, e.g. {'kind': 'local'}.")
     price_per_hour: float | None = None
@@ -89,3 +99,111 @@ def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
         "data": plan.data.model_dump(),
         "hyperparameters": dict(plan.hyperparameters),
     }
+
+
+def spec_hash(spec: BenchmarkSpec) -> str:
+    """sha256 of the normalized spec (short forms expanded, keys sorted): equal specs, equal hash."""
+    text = json.dumps(spec.normalized(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def threads_per_rank(cpu: str | None) -> int:
+    """Intra-op threads for a rank with ``cpu`` (a Kubernetes quantity): ceil of the cores, at least 1.
+
+    Unset means 1 thread rather than ``os.cpu_count() // workers`` so a plan never depends on the
+    machine it was expanded on; set ``hardware.cpu`` to use more cores per rank.
+    """
+    if not cpu:
+        return 1
+    cores = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    return max(1, math.ceil(cores))
+
+
+def _goal_plan(spec: BenchmarkSpec) -> GoalPlan | None:
+    from mlbench_tui.spec.models import CustomGoal
+    from mlbench_tui.spec.tasks import get_task
+
+    task = get_task(spec.spec.task)
+    if task is None or task.goal is None:
+        return None
+    goal = spec.spec.goal or "full"
+    if isinstance(goal, CustomGoal):
+        return GoalPlan(
+            kind="custom", metric=goal.metric, target=goal.target, direction=goal.resolved_direction()
+        )
+    target = task.goal.full if goal == "full" else task.goal.light
+    return GoalPlan(kind=goal, metric=task.goal.metric, target=target, direction=task.goal.direction)
+
+
+def _effective_hyperparameters(spec: BenchmarkSpec, backend: str, workers: int) -> dict[str, Any]:
+    from mlbench_tui.spec.tasks import get_task, scaled_hyperparameters
+
+    task = get_task(spec.spec.task)
+    assert task is not None
+    hp = scaled_hyperparameters(task, workers, spec.spec.hyperparameters)
+    if task.id == "0a" and backend == "mpi":
+        # Open MPI has no fp16 reduction; an explicit fp16 request on mpi is refused by the policy.
+        hp["dtypes"] = [d for d in hp["dtypes"] if d != "fp16"]
+    return hp
+
+
+def expand(spec: BenchmarkSpec) -> list[RunPlan]:
+    """All runs of a spec, in order: for each backend, each world size, each repeat.
+
+    Pure and deterministic (no clock, no environment, no machine facts), so the same spec always
+    yields the same plans and the same hash. Names are ``<name>-<backend>-<workers>w`` with
+    ``-r<i>`` appended only when ``repeats > 1``.
+    """
+    from mlbench_tui.spec.tasks import get_task
+
+    body = spec.spec
+    task = get_task(body.task)
+    assert task is not None, "BenchmarkSpec validation guarantees a known task"
+    digest = spec_hash(spec)
+    goal = _goal_plan(spec)
+    hw = body.hardware
+    threads = threads_per_rank(hw.cpu)
+    resources = ResourcesPlan(
+        cpu=hw.cpu,
+        threads_per_rank=threads,
+        memory=hw.memory,
+        gpus=hw.gpus,
+        gpu_type=hw.gpu.type if hw.gpu else None,
+        precision=hw.precision,
+    )
+    data = DataPlan(source=body.data.source, path=body.data.path, options=dict(body.data.options))
+    env = {"OMP_NUM_THREADS": str(threads), **body.env}
+    target = body.target.model_dump(mode="json", exclude_none=True)
+    plans: list[RunPlan] = []
+    for backend in body.backend:
+        for workers in body.workers:
+            hp = _effective_hyperparameters(spec, backend, workers)
+            for repeat in range(body.repeats):
+                name = f"{spec.metadata.name}-{backend}-{workers}w"
+                if body.repeats > 1:
+                    name += f"-r{repeat}"
+                plans.append(
+                    RunPlan(
+                        name=name,
+                        spec_name=spec.metadata.name,
+                        spec_hash=digest,
+                        task=task.id,
+                        task_name=task.name,
+                        framework=body.framework,
+                        backend=backend,
+                        workers=workers,
+                        repeat=repeat,
+                        repeats=body.repeats,
+                        seed=body.seed,
+                        goal=goal,
+                        max_time_s=body.max_time,
+                        resources=resources,
+                        data=data,
+                        hyperparameters=dict(hp),
+                        env=dict(env),
+                        target=dict(target),
+                        price_per_hour=body.price_per_hour,
+                        labels=dict(spec.metadata.labels),
+                    )
+                )
+    return plans

@@ -1,0 +1,629 @@
+"""The benchmark spec language (``apiVersion: mlbench/v1``, ``kind: Benchmark``) as pydantic models.
+
+Models are strict (unknown keys and wrong types are errors) and every field carries a description,
+which becomes the JSON Schema and the editor help. Short forms people expect are accepted and
+normalized on load: ``max_time: 30m``, ``memory: 12Gi``, ``gpu: 1xT4``, ``workers: 4`` (a sweep of
+one), ``target: local``, ``data: synthetic``. Cross-field rules that depend on the task catalog
+(backends, precisions, hyperparameter policy) live in ``mlbench_tui.spec.policy`` so each problem
+can be reported at its own line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from mlbench_tui.spec.tasks import TASK_KEYS, get_task
+
+API_VERSION = "mlbench/v1"
+KIND = "Benchmark"
+
+BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
+GOAL_METRICS: dict[str, Literal["max", "min"]] = {
+    "val_global_Prec@1": "max",
+    "val_global_Perplexity": "min",
+    "val_global_BLEU-Score": "max",
+    "val_global_loss": "min",
+}
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION_RE = re.compile(
+    r"^\s*(?:(?P<d>\d+(?:\.\d+)?)d)?\s*(?:(?P<h>\d+(?:\.\d+)?)h)?\s*"
+    r"(?:(?P<m>\d+(?:\.\d+)?)m)?\s*(?:(?P<s>\d+(?:\.\d+)?)s)?\s*$"
+)
+_DURATION_SCHEMA_RE = r"^\s*(\d+(\.\d+)?d)?\s*(\d+(\.\d+)?h)?\s*(\d+(\.\d+)?m)?\s*(\d+(\.\d+)?s)?\s*$"
+_CPU_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m)?$")
+_MEMORY_RE = re.compile(r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_GPU_RE = re.compile(r"^(?:(?P<count>\d+)\s*[xX×]\s*)?(?P<type>[A-Za-z][A-Za-z0-9._-]*)$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+# Environment variables the engine sets for every rank; a spec may not override them.
+RESERVED_ENV: frozenset[str] = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "JOB_COMPLETION_INDEX",
+        "MLBENCH_CONFIG",
+        "MLBENCH_RUN_ID",
+        "MLBENCH_RUN_TOKEN",
+        "MLBENCH_SERVER_URL",
+        "MLBENCH_SPOOL_DIR",
+        "MLBENCH_TOKEN",
+        "MLBENCH_READ_TOKEN",
+    }
+)
+
+
+class StrictModel(BaseModel):
+    """Base for every spec model: strict types, unknown keys rejected, immutable once loaded."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- short forms
+
+
+def parse_duration(value: Any) -> Any:
+    """``30m``, ``2h``, ``1h30m``, ``90s``, ``1d`` or a number of seconds -> float seconds."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("duration", "expected a duration such as '30m', '2h' or seconds")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION_RE.match(value)
+        if not value.strip() or not match or not any(match.groupdict().values()):
+            raise PydanticCustomError(
+                "duration",
+                "invalid duration '{value}': use e.g. '90s', '30m', '2h' or '1h30m'",
+                {"value": value},
+            )
+        parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
+        seconds = parts["d"] * 86400 + parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
+    else:
+        raise PydanticCustomError("duration", "expected a duration such as '30m', '2h' or seconds")
+    if seconds <= 0:
+        raise PydanticCustomError("duration", "duration must be positive")
+    return seconds
+
+
+def parse_cpu(value: Any) -> Any:
+    """A Kubernetes CPU quantity per rank (``2``, ``1.5``, ``500m``) -> its canonical string."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise PydanticCustomError("cpu", "expected a CPU quantity such as 2, '1.5' or '500m'")
+    text = str(value).strip()
+    if not _CPU_RE.match(text):
+        raise PydanticCustomError(
+            "cpu",
+            "invalid CPU quantity '{value}': use cores ('2', '1.5') or millicores ('500m')",
+            {"value": value},
+        )
+    if cpu_cores(text) <= 0:
+        raise PydanticCustomError("cpu", "CPU quantity must be positive")
+    return text
+
+
+def cpu_cores(quantity: str) -> float:
+    """Cores in a canonical CPU quantity string (``500m`` -> 0.5)."""
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def parse_memory(value: Any) -> Any:
+    """A Kubernetes memory quantity (``12Gi``, ``512Mi``, bytes as an int) -> its string."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise PydanticCustomError("memory", "expected a memory quantity such as '12Gi' or '512Mi'")
+    text = str(value).strip()
+    if not _MEMORY_RE.match(text):
+        raise PydanticCustomError(
+            "memory", "invalid memory quantity '{value}': use e.g. '512Mi', '12Gi' or '2G'", {"value": value}
+        )
+    return text
+
+
+def _sweep(item_check: Any, what: str) -> Any:
+    def parse(value: Any) -> Any:
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        if not items:
+            raise PydanticCustomError("sweep", "{what} must not be an empty list", {"what": what})
+        out = [item_check(v) for v in items]
+        seen: set[Any] = set()
+        for v in out:
+            if v in seen:
+                raise PydanticCustomError(
+                    "sweep", "duplicate value '{value}' in the {what} sweep", {"value": v, "what": what}
+                )
+            seen.add(v)
+        return out
+
+    return parse
+
+
+def _worker_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError(
+            "workers", "workers must be a positive integer or a list of them, got '{value}'", {"value": value}
+        )
+    if not 1 <= value <= 4096:
+        raise PydanticCustomError(
+            "workers", "workers must be between 1 and 4096, got {value}", {"value": value}
+        )
+    return value
+
+
+def _backend_name(value: Any) -> str:
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise PydanticCustomError(
+            "literal_error",
+            "unknown backend '{value}': expected one of {expected}",
+            {"value": value, "expected": "'gloo', 'nccl', 'mpi'"},
+        )
+    return value
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {
+                    "type": "string",
+                    "pattern": _DURATION_SCHEMA_RE,
+                },
+            ],
+            "examples": ["30m", "2h", "1h30m", 600],
+        }
+    ),
+]
+CpuQuantity = Annotated[
+    str,
+    BeforeValidator(parse_cpu),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": _CPU_RE.pattern},
+            ],
+            "examples": ["2", "500m"],
+        }
+    ),
+]
+MemoryQuantity = Annotated[
+    str,
+    BeforeValidator(parse_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": _MEMORY_RE.pattern}],
+            "examples": ["12Gi", "512Mi"],
+        }
+    ),
+]
+WorkersSweep = Annotated[
+    list[int],
+    BeforeValidator(_sweep(_worker_count, "workers")),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": 4096},
+                {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+            ],
+            "examples": [2, [1, 2, 4, 8]],
+        }
+    ),
+]
+BackendSweep = Annotated[
+    list[str],
+    BeforeValidator(_sweep(_backend_name, "backend")),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "enum": list(BACKENDS)},
+                {
+                    "type": "array",
+                    "items": {"type": "string", "enum": list(BACKENDS)},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+            ],
+            "examples": ["gloo", ["gloo", "mpi"]],
+        }
+    ),
+]
+
+
+# --------------------------------------------------------------------------- sections
+
+
+class Metadata(StrictModel):
+    """Identity of the benchmark: its name (used in run names) plus free-form labels."""
+
+    name: str = Field(
+        description="Benchmark name, a DNS-1123 label (lowercase letters, digits and '-', at most 63 "
+        "characters); run names are '<name>-<backend>-<workers>w[-r<i>]'."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Free-form key/value labels, copied to every run and Kubernetes object.",
+    )
+    description: str | None = Field(
+        default=None, description="What this benchmark is for, in a sentence or two."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if len(value) > 63 or not DNS1123_LABEL.match(value):
+            raise PydanticCustomError(
+                "dns_label",
+                "metadata.name '{value}' is not a DNS-1123 label: use at most 63 lowercase letters, digits "
+                "and '-', starting and ending with a letter or digit (e.g. '{suggestion}')",
+                {"value": value, "suggestion": _dns_suggestion(value)},
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if len(key) > 253 or not _LABEL_KEY_RE.match(key):
+                raise PydanticCustomError("label", "invalid label key '{key}'", {"key": key})
+            if len(val) > 63:
+                raise PydanticCustomError("label", "label '{key}' is longer than 63 characters", {"key": key})
+        return value
+
+
+def _dns_suggestion(value: str) -> str:
+    text = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-")
+    return text or "my-benchmark"
+
+
+class CustomGoal(StrictModel):
+    """An explicit goal: stop when a global validation metric reaches a target."""
+
+    metric: str = Field(description="Global metric to watch, e.g. 'val_global_Prec@1' (percent).")
+    target: float = Field(description="Value to reach.")
+    direction: Literal["max", "min"] | None = Field(
+        default=None,
+        description="'max': done when metric >= target; 'min': done when metric <= target. "
+        "Defaults to the metric's natural direction (perplexity and loss: min).",
+    )
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        if value not in GOAL_METRICS:
+            raise PydanticCustomError(
+                "goal_metric",
+                "unknown goal metric '{value}': expected one of {expected}",
+                {"value": value, "expected": ", ".join(repr(m) for m in GOAL_METRICS)},
+            )
+        return value
+
+    def resolved_direction(self) -> Literal["max", "min"]:
+        """The explicit direction, or the metric's natural one."""
+        return self.direction or GOAL_METRICS[self.metric]
+
+
+def _goal_tag(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "preset"
+    if isinstance(value, dict | CustomGoal):
+        return "custom"
+    return None
+
+
+Goal = Annotated[
+    Annotated[Literal["full", "light"], Tag("preset")] | Annotated[CustomGoal, Tag("custom")],
+    Discriminator(
+        _goal_tag,
+        custom_error_type="goal",
+        custom_error_message="goal must be 'full', 'light' or a mapping {metric, target, direction}",
+    ),
+]
+
+
+class Gpu(StrictModel):
+    """GPUs per rank."""
+
+    count: int = Field(default=1, ge=0, le=16, description="GPUs per rank.")
+    type: str | None = Field(default=None, description="GPU model, e.g. 'T4', 'A100', 'H100'.")
+
+
+def parse_gpu(value: Any) -> Any:
+    """``1xT4``, ``T4`` (one), an int (count) or ``{count, type}`` -> a mapping for ``Gpu``."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("gpu", "gpu must be a count, 'NxTYPE' (e.g. '1xT4') or {count, type}")
+    if isinstance(value, int):
+        return {"count": value}
+    if isinstance(value, str):
+        match = _GPU_RE.match(value.strip())
+        if not match:
+            raise PydanticCustomError(
+                "gpu", "invalid gpu '{value}': use 'NxTYPE' such as '1xT4' or '2xA100'", {"value": value}
+            )
+        return {"count": int(match["count"] or 1), "type": match["type"]}
+    return value
+
+
+GpuField = Annotated[
+    Gpu,
+    BeforeValidator(parse_gpu),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": 16},
+                {"type": "string", "pattern": _GPU_RE.pattern},
+                {"$ref": "#/$defs/Gpu"},
+            ],
+            "examples": ["1xT4", "2xA100", 1],
+        }
+    ),
+]
+
+
+class Hardware(StrictModel):
+    """Resources of each rank and the numeric precision of training."""
+
+    cpu: CpuQuantity | None = Field(
+        default=None,
+        description="CPU per rank as a Kubernetes quantity ('2', '500m'). Sets the intra-op threads per "
+        "rank (ceil of the cores, at least 1); when unset each rank uses 1 thread.",
+    )
+    memory: MemoryQuantity | None = Field(default=None, description="Memory per rank, e.g. '12Gi'.")
+    gpu: GpuField | None = Field(
+        default=None, description="GPUs per rank: '1xT4', 'T4', a count, or {count, type}. Unset: CPU only."
+    )
+    precision: Literal["fp32", "bf16", "fp16", "amp"] = Field(
+        default="fp32",
+        description="Training precision where the task allows it: fp32, bf16, fp16 (GPU only) or amp "
+        "(autocast with loss scaling).",
+    )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per rank (0 when unset)."""
+        return self.gpu.count if self.gpu else 0
+
+
+class Toleration(StrictModel):
+    """A Kubernetes toleration for the worker pods (for tainted GPU or spot nodes)."""
+
+    key: str | None = Field(default=None, description="Taint key; empty with operator Exists matches all.")
+    operator: Literal["Equal", "Exists"] = Field(default="Equal", description="Equal or Exists.")
+    value: str | None = Field(default=None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty tolerates all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, description="For NoExecute: how long the pod stays bound after the taint appears."
+    )
+
+
+class LocalTarget(StrictModel):
+    """Run every rank as a local process (torchrun for gloo/nccl, mpiexec for mpi)."""
+
+    kind: Literal["local"] = Field(description="'local': processes on this machine.")
+    server_url: str | None = Field(
+        default=None,
+        description="Metrics server to report to; default: the one from settings or an embedded server.",
+    )
+
+
+class KubernetesTarget(StrictModel):
+    """Run the ranks as a Kubernetes Indexed Job with a headless Service."""
+
+    kind: Literal["kubernetes"] = Field(description="'kubernetes': an Indexed Job in a cluster.")
+    context: str | None = Field(default=None, description="kubeconfig context; default: the current context.")
+    namespace: str = Field(
+        default="mlbench", description="Namespace for the Job, Service, Secret and ConfigMap."
+    )
+    image: str = Field(
+        description="Worker image, e.g. 'mlbench-worker:dev' or 'ghcr.io/org/mlbench-worker:0.1'."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Image pull policy; default: Kubernetes' own (Always for ':latest')."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the pods must match."
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate.")
+    service_account: str | None = Field(default=None, description="Service account of the worker pods.")
+    server_url: str | None = Field(
+        default=None,
+        description="Metrics server URL as seen from the pods; default: the in-cluster server.",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if len(value) > 63 or not DNS1123_LABEL.match(value):
+            raise PydanticCustomError(
+                "dns_label", "namespace '{value}' is not a DNS-1123 label", {"value": value}
+            )
+        return value
+
+
+def _target_short_form(value: Any) -> Any:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+Target = Annotated[
+    LocalTarget | KubernetesTarget,
+    Field(discriminator="kind"),
+    BeforeValidator(_target_short_form),
+]
+
+
+class Data(StrictModel):
+    """Where the dataset comes from."""
+
+    source: Literal["synthetic", "path", "download"] = Field(
+        description="'synthetic': generated, learnable data for smoke runs; 'path': a prepared dataset "
+        "directory; 'download': fetch (with checksums) into a cache directory."
+    )
+    path: str | None = Field(
+        default=None,
+        description="Dataset directory (source 'path', required) or cache directory (source 'download', "
+        "default: the user cache directory).",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Source options, e.g. for synthetic data {train_samples: 2048, val_samples: 512}.",
+    )
+
+    @model_validator(mode="after")
+    def _path_rules(self) -> Data:
+        if self.source == "path" and not self.path:
+            raise PydanticCustomError(
+                "data_path", "data.source 'path' needs data.path (the dataset directory)"
+            )
+        if self.source == "synthetic" and self.path:
+            raise PydanticCustomError(
+                "data_path", "data.path is not used with source 'synthetic': remove it or use source 'path'"
+            )
+        for key in ("train_samples", "val_samples"):
+            val = self.options.get(key)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+                raise PydanticCustomError(
+                    "data_options", "data.options.{key} must be a positive integer", {"key": key}
+                )
+        return self
+
+
+def _data_short_form(value: Any) -> Any:
+    return {"source": value} if isinstance(value, str) else value
+
+
+DataField = Annotated[Data, BeforeValidator(_data_short_form)]
+
+
+def _task_key(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise PydanticCustomError("task", "task must be a task id or name such as '1a' or 'resnet20-cifar10'")
+    task = get_task(value)
+    if task is None:
+        raise PydanticCustomError(
+            "literal_error",
+            "unknown task '{value}': expected one of {expected}",
+            {"value": value, "expected": ", ".join(repr(k) for k in TASK_KEYS)},
+        )
+    return task.id
+
+
+TaskKey = Annotated[
+    str,
+    BeforeValidator(_task_key),
+    WithJsonSchema({"type": "string", "enum": list(TASK_KEYS), "examples": ["1a", "resnet20-cifar10"]}),
+]
+
+
+class BenchmarkBody(StrictModel):
+    """What to run, on what, where, and until when."""
+
+    task: TaskKey = Field(description="Official task id or name: " + ", ".join(TASK_KEYS) + ".")
+    framework: Literal["pytorch", "tensorflow"] = Field(
+        default="pytorch",
+        description="Implementation to run: pytorch, or tensorflow where the task has one (1a).",
+    )
+    goal: Goal | None = Field(
+        default=None,
+        description="'full' (the official target), 'light' (a relaxed target) or "
+        "{metric, target, direction}. Default: full; tasks without a goal (0a) take none.",
+    )
+    max_time: Duration | None = Field(
+        default=None, description="Stop a run after this much wall time: '30m', '2h', '1h30m' or seconds."
+    )
+    workers: WorkersSweep = Field(
+        default_factory=lambda: [1],
+        description="World size, or a list of world sizes to sweep: 4 or [1, 2, 4, 8].",
+    )
+    backend: BackendSweep = Field(
+        default_factory=lambda: ["gloo"],
+        description="Communication backend gloo, nccl (GPUs) or mpi, or a list to sweep: [gloo, mpi].",
+    )
+    hardware: Hardware = Field(default_factory=Hardware, description="Per-rank resources and precision.")
+    target: Target = Field(
+        default_factory=lambda: LocalTarget(kind="local"),
+        description="Where ranks run: 'local' or {kind: kubernetes, namespace, image, ...}.",
+    )
+    data: DataField = Field(
+        default_factory=lambda: Data(source="download"),
+        description="Dataset source: 'synthetic', 'download' (default) or {source: path, path: DIR}.",
+    )
+    hyperparameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the task's defaults; only what the task's policy allows (batch size and "
+        "learning-rate schedule, like MLPerf). See `mlbench tasks`.",
+    )
+    seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Random seed; repeat i uses seed + i.")
+    repeats: int = Field(
+        default=1, ge=1, le=100, description="Runs per configuration (scored with an olympic mean)."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for every rank."
+    )
+    price_per_hour: float | None = Field(
+        default=None, ge=0, description="Price of the whole run's hardware per hour, for cost to target."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME_RE.match(name):
+                raise PydanticCustomError("env", "invalid environment variable name '{name}'", {"name": name})
+            if name in RESERVED_ENV:
+                raise PydanticCustomError(
+                    "env",
+                    "environment variable '{name}' is set by mlbench and cannot be overridden",
+                    {"name": name},
+                )
+        return value
+
+
+class BenchmarkSpec(StrictModel):
+    """A benchmark spec document: ``apiVersion: mlbench/v1``, ``kind: Benchmark``."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        title="mlbench Benchmark",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
+
+    api_version: Literal["mlbench/v1"] = Field(alias="apiVersion", description="Always 'mlbench/v1'.")
+    kind: Literal["Benchmark"] = Field(description="Always 'Benchmark'.")
+    metadata: Metadata = Field(description="Name, labels and description.")
+    spec: BenchmarkBody = Field(description="What to run and where.")
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def normalized(self) -> dict[str, Any]:
+        """The spec as plain JSON data, short forms expanded; the input of the spec hash."""
+        return self.model_dump(mode="json", by_alias=True)

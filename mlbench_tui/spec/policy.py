@@ -1,0 +1,211 @@
+"""Rules that tie a structurally valid spec to the official task catalog.
+
+Each rule yields a ``PolicyIssue`` located by its path in the document (``("spec", "backend", 1)``)
+so the loader can point at the exact line. Messages say what to change, not only what is wrong.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from mlbench_tui.spec.models import BenchmarkSpec
+from mlbench_tui.spec.tasks import TaskInfo, get_task
+
+Loc = tuple[str | int, ...]
+
+# Hyperparameters that must stay >= 0 rather than > 0 (exponents, warm-up lengths, flags).
+_NON_NEGATIVE = frozenset({"sizes_min_exp", "sizes_max_exp", "warmup", "warmup_epochs", "warmup_steps"})
+
+
+@dataclass(frozen=True)
+class PolicyIssue:
+    """A rule violation at ``loc`` (a path into the spec document), with an optional hint."""
+
+    loc: Loc
+    message: str
+    hint: str | None = None
+
+
+def did_you_mean(word: str, candidates: list[str] | tuple[str, ...]) -> str | None:
+    """``"did you mean 'x'?"`` for the closest candidate, or None when nothing is close."""
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{match[0]}'?" if match else None
+
+
+def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
+    """Every catalog rule the spec breaks (empty when the spec is runnable as written)."""
+    task = get_task(spec.spec.task)
+    if task is None:  # pragma: no cover - the model validator already guarantees a known task
+        return [PolicyIssue(("spec", "task"), f"unknown task '{spec.spec.task}'")]
+    return [
+        *_framework_issues(spec, task),
+        *_backend_issues(spec, task),
+        *_precision_issues(spec, task),
+        *_goal_issues(spec, task),
+        *_hyperparameter_issues(spec, task),
+    ]
+
+
+def _backend_loc(spec: BenchmarkSpec, index: int) -> Loc:
+    return ("spec", "backend", index) if len(spec.spec.backend) > 1 else ("spec", "backend")
+
+
+def _framework_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    body = spec.spec
+    if body.framework not in task.frameworks:
+        yield PolicyIssue(
+            ("spec", "framework"),
+            f"task {task.id} ({task.name}) has no {body.framework} implementation: "
+            f"use framework {' or '.join(task.frameworks)}",
+        )
+    if body.framework == "tensorflow":
+        for i, backend in enumerate(body.backend):
+            if backend == "mpi":
+                yield PolicyIssue(
+                    _backend_loc(spec, i),
+                    "the tensorflow implementation does not run on mpi: use backend gloo (or nccl on GPUs)",
+                )
+
+
+def _backend_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    body = spec.spec
+    gpus = body.hardware.gpus
+    for i, backend in enumerate(body.backend):
+        loc = _backend_loc(spec, i)
+        if backend not in task.backends:
+            yield PolicyIssue(
+                loc,
+                f"task {task.id} does not support backend {backend}: use one of {', '.join(task.backends)}",
+            )
+        elif backend == "nccl" and gpus == 0:
+            yield PolicyIssue(
+                loc,
+                "backend nccl needs GPUs: set spec.hardware.gpu (e.g. '1xT4') "
+                "or use backend gloo or mpi on CPU",
+            )
+        elif backend == "mpi" and body.hardware.precision == "fp16":
+            yield PolicyIssue(
+                loc,
+                "fp16 all-reduce is not supported on mpi: use backend gloo or nccl, "
+                "or precision amp/bf16/fp32",
+            )
+        if backend == "mpi" and task.id == "0a" and "fp16" in body.hyperparameters.get("dtypes", []):
+            yield PolicyIssue(
+                ("spec", "hyperparameters", "dtypes"),
+                "fp16 all-reduce is not supported on mpi: remove fp16 from hyperparameters.dtypes "
+                "or use backend gloo or nccl",
+            )
+
+
+def _precision_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    hw = spec.spec.hardware
+    loc: Loc = ("spec", "hardware", "precision")
+    if hw.precision not in task.precisions:
+        yield PolicyIssue(
+            loc,
+            f"task {task.id} does not allow precision {hw.precision}: "
+            f"use one of {', '.join(task.precisions)}",
+        )
+    elif hw.precision == "fp16" and hw.gpus == 0:
+        yield PolicyIssue(loc, "precision fp16 needs GPUs: set spec.hardware.gpu, or use bf16 or amp on CPU")
+
+
+def _goal_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    goal = spec.spec.goal
+    if task.goal is None and goal is not None:
+        yield PolicyIssue(
+            ("spec", "goal"), f"task {task.id} ({task.name}) is a sweep without a goal: remove spec.goal"
+        )
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _type_matches(default: Any, value: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, list):
+        return (
+            isinstance(value, list) and all(_type_matches(default[0], v) for v in value) if default else True
+        )
+    return True
+
+
+def _hyperparameter_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    overridable = sorted(task.overridable)
+    allowed = ", ".join(overridable)
+    for key, value in spec.spec.hyperparameters.items():
+        loc: Loc = ("spec", "hyperparameters", key)
+        if key not in task.defaults:
+            yield PolicyIssue(
+                loc,
+                f"unknown hyperparameter '{key}' for task {task.id}; overridable: {allowed}",
+                did_you_mean(key, overridable),
+            )
+            continue
+        if key not in task.overridable:
+            yield PolicyIssue(
+                loc,
+                f"hyperparameter '{key}' is fixed by task {task.id} (only batch size and the learning-rate "
+                f"schedule may change, so results stay comparable); overridable: {allowed}",
+            )
+            continue
+        default = task.defaults[key]
+        if not _type_matches(default, value):
+            yield PolicyIssue(loc, f"hyperparameter '{key}' must be {_type_name(default)}, got {value!r}")
+            continue
+        choices = task.choices.get(key)
+        if choices is not None:
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                if item not in choices:
+                    yield PolicyIssue(
+                        loc,
+                        f"invalid value {item!r} for hyperparameter '{key}': expected one of "
+                        + ", ".join(repr(c) for c in choices),
+                        did_you_mean(str(item), [str(c) for c in choices]),
+                    )
+            if isinstance(value, list) and not value:
+                yield PolicyIssue(loc, f"hyperparameter '{key}' must not be empty")
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if key in _NON_NEGATIVE:
+                if value < 0:
+                    yield PolicyIssue(loc, f"hyperparameter '{key}' must be >= 0, got {value}")
+            elif value <= 0:
+                yield PolicyIssue(loc, f"hyperparameter '{key}' must be > 0, got {value}")
+            elif key.endswith("_factor") and key.startswith(("plateau", "decay")) and value >= 1:
+                yield PolicyIssue(loc, f"hyperparameter '{key}' must be between 0 and 1, got {value}")
+    hp = {**task.defaults, **spec.spec.hyperparameters}
+    lo, hi = hp.get("sizes_min_exp"), hp.get("sizes_max_exp")
+    if task.id == "0a" and isinstance(lo, int) and isinstance(hi, int):
+        if lo > hi:
+            yield PolicyIssue(
+                ("spec", "hyperparameters", "sizes_min_exp"),
+                f"sizes_min_exp ({lo}) must not exceed sizes_max_exp ({hi})",
+            )
+        if hi > 9:
+            yield PolicyIssue(
+                ("spec", "hyperparameters", "sizes_max_exp"),
+                f"sizes_max_exp {hi} means tensors of 10^{hi} elements: use at most 9",
+            )
