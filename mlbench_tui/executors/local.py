@@ -48,13 +48,10 @@ LAUNCHER_LOG = "launcher.log"
 
 
 def default_runs_dir() -> Path:
-    """``<MLBENCH_HOME>/runs`` (or the user data directory): one directory per local run."""
-    home = os.environ.get("MLBENCH_HOME")
-    if home:
-        return Path(home) / "runs"
-    import platformdirs
+    """The settings' runs directory (``<MLBENCH_HOME>/state/runs`` in tests): one directory per run."""
+    from mlbench_tui.settings import load_settings
 
-    return Path(platformdirs.user_data_dir("mlbench")) / "runs"
+    return load_settings().runs_dir
 
 
 def mpiexec_path() -> str | None:
@@ -308,7 +305,10 @@ class LocalExecutor(Executor):
     def _failure_message(self, run_dir: Path, state: RunState, code: int | None) -> str:
         if state is RunState.CANCELLED:
             return "cancelled"
-        tail = self.launcher_log_tail(run_dir.name, lines=40)
+        tail = self.launcher_log_tail(run_dir.name, lines=60)
+        root = [i for i, line in enumerate(tail) if line.startswith("Root Cause")]
+        if root:
+            tail = tail[root[-1] :]
         # torchrun's error summary names the first failing rank and its exit code.
         rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
         exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)

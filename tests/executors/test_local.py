@@ -1,0 +1,178 @@
+"""The local executor with real launcher processes (torchrun and mpiexec) and real ranks.
+
+The ranks here run a tiny script instead of the worker runtime so that process management
+(crash, cancel, orphans, logs) is tested in seconds; the worker runtime itself runs through
+``mlbench apply`` in tests/cli/test_run_commands.py and tests/test_quickstart.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mlbench_tui.errors import ExecutorError
+from mlbench_tui.executors import processes
+from mlbench_tui.executors.api import DryRun, LaunchContext, RunHandle, RunState
+from mlbench_tui.executors.local import LocalExecutor, RankLogTailer
+from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
+
+RANK_SCRIPT = """
+import os, sys, time
+rank = int(os.environ.get("RANK") or os.environ["OMPI_COMM_WORLD_RANK"])
+print(f"rank {rank} threads {os.environ['OMP_NUM_THREADS']}", flush=True)
+mode = sys.argv[1]
+if mode == "crash" and rank == 1:
+    raise RuntimeError("boom on rank 1")
+time.sleep(60 if mode == "hang" else 0.2)
+"""
+
+
+def _plan(backend: str = "gloo", workers: int = 2, threads: int = 1) -> RunPlan:
+    return RunPlan(
+        name=f"t-{backend}-{workers}w",
+        spec_name="t",
+        spec_hash="0" * 64,
+        task="0a",
+        task_name="allreduce",
+        backend=backend,  # type: ignore[arg-type]
+        workers=workers,
+        seed=1,
+        goal=None,
+        resources=ResourcesPlan(threads_per_rank=threads),
+        data=DataPlan(source="synthetic"),
+        hyperparameters={"repetitions": 1},
+        target={"kind": "local"},
+    )
+
+
+def _launch(run_id: str) -> LaunchContext:
+    return LaunchContext(run_id=run_id, server_url="http://127.0.0.1:9", write_token="secret-token")
+
+
+def _script_dryrun(executor: LocalExecutor, run_id: str, mode: str, backend: str = "gloo") -> DryRun:
+    """The executor's real dry run with the worker command swapped for RANK_SCRIPT."""
+    dry = executor.dryrun(_plan(backend), _launch(run_id))
+    (command,) = dry.commands
+    cut = command.index("mlbench_worker") - 2  # drop "-m mlbench_worker --config FILE"
+    return dataclasses.replace(dry, commands=((*command[:cut], "-c", RANK_SCRIPT, mode),))
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> LocalExecutor:
+    return LocalExecutor(tmp_path / "runs")
+
+
+def test_dryrun_is_pure_and_exact(executor: LocalExecutor) -> None:
+    dry = executor.dryrun(_plan("gloo", 2, threads=3), _launch("r-000000000001"))
+    (command,) = dry.commands
+    assert command[1:4] == ("-m", "torch.distributed.run", "--standalone")
+    assert command[command.index("--nproc-per-node") + 1] == "2"
+    assert command[-3:] == (
+        "mlbench_worker",
+        "--config",
+        str(executor.runs_dir / "r-000000000001" / "config.json"),
+    )
+    assert dry.env["OMP_NUM_THREADS"] == "3" and dry.env["MKL_NUM_THREADS"] == "3"
+    assert dry.env["MLBENCH_RUN_TOKEN"] == "secret-token" and dry.env["MLBENCH_RUN_ID"] == "r-000000000001"
+    assert dry.worker_config["world_size"] == 2
+    assert not executor.runs_dir.exists()  # nothing written by a dry run
+
+
+def test_mpi_dryrun_flags() -> None:
+    dry = LocalExecutor("/nonexistent", cpu_count=1).dryrun(_plan("mpi", 2), _launch("r-000000000002"))
+    (command,) = dry.commands
+    assert Path(command[0]).name == "mpiexec" and command[1:3] == ("-n", "2")
+    assert "--oversubscribe" in command  # 2 ranks on 1 core
+    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
+    assert (
+        not LocalExecutor("/x", cpu_count=4)
+        .dryrun(_plan("mpi", 2), _launch("r-1"))
+        .commands[0]
+        .count("--oversubscribe")
+    )
+
+
+def test_nccl_needs_gpus(executor: LocalExecutor) -> None:
+    with pytest.raises(ExecutorError, match="nccl"):
+        executor.dryrun(_plan("nccl"), _launch("r-3"))
+
+
+def test_unknown_runs(executor: LocalExecutor) -> None:
+    handle = RunHandle("local", "host", "r-404")
+    assert executor.describe(handle) is None
+    executor.cancel(handle)  # no-op, no error
+    with pytest.raises(ExecutorError):
+        executor.describe(RunHandle("kubernetes", "ns", "r-404"))
+
+
+def test_crashing_rank_fails_run_with_traceback_in_its_log(executor: LocalExecutor) -> None:
+    handle = executor.schedule(_script_dryrun(executor, "r-crash", "crash"))
+    status = executor.wait(handle, timeout=60)
+    assert status.state is RunState.FAILED
+    assert status.message is not None and "rank 1" in status.message
+    rank1 = list(executor.log_iter(handle, rank=1))
+    assert "rank 1 threads 1" in rank1
+    assert any("RuntimeError: boom on rank 1" in line for line in rank1)
+    assert any(line.startswith("Traceback") for line in rank1)
+    assert list(executor.log_iter(handle, regex="boom")) == ["[rank 1] RuntimeError: boom on rank 1"]
+    assert not processes.marked_pids("r-crash")
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_cancel_from_another_process_leaves_no_process_behind(
+    executor: LocalExecutor, backend: str, tmp_path: Path
+) -> None:
+    run_id = f"r-hang-{backend}"
+    handle = executor.schedule(_script_dryrun(executor, run_id, "hang", backend))
+    deadline = time.monotonic() + 30
+    while len(processes.marked_pids(run_id)) < 3 and time.monotonic() < deadline:  # launcher + 2 ranks
+        time.sleep(0.1)
+    seen = processes.run_pids(run_id)
+    assert len(seen) >= 3
+    status = executor.describe(handle)
+    assert status is not None and status.state is RunState.RUNNING
+    other = LocalExecutor(tmp_path / "runs")  # what `mlbench cancel` in another shell builds
+    other.cancel(str(handle))
+    assert not processes.marked_pids(run_id)
+    assert not [pid for pid in seen if processes.is_alive(pid)]
+    final = executor.describe(handle)
+    assert final is not None and final.state is RunState.CANCELLED
+    other.cancel(handle)  # idempotent
+    assert executor.describe(handle).state is RunState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_two_runs_at_once_and_follow_logs(executor: LocalExecutor) -> None:
+    first = executor.schedule(_script_dryrun(executor, "r-a", "ok"))
+    second = executor.schedule(_script_dryrun(executor, "r-b", "ok"))
+    followed = list(executor.log_iter(first, follow=True))
+    assert sorted(followed) == ["[rank 0] rank 0 threads 1", "[rank 1] rank 1 threads 1"]
+    assert executor.wait(first, timeout=60).state is RunState.SUCCEEDED
+    assert executor.wait(second, timeout=60).state is RunState.SUCCEEDED
+    with pytest.raises(ExecutorError, match="already started"):
+        executor.schedule(_script_dryrun(executor, "r-a", "ok"))
+
+
+def test_log_tailer_holds_partial_lines(tmp_path: Path) -> None:
+    log = tmp_path / "rank-3.log"
+    log.write_bytes(b"one\ntw")
+    tailer = RankLogTailer(tmp_path)
+    assert tailer.poll() == [(3, "one")]
+    with open(log, "ab") as fh:
+        fh.write(b"o\nthree")
+    assert tailer.poll() == [(3, "two")]
+    assert tailer.poll(final=True) == [(3, "three")]
+    assert tailer.poll(final=True) == []
+
+
+def test_rank_exec_usage_error() -> None:
+    from mlbench_tui.executors.rank_exec import main, rank_from_env
+
+    assert main(["--bogus"]) == 2
+    assert rank_from_env({"OMPI_COMM_WORLD_RANK": "5"}) == 5
+    assert rank_from_env({}) == 0
+    assert sys.executable
