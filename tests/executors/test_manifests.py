@@ -1,0 +1,301 @@
+"""Kubernetes manifests: golden files, the real Kubernetes OpenAPI schemas, the client's models."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.kube_api import make_launch, make_plan
+
+from mlbench_tui.errors import ExecutorError
+from mlbench_tui.executors import manifests
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
+K8S_VERSION = "1.30"  # oldest version we support: Indexed Jobs, pod annotations, SSA all GA
+
+CASES: dict[str, dict[str, Any]] = {
+    "gloo-cpu-2w": {},
+    "nccl-gpu-pvc-4w": {
+        "name": "resnet-nccl-4w",
+        "backend": "nccl",
+        "workers": 4,
+        "max_time_s": None,
+        "resources": {
+            "cpu": "4",
+            "threads_per_rank": 4,
+            "memory": "16Gi",
+            "gpus": 1,
+            "gpu_type": "T4",
+            "precision": "amp",
+        },
+        "data": {"source": "path", "path": "pvc://cifar10/prepared/v1", "options": {}},
+        "target": {
+            "image": "registry.example/mlbench-worker:0.1.0-cuda",
+            "image_pull_policy": "Always",
+            "node_selector": {"cloud.google.com/gke-nodepool": "gpu"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "bench", "effect": "NoSchedule"}
+            ],
+            "service_account": "bench-runner",
+            "server_url": "http://mlbench.example:8080",
+        },
+        "env": {"NCCL_DEBUG": "INFO"},
+    },
+    "mpi-cpu-2w": {
+        "name": "allreduce-mpi-2w",
+        "task": "0a",
+        "task_name": "allreduce",
+        "backend": "mpi",
+        "goal": None,
+    },
+}
+
+
+def _render(case: str, **kwargs: Any) -> list[dict[str, Any]]:
+    return manifests.render(make_plan(**json.loads(json.dumps(CASES[case]))), make_launch(), **kwargs)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_golden_file(case: str) -> None:
+    text = manifests.to_yaml(_render(case))
+    path = GOLDEN / f"{case}.yaml"
+    if os.environ.get("MLBENCH_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), (
+        f"manifests drifted from {path}; rerun with MLBENCH_UPDATE_GOLDEN=1 and review"
+    )
+
+
+def _schema_validator(definition: str) -> Any:
+    """A validator for one definition of the Kubernetes OpenAPI (as shipped by kubernetes-validate)."""
+    import jsonschema
+    import kubernetes_validate
+    from referencing import Registry, Resource
+
+    base = (
+        Path(kubernetes_validate.__file__).parent
+        / "kubernetes-json-schema"
+        / f"v{K8S_VERSION}.0-local-strict"
+    )
+    schema = json.loads((base / f"{definition}.json").read_text())
+    defs = json.loads((base / "_definitions.json").read_text())
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_object_validates_against_the_kubernetes_openapi_schema(case: str) -> None:
+    import kubernetes_validate
+
+    for obj in _render(case):
+        if obj["kind"] == "MPIJob":
+            # The MPIJob CRD schema is not shipped offline: validate what Kubernetes itself
+            # defines inside it (metadata and both pod templates) against the core schemas.
+            _schema_validator("objectmeta-meta-v1").validate(obj["metadata"])
+            for replica in obj["spec"]["mpiReplicaSpecs"].values():
+                _schema_validator("podtemplatespec-v1").validate(replica["template"])
+            continue
+        assert kubernetes_validate.validate(obj, K8S_VERSION, strict=True) == K8S_VERSION
+
+
+def test_schema_validation_catches_a_misspelled_field() -> None:
+    import kubernetes_validate
+
+    job = _render("gloo-cpu-2w")[0]
+    job["spec"]["completionsMode"] = "Indexed"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+
+
+MODELS = {"Job": "V1Job", "Secret": "V1Secret", "ConfigMap": "V1ConfigMap", "Service": "V1Service"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_object_round_trips_through_the_kubernetes_client_models(case: str) -> None:
+    from kubernetes import client
+
+    api = client.ApiClient()
+    for obj in _render(case):
+        if obj["kind"] == "MPIJob":
+            for replica in obj["spec"]["mpiReplicaSpecs"].values():
+                model = api.deserialize(
+                    json.dumps(replica["template"]), "V1PodTemplateSpec", "application/json"
+                )
+                assert api.sanitize_for_serialization(model) == replica["template"]
+            continue
+        model = api.deserialize(json.dumps(obj), MODELS[obj["kind"]], "application/json")
+        assert type(model).__name__ == MODELS[obj["kind"]]
+        assert api.sanitize_for_serialization(model) == obj
+
+
+def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = objects[0]["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def test_indexed_job_wires_rendezvous_from_the_completion_index() -> None:
+    objects = _render("gloo-cpu-2w")
+    job, _, _, svc = objects
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["completionMode"]) == (2, 2, "Indexed")
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 1800
+    assert spec["ttlSecondsAfterFinished"] > 0
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == svc["metadata"]["name"] == job["metadata"]["name"]
+    assert pod["restartPolicy"] == "Never"
+    env = _env(pod["containers"][0])
+    index_ref = {
+        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+    }
+    assert env["RANK"] == env["PET_NODE_RANK"] == index_ref
+    assert (
+        env["MASTER_ADDR"]
+        == env["PET_MASTER_ADDR"]
+        == f"{job['metadata']['name']}-0.{svc['metadata']['name']}"
+    )
+    assert env["WORLD_SIZE"] == env["PET_NNODES"] == "2"
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29500"
+    assert env["MLBENCH_RUN_ID"] == "run-0001"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    template_labels = spec["template"]["metadata"]["labels"]
+    assert all(template_labels[k] == v for k, v in svc["spec"]["selector"].items())
+
+
+def test_token_lives_only_in_the_secret() -> None:
+    objects = _render("gloo-cpu-2w")
+    token = make_launch().write_token
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    assert secret["stringData"] == {"token": token}
+    others = json.dumps([o for o in objects if o["kind"] != "Secret"])
+    assert token not in others
+    ref = _env(_container(objects))["MLBENCH_RUN_TOKEN"]
+    assert ref == {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "token"}}
+
+
+def test_redacted_rendering_has_no_token_and_says_who_sets_it() -> None:
+    objects = _render("gloo-cpu-2w", redact=True)
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    assert "stringData" not in secret and "data" not in secret
+    assert "mlbench apply" in secret["metadata"]["annotations"][manifests.ANNOTATION_TOKEN]
+    assert make_launch().write_token not in json.dumps(objects)
+
+
+def test_gpu_run_gets_resources_selectors_tolerations_and_dataset_volume() -> None:
+    objects = _render("nccl-gpu-pvc-4w")
+    pod = objects[0]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true", "cloud.google.com/gke-nodepool": "gpu"}
+    assert objects[0]["spec"]["template"]["metadata"]["labels"]["mlbench.io/gpu-type"] == "t4"
+    keys = [t["key"] for t in pod["tolerations"]]
+    assert keys == ["mlbench.io/gpu", "nvidia.com/gpu", "dedicated"]
+    assert pod["serviceAccountName"] == "bench-runner"
+    assert container["image"].endswith("-cuda") and container["imagePullPolicy"] == "Always"
+    assert {"name": "dataset", "persistentVolumeClaim": {"claimName": "cifar10", "readOnly": True}} in pod[
+        "volumes"
+    ]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    config = json.loads(objects[2]["data"]["config.json"])
+    assert config["data"]["path"] == "/mnt/dataset/prepared/v1"
+    assert "activeDeadlineSeconds" not in objects[0]["spec"]
+    env = _env(container)
+    assert env["MLBENCH_SERVER_URL"] == "http://mlbench.example:8080"
+    assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_loopback_server_url_becomes_the_in_cluster_service() -> None:
+    env = _env(_container(_render("gloo-cpu-2w")))
+    assert env["MLBENCH_SERVER_URL"] == "http://mlbench-server.bench.svc:8080"
+
+
+def test_mpi_backend_renders_an_mpijob_with_mpirun_launcher() -> None:
+    objects = _render("mpi-cpu-2w")
+    assert [o["kind"] for o in objects] == ["MPIJob", "Secret", "ConfigMap"]
+    spec = objects[0]["spec"]
+    assert objects[0]["apiVersion"] == "kubeflow.org/v2beta1"
+    assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    command = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["mpirun", "-n", "2"]
+    assert command[-5:] == ["python", "-m", "mlbench_worker", "--config", "/etc/mlbench/config.json"]
+    assert spec["runPolicy"]["backoffLimit"] == 0
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["run-0001", "Smoke_Run.2024/11", "1a-resnet", "x" * 200, "ÄÖÜ weird id!"],
+)
+def test_object_names_are_valid_dns_labels_and_stable(run_id: str) -> None:
+    import re
+
+    name = manifests.object_name(run_id)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)
+    assert len(f"{name}-99999") <= 63
+    assert manifests.object_name(run_id) == name
+    value = manifests.label_value(run_id)
+    assert len(value) <= 63 and re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", value)
+
+
+def test_distinct_long_ids_get_distinct_names() -> None:
+    assert manifests.object_name("a" * 100 + "1") != manifests.object_name("a" * 100 + "2")
+
+
+@pytest.mark.parametrize("path", ["pvc://Bad_Claim/x", "pvc://claim/../etc"])
+def test_bad_pvc_path_is_a_clear_error(path: str) -> None:
+    plan = make_plan(data={"source": "path", "path": path, "options": {}})
+    with pytest.raises(ExecutorError, match=r"data\.path"):
+        manifests.render(plan, make_launch())
+
+
+def test_yaml_output_is_multi_document_and_parses_back() -> None:
+    objects = _render("gloo-cpu-2w")
+    assert list(yaml.safe_load_all(manifests.to_yaml(objects))) == objects
+
+
+def test_plan_yaml_previews_every_run_without_tokens() -> None:
+    plans = [make_plan(), make_plan(name="smoke-gloo-4w", workers=4)]
+    text = manifests.plan_yaml(plans)
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert [d["kind"] for d in docs] == ["Job", "Secret", "ConfigMap", "Service"] * 2
+    assert docs[4]["spec"]["completions"] == 4
+    assert all("stringData" not in d for d in docs)
+    assert "token omitted" in text
+
+
+def test_manifest_hash_ignores_the_token_but_not_the_plan() -> None:
+    a = manifests.render(make_plan(), make_launch(token="one"))
+    b = manifests.render(make_plan(), make_launch(token="two"))
+    c = manifests.render(make_plan(workers=3), make_launch(token="one"))
+    key = manifests.ANNOTATION_MANIFEST_HASH
+    assert a[0]["metadata"]["annotations"][key] == b[0]["metadata"]["annotations"][key]
+    assert a[0]["metadata"]["annotations"][key] != c[0]["metadata"]["annotations"][key]
+
+
+def test_with_owner_sets_a_blocking_owner_reference() -> None:
+    job, secret, *_ = _render("gloo-cpu-2w")
+    owned = manifests.with_owner(secret, job, "1234-uid")
+    assert owned["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": job["metadata"]["name"],
+            "uid": "1234-uid",
+            "controller": False,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert "ownerReferences" not in secret["metadata"]

@@ -1,0 +1,325 @@
+"""A real HTTP Kubernetes API on 127.0.0.1 for tests: kmock's emulator plus the few behaviours
+the executor relies on that kmock leaves out (server-side apply creating objects, uids and
+resourceVersions, pod logs as text with ``follow``, injected API errors). Tests play the
+controllers (Job controller, kubelet) by writing pod objects through ``put``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import itertools
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import kmock
+from kmock._internal import enums, k8s, rendering
+
+from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan
+
+RESOURCES = (
+    "batch/v1/jobs",
+    "v1/pods",
+    "v1/services",
+    "v1/configmaps",
+    "v1/secrets",
+    "v1/serviceaccounts",
+    "v1/persistentvolumeclaims",
+    "apps/v1/deployments",
+    "rbac.authorization.k8s.io/v1/roles",
+    "rbac.authorization.k8s.io/v1/rolebindings",
+    "v1/namespaces",
+)
+MPIJOBS = "kubeflow.org/v2beta1/mpijobs"
+
+
+def make_plan(**overrides: Any) -> RunPlan:
+    """A resolved 1a plan as ``plan.expand`` would produce it, without needing a spec file."""
+    resources = overrides.pop("resources", {})
+    data = overrides.pop("data", {})
+    target = {"kind": "kubernetes", "namespace": "bench", **overrides.pop("target", {})}
+    fields: dict[str, Any] = {
+        "name": "smoke-gloo-2w",
+        "spec_name": "smoke",
+        "spec_hash": "0" * 64,
+        "task": "1a",
+        "task_name": "resnet20-cifar10",
+        "backend": "gloo",
+        "workers": 2,
+        "seed": 42,
+        "goal": GoalPlan(kind="light", metric="val_global_Prec@1", target=70.0, direction="max"),
+        "max_time_s": 1800.0,
+        "resources": ResourcesPlan(**{"cpu": "1", "threads_per_rank": 1, "memory": "2Gi", **resources}),
+        "data": DataPlan(**{"source": "synthetic", "options": {"train_samples": 256}, **data}),
+        "hyperparameters": {"batch_size": 32, "lr": 0.04, "max_epochs": 2},
+        "target": target,
+    }
+    fields.update(overrides)
+    return RunPlan(**fields)
+
+
+def make_launch(run_id: str = "run-0001", token: str = "tok-secret-abc123") -> LaunchContext:
+    return LaunchContext(run_id=run_id, server_url="http://127.0.0.1:8765", write_token=token)
+
+
+@dataclass
+class Fault:
+    status: int
+    reason: str
+    message: str
+    times: int | None = None  # None: every matching request
+
+
+class _Emulator(k8s.KubernetesEmulator):
+    """kmock's emulator with server-side apply, uids, faults and pod logs."""
+
+    faults: dict[tuple[str, str], Fault]
+    logs: dict[tuple[str, str], list[str]]
+    finished_logs: set[tuple[str, str]]
+    _counter: Any
+
+    def setup(self) -> None:
+        self.faults = {}
+        self.logs = {}
+        self.finished_logs = set()
+        self._counter = itertools.count(1)
+        for resource in RESOURCES:
+            self.resources[resource] = kmock.ResourceInfo(namespaced=resource != "v1/namespaces")
+        self[kmock.resource("v1/pods"), kmock.subresource("log")] << self._serve_log
+
+    def _stamp(self, obj: dict[str, Any]) -> None:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault(
+            "creationTimestamp", datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+        meta["resourceVersion"] = str(next(self._counter))
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        plural = request.resource.plural if request.resource is not None else None
+        fault = self.faults.get((request.method.value, str(plural)))
+        if fault is not None and (fault.times is None or fault.times > 0):
+            if fault.times is not None:
+                fault.times -= 1
+            raise k8s.KubernetesError(status=fault.status, reason=fault.reason, message=fault.message)
+        if (
+            request.resource is not None
+            and request.action == enums.action.CREATE
+            and isinstance(request.data, dict)
+        ):
+            self._stamp(request.data)
+        content_type = request.headers.get("Content-Type", "")
+        if request.action == enums.action.UPDATE and "apply-patch" in content_type and request.name:
+            return await self._apply(request)
+        return await super()._handle(request)
+
+    async def _apply(self, request: rendering.Request) -> Any:
+        """Server-side apply: create when missing, no-op (same resourceVersion) when unchanged."""
+        import aiohttp.web
+
+        assert request.resource is not None
+        key: Any = (request.resource, request.namespace, request.name)
+        body = copy.deepcopy(request.data)
+        body.setdefault("metadata", {})["namespace"] = request.namespace
+        body["metadata"]["managedFields"] = [
+            {"manager": request.params.get("fieldManager", ""), "operation": "Apply"}
+        ]
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                self._stamp(body)
+                if key in self._objects:
+                    self._objects[key].create(body)
+                else:
+                    self._objects[key] = body
+                raw = self._objects[key].last.raw
+                await self._buses[request.resource].put({"type": "ADDED", "object": raw})
+                return aiohttp.web.json_response(raw, status=201)
+            current = self._objects[key].raw
+            merged = _merge(copy.deepcopy(current), body)
+            if merged == current:
+                return aiohttp.web.json_response(current)
+            merged["metadata"]["resourceVersion"] = str(next(self._counter))
+            self._objects[key].patch(merged)
+            raw = self._objects[key].raw
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+            return aiohttp.web.json_response(raw)
+
+    async def _serve_log(self, request: rendering.Request) -> rendering.Response:
+        key = (str(request.namespace), str(request.name))
+        follow = request.params.get("follow") == "true"
+        if key not in self.logs:
+            raise k8s.KubernetesObjectNotFoundError()
+
+        async def lines() -> AsyncIterator[bytes]:
+            sent = 0
+            while True:
+                current = self.logs.get(key, [])
+                for line in current[sent:]:
+                    yield (line + "\n").encode()
+                sent = len(current)
+                done = not follow or key in self.finished_logs
+                if done and sent == len(self.logs.get(key, [])):
+                    return
+                await asyncio.sleep(0.02)
+
+        return rendering.Response(status=200, headers={"Content-Type": "text/plain"}, payload=lines())
+
+    async def upsert(self, resource: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        res = kmock.resource(resource)
+        key = (res, namespace, name)
+        async with self._lock:
+            if key in self._objects and not self._objects[key].deleted:
+                merged = _merge(copy.deepcopy(self._objects[key].raw), copy.deepcopy(obj))
+                merged["metadata"]["resourceVersion"] = str(next(self._counter))
+                self._objects[key].patch(merged)
+                event = "MODIFIED"
+            else:
+                body = copy.deepcopy(obj)
+                body.setdefault("metadata", {}).update({"name": name, "namespace": namespace})
+                self._stamp(body)
+                if key in self._objects:
+                    self._objects[key].create(body)
+                else:
+                    self._objects[key] = body
+                event = "ADDED"
+            await self._buses[res].put({"type": event, "object": self._objects[key].raw})
+
+    async def discard(self, resource: str, namespace: str, name: str) -> None:
+        res = kmock.resource(resource)
+        key = (res, namespace, name)
+        async with self._lock:
+            if key in self._objects and not self._objects[key].deleted:
+                raw = self._objects[key].raw
+                self._objects[key].delete()
+                await self._buses[res].put({"type": "DELETED", "object": raw})
+
+    async def fetch(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (kmock.resource(resource), namespace, name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                return None
+            return copy.deepcopy(self._objects[key].raw)
+
+    async def list_names(self, resource: str, namespace: str) -> list[str]:
+        res = kmock.resource(resource)
+        async with self._lock:
+            return sorted(
+                n
+                for (r, ns, n), obj in self._objects.items()
+                if r == res and ns == namespace and not obj.deleted
+            )
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+class KubeApi:
+    """The emulator served over HTTP from a background thread, with a synchronous facade."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="kube-api", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(15):
+            raise RuntimeError("the Kubernetes API mock did not start")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        async with _Emulator() as emulator, kmock.Server(emulator) as server:
+            emulator.setup()
+            self.emulator = emulator
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def api_client(self) -> Any:
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = self.url
+        return client.ApiClient(config)
+
+    # --- state, as the controllers and kubelet would change it ---
+    def put(self, resource: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        self._call(self.emulator.upsert(resource, namespace, name, obj))
+
+    def delete(self, resource: str, namespace: str, name: str) -> None:
+        self._call(self.emulator.discard(resource, namespace, name))
+
+    def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._call(self.emulator.fetch(resource, namespace, name))
+        return result
+
+    def names(self, resource: str, namespace: str) -> list[str]:
+        result: list[str] = self._call(self.emulator.list_names(resource, namespace))
+        return result
+
+    def fault(
+        self, method: str, plural: str, status: int, reason: str, message: str, times: int | None = None
+    ) -> None:
+        self.emulator.faults[(method.upper(), plural)] = Fault(status, reason, message, times)
+
+    def log(self, namespace: str, pod: str, *lines: str, finished: bool = False) -> None:
+        self.emulator.logs.setdefault((namespace, pod), []).extend(lines)
+        if finished:
+            self.emulator.finished_logs.add((namespace, pod))
+
+    def declare(self, resource: str, kind: str) -> None:
+        self.emulator.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=True)
+
+    def requests(self) -> list[rendering.Request]:
+        return list(self.emulator._requests)
+
+
+@contextmanager
+def kube_api() -> Iterator[KubeApi]:
+    api = KubeApi()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def pod(job_name: str, index: int, phase: str, run_id: str = "run-0001", **status: Any) -> dict[str, Any]:
+    """A pod as the Job controller and kubelet report it."""
+    from mlbench_tui.executors import manifests
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job_name}-{index}-abcde",
+            "labels": {
+                manifests.LABEL_RUN_ID: manifests.label_value(run_id),
+                "batch.kubernetes.io/job-completion-index": str(index),
+                "app.kubernetes.io/component": "worker",
+            },
+            "annotations": {manifests.COMPLETION_INDEX_ANNOTATION: str(index)},
+        },
+        "spec": {"containers": [{"name": "worker", "image": "x"}], "nodeName": "kind-worker"},
+        "status": {"phase": phase, **status},
+    }
