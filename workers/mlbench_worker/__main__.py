@@ -1,0 +1,115 @@
+"""``python -m mlbench_worker --config FILE``: run one rank of one benchmark run.
+
+Exit status: 0 when the task ended (goal reached, sweep done, or stopped by ``max_time`` /
+``max_epochs``; the ``run_stop`` event says which), 1 when this rank failed (after reporting
+``rank_failed`` and ``run_stop`` failed), 2 for an unusable configuration, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import TYPE_CHECKING
+
+from mlbench_worker.config import ConfigError, WorkerConfig, load_config
+
+if TYPE_CHECKING:
+    from mlbench_worker.comm import Comm
+    from mlbench_worker.context import Rendezvous, ReporterLike
+
+
+def make_reporter(rank: int) -> ReporterLike:
+    """The reporter for this rank, configured from MLBENCH_SERVER_URL/RUN_ID/RUN_TOKEN."""
+    from mlbench_worker.reporter import Reporter
+
+    return Reporter.from_env(rank)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m mlbench_worker",
+        description="Run one rank of an mlbench benchmark run (launched by torchrun, mpiexec or a Job).",
+    )
+    parser.add_argument("--config", help="worker config JSON (default: $MLBENCH_CONFIG)")
+    return parser.parse_args(argv)
+
+
+def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> int:
+    """Set up this rank, run the task and report how it ended; returns the exit status."""
+    from mlbench_worker.context import (
+        RunContext,
+        init_comm,
+        limit_threads,
+        seed_everything,
+        select_device,
+    )
+    from mlbench_worker.fingerprint import fingerprint
+    from mlbench_worker.tasks import load_task
+
+    comm: Comm | None = None
+    rank = rdv.rank
+    try:
+        limit_threads(config.threads_per_rank)
+        seed_everything(config.seed)
+        task = load_task(config.task)
+        comm = init_comm(config, rdv)
+        rank = comm.rank
+        device = select_device(config, rdv)
+        ctx = RunContext(config=config, rendezvous=rdv, comm=comm, device=device, reporter=reporter)
+        if ctx.is_main:
+            reporter.event("environment", fingerprint(ctx))
+        outcome = task(ctx)
+        ctx.mark_run_start()
+        if ctx.is_main:
+            reporter.event("run_stop", outcome.payload())
+        ctx.log(f"run stopped: {outcome.status} ({outcome.reason})")
+        reporter.close(timeout=30.0)
+        comm.close()
+        return 0
+    except KeyboardInterrupt:
+        reporter.event("run_stop", {"status": "aborted", "reason": f"rank {rank} interrupted"})
+        reporter.close(timeout=5.0)
+        print(f"[rank {rank}] interrupted", file=sys.stderr, flush=True)
+        return 130
+    except BaseException as exc:
+        tb = traceback.format_exc()
+        summary = f"{type(exc).__name__}: {exc}"
+        reporter.event("rank_failed", {"rank": rank, "exception": summary, "traceback": tb})
+        reporter.event("run_stop", {"status": "failed", "reason": f"rank {rank} failed: {summary}"})
+        reporter.close(timeout=10.0)
+        if isinstance(exc, ConfigError):
+            print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
+        else:
+            print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
+        if comm is not None:
+            comm.abort(1)
+        return 2 if isinstance(exc, ConfigError) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status."""
+    args = _parse_args(argv)
+    path = args.config or os.environ.get("MLBENCH_CONFIG")
+    if not path:
+        print("error: no worker config: pass --config FILE or set MLBENCH_CONFIG", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from mlbench_worker.context import detect_rendezvous
+
+    try:
+        rdv = detect_rendezvous()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    reporter = make_reporter(rdv.rank)
+    return run_rank(config, rdv, reporter)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Where this rank stands: rendezvous from the environment, process group, device, seeds, threads.
+
+Three launchers are understood: ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), a
+Kubernetes Indexed Job (JOB_COMPLETION_INDEX plus MASTER_* or PET_*), and Open MPI's ``mpiexec``
+(OMPI_COMM_WORLD_*). ``RunContext`` is the one object a task receives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import random
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
+from mlbench_worker.config import ConfigError, WorkerConfig
+
+
+class ReporterLike(Protocol):
+    """What the runtime needs from ``mlbench_worker.reporter.Reporter`` (see its docs)."""
+
+    def metric(
+        self,
+        name: str,
+        value: float,
+        *,
+        step: int | None = None,
+        epoch: float | None = None,
+        t: float | None = None,
+    ) -> None: ...
+
+    def log(self, text: str, stream: str = "stdout") -> None: ...
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
+
+    def flush(self, timeout: float | None = None) -> bool: ...
+
+    def close(self, timeout: float = 10.0) -> None: ...
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """This rank's place in the world and how to reach rank 0."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str | None
+    master_port: int | None
+    launcher: str  # "torchrun", "indexed-job", "mpi" or "single"
+
+
+def _int_env(env: Mapping[str, str], *names: str) -> int | None:
+    for name in names:
+        value = env.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
+    return None
+
+
+def detect_rendezvous(env: Mapping[str, str] | None = None) -> Rendezvous:
+    """Read the launcher's environment; a process started alone is rank 0 of a world of one."""
+    env = os.environ if env is None else env
+    addr = env.get("MASTER_ADDR") or env.get("PET_MASTER_ADDR")
+    port = _int_env(env, "MASTER_PORT", "PET_MASTER_PORT")
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank = _int_env(env, "RANK") or 0
+        world = _int_env(env, "WORLD_SIZE") or 1
+        local = _int_env(env, "LOCAL_RANK") or 0
+        return Rendezvous(rank, world, local, addr, port, "torchrun")
+    if "JOB_COMPLETION_INDEX" in env:
+        rank = _int_env(env, "JOB_COMPLETION_INDEX") or 0
+        world_env = _int_env(env, "WORLD_SIZE")
+        nnodes = _int_env(env, "PET_NNODES")
+        if world_env is None and nnodes is None:
+            raise ConfigError("an Indexed Job rank needs WORLD_SIZE or PET_NNODES in its environment")
+        nproc = _int_env(env, "PET_NPROC_PER_NODE") or 1
+        world = world_env if world_env is not None else (nnodes or 1) * nproc
+        return Rendezvous(rank, world, _int_env(env, "LOCAL_RANK") or 0, addr, port, "indexed-job")
+    mpi_rank = _int_env(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+    if mpi_rank is not None:
+        world = _int_env(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") or 1
+        local = _int_env(env, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID") or 0
+        return Rendezvous(mpi_rank, world, local, addr, port, "mpi")
+    return Rendezvous(0, 1, 0, addr, port, "single")
+
+
+def init_comm(config: WorkerConfig, rdv: Rendezvous) -> Comm:
+    """Join the process group of the configured backend and check the world size matches the plan."""
+    if rdv.world_size != config.world_size:
+        raise ConfigError(
+            f"the launcher started {rdv.world_size} rank(s) but the run plans {config.world_size} "
+            f"(launcher: {rdv.launcher})"
+        )
+    if config.world_size == 1 and rdv.launcher == "single":
+        return SingleComm(config.backend)
+    if config.backend == "mpi":
+        if rdv.launcher not in ("mpi", "single"):
+            raise ConfigError("backend 'mpi' must be launched with mpiexec (no MPI rank in the environment)")
+        return MpiComm()
+    import torch.distributed as dist
+
+    if config.backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("backend 'nccl' needs CUDA GPUs, and none is visible to this rank")
+    if rdv.master_addr is None or rdv.master_port is None:
+        raise ConfigError("rendezvous needs MASTER_ADDR and MASTER_PORT (or PET_MASTER_ADDR/PORT)")
+    timeout = datetime.timedelta(seconds=float(os.environ.get("MLBENCH_COLLECTIVE_TIMEOUT_S", "1800")))
+    dist.init_process_group(
+        backend=config.backend,
+        init_method=f"tcp://{rdv.master_addr}:{rdv.master_port}",
+        rank=rdv.rank,
+        world_size=rdv.world_size,
+        timeout=timeout,
+    )
+    return TorchComm(config.backend)
+
+
+def select_device(config: WorkerConfig, rdv: Rendezvous) -> torch.device:
+    """``cuda:<local rank>`` for GPU runs (failing clearly when no GPU is visible), else CPU."""
+    if config.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("the run asks for GPUs but CUDA is not available to this rank")
+        index = rdv.local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def limit_threads(threads: int) -> None:
+    """Cap intra-op threads so ranks sharing a machine do not oversubscribe its cores."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    # raises once the inter-op pool has started (a second call in-process): harmless
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(max(1, min(threads, 2)))
+
+
+def seed_everything(seed: int) -> None:
+    """Same seed on every rank: identical initial models; per-rank streams derive from it."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+@dataclass
+class RunContext:
+    """What a task gets: config, rank, collectives, device and the reporter."""
+
+    config: WorkerConfig
+    rendezvous: Rendezvous
+    comm: Comm
+    device: torch.device
+    reporter: ReporterLike
+    started_at: float = field(default_factory=time.time)
+    run_started: bool = False
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.comm.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 reports the run-wide facts (global metrics, run events) once."""
+        return self.comm.rank == 0
+
+    def hp(self, key: str, default: Any) -> Any:
+        """A hyperparameter with a default (see ``WorkerConfig.hp``)."""
+        return self.config.hp(key, default)
+
+    def log(self, text: str, *, all_ranks: bool = False) -> None:
+        """A progress line on stdout (the executor captures it per rank); rank 0 only by default."""
+        if all_ranks or self.is_main:
+            print(f"[rank {self.rank}] {text}", flush=True)
+
+    def mark_run_start(self) -> None:
+        """Emit ``run_start`` once, when setup is done and the timed part begins (MLPerf rule)."""
+        if self.run_started:
+            return
+        self.run_started = True
+        self.started_at = time.time()
+        if self.is_main:
+            self.reporter.event("run_start", {})
+
+    def elapsed(self) -> float:
+        """Seconds since ``run_start`` (or since the context was made)."""
+        return time.time() - self.started_at
+
+
+def python_version() -> str:
+    return sys.version.split()[0]

@@ -1,0 +1,37 @@
+"""Distributed optimizers, by name: a lazy registry like the task registry.
+
+An entry maps the ``optimizer`` hyperparameter to ``"module:function"``; the function has the
+signature ``(params, comm, hyperparameters) -> CentralizedOptimizer`` (or an object with the same
+``aggregate/step/zero_grad/lr/set_lr`` methods). Adding an optimizer is one module plus one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from mlbench_worker.comm import Comm
+from mlbench_worker.optim.centralized import CentralizedOptimizer
+
+OPTIMIZERS: dict[str, str] = {
+    "centralized_sgd": "mlbench_worker.optim.centralized:centralized_sgd",
+}
+
+
+def build_optimizer(
+    name: str, params: Iterable[torch.nn.Parameter], comm: Comm, hp: dict[str, Any]
+) -> CentralizedOptimizer:
+    """Build the optimizer registered as ``name`` from the task's hyperparameters."""
+    try:
+        target = OPTIMIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OPTIMIZERS))}") from None
+    module, _, func = target.partition(":")
+    builder = getattr(importlib.import_module(module), func)
+    return builder(params, comm, hp)
+
+
+__all__ = ["OPTIMIZERS", "CentralizedOptimizer", "build_optimizer"]

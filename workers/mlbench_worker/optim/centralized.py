@@ -1,0 +1,83 @@
+"""Centralized optimizers: average gradients over all ranks, then take a local optimizer step.
+
+``CentralizedOptimizer`` pairs a stock ``torch.optim`` optimizer with an ``Aggregator``. The
+training loop calls ``aggregate()`` (timed as the ``agg`` phase) and ``step()`` (``opt_step``)
+separately so the tracker can split communication from compute. Builders such as
+``centralized_sgd`` read their settings from the task's hyperparameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from mlbench_worker.comm import Comm
+from mlbench_worker.optim.aggregation import AGGREGATORS, Aggregator
+
+
+class CentralizedOptimizer:
+    """A torch optimizer whose gradients are all-reduced (averaged) before each step."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, aggregator: Aggregator) -> None:
+        self.optimizer = optimizer
+        self.aggregator = aggregator
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the first parameter group."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of every parameter group."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def aggregate(self) -> None:
+        """Average gradients over ranks (communication)."""
+        self.aggregator.aggregate()
+
+    def step(self) -> None:
+        """Apply the local update with the averaged gradients (compute)."""
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        """Zero the gradients in place (the aggregator may own their storage)."""
+        self.aggregator.zero_grad()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+
+def make_aggregator(name: str, comm: Comm, params: list[torch.nn.Parameter], **options: Any) -> Aggregator:
+    """The aggregator registered as ``name`` (``by_model``, ...)."""
+    try:
+        cls = AGGREGATORS[name]
+    except KeyError:
+        raise ValueError(f"unknown aggregation {name!r}; known: {', '.join(sorted(AGGREGATORS))}") from None
+    return cls(comm, params, **options)
+
+
+def centralized_sgd(
+    params: Iterable[torch.nn.Parameter], comm: Comm, hp: dict[str, Any]
+) -> CentralizedOptimizer:
+    """SGD (momentum, nesterov, weight decay from ``hp``) with all-reduce gradient averaging."""
+    plist = [p for p in params if p.requires_grad]
+    momentum = float(hp.get("momentum", 0.0) or 0.0)
+    sgd = torch.optim.SGD(
+        plist,
+        lr=float(hp["lr"]),
+        momentum=momentum,
+        nesterov=bool(hp.get("nesterov", False)) and momentum > 0,
+        weight_decay=float(hp.get("weight_decay", 0.0) or 0.0),
+    )
+    options: dict[str, Any] = {}
+    if hp.get("bucket_mb"):
+        options["bucket_mb"] = float(hp["bucket_mb"])
+    aggregator = make_aggregator(str(hp.get("aggregation", "by_model")), comm, plist, **options)
+    return CentralizedOptimizer(sgd, aggregator)

@@ -1,0 +1,152 @@
+"""Task 0a: all-reduce latency and bandwidth over a sweep of tensor sizes.
+
+Sizes are the unique integers of ``np.logspace(sizes_min_exp, sizes_max_exp, num_sizes)``
+(MLBench: 0, 8, 80). For every dtype and size: one preallocated tensor (a view of a buffer of the
+largest size), ``warmup`` untimed all-reduces, a barrier, then ``repetitions`` timed all-reduces.
+A repetition's latency is the slowest rank's (the collective is done when the last rank is), and
+the reported bandwidths use the median latency: algbw = bytes / latency, busbw = algbw * 2(n-1)/n
+(nccl-tests' definition), in GB/s (1e9 bytes). Metrics: ``allreduce_<dtype>_latency_p50`` and
+``_latency_p99`` (seconds), ``_algbw`` and ``_busbw``, each with ``step`` = size in elements.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mlbench_worker.comm import Comm
+from mlbench_worker.context import RunContext
+from mlbench_worker.faults import maybe_inject_fault
+from mlbench_worker.tasks.base import Outcome
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def sweep_sizes(min_exp: float, max_exp: float, num: int) -> list[int]:
+    """Unique element counts of ``np.logspace(min_exp, max_exp, num)``, ascending, at least 1."""
+    if num < 1:
+        raise ValueError(f"num_sizes must be >= 1, got {num}")
+    if max_exp < min_exp:
+        raise ValueError(f"sizes_max_exp ({max_exp}) is below sizes_min_exp ({min_exp})")
+    return sorted({max(1, int(x)) for x in np.logspace(min_exp, max_exp, num)})
+
+
+def bus_bandwidth(algbw: float, world_size: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce: algbw * 2(n-1)/n (equals algbw for n = 1)."""
+    if world_size <= 1:
+        return algbw
+    return algbw * 2.0 * (world_size - 1) / world_size
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """The measurement of one (dtype, size)."""
+
+    dtype: str
+    size: int
+    nbytes: int
+    latency_p50: float
+    latency_p99: float
+    algbw: float
+    busbw: float
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def time_allreduce(
+    comm: Comm, tensor: torch.Tensor, repetitions: int, warmup: int, sync: Callable[[], None]
+) -> np.ndarray:
+    """Per-repetition latencies (seconds), each the maximum over ranks."""
+    for _ in range(warmup):
+        comm.all_reduce(tensor, "sum")
+    sync()
+    comm.barrier()
+    times = torch.empty(repetitions, dtype=torch.float64)
+    clock = time.perf_counter
+    for i in range(repetitions):
+        start = clock()
+        comm.all_reduce(tensor, "sum")
+        sync()
+        times[i] = clock() - start
+    slowest = times.to(comm.control_device)
+    comm.all_reduce(slowest, "max")
+    return slowest.cpu().numpy()
+
+
+def measure(
+    comm: Comm,
+    dtype_name: str,
+    buffer: torch.Tensor,
+    size: int,
+    repetitions: int,
+    warmup: int,
+    sync: Callable[[], None],
+) -> SizeResult:
+    """Time the all-reduce of the first ``size`` elements of ``buffer``."""
+    tensor = buffer[:size]
+    latencies = time_allreduce(comm, tensor, repetitions, warmup, sync)
+    p50 = float(np.percentile(latencies, 50))
+    p99 = float(np.percentile(latencies, 99))
+    nbytes = size * buffer.element_size()
+    algbw = nbytes / p50 / 1e9 if p50 > 0 else float("inf")
+    return SizeResult(dtype_name, size, nbytes, p50, p99, algbw, bus_bandwidth(algbw, comm.world_size))
+
+
+def run(ctx: RunContext) -> Outcome:
+    """Run the sweep on every rank; rank 0 reports the metrics."""
+    sizes = sweep_sizes(
+        float(ctx.hp("sizes_min_exp", 0)), float(ctx.hp("sizes_max_exp", 8)), int(ctx.hp("num_sizes", 80))
+    )
+    repetitions = int(ctx.hp("repetitions", 100))
+    warmup = int(ctx.hp("warmup", 10))
+    if repetitions < 1:
+        raise ValueError(f"repetitions must be >= 1, got {repetitions}")
+    dtype_names = list(ctx.hp("dtypes", ["fp32", "fp16"]))
+    unknown = [d for d in dtype_names if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"unknown dtype(s) {unknown}; known: {', '.join(DTYPES)}")
+    sync = _synchronizer(ctx.device)
+    ctx.mark_run_start()
+    maybe_inject_fault(ctx.rank, 0)
+    ctx.log(
+        f"all-reduce sweep: {len(sizes)} sizes from {sizes[0]} to {sizes[-1]} elements, "
+        f"{repetitions} repetitions (+{warmup} warm-up), dtypes {', '.join(dtype_names)}, "
+        f"{ctx.world_size} rank(s) on {ctx.config.backend}"
+    )
+    measured = 0
+    for dtype_name in dtype_names:
+        dtype = DTYPES[dtype_name]
+        if not ctx.comm.supports_dtype(dtype):
+            ctx.log(f"skipping {dtype_name}: the {ctx.config.backend} backend cannot all-reduce it")
+            continue
+        buffer = torch.zeros(sizes[-1], dtype=dtype, device=ctx.device)
+        ctx.log(
+            f"{'dtype':>5} {'elements':>10} {'bytes':>12} {'p50 (us)':>10} {'p99 (us)':>10} "
+            f"{'algbw GB/s':>10} {'busbw GB/s':>10}"
+        )
+        for size in sizes:
+            ctx.comm.barrier()
+            result = measure(ctx.comm, dtype_name, buffer, size, repetitions, warmup, sync)
+            measured += 1
+            if ctx.is_main:
+                prefix = f"allreduce_{dtype_name}"
+                ctx.reporter.metric(f"{prefix}_latency_p50", result.latency_p50, step=size)
+                ctx.reporter.metric(f"{prefix}_latency_p99", result.latency_p99, step=size)
+                ctx.reporter.metric(f"{prefix}_algbw", result.algbw, step=size)
+                ctx.reporter.metric(f"{prefix}_busbw", result.busbw, step=size)
+            ctx.log(
+                f"{dtype_name:>5} {size:>10} {result.nbytes:>12} {result.latency_p50 * 1e6:>10.1f} "
+                f"{result.latency_p99 * 1e6:>10.1f} {result.algbw:>10.3f} {result.busbw:>10.3f}"
+            )
+        del buffer
+    if measured == 0:
+        raise ValueError(f"none of the dtypes {dtype_names} can be all-reduced on {ctx.config.backend}")
+    return Outcome("success", f"measured {measured} (dtype, size) points", {"points": measured})
