@@ -1,0 +1,1 @@
+"""Pulumi programs for mlbench clusters: reusable components and thin per-cloud stacks."""

@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources: one per cloud (``gke.GkeCluster``, ``eks.EksCluster``)."""
