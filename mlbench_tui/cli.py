@@ -17,7 +17,7 @@ from mlbench_tui.errors import MlbenchError
 
 # Registry of command groups: one module per group, each exposing ``register(subparsers)``.
 # A new group is one new module plus one line here.
-COMMAND_MODULES: tuple[str, ...] = ("mlbench_tui.commands.spec",)
+COMMAND_MODULES: tuple[str, ...] = ("mlbench_tui.commands.spec", "mlbench_tui.commands.server")
 
 
 def build_parser() -> argparse.ArgumentParser:

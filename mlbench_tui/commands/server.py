@@ -1,0 +1,54 @@
+"""``mlbench server``: run the metrics server in the foreground (127.0.0.1 by default)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "server",
+        help="run the metrics server (HTTP API for workers, CLI and TUI)",
+        description=(
+            "Serve the metric store over HTTP until interrupted. The server records its URL and tokens "
+            "in server.json (mode 0600) in the state directory so other mlbench commands find it."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port (default: 8765; 0 picks a free port)")
+    parser.add_argument("--db", default=None, help="store file (default: MLBENCH_DB or the data directory)")
+    parser.add_argument(
+        "--require-read-token",
+        action="store_true",
+        help="require the read token for reads even on loopback (always required on other addresses)",
+    )
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import os
+
+    from mlbench_tui.errors import UsageError
+    from mlbench_tui.server.serve import ServerInfo, serve_foreground
+    from mlbench_tui.settings import DEFAULT_SERVER_PORT
+
+    port = DEFAULT_SERVER_PORT if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, got {port}")
+
+    def ready(info: ServerInfo) -> None:
+        reads = "open (loopback)" if info.open_reads else "read token required"
+        print(f"mlbench server {info.url} store={info.store} reads={reads}", file=sys.stderr, flush=True)
+        print(info.url, flush=True)
+
+    return serve_foreground(
+        args.db,
+        host=args.host,
+        port=port,
+        open_reads=not args.require_read_token,
+        admin_token=os.environ.get("MLBENCH_TOKEN") or None,
+        read_token=os.environ.get("MLBENCH_READ_TOKEN") or None,
+        on_ready=ready,
+    )

@@ -1,0 +1,337 @@
+"""``MlbenchClient``: the typed HTTP client the CLI, the executors and the TUI use.
+
+Synchronous (httpx) and thread-safe, so the Textual TUI calls it from thread workers. Answers
+are the wire models of ``mlbench_tui.store.api_models``; failures raise ``ServerError`` with a
+message fit for the user (connection refused, unknown run, bad token, invalid request).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+from pydantic import BaseModel, TypeAdapter
+
+from mlbench_tui.errors import ServerError
+from mlbench_tui.store.api_models import (
+    BatchAck,
+    EventsPage,
+    Health,
+    LogsPage,
+    MetricName,
+    MetricsPage,
+    RankInfo,
+    RankUpdate,
+    RunCreate,
+    RunCreated,
+    RunDetail,
+    RunInfo,
+    RunUpdate,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+_RUN_LIST = TypeAdapter(list[RunInfo])
+_NAMES = TypeAdapter(list[MetricName])
+
+
+class ServerHTTPError(ServerError):
+    """The server answered with an error status; ``status`` and ``reason`` say which."""
+
+    def __init__(self, status: int, reason: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One Server-Sent Event: ``kind`` (run, rank, metrics, logs, events, run_deleted, resync, hello)."""
+
+    kind: str
+    data: Any
+    id: str | None = None
+
+
+class MlbenchClient:
+    """Client of one server with one bearer token (admin, read, or a run's write token)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._session = secrets.token_hex(6)
+        self._seq = itertools.count()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> MlbenchClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- plumbing
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        token: str | None = None,
+    ) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        content = None if json is None else orjson.dumps(json)
+        if content is not None:
+            headers = {**(headers or {}), "Content-Type": "application/json"}
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            resp = self._http.request(method, path, content=content, params=clean, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise ServerError(f"mlbench server at {self.url} did not answer in time ({exc})") from None
+        except httpx.HTTPError as exc:
+            raise ServerError(
+                f"cannot reach mlbench server at {self.url}: {exc}",
+                hint="start one with 'mlbench server', or check MLBENCH_SERVER_URL",
+            ) from None
+        if resp.status_code >= 400:
+            raise _error(resp)
+        return resp
+
+    @staticmethod
+    def _model(resp: httpx.Response, model: type[M]) -> M:
+        return model.model_validate_json(resp.content)
+
+    # ---- server
+
+    def health(self) -> Health:
+        return self._model(self._request("GET", "/healthz"), Health)
+
+    # ---- runs
+
+    def create_run(self, req: RunCreate | Any, spec_text: str = "") -> RunCreated:
+        """Register a run (a ``RunCreate`` or a ``RunPlan``); the answer holds its write token."""
+        body = req if isinstance(req, RunCreate) else RunCreate.from_plan(req, spec_text)
+        return self._model(self._request("POST", "/v1/runs", json=body.model_dump(mode="json")), RunCreated)
+
+    def update_run(self, run_id: str, update: RunUpdate | None = None, **fields: Any) -> RunDetail:
+        """PATCH a run: pass a ``RunUpdate`` or keyword fields (state=..., handle=..., result=...)."""
+        body = update if update is not None else RunUpdate(**fields)
+        payload = body.model_dump(mode="json", exclude_unset=True)
+        return self._model(self._request("PATCH", f"/v1/runs/{run_id}", json=payload), RunDetail)
+
+    def get_run(self, run_id: str) -> RunDetail:
+        return self._model(self._request("GET", f"/v1/runs/{run_id}"), RunDetail)
+
+    def list_runs(
+        self, *, state: str | None = None, spec_name: str | None = None, limit: int = 500
+    ) -> list[RunInfo]:
+        resp = self._request(
+            "GET", "/v1/runs", params={"state": state, "spec_name": spec_name, "limit": limit}
+        )
+        return _RUN_LIST.validate_json(resp.content)
+
+    def delete_run(self, run_id: str) -> None:
+        self._request("DELETE", f"/v1/runs/{run_id}")
+
+    def update_rank(
+        self,
+        run_id: str,
+        rank: int,
+        update: RankUpdate | None = None,
+        *,
+        token: str | None = None,
+        **fields: Any,
+    ) -> RankInfo:
+        body = update if update is not None else RankUpdate(**fields)
+        payload = body.model_dump(mode="json", exclude_unset=True)
+        return self._model(
+            self._request("PUT", f"/v1/runs/{run_id}/ranks/{rank}", json=payload, token=token), RankInfo
+        )
+
+    # ---- ingest (a run's write token, or the admin token)
+
+    def _batch(
+        self,
+        run_id: str,
+        kind: str,
+        key: str,
+        items: list[dict[str, Any]],
+        rank: int,
+        seq: int | None,
+        token: str | None,
+    ) -> BatchAck:
+        body = {
+            "rank": rank,
+            "seq": next(self._seq) if seq is None else seq,
+            "session": self._session,
+            key: items,
+        }
+        return self._model(
+            self._request("POST", f"/v1/runs/{run_id}/{kind}:batch", json=body, token=token), BatchAck
+        )
+
+    def post_metrics(
+        self,
+        run_id: str,
+        metrics: Iterable[Mapping[str, Any]],
+        *,
+        rank: int = 0,
+        seq: int | None = None,
+        token: str | None = None,
+    ) -> BatchAck:
+        """Store metric dicts ``{name, value, step?, epoch?, t?}``; NaN/inf must be sent as None."""
+        return self._batch(run_id, "metrics", "metrics", [dict(m) for m in metrics], rank, seq, token)
+
+    def post_logs(
+        self,
+        run_id: str,
+        lines: Iterable[str | Mapping[str, Any]],
+        *,
+        rank: int = 0,
+        stream: str = "stdout",
+        seq: int | None = None,
+        token: str | None = None,
+    ) -> BatchAck:
+        """Store log lines (strings, or dicts ``{text, stream?, seq?, t?}``) of one rank."""
+        items = [{"text": ln, "stream": stream} if isinstance(ln, str) else dict(ln) for ln in lines]
+        return self._batch(run_id, "logs", "lines", items, rank, seq, token)
+
+    def post_events(
+        self,
+        run_id: str,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        rank: int = 0,
+        seq: int | None = None,
+        token: str | None = None,
+    ) -> BatchAck:
+        """Store events ``{kind, payload, t?}``."""
+        return self._batch(run_id, "events", "events", [dict(e) for e in events], rank, seq, token)
+
+    # ---- reads
+
+    def metrics(
+        self,
+        run_id: str,
+        names: Sequence[str] | str | None = None,
+        *,
+        rank: int | None = None,
+        since: int = 0,
+        points: int | None = None,
+        limit: int | None = None,
+    ) -> MetricsPage:
+        """Metric series since a cursor; ``points=N`` downsamples each to N buckets (min/max/last)."""
+        name_list = [names] if isinstance(names, str) else list(names or [])
+        params: dict[str, Any] = {
+            "name": name_list or None,
+            "rank": rank,
+            "since": since,
+            "points": points,
+            "limit": limit,
+        }
+        return self._model(self._request("GET", f"/v1/runs/{run_id}/metrics", params=params), MetricsPage)
+
+    def metric_names(self, run_id: str) -> list[MetricName]:
+        return _NAMES.validate_json(self._request("GET", f"/v1/runs/{run_id}/metrics/names").content)
+
+    def logs(
+        self,
+        run_id: str,
+        since: int = 0,
+        *,
+        rank: int | None = None,
+        regex: str | None = None,
+        stream: str | None = None,
+        limit: int = 1000,
+    ) -> LogsPage:
+        params = {"since": since, "rank": rank, "regex": regex, "stream": stream, "limit": limit}
+        return self._model(self._request("GET", f"/v1/runs/{run_id}/logs", params=params), LogsPage)
+
+    def events(
+        self, run_id: str, since: int = 0, *, kind: str | None = None, limit: int = 1000
+    ) -> EventsPage:
+        params = {"since": since, "kind": kind, "limit": limit}
+        return self._model(self._request("GET", f"/v1/runs/{run_id}/events", params=params), EventsPage)
+
+    def stream(
+        self,
+        run_id: str | None = None,
+        *,
+        metrics_since: int | None = None,
+        logs_since: int | None = None,
+        events_since: int | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Iterate Server-Sent Events of one run (or of the run list when ``run_id`` is None).
+
+        Blocks between events; close the generator (or break) to disconnect. Run streams begin
+        with a ``run`` event; with ``*_since`` cursors they replay what was stored after them.
+        """
+        path = "/v1/stream" if run_id is None else f"/v1/runs/{run_id}/stream"
+        params = {"metrics_since": metrics_since, "logs_since": logs_since, "events_since": events_since}
+        clean = {k: v for k, v in params.items() if v is not None}
+        try:
+            with self._http.stream("GET", path, params=clean, timeout=httpx.Timeout(10.0, read=None)) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise _error(resp)
+                yield from _parse_sse(resp.iter_lines())
+        except httpx.HTTPError as exc:
+            raise ServerError(f"stream from {self.url} failed: {exc}") from None
+
+
+def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
+    kind: str = "message"
+    event_id: str | None = None
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield StreamEvent(kind, orjson.loads("\n".join(data)), event_id)
+            kind, event_id, data = "message", None, []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            kind = value
+        elif field == "data":
+            data.append(value)
+        elif field == "id":
+            event_id = value
+
+
+def _error(resp: httpx.Response) -> ServerHTTPError:
+    try:
+        body = resp.json()
+        reason = str(body.get("error", "error"))
+        detail = body.get("detail")
+    except (ValueError, AttributeError):
+        reason, detail = "error", resp.text[:500]
+    if isinstance(detail, list):
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}"
+            if isinstance(d, dict)
+            else str(d)
+            for d in detail
+        )
+    status = resp.status_code
+    hint = None
+    if status == 401:
+        hint = "pass the server's token (MLBENCH_TOKEN, or the run token for worker writes)"
+    elif status == 403:
+        hint = "this token is not allowed to do that"
+    message = f"server answered {status} ({reason})"
+    if detail:
+        message += f": {detail}"
+    return ServerHTTPError(status, reason, message, hint=hint)

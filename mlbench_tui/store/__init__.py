@@ -1,0 +1,1 @@
+"""The metric store: SQLite (WAL) tables, wire models, the single writer and read queries."""

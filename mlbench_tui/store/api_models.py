@@ -1,0 +1,283 @@
+"""Wire models of the ``/v1`` HTTP API: what clients send and receive, separate from the tables.
+
+These pydantic models are the contract between the server, the CLI/TUI client and the worker
+reporter (``workers/mlbench_worker/reporter.py`` builds the same JSON by hand; a contract test
+pins it). Limits live here so the server, the client and the OpenAPI document agree on them.
+
+Non-finite metric values: JSON has no NaN/Infinity, so a metric value is ``float | null`` and
+``null`` means "not a finite number" (a diverged loss). Senders map NaN and +/-inf to ``null``;
+the server rejects the non-standard ``NaN``/``Infinity`` tokens with a 4xx instead of guessing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+
+from mlbench_tui.executors.api import RunState
+
+# Limits shared by the server, the client and the reporter (which copies them).
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BATCH_ITEMS = 10_000
+MAX_NAME_LEN = 128
+MAX_TEXT_LEN = 16 * 1024
+MAX_KIND_LEN = 64
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_SPEC_TEXT = 1024 * 1024
+MAX_RANK = 65_535
+MAX_POINTS = 100_000
+MAX_PAGE = 50_000
+
+RUN_ID_PATTERN = r"^r-[0-9a-f]{12}$"
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN, pattern=r"^[^\x00-\x1f]+$")]
+Rank = Annotated[int, Field(ge=0, le=MAX_RANK)]
+Seq = Annotated[int, Field(ge=0, le=2**62)]
+Session = Annotated[str, Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")]
+Stream = Literal["stdout", "stderr", "system"]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------- runs
+
+
+class RunCreate(_Wire):
+    """Register a run before launching it; the answer carries the run's write token once."""
+
+    name: Name = Field(description="Run name, e.g. 'quickstart-gloo-2w'.")
+    spec_name: str = Field(default="", max_length=MAX_NAME_LEN)
+    spec_hash: str = Field(default="", max_length=128)
+    spec_text: str = Field(default="", max_length=MAX_SPEC_TEXT, description="The spec as written (YAML).")
+    plan: dict[str, Any] = Field(default_factory=dict, description="The resolved RunPlan as JSON.")
+    task: str = Field(default="", max_length=MAX_NAME_LEN)
+    backend: str = Field(default="", max_length=32)
+    workers: int = Field(default=1, ge=1, le=MAX_RANK + 1)
+    repeat: int = Field(default=0, ge=0)
+    goal: dict[str, Any] | None = None
+    target_kind: str = Field(default="local", max_length=32)
+    handle: str | None = Field(default=None, max_length=512)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def from_plan(cls, plan: Any, spec_text: str = "") -> RunCreate:
+        """Build the request from a ``mlbench_tui.plan.RunPlan``."""
+        return cls(
+            name=plan.name,
+            spec_name=plan.spec_name,
+            spec_hash=plan.spec_hash,
+            spec_text=spec_text,
+            plan=plan.model_dump(mode="json"),
+            task=plan.task,
+            backend=plan.backend,
+            workers=plan.workers,
+            repeat=plan.repeat,
+            goal=plan.goal.model_dump(mode="json") if plan.goal else None,
+            target_kind=str(plan.target.get("kind", "local")),
+            labels=dict(plan.labels),
+        )
+
+
+class RunUpdate(_Wire):
+    """Partial update of a run (PATCH): only the fields present change."""
+
+    state: RunState | None = None
+    handle: str | None = Field(default=None, max_length=512)
+    started: datetime | None = None
+    finished: datetime | None = None
+    result: dict[str, Any] | None = Field(default=None, description="Result summary (time to accuracy, ...).")
+    error: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
+    labels: dict[str, str] | None = None
+
+
+class RankUpdate(_Wire):
+    """State of one rank, reported by the executor (admin token) or the rank itself (run token)."""
+
+    state: RunState | None = None
+    host: str | None = Field(default=None, max_length=255)
+    pid: int | None = Field(default=None, ge=0, le=2**31)
+    pod: str | None = Field(default=None, max_length=255)
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
+    message: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
+
+
+class RankInfo(BaseModel):
+    rank: int
+    state: RunState
+    host: str | None = None
+    pid: int | None = None
+    pod: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    updated: datetime | None = None
+
+
+class RunInfo(BaseModel):
+    """A run as listed: identity, state and summary (no spec text or plan)."""
+
+    id: str
+    name: str
+    spec_name: str
+    spec_hash: str
+    task: str
+    backend: str
+    workers: int
+    repeat: int
+    goal: dict[str, Any] | None = None
+    state: RunState
+    target_kind: str
+    handle: str | None = None
+    created: datetime
+    started: datetime | None = None
+    finished: datetime | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RunDetail(RunInfo):
+    """A run with everything: spec text, plan and per-rank states."""
+
+    spec_text: str = ""
+    plan: dict[str, Any] = Field(default_factory=dict)
+    ranks: list[RankInfo] = Field(default_factory=list)
+
+
+class RunCreated(BaseModel):
+    run: RunDetail
+    write_token: str = Field(description="Bearer token that can write only to this run; shown once.")
+
+
+# ------------------------------------------------------------------------------------ ingest
+
+
+class MetricIn(_Wire):
+    name: Name
+    value: FiniteFloat | None = Field(description="The value; null for NaN or infinity.")
+    step: int | None = Field(default=None, ge=-(2**62), le=2**62)
+    epoch: FiniteFloat | None = None
+    t: FiniteFloat | None = Field(
+        default=None, description="Wall time (unix seconds); the server's if absent."
+    )
+
+
+class LogIn(_Wire):
+    text: str = Field(max_length=MAX_TEXT_LEN)
+    stream: Stream = "stdout"
+    seq: int | None = Field(default=None, ge=0, le=2**62, description="Line number in the rank's stream.")
+    t: FiniteFloat | None = None
+
+
+class EventIn(_Wire):
+    kind: str = Field(min_length=1, max_length=MAX_KIND_LEN, pattern=r"^[A-Za-z0-9_.:-]+$")
+    payload: dict[str, Any] = Field(default_factory=dict)
+    t: FiniteFloat | None = None
+
+
+class _Batch(_Wire):
+    rank: Rank = Field(description="Rank that produced the batch.")
+    seq: Seq = Field(description="Batch sequence number per (rank, session, kind); retries reuse it.")
+    session: Session = Field(description="Sender instance id, so a restarted sender does not collide.")
+
+
+class MetricBatch(_Batch):
+    metrics: list[MetricIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class LogBatch(_Batch):
+    lines: list[LogIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class EventBatch(_Batch):
+    events: list[EventIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class BatchAck(BaseModel):
+    """Sent only after the batch is committed to disk."""
+
+    accepted: int = Field(description="Items stored by this request (0 for a duplicate).")
+    duplicate: bool = Field(description="True when this (rank, session, seq) was already stored.")
+
+
+# ------------------------------------------------------------------------------------- reads
+
+
+class MetricSeries(BaseModel):
+    """Points of one metric of one rank, as parallel columns (compact and fast to chart).
+
+    When downsampled, each point is one bucket: ``value`` is the bucket's last value and
+    ``min``/``max`` its extremes, so spikes survive.
+    """
+
+    name: str
+    rank: int
+    step: list[int | None]
+    value: list[float | None]
+    t: list[float]
+    epoch: list[float | None]
+    min: list[float | None] | None = None
+    max: list[float | None] | None = None
+
+
+class MetricsPage(BaseModel):
+    cursor: int = Field(description="Pass as 'since' to get only newer points.")
+    series: list[MetricSeries]
+    downsampled: bool = False
+
+
+class MetricName(BaseModel):
+    name: str
+    ranks: list[int]
+    count: int
+    last_step: int | None = None
+    last_value: float | None = None
+
+
+class LogLineOut(BaseModel):
+    id: int
+    rank: int
+    stream: str
+    seq: int | None = None
+    t: float
+    text: str
+
+
+class LogsPage(BaseModel):
+    cursor: int
+    lines: list[LogLineOut]
+
+
+class EventOut(BaseModel):
+    id: int
+    rank: int | None
+    kind: str
+    payload: dict[str, Any]
+    t: float
+
+
+class EventsPage(BaseModel):
+    cursor: int
+    events: list[EventOut]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+    store: str = Field(description="Absolute path of the SQLite store this server writes.")
+    pid: int
+    open_reads: bool
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: a machine-readable reason and a human message."""
+
+    error: str
+    detail: Any = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,354 @@
+"""The store's engine and its single writer: SQLite in WAL mode, group commit, ids as cursors.
+
+Every write goes through one ``Writer`` thread that owns the only write connection. Requests are
+queued; the writer drains as many as are waiting into one transaction (group commit), commits,
+and only then resolves each request's future, so an acknowledged batch is on disk. WAL with
+``synchronous=NORMAL`` keeps committed data across a crash of the server process (``kill -9``);
+only an operating-system crash or power loss can lose the last transactions.
+
+Bulk ingest uses SQLAlchemy Core ``executemany`` with positional rows (``exec_driver_sql`` on the
+compiled ``insert()``), about the speed of raw ``sqlite3.executemany``. The writer assigns row
+ids itself, so ids are read cursors and live-stream positions without a round trip. An advisory
+lock file (``<db>.lock``) keeps a second writer process off the same store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, insert
+from sqlalchemy.pool import NullPool, QueuePool
+
+from mlbench_tui.errors import StoreError
+from mlbench_tui.store import migrations
+from mlbench_tui.store.tables import Event, LogLine, Metric
+
+INGEST_TABLES = {"metrics": Metric.__table__, "logs": LogLine.__table__, "events": Event.__table__}  # type: ignore[attr-defined]
+
+# A group transaction stops growing at this many rows or requests, to bound ack latency.
+MAX_GROUP_ROWS = 50_000
+MAX_GROUP_JOBS = 512
+
+
+def default_db_path() -> Path:
+    """Where the store lives: ``MLBENCH_DB``, else the settings file's ``store``, else the data dir."""
+    from mlbench_tui.settings import load_settings
+
+    return load_settings().store_path
+
+
+def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+    # Let SQLAlchemy emit BEGIN itself (pysqlite's implicit transactions break SAVEPOINT).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=OFF")
+    cur.execute("PRAGMA cache_size=-32000")
+    cur.execute("PRAGMA temp_store=MEMORY")
+    cur.close()
+
+
+def make_engine(path: Path, *, pool_size: int = 8) -> Engine:
+    """A SQLAlchemy engine on ``path`` with WAL pragmas applied to every connection."""
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"check_same_thread": False, "timeout": 30},
+        poolclass=QueuePool if pool_size else NullPool,
+        pool_size=pool_size or 5,
+        max_overflow=16,
+    )
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+    return engine
+
+
+def _raw_connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    _on_connect(conn, None)
+    return conn
+
+
+def prepare(path: Path) -> list[str]:
+    """Create the store file if needed and bring its schema up to date; returns applied migrations."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _raw_connect(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open store {path}: {exc}", hint="check --db / MLBENCH_DB") from exc
+    try:
+        return migrations.migrate(conn, str(path))
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not a usable mlbench store: {exc}") from exc
+    finally:
+        conn.close()
+
+
+class StoreLocked(StoreError):
+    """Another process already writes this store."""
+
+
+class _FileLock:
+    """An exclusive advisory lock (``flock``) held for the writer's lifetime."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreLocked(
+                f"store {self.path.with_suffix('')} is in use by another mlbench server",
+                hint="use that server (mlbench finds it through its state file) or stop it",
+            ) from exc
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# ------------------------------------------------------------------------------------- jobs
+
+
+@dataclass
+class Change:
+    """What one committed job changed, for live streams: ``rows`` are full rows incl. ids."""
+
+    kind: str  # "metrics" | "logs" | "events" | "run" | "run_deleted" | "rank"
+    run_id: str
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+class NotFound(StoreError):
+    """The run does not exist (HTTP 404)."""
+
+
+@dataclass
+class _Job:
+    future: concurrent.futures.Future[Any] | asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop | None
+
+    def size(self) -> int:
+        return 1
+
+
+@dataclass
+class _IngestJob(_Job):
+    kind: str = "metrics"
+    run_id: str = ""
+    rank: int = 0
+    session: str = ""
+    seq: int = 0
+    rows: list[tuple[Any, ...]] = field(default_factory=list)  # rows without the leading id
+
+    def size(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class _CallJob(_Job):
+    fn: Callable[[Connection], tuple[Any, list[Change]]] | None = None
+
+
+_STOP = object()
+
+
+class Writer:
+    """The single writer thread: group commit, ack after commit, change notifications."""
+
+    def __init__(self, engine: Engine, known_runs: Iterable[str]) -> None:
+        self._engine = engine
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._runs: set[str] = set(known_runs)
+        self._next_id: dict[str, int] = {}
+        self._insert_sql: dict[str, str] = {}
+        self._receipt_sql = (
+            "INSERT OR IGNORE INTO batches (run_id, rank, kind, session, seq) VALUES (?, ?, ?, ?, ?)"
+        )
+        self.listeners: list[Callable[[list[Change]], None]] = []
+        self._conn = engine.connect()
+        for kind, table in INGEST_TABLES.items():
+            self._insert_sql[kind] = str(insert(table).compile(dialect=engine.dialect))
+            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {table.name}").scalar()
+            self._next_id[kind] = int(top or 0) + 1
+        self._conn.rollback()
+        self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    # ---- submission (any thread)
+
+    def ingest_async(
+        self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
+    ) -> asyncio.Future[Any]:
+        """Queue a batch from an event loop; resolves to ``(accepted, duplicate)`` after commit."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._put(_IngestJob(fut, loop, kind, run_id, rank, session, seq, rows))
+        return fut
+
+    def ingest(
+        self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
+    ) -> tuple[int, bool]:
+        """Blocking variant of ``ingest_async`` for threads."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(_IngestJob(fut, None, kind, run_id, rank, session, seq, rows))
+        result: tuple[int, bool] = fut.result()
+        return result
+
+    def call(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> Any:
+        """Run ``fn(conn)`` in the writer's transaction and return its result (blocking)."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(_CallJob(fut, None, fn))
+        return fut.result()
+
+    def call_async(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._put(_CallJob(fut, loop, fn))
+        return fut
+
+    def _put(self, job: _Job) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+        self._queue.put(job)
+
+    def has_run(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish queued work, then stop the thread and close the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    # ---- writer thread
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            job = self._queue.get()
+            if job is _STOP:
+                break
+            jobs = [job]
+            rows = job.size()
+            while rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                jobs.append(nxt)
+                rows += nxt.size()
+            self._run_group(jobs)
+
+    def _run_group(self, jobs: list[_Job]) -> None:
+        saved_ids = dict(self._next_id)
+        saved_runs = set(self._runs)
+        results: list[tuple[Any, BaseException | None]] = []
+        changes: list[Change] = []
+        try:
+            with self._conn.begin():
+                for job in jobs:
+                    results.append(self._apply(job, changes))
+        except Exception as exc:
+            self._next_id = saved_ids
+            self._runs = saved_runs
+            if len(jobs) == 1:
+                self._resolve(jobs, [(None, exc)])
+                return
+            for job in jobs:  # isolate the failing request: retry one per transaction
+                self._run_group([job])
+            return
+        self._resolve(jobs, results)
+        if changes:
+            for listener in list(self.listeners):
+                with contextlib.suppress(Exception):
+                    listener(changes)
+
+    def _apply(self, job: _Job, changes: list[Change]) -> tuple[Any, BaseException | None]:
+        conn = self._conn
+        if isinstance(job, _IngestJob):
+            if job.run_id not in self._runs:
+                return None, NotFound(f"run {job.run_id} not found")
+            receipt = conn.exec_driver_sql(
+                self._receipt_sql, (job.run_id, job.rank, job.kind, job.session, job.seq)
+            )
+            if receipt.rowcount == 0:
+                return (0, True), None
+            start = self._next_id[job.kind]
+            rows = [(start + i, *row) for i, row in enumerate(job.rows)]
+            self._next_id[job.kind] = start + len(rows)
+            conn.exec_driver_sql(self._insert_sql[job.kind], rows)
+            changes.append(Change(job.kind, job.run_id, rows))
+            return (len(rows), False), None
+        assert isinstance(job, _CallJob) and job.fn is not None
+        try:
+            with conn.begin_nested():
+                result, job_changes = job.fn(conn)
+        except StoreError as exc:
+            return None, exc
+        for change in job_changes:
+            if change.kind == "run":
+                self._runs.add(change.run_id)
+            elif change.kind == "run_deleted":
+                self._runs.discard(change.run_id)
+        changes.extend(job_changes)
+        return result, None
+
+    @staticmethod
+    def _resolve(jobs: list[_Job], results: list[tuple[Any, BaseException | None]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, BaseException | None]]] = {}
+        for job, (result, exc) in zip(jobs, results, strict=True):
+            if job.loop is None:
+                fut = job.future
+                assert isinstance(fut, concurrent.futures.Future)
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+            else:
+                by_loop.setdefault(job.loop, []).append((job.future, result, exc))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(_settle, items)
+
+
+def _settle(items: list[tuple[Any, Any, BaseException | None]]) -> None:
+    for fut, result, exc in items:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+
+def now() -> float:
+    return time.time()

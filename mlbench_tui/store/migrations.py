@@ -1,0 +1,154 @@
+"""Named schema migrations, recorded in the store's ``schema_migrations`` table.
+
+Each migration is frozen SQL: once released it never changes, so an older store file upgrades in
+place by running the migrations it has not seen, in order. A store that records a migration this
+code does not know was written by a newer mlbench and is refused rather than corrupted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+from mlbench_tui.errors import StoreError
+
+# 0001: the first store layout (runs, metrics, logs, events).
+_M0001 = """
+CREATE TABLE IF NOT EXISTS runs (
+    id VARCHAR(32) NOT NULL PRIMARY KEY,
+    name VARCHAR NOT NULL,
+    spec_name VARCHAR NOT NULL DEFAULT '',
+    spec_hash VARCHAR NOT NULL DEFAULT '',
+    spec_text VARCHAR NOT NULL DEFAULT '',
+    plan VARCHAR NOT NULL DEFAULT '{}',
+    task VARCHAR NOT NULL DEFAULT '',
+    backend VARCHAR NOT NULL DEFAULT '',
+    workers INTEGER NOT NULL DEFAULT 1,
+    repeat INTEGER NOT NULL DEFAULT 0,
+    goal VARCHAR,
+    state VARCHAR NOT NULL DEFAULT 'pending',
+    target_kind VARCHAR NOT NULL DEFAULT 'local',
+    handle VARCHAR,
+    created FLOAT NOT NULL,
+    started FLOAT,
+    finished FLOAT,
+    result VARCHAR,
+    error VARCHAR,
+    token_hash VARCHAR NOT NULL,
+    updated FLOAT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_runs_name ON runs (name);
+CREATE INDEX IF NOT EXISTS ix_runs_state ON runs (state);
+CREATE TABLE IF NOT EXISTS metrics (
+    id INTEGER NOT NULL PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    rank INTEGER NOT NULL,
+    name VARCHAR NOT NULL,
+    step INTEGER,
+    epoch FLOAT,
+    t FLOAT NOT NULL,
+    value FLOAT
+);
+CREATE INDEX IF NOT EXISTS ix_metrics_run_name_step ON metrics (run_id, name, step);
+CREATE TABLE IF NOT EXISTS logs (
+    id INTEGER NOT NULL PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    rank INTEGER NOT NULL,
+    stream VARCHAR NOT NULL DEFAULT 'stdout',
+    seq INTEGER,
+    t FLOAT NOT NULL,
+    text VARCHAR NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_logs_run ON logs (run_id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER NOT NULL PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    rank INTEGER,
+    kind VARCHAR NOT NULL,
+    payload VARCHAR NOT NULL DEFAULT '{}',
+    t FLOAT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_events_run ON events (run_id);
+"""
+
+# 0002: per-rank states, idempotent batch receipts, run labels.
+_M0002 = """
+CREATE TABLE IF NOT EXISTS ranks (
+    run_id VARCHAR NOT NULL,
+    rank INTEGER NOT NULL,
+    state VARCHAR NOT NULL DEFAULT 'pending',
+    host VARCHAR,
+    pid INTEGER,
+    pod VARCHAR,
+    exit_code INTEGER,
+    message VARCHAR,
+    updated FLOAT NOT NULL,
+    PRIMARY KEY (run_id, rank)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    run_id VARCHAR NOT NULL,
+    rank INTEGER NOT NULL,
+    kind VARCHAR NOT NULL,
+    session VARCHAR NOT NULL DEFAULT '',
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (run_id, rank, kind, session, seq)
+) WITHOUT ROWID;
+ALTER TABLE runs ADD COLUMN labels VARCHAR NOT NULL DEFAULT '{}';
+"""
+
+Migration = tuple[str, Callable[[sqlite3.Connection], None]]
+
+
+def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
+    def apply(conn: sqlite3.Connection) -> None:
+        for statement in sql.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+
+    return apply
+
+
+MIGRATIONS: list[Migration] = [
+    ("0001_initial", _script(_M0001)),
+    ("0002_ranks_batches_labels", _script(_M0002)),
+]
+
+
+def applied(conn: sqlite3.Connection) -> list[str]:
+    """Names of the migrations this store file records, in the order they were applied."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations"
+        " (name VARCHAR NOT NULL PRIMARY KEY, applied FLOAT NOT NULL)"
+    )
+    return [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY applied, name")]
+
+
+def migrate(conn: sqlite3.Connection, path: str = "") -> list[str]:
+    """Apply the migrations ``conn``'s store has not seen; return their names.
+
+    Each migration runs in its own transaction together with its ``schema_migrations`` row, so a
+    crash mid-upgrade leaves the store at the previous, consistent version.
+    """
+    done = applied(conn)
+    known = [name for name, _ in MIGRATIONS]
+    unknown = [name for name in done if name not in known]
+    if unknown:
+        raise StoreError(
+            f"store {path or '(memory)'} was written by a newer mlbench (migrations {', '.join(unknown)})",
+            hint="upgrade mlbench-tui, or point --db / MLBENCH_DB at another store",
+        )
+    new: list[str] = []
+    for name, apply in MIGRATIONS:
+        if name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            apply(conn)
+            conn.execute("INSERT INTO schema_migrations (name, applied) VALUES (?, ?)", (name, time.time()))
+            conn.execute("COMMIT")
+        except Exception as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"could not apply migration {name} to {path}: {exc}") from exc
+        new.append(name)
+    return new

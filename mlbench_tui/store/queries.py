@@ -1,0 +1,281 @@
+"""Read queries of the store, shaped for the TUI and CLI: cursors, filters and downsampling.
+
+Every read is a plain function of a SQLAlchemy ``Connection`` returning wire models, so the server,
+tests and in-process callers share them. Cursors are row ids (assigned in order by the writer):
+pass the returned ``cursor`` as ``since`` to get only newer rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection
+
+from mlbench_tui.errors import UsageError
+from mlbench_tui.store.api_models import (
+    EventOut,
+    EventsPage,
+    LogLineOut,
+    LogsPage,
+    MetricName,
+    MetricSeries,
+    MetricsPage,
+    RankInfo,
+    RunDetail,
+    RunInfo,
+)
+
+RUN_INFO_COLUMNS = (
+    "id, name, spec_name, spec_hash, task, backend, workers, repeat, goal, state, target_kind, handle, "
+    "created, started, finished, result, error, labels"
+)
+RUN_DETAIL_COLUMNS = RUN_INFO_COLUMNS + ", spec_text, plan"
+RANK_COLUMNS = "rank, state, host, pid, pod, exit_code, message, updated"
+
+MAX_REGEX_LEN = 256
+
+
+def _json(text: str | None) -> Any:
+    return orjson.loads(text) if text else None
+
+
+def run_info_dict(row: Sequence[Any]) -> dict[str, Any]:
+    """A runs row (``RUN_INFO_COLUMNS`` order) as the JSON-ready dict of a ``RunInfo``."""
+    return {
+        "id": row[0],
+        "name": row[1],
+        "spec_name": row[2],
+        "spec_hash": row[3],
+        "task": row[4],
+        "backend": row[5],
+        "workers": row[6],
+        "repeat": row[7],
+        "goal": _json(row[8]),
+        "state": row[9],
+        "target_kind": row[10],
+        "handle": row[11],
+        "created": row[12],
+        "started": row[13],
+        "finished": row[14],
+        "result": _json(row[15]),
+        "error": row[16],
+        "labels": _json(row[17]) or {},
+    }
+
+
+def _rank_info(row: Sequence[Any]) -> RankInfo:
+    return RankInfo(
+        rank=row[0],
+        state=row[1],
+        host=row[2],
+        pid=row[3],
+        pod=row[4],
+        exit_code=row[5],
+        message=row[6],
+        updated=row[7],
+    )
+
+
+def list_runs(
+    conn: Connection, *, state: str | None = None, spec_name: str | None = None, limit: int = 500
+) -> list[RunInfo]:
+    """Runs, newest first, optionally filtered by state and spec name."""
+    where: list[str] = []
+    params: list[Any] = []
+    if state:
+        where.append("state = ?")
+        params.append(state)
+    if spec_name:
+        where.append("spec_name = ?")
+        params.append(spec_name)
+    sql = f"SELECT {RUN_INFO_COLUMNS} FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created DESC, id LIMIT ?"
+    params.append(limit)
+    rows = conn.exec_driver_sql(sql, tuple(params)).fetchall()
+    return [RunInfo.model_validate(run_info_dict(row)) for row in rows]
+
+
+def get_run(conn: Connection, run_id: str) -> RunDetail | None:
+    """One run with spec text, plan and ranks, or None."""
+    row = conn.exec_driver_sql(f"SELECT {RUN_DETAIL_COLUMNS} FROM runs WHERE id = ?", (run_id,)).first()
+    if row is None:
+        return None
+    data = run_info_dict(row)
+    data["spec_text"] = row[18]
+    data["plan"] = _json(row[19]) or {}
+    ranks = conn.exec_driver_sql(
+        f"SELECT {RANK_COLUMNS} FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)
+    ).fetchall()
+    data["ranks"] = [_rank_info(r) for r in ranks]
+    return RunDetail.model_validate(data)
+
+
+def run_exists(conn: Connection, run_id: str) -> bool:
+    return conn.exec_driver_sql("SELECT 1 FROM runs WHERE id = ?", (run_id,)).first() is not None
+
+
+def token_hash(conn: Connection, run_id: str) -> str | None:
+    row = conn.exec_driver_sql("SELECT token_hash FROM runs WHERE id = ?", (run_id,)).first()
+    return None if row is None else str(row[0])
+
+
+def metric_names(conn: Connection, run_id: str) -> list[MetricName]:
+    """Every metric name of a run with its ranks, point count and latest (step, value)."""
+    rows = conn.exec_driver_sql(
+        "SELECT name, rank, count(*), max(step), value FROM metrics WHERE run_id = ? GROUP BY name, rank",
+        (run_id,),
+    ).fetchall()
+    merged: dict[str, MetricName] = {}
+    for name, rank, count, last_step, last_value in rows:
+        entry = merged.get(name)
+        if entry is None:
+            merged[name] = MetricName(
+                name=name, ranks=[rank], count=count, last_step=last_step, last_value=last_value
+            )
+            continue
+        entry.ranks.append(rank)
+        entry.count += count
+        if last_step is not None and (entry.last_step is None or last_step > entry.last_step):
+            entry.last_step, entry.last_value = last_step, last_value
+    return sorted(merged.values(), key=lambda m: m.name)
+
+
+def _downsample(series: MetricSeries, points: int) -> MetricSeries:
+    """Equal-count buckets; each keeps the last point's step/t/value and the bucket min/max."""
+    n = len(series.value)
+    if n <= points:
+        finite = series.value
+        return series.model_copy(update={"min": list(finite), "max": list(finite)})
+    out: dict[str, list[Any]] = {k: [] for k in ("step", "value", "t", "epoch", "min", "max")}
+    for b in range(points):
+        lo, hi = b * n // points, (b + 1) * n // points
+        if hi <= lo:
+            continue
+        vals = [v for v in series.value[lo:hi] if v is not None]
+        last = hi - 1
+        out["step"].append(series.step[last])
+        out["value"].append(series.value[last])
+        out["t"].append(series.t[last])
+        out["epoch"].append(series.epoch[last])
+        out["min"].append(min(vals) if vals else None)
+        out["max"].append(max(vals) if vals else None)
+    return MetricSeries(name=series.name, rank=series.rank, **out)
+
+
+def metrics(
+    conn: Connection,
+    run_id: str,
+    *,
+    names: Sequence[str] = (),
+    rank: int | None = None,
+    since: int = 0,
+    points: int | None = None,
+    limit: int = 50_000,
+) -> MetricsPage:
+    """Metric points newer than ``since``, grouped in series per (name, rank).
+
+    With ``points`` each series is reduced to at most that many buckets (min/max/last kept) and
+    every row since the cursor is considered; otherwise at most ``limit`` rows are returned and
+    the cursor lets the caller page on.
+    """
+    where = ["run_id = ?", "id > ?"]
+    params: list[Any] = [run_id, since]
+    if names:
+        where.append(f"name IN ({', '.join('?' * len(names))})")
+        params.extend(names)
+    if rank is not None:
+        where.append("rank = ?")
+        params.append(rank)
+    sql = f"SELECT id, rank, name, step, epoch, t, value FROM metrics WHERE {' AND '.join(where)} ORDER BY id"
+    if points is None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    rows = conn.exec_driver_sql(sql, tuple(params)).fetchall()
+    cursor = rows[-1][0] if rows else since
+    grouped: dict[tuple[str, int], dict[str, list[Any]]] = {}
+    for _id, r, name, step, epoch, t, value in rows:
+        cols = grouped.get((name, r))
+        if cols is None:
+            cols = grouped[(name, r)] = {"step": [], "value": [], "t": [], "epoch": []}
+        cols["step"].append(step)
+        cols["value"].append(value)
+        cols["t"].append(t)
+        cols["epoch"].append(epoch)
+    series = [MetricSeries(name=name, rank=r, **cols) for (name, r), cols in sorted(grouped.items())]
+    if points is not None:
+        series = [_downsample(s, points) for s in series]
+    return MetricsPage(cursor=cursor, series=series, downsampled=points is not None)
+
+
+def compile_regex(pattern: str | None) -> re.Pattern[str] | None:
+    if not pattern:
+        return None
+    if len(pattern) > MAX_REGEX_LEN:
+        raise UsageError(f"regex longer than {MAX_REGEX_LEN} characters")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"invalid regex {pattern!r}: {exc}") from exc
+
+
+def logs(
+    conn: Connection,
+    run_id: str,
+    *,
+    since: int = 0,
+    rank: int | None = None,
+    regex: str | None = None,
+    stream: str | None = None,
+    limit: int = 1000,
+) -> LogsPage:
+    """Log lines newer than ``since`` (oldest first), filtered by rank, stream and regex."""
+    pattern = compile_regex(regex)
+    where = ["run_id = ?", "id > ?"]
+    base: list[Any] = [run_id]
+    extra: list[Any] = []
+    if rank is not None:
+        where.append("rank = ?")
+        extra.append(rank)
+    if stream:
+        where.append("stream = ?")
+        extra.append(stream)
+    sql = f"SELECT id, rank, stream, seq, t, text FROM logs WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+    out: list[LogLineOut] = []
+    cursor = since
+    chunk = limit if pattern is None else max(limit, 2000)
+    while len(out) < limit:
+        rows = conn.exec_driver_sql(sql, (*base, cursor, *extra, chunk)).fetchall()
+        for row in rows:
+            cursor = row[0]
+            if pattern is None or pattern.search(row[5]):
+                out.append(
+                    LogLineOut(id=row[0], rank=row[1], stream=row[2], seq=row[3], t=row[4], text=row[5])
+                )
+                if len(out) >= limit:
+                    break
+        if len(rows) < chunk:
+            break
+    return LogsPage(cursor=cursor, lines=out)
+
+
+def events(
+    conn: Connection, run_id: str, *, since: int = 0, kind: str | None = None, limit: int = 1000
+) -> EventsPage:
+    """Events newer than ``since``, oldest first, optionally of one kind."""
+    where = ["run_id = ?", "id > ?"]
+    params: list[Any] = [run_id, since]
+    if kind:
+        where.append("kind = ?")
+        params.append(kind)
+    params.append(limit)
+    rows = conn.exec_driver_sql(
+        f"SELECT id, rank, kind, payload, t FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
+        tuple(params),
+    ).fetchall()
+    out = [EventOut(id=r[0], rank=r[1], kind=r[2], payload=_json(r[3]) or {}, t=r[4]) for r in rows]
+    return EventsPage(cursor=rows[-1][0] if rows else since, events=out)

@@ -1,0 +1,276 @@
+"""``Store``: one metric store file, its single writer and its read connections.
+
+The server owns one ``Store``; tests and tools may open one directly. Writes (runs, ranks,
+ingest batches) go through the ``Writer`` thread; reads use pooled connections, which WAL lets
+run beside the writer. Run write tokens are generated here and kept only as sha256 hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from sqlalchemy import Connection
+
+from mlbench_tui.errors import StoreError
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import (
+    BatchAck,
+    RankInfo,
+    RankUpdate,
+    RunCreate,
+    RunDetail,
+    RunUpdate,
+)
+from mlbench_tui.store.db import Change, NotFound, Writer, _FileLock, default_db_path, make_engine, prepare
+
+T = TypeVar("T")
+
+_TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def new_run_id() -> str:
+    """A DNS-1123-safe run id (usable in Kubernetes object names): ``r-<12 hex>``."""
+    return "r-" + secrets.token_hex(6)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class Store:
+    """A metric store file opened for reading and (by default) writing."""
+
+    def __init__(self, path: str | Path | None = None, *, write: bool = True, pool_size: int = 8) -> None:
+        self.path = Path(path).expanduser().resolve() if path else default_db_path().resolve()
+        self._lock: _FileLock | None = None
+        if write:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = _FileLock(self.path.with_name(self.path.name + ".lock"))
+            self._lock.acquire()
+        try:
+            self.migrations_applied = prepare(self.path) if write else []
+            self.engine = make_engine(self.path, pool_size=pool_size)
+            self._token_hashes: dict[str, str] = {}
+            self.writer: Writer | None = None
+            if write:
+                with self.engine.connect() as conn:
+                    ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM runs")]
+                self.writer = Writer(self.engine, ids)
+                self.writer.listeners.append(self._forget_deleted)
+        except BaseException:
+            if self._lock:
+                self._lock.release()
+            raise
+
+    # ---- lifecycle
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.engine.dispose()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _w(self) -> Writer:
+        if self.writer is None:
+            raise StoreError(f"store {self.path} is open read-only")
+        return self.writer
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run a read function (see ``queries``) on a pooled connection."""
+        with self.engine.connect() as conn:
+            return fn(conn)
+
+    # ---- tokens
+
+    def check_run_token(self, run_id: str, token: str) -> bool | None:
+        """True if ``token`` is the run's write token, False if not, None if the run does not exist."""
+        stored = self._token_hashes.get(run_id)
+        if stored is None:
+            stored = self.read(lambda c: queries.token_hash(c, run_id))
+            if stored is None:
+                return None
+            self._token_hashes[run_id] = stored
+        return hmac.compare_digest(hash_token(token), stored)
+
+    def _forget_deleted(self, changes: list[Change]) -> None:
+        for change in changes:
+            if change.kind == "run_deleted":
+                self._token_hashes.pop(change.run_id, None)
+
+    # ---- write operations (each one transaction in the writer)
+
+    @staticmethod
+    def op_create_run(req: RunCreate) -> tuple[Callable[[Connection], tuple[Any, list[Change]]], str]:
+        """The writer function that creates a run, and the new write token (returned once)."""
+        token = secrets.token_urlsafe(32)
+
+        def fn(conn: Connection) -> tuple[Any, list[Change]]:
+            now = time.time()
+            run_id = new_run_id()
+            while queries.run_exists(conn, run_id):
+                run_id = new_run_id()
+            conn.exec_driver_sql(
+                "INSERT INTO runs (id, name, spec_name, spec_hash, spec_text, plan, task, backend, workers,"
+                " repeat, goal, state, target_kind, handle, created, labels, token_hash, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    req.name,
+                    req.spec_name,
+                    req.spec_hash,
+                    req.spec_text,
+                    _dumps(req.plan),
+                    req.task,
+                    req.backend,
+                    req.workers,
+                    req.repeat,
+                    None if req.goal is None else _dumps(req.goal),
+                    req.target_kind,
+                    req.handle,
+                    now,
+                    _dumps(req.labels),
+                    hash_token(token),
+                    now,
+                ),
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO ranks (run_id, rank, state, updated) VALUES (?, ?, 'pending', ?)",
+                [(run_id, r, now) for r in range(req.workers)],
+            )
+            detail = queries.get_run(conn, run_id)
+            return detail, [Change("run", run_id, [(detail,)])]
+
+        return fn, token
+
+    @staticmethod
+    def op_update_run(run_id: str, upd: RunUpdate) -> Callable[[Connection], tuple[Any, list[Change]]]:
+        def fn(conn: Connection) -> tuple[Any, list[Change]]:
+            current = queries.get_run(conn, run_id)
+            if current is None:
+                raise NotFound(f"run {run_id} not found")
+            fields: dict[str, Any] = {}
+            data = upd.model_dump(exclude_unset=True)
+            now = time.time()
+            if data.get("state") is not None:
+                state = upd.state.value if upd.state else None
+                fields["state"] = state
+                if state == "running" and current.started is None and "started" not in data:
+                    fields["started"] = now
+                if state in _TERMINAL and current.finished is None and "finished" not in data:
+                    fields["finished"] = now
+            for key in ("started", "finished"):
+                if key in data:
+                    value = data[key]
+                    fields[key] = value.timestamp() if value is not None else None
+            for key in ("handle", "error"):
+                if key in data:
+                    fields[key] = data[key]
+            for key in ("result", "labels"):
+                if key in data:
+                    fields[key] = None if data[key] is None else _dumps(data[key])
+            if fields:
+                fields["updated"] = now
+                assignments = ", ".join(f"{k} = ?" for k in fields)
+                conn.exec_driver_sql(
+                    f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id)
+                )
+            detail = queries.get_run(conn, run_id)
+            return detail, [Change("run", run_id, [(detail,)])]
+
+        return fn
+
+    @staticmethod
+    def op_delete_run(run_id: str) -> Callable[[Connection], tuple[Any, list[Change]]]:
+        def fn(conn: Connection) -> tuple[Any, list[Change]]:
+            if not queries.run_exists(conn, run_id):
+                raise NotFound(f"run {run_id} not found")
+            for table in ("metrics", "logs", "events", "ranks", "batches", "runs"):
+                column = "id" if table == "runs" else "run_id"
+                conn.exec_driver_sql(f"DELETE FROM {table} WHERE {column} = ?", (run_id,))
+            return None, [Change("run_deleted", run_id)]
+
+        return fn
+
+    @staticmethod
+    def op_update_rank(
+        run_id: str, rank: int, upd: RankUpdate
+    ) -> Callable[[Connection], tuple[Any, list[Change]]]:
+        def fn(conn: Connection) -> tuple[Any, list[Change]]:
+            if not queries.run_exists(conn, run_id):
+                raise NotFound(f"run {run_id} not found")
+            data = upd.model_dump(exclude_unset=True)
+            if data.get("state") is not None:
+                data["state"] = upd.state.value if upd.state else None
+            elif "state" in data:
+                del data["state"]
+            data["updated"] = time.time()
+            conn.exec_driver_sql(
+                "INSERT OR IGNORE INTO ranks (run_id, rank, state, updated) VALUES (?, ?, 'pending', ?)",
+                (run_id, rank, data["updated"]),
+            )
+            assignments = ", ".join(f"{k} = ?" for k in data)
+            conn.exec_driver_sql(
+                f"UPDATE ranks SET {assignments} WHERE run_id = ? AND rank = ?",
+                (*data.values(), run_id, rank),
+            )
+            row = conn.exec_driver_sql(
+                f"SELECT {queries.RANK_COLUMNS} FROM ranks WHERE run_id = ? AND rank = ?", (run_id, rank)
+            ).one()
+            info = RankInfo(
+                rank=row[0], state=row[1], host=row[2], pid=row[3], pod=row[4],
+                exit_code=row[5], message=row[6], updated=row[7],
+            )  # fmt: skip
+            return info, [Change("rank", run_id, [(info,)])]
+
+        return fn
+
+    # ---- blocking conveniences (threads, tests, tools)
+
+    def create_run(self, req: RunCreate) -> tuple[RunDetail, str]:
+        fn, token = self.op_create_run(req)
+        detail: RunDetail = self._w().call(fn)
+        return detail, token
+
+    def update_run(self, run_id: str, upd: RunUpdate) -> RunDetail:
+        detail: RunDetail = self._w().call(self.op_update_run(run_id, upd))
+        return detail
+
+    def delete_run(self, run_id: str) -> None:
+        self._w().call(self.op_delete_run(run_id))
+
+    def update_rank(self, run_id: str, rank: int, upd: RankUpdate) -> RankInfo:
+        info: RankInfo = self._w().call(self.op_update_rank(run_id, rank, upd))
+        return info
+
+    def ingest_metrics(
+        self, run_id: str, rank: int, seq: int, rows: list[tuple[Any, ...]], session: str = ""
+    ) -> BatchAck:
+        """Store metric rows ``(name, step, epoch, t, value)`` of one batch (blocking until committed)."""
+        full = [(run_id, rank, *row) for row in rows]
+        accepted, duplicate = self._w().ingest("metrics", run_id, rank, session, seq, full)
+        return BatchAck(accepted=accepted, duplicate=duplicate)
+
+    def get_run(self, run_id: str) -> RunDetail:
+        detail = self.read(lambda c: queries.get_run(c, run_id))
+        if detail is None:
+            raise NotFound(f"run {run_id} not found")
+        return detail
