@@ -278,7 +278,7 @@ class Metadata(StrictModel):
         if len(value) > 63 or not DNS1123_LABEL.match(value):
             raise PydanticCustomError(
                 "dns_label",
-                "metadata.name '{value}' is not a DNS-1123 label: use at most 63 lowercase letters, digits "
+                "'{value}' is not a DNS-1123 label: use at most 63 lowercase letters, digits "
                 "and '-', starting and ending with a letter or digit (e.g. '{suggestion}')",
                 {"value": value, "suggestion": _dns_suggestion(value)},
             )
@@ -376,7 +376,20 @@ GpuField = Annotated[
             "anyOf": [
                 {"type": "integer", "minimum": 0, "maximum": 16},
                 {"type": "string", "pattern": _GPU_RE.pattern},
-                {"$ref": "#/$defs/Gpu"},
+                {
+                    "type": "object",
+                    "title": "Gpu",
+                    "properties": {
+                        "count": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": 16,
+                            "description": "GPUs per rank.",
+                        },
+                        "type": {"type": "string", "description": "GPU model, e.g. 'T4', 'A100'."},
+                    },
+                    "additionalProperties": False,
+                },
             ],
             "examples": ["1xT4", "2xA100", 1],
         }
@@ -464,6 +477,19 @@ class KubernetesTarget(StrictModel):
                 "dns_label", "namespace '{value}' is not a DNS-1123 label", {"value": value}
             )
         return value
+
+
+def _with_short_form(*names: str) -> Any:
+    """A ``json_schema_extra`` that also accepts the string short form (``target: local``)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        keep: dict[str, Any] = {k: schema.pop(k) for k in ("description", "title", "default") if k in schema}
+        full = dict(schema)
+        schema.clear()
+        schema.update(keep)
+        schema["anyOf"] = [{"type": "string", "enum": list(names)}, full]
+
+    return extra
 
 
 def _target_short_form(value: Any) -> Any:
@@ -568,10 +594,12 @@ class BenchmarkBody(StrictModel):
     target: Target = Field(
         default_factory=lambda: LocalTarget(kind="local"),
         description="Where ranks run: 'local' or {kind: kubernetes, namespace, image, ...}.",
+        json_schema_extra=_with_short_form("local"),
     )
     data: DataField = Field(
         default_factory=lambda: Data(source="download"),
         description="Dataset source: 'synthetic', 'download' (default) or {source: path, path: DIR}.",
+        json_schema_extra=_with_short_form("synthetic", "download"),
     )
     hyperparameters: dict[str, Any] = Field(
         default_factory=dict,

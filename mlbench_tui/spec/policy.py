@@ -6,11 +6,12 @@ so the loader can point at the exact line. Messages say what to change, not only
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlbench_tui.spec.diagnostics import did_you_mean
 from mlbench_tui.spec.models import BenchmarkSpec
 from mlbench_tui.spec.tasks import TaskInfo, get_task
 
@@ -27,12 +28,7 @@ class PolicyIssue:
     loc: Loc
     message: str
     hint: str | None = None
-
-
-def did_you_mean(word: str, candidates: list[str] | tuple[str, ...]) -> str | None:
-    """``"did you mean 'x'?"`` for the closest candidate, or None when nothing is close."""
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"did you mean '{match[0]}'?" if match else None
+    at_key: bool = False  # point at the key itself (unknown or fixed keys), not its value
 
 
 def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
@@ -45,7 +41,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_backend_issues(spec, task),
         *_precision_issues(spec, task),
         *_goal_issues(spec, task),
-        *_hyperparameter_issues(spec, task),
+        *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
     ]
 
 
@@ -91,12 +87,6 @@ def _backend_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue
                 loc,
                 "fp16 all-reduce is not supported on mpi: use backend gloo or nccl, "
                 "or precision amp/bf16/fp32",
-            )
-        if backend == "mpi" and task.id == "0a" and "fp16" in body.hyperparameters.get("dtypes", []):
-            yield PolicyIssue(
-                ("spec", "hyperparameters", "dtypes"),
-                "fp16 all-reduce is not supported on mpi: remove fp16 from hyperparameters.dtypes "
-                "or use backend gloo or nccl",
             )
 
 
@@ -151,16 +141,30 @@ def _type_matches(default: Any, value: Any) -> bool:
     return True
 
 
-def _hyperparameter_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+def hyperparameter_issues(
+    task: TaskInfo, hyperparameters: Mapping[str, Any], backends: Sequence[str] = ()
+) -> Iterator[PolicyIssue]:
+    """Overrides checked against the task's policy: known, overridable, right type and range.
+
+    Takes plain pieces rather than a whole spec so the loader can check hyperparameters even when
+    another part of the document is invalid.
+    """
     overridable = sorted(task.overridable)
     allowed = ", ".join(overridable)
-    for key, value in spec.spec.hyperparameters.items():
+    if "mpi" in backends and task.id == "0a" and "fp16" in (hyperparameters.get("dtypes") or []):
+        yield PolicyIssue(
+            ("spec", "hyperparameters", "dtypes"),
+            "fp16 all-reduce is not supported on mpi: remove fp16 from hyperparameters.dtypes "
+            "or use backend gloo or nccl",
+        )
+    for key, value in hyperparameters.items():
         loc: Loc = ("spec", "hyperparameters", key)
         if key not in task.defaults:
             yield PolicyIssue(
                 loc,
                 f"unknown hyperparameter '{key}' for task {task.id}; overridable: {allowed}",
                 did_you_mean(key, overridable),
+                at_key=True,
             )
             continue
         if key not in task.overridable:
@@ -168,6 +172,7 @@ def _hyperparameter_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[Poli
                 loc,
                 f"hyperparameter '{key}' is fixed by task {task.id} (only batch size and the learning-rate "
                 f"schedule may change, so results stay comparable); overridable: {allowed}",
+                at_key=True,
             )
             continue
         default = task.defaults[key]
@@ -189,14 +194,16 @@ def _hyperparameter_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[Poli
                 yield PolicyIssue(loc, f"hyperparameter '{key}' must not be empty")
             continue
         if isinstance(value, int | float) and not isinstance(value, bool):
-            if key in _NON_NEGATIVE:
+            if not math.isfinite(value):
+                yield PolicyIssue(loc, f"hyperparameter '{key}' must be a finite number, got {value}")
+            elif key in _NON_NEGATIVE:
                 if value < 0:
                     yield PolicyIssue(loc, f"hyperparameter '{key}' must be >= 0, got {value}")
             elif value <= 0:
                 yield PolicyIssue(loc, f"hyperparameter '{key}' must be > 0, got {value}")
             elif key.endswith("_factor") and key.startswith(("plateau", "decay")) and value >= 1:
                 yield PolicyIssue(loc, f"hyperparameter '{key}' must be between 0 and 1, got {value}")
-    hp = {**task.defaults, **spec.spec.hyperparameters}
+    hp = {**task.defaults, **hyperparameters}
     lo, hi = hp.get("sizes_min_exp"), hp.get("sizes_max_exp")
     if task.id == "0a" and isinstance(lo, int) and isinstance(hi, int):
         if lo > hi:

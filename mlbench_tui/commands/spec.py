@@ -1,0 +1,360 @@
+"""Spec commands: ``validate``, ``plan``, ``schema``, ``tasks``, ``init``.
+
+Only argparse and the stdlib are imported at module level so ``mlbench --help`` stays fast; the
+spec library (pydantic, ruamel) is imported inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlbench_tui.errors import SpecIssue
+    from mlbench_tui.plan import RunPlan
+    from mlbench_tui.spec.loader import LoadedSpec
+    from mlbench_tui.spec.tasks import TaskInfo
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the spec commands to the ``mlbench`` parser."""
+    p = sub.add_parser(
+        "validate",
+        help="check spec files or directories and report every problem",
+        description="Validate benchmark specs (files or directories of *.yaml/*.yml). "
+        "Exit 0 when all are valid, 2 otherwise; problems go to stderr as FILE:LINE:COL: MESSAGE.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser(
+        "plan",
+        help="show the runs a spec expands to (sweeps x repeats), without running anything",
+        description="Expand specs into run plans: one per backend x workers x repeat.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory")
+    p.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table", help="output format")
+    p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of the spec language")
+    p.set_defaults(handler=cmd_schema)
+
+    p = sub.add_parser(
+        "tasks",
+        help="list the official tasks (or show one task's hyperparameters)",
+        description="The official task catalog: goals, defaults, supported backends and precisions.",
+    )
+    p.add_argument("task", nargs="?", metavar="TASK", help="task id or name to show in detail")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    p.set_defaults(handler=cmd_tasks)
+
+    p = sub.add_parser(
+        "init",
+        help="write a commented example spec for a task",
+        description="Write a commented, valid spec for TASK (default: resnet20-cifar10) to stdout or a file.",
+    )
+    p.add_argument("task", nargs="?", default="1a", metavar="TASK", help="task id or name (default: 1a)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("--name", help="metadata.name (default: derived from the task)")
+    p.set_defaults(handler=cmd_init)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain, left-aligned text table (no colours, safe to pipe)."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines) + "\n"
+
+
+def _issue_json(issue: SpecIssue) -> dict[str, Any]:
+    return {
+        "file": issue.file,
+        "line": issue.line,
+        "col": issue.col,
+        "message": issue.message,
+        "hint": issue.hint,
+    }
+
+
+def _yaml_dump(data: Any) -> str:
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
+    buf = io.StringIO()
+    yaml.dump_all(data, buf)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Validate every spec under the paths; print issues to stderr, exit 2 on any."""
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec.loader import collect_paths
+
+    loaded, issues = collect_paths(args.paths)
+    if args.output == "json":
+        doc = {
+            "ok": not issues,
+            "specs": [_spec_summary(item, len(expand(item.spec))) for item in loaded],
+            "issues": [_issue_json(i) for i in issues],
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 2 if issues else 0
+    for issue in issues:
+        print(issue.render(), file=sys.stderr)
+    if issues:
+        files = len({i.file for i in issues})
+        print(f"{len(issues)} problem(s) in {files} file(s)", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        for item in loaded:
+            runs = len(expand(item.spec))
+            print(f"ok  {item.file}: {item.spec.metadata.name} (task {item.spec.spec.task}, {runs} run(s))")
+    return 0
+
+
+def _spec_summary(item: LoadedSpec, runs: int) -> dict[str, Any]:
+    from mlbench_tui.plan import spec_hash
+
+    return {
+        "file": item.file,
+        "document": item.document,
+        "line": item.line,
+        "name": item.spec.metadata.name,
+        "task": item.spec.spec.task,
+        "runs": runs,
+        "spec_hash": spec_hash(item.spec),
+    }
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Load specs (exit 2 on any problem) and print their expanded run plans."""
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec.loader import load_paths
+
+    plans: list[RunPlan] = []
+    for item in load_paths(args.paths):
+        plans.extend(expand(item.spec))
+    sys.stdout.write(render_plans(plans, args.output))
+    return 0
+
+
+def plan_documents(plans: Sequence[RunPlan]) -> list[dict[str, Any]]:
+    """Plans as plain JSON data, in order (what ``plan -o json|yaml`` prints)."""
+    return [plan.model_dump(mode="json") for plan in plans]
+
+
+def render_plans(plans: Sequence[RunPlan], output: str) -> str:
+    """Text for ``mlbench plan -o table|yaml|json``."""
+    if output == "json":
+        return json.dumps(plan_documents(plans), indent=2) + "\n"
+    if output == "yaml":
+        return _yaml_dump(plan_documents(plans))
+    rows = []
+    for p in plans:
+        goal = (
+            "-"
+            if p.goal is None
+            else f"{p.goal.metric} {'>=' if p.goal.direction == 'max' else '<='} {p.goal.target:g}"
+        )
+        gpus = f"{p.resources.gpus}x{p.resources.gpu_type}" if p.resources.gpu_type else str(p.resources.gpus)
+        rows.append(
+            [
+                p.name,
+                p.task,
+                p.backend,
+                p.workers,
+                p.resources.threads_per_rank,
+                gpus,
+                p.resources.precision,
+                goal,
+                "-" if p.max_time_s is None else _duration(p.max_time_s),
+                p.target.get("kind", "?"),
+            ]
+        )
+    headers = [
+        "NAME",
+        "TASK",
+        "BACKEND",
+        "WORKERS",
+        "THREADS",
+        "GPUS",
+        "PRECISION",
+        "GOAL",
+        "MAX TIME",
+        "TARGET",
+    ]
+    return render_table(headers, rows)
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (sec, "s")) if v) or "0s"
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """Print the JSON Schema (the content of specs/mlbench.schema.json)."""
+    from mlbench_tui.spec.schema import schema_text
+
+    sys.stdout.write(schema_text())
+    return 0
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def _resolve_task(key: str) -> TaskInfo:
+    from mlbench_tui.errors import UsageError
+    from mlbench_tui.spec.diagnostics import did_you_mean
+    from mlbench_tui.spec.tasks import TASK_KEYS, get_task
+
+    task = get_task(key)
+    if task is None:
+        hint = did_you_mean(key, TASK_KEYS) or f"one of: {', '.join(TASK_KEYS)}"
+        raise UsageError(f"unknown task '{key}'", hint=hint)
+    return task
+
+
+def _task_json(task: TaskInfo) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "name": task.name,
+        "title": task.title,
+        "model": task.model,
+        "dataset": task.dataset,
+        "goal": None
+        if task.goal is None
+        else {
+            "metric": task.goal.metric,
+            "direction": task.goal.direction,
+            "full": task.goal.full,
+            "light": task.goal.light,
+        },
+        "backends": list(task.backends),
+        "precisions": list(task.precisions),
+        "frameworks": list(task.frameworks),
+        "lr_scaling": task.lr_scaling,
+        "defaults": dict(task.defaults),
+        "overridable": sorted(task.overridable),
+        "choices": {k: list(v) for k, v in task.choices.items()},
+        "notes": task.notes,
+    }
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    """Print the task catalog, or one task's hyperparameters and policy."""
+    from mlbench_tui.spec.tasks import TASKS
+
+    tasks = [_resolve_task(args.task)] if args.task else list(TASKS.values())
+    if args.output == "json":
+        sys.stdout.write(json.dumps([_task_json(t) for t in tasks], indent=2) + "\n")
+        return 0
+    if args.task:
+        sys.stdout.write(_task_detail(tasks[0]))
+        return 0
+    rows = []
+    for t in tasks:
+        g = t.goal
+        rows.append(
+            [
+                t.id,
+                t.name,
+                t.model.split(" (")[0],
+                t.dataset.split(" (")[0],
+                g.metric if g else "-",
+                f"{'>=' if g.direction == 'max' else '<='} {g.full:g}" if g else "-",
+                f"{'>=' if g.direction == 'max' else '<='} {g.light:g}" if g else "-",
+                ",".join(t.backends),
+                ",".join(t.precisions),
+            ]
+        )
+    headers = ["ID", "NAME", "MODEL", "DATASET", "GOAL METRIC", "FULL", "LIGHT", "BACKENDS", "PRECISIONS"]
+    sys.stdout.write(render_table(headers, rows))
+    return 0
+
+
+def _task_detail(task: TaskInfo) -> str:
+    lines = [
+        f"{task.id}  {task.name}: {task.title}",
+        f"model:       {task.model}",
+        f"dataset:     {task.dataset}",
+    ]
+    if task.goal:
+        op = ">=" if task.goal.direction == "max" else "<="
+        lines.append(
+            f"goal:        {task.goal.metric} full {op} {task.goal.full:g}, light {op} {task.goal.light:g}"
+        )
+    else:
+        lines.append("goal:        none (a measurement sweep)")
+    lines += [
+        f"backends:    {', '.join(task.backends)}",
+        f"precisions:  {', '.join(task.precisions)}",
+        f"frameworks:  {', '.join(task.frameworks)}",
+        f"lr scaling:  {task.lr_scaling}",
+        f"notes:       {task.notes}",
+        "",
+    ]
+    rows = []
+    for key, value in task.defaults.items():
+        choices = task.choices.get(key)
+        rows.append(
+            [
+                key,
+                json.dumps(value),
+                "yes" if key in task.overridable else "no",
+                ", ".join(map(str, choices)) if choices else "",
+            ]
+        )
+    return (
+        "\n".join(lines) + "\n" + render_table(["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES"], rows)
+    )
+
+
+# --------------------------------------------------------------------------- init
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Write a commented spec for a task to stdout or ``-o FILE``."""
+    from mlbench_tui.errors import UsageError
+    from mlbench_tui.spec.templates import spec_template
+
+    task = _resolve_task(args.task)
+    text = spec_template(task, name=args.name)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        raise UsageError(f"{out} already exists", hint="use --force to overwrite it")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out} (check it with: mlbench validate {out})", file=sys.stderr)
+    return 0
