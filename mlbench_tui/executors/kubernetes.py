@@ -1,0 +1,657 @@
+"""The Kubernetes executor: runs a plan as an Indexed Job (or an MPIJob) and watches its pods.
+
+Objects are applied with server-side apply (field manager ``mlbench``), so re-applying an
+unchanged run is a no-op. A new run's owner is created suspended, the Secret, ConfigMap and
+Service are then applied with an ``ownerReference`` to it (the uid exists only once the owner
+does), and the owner is resumed: no pod starts before its token and config exist, and deleting
+the owner (``cancel``, or the Job's TTL) removes everything. The kubernetes client is imported
+lazily and the ``ApiClient`` is injectable (tests pass one pointed at a mock API server).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mlbench_tui.errors import ExecutorError
+from mlbench_tui.executors import manifests
+from mlbench_tui.executors.api import (
+    DryRun,
+    Executor,
+    LaunchContext,
+    RankStatus,
+    RunHandle,
+    RunState,
+    RunStatus,
+)
+from mlbench_tui.plan import RunPlan
+
+FIELD_MANAGER = "mlbench"
+APPLY_PATCH = "application/apply-patch+yaml"
+MPI_OPERATOR_INSTALL = (
+    "install the Kubeflow MPI Operator (v2beta1 API): kubectl apply --server-side -f "
+    "https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.6.0/deploy/v2beta1/mpi-operator.yaml "
+    "— or run with backend gloo"
+)
+# Waiting reasons that will not resolve by themselves: shown as the run's message.
+_STUCK = {
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CrashLoopBackOff",
+}
+
+
+def api_error(exc: Exception, action: str) -> ExecutorError:
+    """A user-facing error for a failed API call (``action`` says what we were doing)."""
+    status = getattr(exc, "status", None)
+    message = _status_message(exc)
+    if status is None or status == 0:
+        return ExecutorError(
+            f"cannot reach the Kubernetes API while trying to {action}: {message}",
+            hint="check the kubeconfig context (kubectl config current-context) and that the cluster is up",
+        )
+    if status == 401:
+        return ExecutorError(
+            f"the Kubernetes API rejected our credentials (401) while trying to {action}: {message}",
+            hint="refresh the kubeconfig credentials for this context",
+        )
+    if status == 403:
+        return ExecutorError(
+            f"forbidden (403): not allowed to {action}: {message}",
+            hint="the account needs mlbench's Role (jobs, pods, pods/log, services, configmaps, secrets) "
+            "in this namespace: run `mlbench cluster init`",
+        )
+    if status == 404:
+        return ExecutorError(
+            f"not found (404) while trying to {action}: {message}",
+            hint="does the namespace exist? `mlbench cluster init` creates it",
+        )
+    if status == 409:
+        return ExecutorError(
+            f"conflict (409) while trying to {action}: {message}",
+            hint="another run or another tool owns this object: cancel that run, or use a new run id",
+        )
+    if status == 422:
+        return ExecutorError(f"the cluster rejected the object (422) while trying to {action}: {message}")
+    if status >= 500:
+        return ExecutorError(
+            f"the Kubernetes API server failed ({status}) while trying to {action}: {message}",
+            hint="this is usually transient: try again; if it persists, check the control plane",
+        )
+    return ExecutorError(f"Kubernetes API error ({status}) while trying to {action}: {message}")
+
+
+def _status_message(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            data = json.loads(body)
+            if isinstance(data, dict) and data.get("message"):
+                return str(data["message"])
+        except (TypeError, ValueError):
+            pass
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc)
+
+
+def make_api_client(context: str | None = None, kubeconfig: str | None = None) -> Any:
+    """An ``ApiClient`` for a kubeconfig context (default: current), or the in-cluster account."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    except (ConfigException, OSError) as exc:
+        if context is None and kubeconfig is None:
+            try:
+                configuration = client.Configuration()
+                config.load_incluster_config(client_configuration=configuration)
+                return client.ApiClient(configuration)
+            except ConfigException:
+                pass
+        where = f"context {context!r}" if context else "the current context"
+        raise ExecutorError(
+            f"cannot load a Kubernetes configuration for {where}: {exc}",
+            hint="set KUBECONFIG or pass target.context; `mlbench cluster create kind NAME` writes one",
+        ) from None
+
+
+class KubernetesExecutor(Executor):
+    """Runs plans on a Kubernetes cluster."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api_client: Any | None = None,
+        *,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        request_timeout: float = 30.0,
+    ) -> None:
+        self._api_client = api_client
+        self._context = context
+        self._kubeconfig = kubeconfig
+        self._timeout = request_timeout
+        self._mpi_available: bool | None = None
+
+    # --- clients ---
+    def _client(self, plan: RunPlan | None = None) -> Any:
+        if self._api_client is None:
+            context = self._context or (plan.target.get("context") if plan is not None else None)
+            self._api_client = make_api_client(context, self._kubeconfig)
+        return self._api_client
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self._client())
+
+    def _batch(self) -> Any:
+        from kubernetes import client
+
+        return client.BatchV1Api(self._client())
+
+    def _custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self._client())
+
+    def _call(
+        self, action: str, fn: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any
+    ) -> Any:
+        """Call the API for raw JSON dicts; errors become ``ExecutorError``; 404 is None if ``missing_ok``."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return _json(fn(*args, _request_timeout=self._timeout, _preload_content=False, **kwargs))
+        except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return None
+            raise api_error(exc, action) from None
+        except HTTPError as exc:
+            raise api_error(exc, action) from None
+
+    # --- plan and launch ---
+    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:
+        objects = manifests.render(plan, launch)
+        return DryRun(
+            executor=self.name,
+            plan=plan,
+            launch=launch,
+            manifests=tuple(objects),
+            worker_config=manifests.run_worker_config(plan, launch),
+        )
+
+    def mpi_operator_installed(self) -> bool:
+        """Whether the cluster serves the MPIJob API (discovery is readable by every account)."""
+
+        if self._mpi_available is None:
+            group, version = manifests.MPIJOB_API.split("/")
+            found = self._call(
+                "discover the MPIJob API", self._custom().get_api_resources, group, version, missing_ok=True
+            )
+            resources = (found or {}).get("resources") or []
+            self._mpi_available = any(r.get("name") == "mpijobs" for r in resources)
+        return self._mpi_available
+
+    def schedule(self, dryrun: DryRun) -> RunHandle:
+        plan, objects = dryrun.plan, [dict(obj) for obj in dryrun.manifests]
+        if not objects:
+            raise ExecutorError("nothing to schedule: the dry run has no manifests")
+        self._client(plan)
+        owner, children = objects[0], objects[1:]
+        namespace = owner["metadata"]["namespace"]
+        handle = RunHandle("kubernetes", namespace, dryrun.launch.run_id)
+        if owner["kind"] == "MPIJob" and not self.mpi_operator_installed():
+            raise ExecutorError(
+                "the mpi backend on Kubernetes needs the Kubeflow MPI Operator, whose MPIJob API "
+                f"({manifests.MPIJOB_API}) is not installed in this cluster",
+                hint=MPI_OPERATOR_INSTALL,
+            )
+        existing = self._get_owner(owner["kind"], namespace, owner["metadata"]["name"])
+        if existing is not None:
+            self._check_same_run(existing, owner)
+            uid = existing["metadata"]["uid"]
+        else:
+            uid = self._apply(_suspended(owner, True))["metadata"]["uid"]
+        for child in children:
+            self._apply(manifests.with_owner(child, owner, uid))
+        self._apply(_suspended(owner, False))
+        return handle
+
+    def _check_same_run(self, existing: dict[str, Any], owner: dict[str, Any]) -> None:
+        """Re-applying the same run is fine; a different run under the same name is a conflict."""
+        have = existing["metadata"].get("annotations") or {}
+        want = owner["metadata"]["annotations"]
+        name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
+        if have.get(manifests.ANNOTATION_RUN_ID) != want[manifests.ANNOTATION_RUN_ID]:
+            raise ExecutorError(
+                f"conflict: {owner['kind']} {namespace}/{name} already exists and belongs to run "
+                f"{have.get(manifests.ANNOTATION_RUN_ID) or 'of another tool'}",
+                hint="delete it, or use another namespace",
+            )
+        if have.get(manifests.ANNOTATION_MANIFEST_HASH) != want[manifests.ANNOTATION_MANIFEST_HASH]:
+            raise ExecutorError(
+                f"conflict: run {want[manifests.ANNOTATION_RUN_ID]} already exists in {namespace} with a "
+                "different plan; a run cannot change once started",
+                hint=f"cancel it first (kubernetes://{namespace}/{want[manifests.ANNOTATION_RUN_ID]}) "
+                "or start a new run",
+            )
+
+    def _get_owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        action = f"read {kind} {namespace}/{name}"
+        if kind == "MPIJob":
+            group, version = manifests.MPIJOB_API.split("/")
+            fn = self._custom().get_namespaced_custom_object
+            found: dict[str, Any] | None = self._call(
+                action, fn, group, version, namespace, "mpijobs", name, missing_ok=True
+            )
+            return found
+        found = self._call(action, self._batch().read_namespaced_job, name, namespace, missing_ok=True)
+        return found
+
+    def _apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply one object; returns the object as the server stored it."""
+        kind, meta = obj["kind"], obj["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        action = f"apply {kind} {namespace}/{name}"
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "_content_type": APPLY_PATCH}
+        if kind == "MPIJob":
+            group, version = manifests.MPIJOB_API.split("/")
+            result = self._call(
+                action,
+                self._custom().patch_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                "mpijobs",
+                name,
+                obj,
+                **options,
+            )
+            return result
+        methods = {
+            "Job": self._batch().patch_namespaced_job,
+            "Secret": self._core().patch_namespaced_secret,
+            "ConfigMap": self._core().patch_namespaced_config_map,
+            "Service": self._core().patch_namespaced_service,
+        }
+        if kind not in methods:
+            raise ExecutorError(f"cannot apply objects of kind {kind}")
+        stored: dict[str, Any] = self._call(action, methods[kind], name, namespace, obj, **options)
+        return stored
+
+    # --- watching ---
+    def describe(self, handle: RunHandle | str) -> RunStatus | None:
+        handle = _resolve(handle)
+        name, namespace = manifests.object_name(handle.run_id), handle.where
+        owner = self._get_owner("Job", namespace, name)
+        if owner is None and self._mpi_known():
+            owner = self._get_owner("MPIJob", namespace, name)
+        if owner is None:
+            return None
+        if (owner["metadata"].get("annotations") or {}).get(manifests.ANNOTATION_RUN_ID) != handle.run_id:
+            return None
+        pods = self._pods(namespace, handle.run_id)
+        return _status(handle, owner, pods)
+
+    def _mpi_known(self) -> bool:
+        try:
+            return self.mpi_operator_installed()
+        except ExecutorError:
+            return False
+
+    def _pods(self, namespace: str, run_id: str) -> list[dict[str, Any]]:
+        selector = f"{manifests.LABEL_RUN_ID}={manifests.label_value(run_id)}"
+        found = self._call(
+            f"list pods of run {run_id} in {namespace}",
+            self._core().list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+        )
+        items: list[dict[str, Any]] = found.get("items") or []
+        return items
+
+    def watch(
+        self, handle: RunHandle | str, timeout: float | None = None, poll: float = 2.0
+    ) -> Iterator[RunStatus]:
+        """Statuses as they change, until the run is terminal (or gone, or ``timeout`` passes).
+
+        Pod events from a watch wake the loop; ``poll`` bounds the wait between checks so Job
+        conditions (deadline exceeded, completion) are seen even without a pod event.
+        """
+        handle = _resolve(handle)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: tuple[Any, ...] | None = None
+        while True:
+            status = self.describe(handle)
+            if status is None:
+                return
+            key = (status.state, status.message, tuple((r.rank, r.state, r.message) for r in status.ranks))
+            if key != last:
+                last = key
+                yield status
+            if status.state.is_terminal():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            wait = poll if deadline is None else max(0.05, min(poll, deadline - time.monotonic()))
+            self._wait_for_pod_event(handle, wait)
+
+    def _wait_for_pod_event(self, handle: RunHandle, wait: float) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        selector = f"{manifests.LABEL_RUN_ID}={manifests.label_value(handle.run_id)}"
+        seen = {
+            p["metadata"]["name"]: p["metadata"].get("resourceVersion")
+            for p in self._pods(handle.where, handle.run_id)
+        }
+        watcher = watch.Watch()
+        started = time.monotonic()
+        try:
+            for event in watcher.stream(
+                self._core().list_namespaced_pod,
+                handle.where,
+                label_selector=selector,
+                timeout_seconds=max(1, math.ceil(wait)),
+                _request_timeout=wait,
+                deserialize=False,
+            ):
+                meta = (event.get("object") or {}).get("metadata") or {}
+                if event.get("type") in ("DELETED", "ERROR") or seen.get(meta.get("name")) != meta.get(
+                    "resourceVersion"
+                ):
+                    break
+                if time.monotonic() - started >= wait:
+                    break
+        except (ApiException, HTTPError, OSError):
+            time.sleep(min(wait, 0.5))  # a dropped watch is not an error: describe() re-checks
+        finally:
+            watcher.stop()
+
+    # --- logs ---
+    def log_iter(
+        self,
+        handle: RunHandle | str,
+        rank: int | None = None,
+        follow: bool = False,
+        since: float | None = None,
+        regex: str | None = None,
+    ) -> Iterator[str]:
+        """Log lines of one rank's pod (or of every rank, prefixed ``[rank N]``)."""
+        handle = _resolve(handle)
+        try:
+            pattern = re.compile(regex) if regex else None
+        except re.error as exc:
+            raise ExecutorError(f"invalid regular expression {regex!r}: {exc}") from None
+        status = self.describe(handle)
+        if status is None:
+            raise ExecutorError(f"unknown run {handle}")
+        ranks = [r.rank for r in status.ranks] if rank is None else [rank]
+        if rank is not None and rank not in {r.rank for r in status.ranks} and not follow:
+            raise ExecutorError(
+                f"run {handle} has no rank {rank}", hint=f"ranks: {sorted(r.rank for r in status.ranks)}"
+            )
+        if len(ranks) == 1 and rank is not None:
+            for line in self._rank_lines(handle, rank, follow, since):
+                if pattern is None or pattern.search(line):
+                    yield line
+            return
+        yield from self._merged_lines(handle, ranks, follow, since, pattern)
+
+    def _merged_lines(
+        self,
+        handle: RunHandle,
+        ranks: list[int],
+        follow: bool,
+        since: float | None,
+        pattern: re.Pattern[str] | None,
+    ) -> Iterator[str]:
+        if not follow:
+            for r in sorted(ranks):
+                for line in self._rank_lines(handle, r, False, since):
+                    if pattern is None or pattern.search(line):
+                        yield f"[rank {r}] {line}"
+            return
+        lines: queue.Queue[tuple[int, str | None, Exception | None]] = queue.Queue()
+
+        def pump(r: int) -> None:
+            try:
+                for line in self._rank_lines(handle, r, True, since):
+                    lines.put((r, line, None))
+                lines.put((r, None, None))
+            except Exception as exc:
+                lines.put((r, None, exc))
+
+        for r in ranks:
+            threading.Thread(target=pump, args=(r,), name=f"k8s-log-{r}", daemon=True).start()
+        open_ranks = len(ranks)
+        while open_ranks:
+            r, text, error = lines.get()
+            if error is not None:
+                raise error
+            if text is None:
+                open_ranks -= 1
+            elif pattern is None or pattern.search(text):
+                yield f"[rank {r}] {text}"
+
+    def _pod_for_rank(self, handle: RunHandle, rank: int, follow: bool) -> dict[str, Any] | None:
+        """The rank's pod once its container has started (waits while pending when following)."""
+        while True:
+            pods = [p for p in self._pods(handle.where, handle.run_id) if _rank_of(p) == rank]
+            started = [
+                p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            ]
+            if started:
+                return started[-1]
+            if not follow:
+                return None
+            status = self.describe(handle)
+            if status is None or status.state.is_terminal():
+                return None
+            time.sleep(0.5)
+
+    def _rank_lines(self, handle: RunHandle, rank: int, follow: bool, since: float | None) -> Iterator[str]:
+        pod = self._pod_for_rank(handle, rank, follow)
+        if pod is None:
+            return
+        kwargs: dict[str, Any] = {
+            "container": manifests.CONTAINER,
+            "follow": follow,
+            "_preload_content": False,
+        }
+        if since is not None:
+            kwargs["since_seconds"] = max(1, math.ceil(time.time() - since))
+        name = pod["metadata"]["name"]
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            response = self._core().read_namespaced_pod_log(name, handle.where, **kwargs)
+        except (ApiException, HTTPError) as exc:
+            raise api_error(exc, f"read the log of pod {handle.where}/{name}") from None
+        try:
+            pending = b""
+            for chunk in response.stream(4096):
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                for raw in complete:
+                    yield raw.decode("utf-8", "replace").rstrip("\r")
+            if pending:
+                yield pending.decode("utf-8", "replace").rstrip("\r")
+        finally:
+            response.release_conn()
+
+    # --- cancel ---
+    def cancel(self, handle: RunHandle | str) -> None:
+        """Delete the run's owner with foreground propagation (pods first, then the rest); idempotent."""
+        from kubernetes import client
+
+        handle = _resolve(handle)
+        name, namespace = manifests.object_name(handle.run_id), handle.where
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        found = self._call(
+            f"delete Job {namespace}/{name}",
+            self._batch().delete_namespaced_job,
+            name,
+            namespace,
+            body=body,
+            missing_ok=True,
+        )
+        if found is not None or not self._mpi_known():
+            return
+        group, version = manifests.MPIJOB_API.split("/")
+        self._call(
+            f"delete MPIJob {namespace}/{name}",
+            self._custom().delete_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            "mpijobs",
+            name,
+            body=body,
+            missing_ok=True,
+        )
+
+
+def _json(response: Any) -> Any:
+    """The JSON body of a raw (``_preload_content=False``) response: plain dicts, no model
+    validation, so fields newer than this client version pass through untouched."""
+    try:
+        return json.loads(response.data or b"null")
+    finally:
+        response.release_conn()
+
+
+def _resolve(handle: RunHandle | str) -> RunHandle:
+    resolved = RunHandle.parse(handle) if isinstance(handle, str) else handle
+    if resolved.scheme != "kubernetes":
+        raise ExecutorError(
+            f"not a Kubernetes run: {resolved}", hint="handles look like kubernetes://NAMESPACE/RUN_ID"
+        )
+    return resolved
+
+
+def _suspended(owner: dict[str, Any], suspend: bool) -> dict[str, Any]:
+    out = json.loads(json.dumps(owner))
+    if out["kind"] == "MPIJob":
+        out["spec"]["runPolicy"]["suspend"] = suspend
+    else:
+        out["spec"]["suspend"] = suspend
+    return out
+
+
+def _rank_of(pod: dict[str, Any]) -> int | None:
+    meta = pod.get("metadata") or {}
+    for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
+        for key in (manifests.COMPLETION_INDEX_ANNOTATION, "training.kubeflow.org/replica-index"):
+            value = source.get(key)
+            if value is not None and str(value).isdigit():
+                return int(value)
+    return None
+
+
+def _pod_state(pod: dict[str, Any]) -> tuple[RunState, str | None, int | None]:
+    """A pod's phase as a RunState, with the reason a user needs when it is stuck or failed."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    containers = status.get("containerStatuses") or []
+    exit_code = None
+    for container in containers:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            exit_code = terminated.get("exitCode")
+    if phase == "Succeeded":
+        return RunState.SUCCEEDED, None, exit_code
+    if phase == "Failed":
+        reason = status.get("reason") or status.get("message")
+        for container in containers:
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            if terminated:
+                reason = f"{terminated.get('reason', 'Error')} (exit code {terminated.get('exitCode')})"
+        return RunState.FAILED, reason, exit_code
+    if phase == "Running":
+        return RunState.RUNNING, None, None
+    if phase == "Unknown":
+        return RunState.UNKNOWN, status.get("reason"), None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return (
+                RunState.PENDING,
+                f"{condition.get('reason')}: {condition.get('message', '')}".strip(": "),
+                None,
+            )
+    for container in containers:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            text = waiting["reason"]
+            if waiting.get("message"):
+                text += f": {waiting['message']}"
+            return RunState.PENDING, text, None
+    return RunState.PENDING, None, None
+
+
+def _status(handle: RunHandle, owner: dict[str, Any], pods: list[dict[str, Any]]) -> RunStatus:
+    meta, spec, state_obj = owner["metadata"], owner.get("spec") or {}, owner.get("status") or {}
+    workers = int(
+        spec.get("completions") or (spec.get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") or 1)
+    )
+    ranks: dict[int, RankStatus] = {}
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
+        rank = _rank_of(pod)
+        if rank is None:
+            continue
+        state, message, exit_code = _pod_state(pod)
+        ranks[rank] = RankStatus(
+            rank=rank,
+            state=state,
+            host=(pod.get("spec") or {}).get("nodeName"),
+            exit_code=exit_code,
+            message=message,
+        )
+    rank_list = [ranks[r] for r in sorted(ranks)]
+    conditions = {c.get("type"): c for c in state_obj.get("conditions") or [] if c.get("status") == "True"}
+    if meta.get("deletionTimestamp"):
+        return RunStatus(handle, RunState.CANCELLED, rank_list, "cancelled: the run is being deleted")
+    if "Complete" in conditions or "Succeeded" in conditions:
+        return RunStatus(handle, RunState.SUCCEEDED, rank_list, None)
+    if "Failed" in conditions:
+        cond = conditions["Failed"]
+        failed = [r for r in rank_list if r.state is RunState.FAILED]
+        detail = f"; rank {failed[0].rank}: {failed[0].message}" if failed and failed[0].message else ""
+        return RunStatus(
+            handle, RunState.FAILED, rank_list, f"{cond.get('reason')}: {cond.get('message', '')}{detail}"
+        )
+    failed = [r for r in rank_list if r.state is RunState.FAILED]
+    if failed:
+        return RunStatus(
+            handle, RunState.FAILED, rank_list, f"rank {failed[0].rank} failed: {failed[0].message}"
+        )
+    if len(rank_list) >= workers and all(r.state is RunState.SUCCEEDED for r in rank_list):
+        return RunStatus(handle, RunState.SUCCEEDED, rank_list, None)
+    pending = [r for r in rank_list if r.state is RunState.PENDING]
+    stuck = [r for r in pending if r.message]
+    if stuck:
+        first = next((r for r in stuck if r.message and r.message.split(":")[0] in _STUCK), stuck[0])
+        message = f"rank {first.rank} pending: {first.message}"
+    elif "Suspended" in conditions or spec.get("suspend"):
+        message = "suspended"
+    else:
+        message = None
+    if any(r.state is RunState.RUNNING for r in rank_list) and not pending:
+        return RunStatus(handle, RunState.RUNNING, rank_list, message)
+    if any(r.state is RunState.RUNNING for r in rank_list):
+        return RunStatus(handle, RunState.RUNNING, rank_list, message)
+    return RunStatus(handle, RunState.PENDING, rank_list, message or "waiting for pods to be scheduled")
