@@ -17,7 +17,11 @@ from mlbench_tui.errors import MlbenchError
 
 # Registry of command groups: one module per group, each exposing ``register(subparsers)``.
 # A new group is one new module plus one line here.
-COMMAND_MODULES: tuple[str, ...] = ("mlbench_tui.commands.spec", "mlbench_tui.commands.server")
+COMMAND_MODULES: tuple[str, ...] = (
+    "mlbench_tui.commands.spec",
+    "mlbench_tui.commands.server",
+    "mlbench_tui.commands.run",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

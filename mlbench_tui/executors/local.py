@@ -144,8 +144,8 @@ class LocalExecutor(Executor):
         else:  # pragma: no cover - the plan model restricts backends
             raise ExecutorError(f"backend {plan.backend!r} is not supported by the local executor")
         threads = str(plan.resources.threads_per_rank)
-        env = dict(plan.env)
-        env.update({name: threads for name in THREAD_VARIABLES})
+        env = {name: threads for name in THREAD_VARIABLES}
+        env.update(plan.env)  # the spec's env may set its own thread counts
         env.update(
             {
                 "PYTHONUNBUFFERED": "1",
@@ -273,6 +273,9 @@ class LocalExecutor(Executor):
             message = None if state is RunState.SUCCEEDED else self._failure_message(run_dir, state, code)
         elif processes.is_alive(pid, ticks):
             state, message = RunState.RUNNING, None
+        elif self._watched_elsewhere(launch):
+            # The launcher has ended; the process watching it will record how in a moment.
+            state, message = RunState.RUNNING, "finishing"
         elif (run_dir / CANCEL_FILE).exists():
             state, message = RunState.CANCELLED, "cancelled"
         else:
@@ -283,6 +286,16 @@ class LocalExecutor(Executor):
             )
         ranks = self._rank_statuses(resolved.run_id, int(launch.get("workers", 0)), state)
         return RunStatus(handle=resolved, state=state, ranks=ranks, message=message)
+
+    def _watched_elsewhere(self, launch: dict[str, Any]) -> bool:
+        watcher = launch.get("watcher_pid")
+        if not isinstance(watcher, int) or watcher == os.getpid():
+            return False
+        started = launch.get("started_at")
+        # A live process with the watcher's pid that is older than the launch is the watcher.
+        return processes.is_alive(watcher) and (
+            not isinstance(started, (int, float)) or processes.age_s(watcher) >= time.time() - started - 1
+        )
 
     def _rank_statuses(self, run_id: str, workers: int, state: RunState) -> list[RankStatus]:
         live: dict[int, int] = {}
@@ -393,6 +406,10 @@ class LocalExecutor(Executor):
                 return
             time.sleep(0.2)
 
+    def log_tailer(self, run_id: str) -> RankLogTailer:
+        """A tailer over this run's rank logs plus the launcher's own output (as rank -1)."""
+        return RankLogTailer(self.log_dir(run_id), extra={-1: self.run_dir(run_id) / LAUNCHER_LOG})
+
     def _finished(self, handle: RunHandle) -> bool:
         status = self.describe(handle)
         return status is None or status.state.is_terminal() or status.state is RunState.UNKNOWN
@@ -406,9 +423,12 @@ class RankLogTailer:
     the store and to follow them); a partial last line is held back until it is complete or the
     run is over (``final=True``)."""
 
-    def __init__(self, log_dir: str | Path, ranks: list[int] | None = None) -> None:
+    def __init__(
+        self, log_dir: str | Path, ranks: list[int] | None = None, extra: dict[int, Path] | None = None
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.ranks = ranks
+        self.extra = dict(extra or {})
         self._offsets: dict[int, int] = {}
         self._partial: dict[int, bytes] = {}
 
@@ -422,6 +442,7 @@ class RankLogTailer:
             match = _RANK_FILE.match(entry.name)
             if match and (self.ranks is None or int(match[1]) in self.ranks):
                 found.append((int(match[1]), entry))
+        found.extend((rank, path) for rank, path in self.extra.items() if path.exists())
         return sorted(found)
 
     def poll(self, *, final: bool = False, since: float | None = None) -> list[tuple[int, str]]:

@@ -35,6 +35,18 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+def age_s(pid: int) -> float:
+    """Seconds since ``pid`` started (0 when it is gone)."""
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return 0.0
+    try:
+        uptime = float((PROC / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def _state_and_ppid(pid: int) -> tuple[str, int] | None:
     try:
         stat = (PROC / str(pid) / "stat").read_text()

@@ -49,7 +49,12 @@ def metrics_csv(metrics: Iterable[MetricPoint]) -> str:
 
 
 def _mllog(
-    time_s: float | None, key: str, value: Any = None, *, event_type: str = "POINT_IN_TIME", **meta: Any
+    time_s: float | None,
+    key: str,
+    value: Any = None,
+    *,
+    event_type: str = "POINT_IN_TIME",
+    meta: Mapping[str, Any] | None = None,
 ) -> str:
     record = {
         "namespace": MLLOG_NAMESPACE,
@@ -57,7 +62,7 @@ def _mllog(
         "event_type": event_type,
         "key": key,
         "value": value,
-        "metadata": meta,
+        "metadata": dict(meta or {}),
     }
     return ":::MLLOG " + json.dumps(record, sort_keys=False)
 
@@ -98,13 +103,16 @@ def mllog_lines(
         elif event.kind == "epoch_end":
             epoch = event.payload.get("epoch")
             timeline.append(
-                (event.t or 0.0, _mllog(event.t, "epoch_stop", event_type="INTERVAL_END", epoch_num=epoch))
+                (
+                    event.t or 0.0,
+                    _mllog(event.t, "epoch_stop", event_type="INTERVAL_END", meta={"epoch_num": epoch}),
+                )
             )
         elif event.kind == "goal_reached":
             timeline.append(
                 (
                     event.t or 0.0,
-                    _mllog(event.t, "target_reached", event.payload.get("value"), **dict(event.payload)),
+                    _mllog(event.t, "target_reached", event.payload.get("value"), meta=event.payload),
                 )
             )
         elif event.kind == "run_stop":
@@ -116,14 +124,15 @@ def mllog_lines(
                         event.t,
                         "run_stop",
                         event_type="INTERVAL_END",
-                        status=status,
-                        reason=event.payload.get("reason"),
+                        meta={"status": status, "reason": event.payload.get("reason")},
                     ),
                 )
             )
     for point in evals:
         value = point.value / 100.0 if str(goal and goal.get("metric")).endswith("Prec@1") else point.value
-        timeline.append((point.t or 0.0, _mllog(point.t, "eval_accuracy", value, epoch_num=point.epoch)))
+        timeline.append(
+            (point.t or 0.0, _mllog(point.t, "eval_accuracy", value, meta={"epoch_num": point.epoch}))
+        )
     timeline.sort(key=lambda item: item[0])
     return lines + [line for _, line in timeline]
 

@@ -1,0 +1,151 @@
+"""Run commands: ``apply``, ``status``, ``logs``, ``cancel``, ``delete``, ``results``, ``export``.
+
+Thin: parse, call ``mlbench_tui.runner`` / ``mlbench_tui.runs``, print. Only argparse and the
+stdlib at module level (``mlbench --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the run commands to the ``mlbench`` parser."""
+    p = sub.add_parser(
+        "apply",
+        help="run the benchmarks of spec files or directories and show their results",
+        description="Validate specs, plan their runs, run each (sweeps and repeats in order) with live "
+        "progress on stderr, and print the results table on stdout. Runs whose spec is unchanged and that "
+        "already succeeded are skipped (use --force to run them again). Exit 1 when a run failed.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory")
+    p.add_argument("--dry-run", action="store_true", help="print the exact commands and exit")
+    p.add_argument(
+        "-d", "--detach", action="store_true", help="return at once; the runs go on in the background"
+    )
+    p.add_argument("-f", "--force", action="store_true", help="rerun runs that already succeeded")
+    p.add_argument(
+        "-p",
+        "--parallel",
+        action="store_true",
+        help="run several runs at once while cores allow (ranks x threads)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(handler=cmd_apply)
+
+    p = sub.add_parser("status", help="list runs, or show one run in detail")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run id or name")
+    p.add_argument("-n", "--limit", type=int, default=50, help="how many runs to list (default 50)")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("logs", help="print a run's logs (all ranks, or one)")
+    p.add_argument("run", metavar="RUN", help="run id or name")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--rank", type=int, metavar="R", help="only rank R (lines without prefix)")
+    p.add_argument("--grep", metavar="REGEX", help="only lines matching the Python regular expression")
+    p.set_defaults(handler=cmd_logs)
+
+    p = sub.add_parser("cancel", help="stop every rank of a run")
+    p.add_argument("run", metavar="RUN", help="run id or name")
+    p.set_defaults(handler=cmd_cancel)
+
+    p = sub.add_parser("delete", help="delete a run (cancelling it first) with its metrics and logs")
+    p.add_argument("run", metavar="RUN", help="run id or name")
+    p.set_defaults(handler=cmd_delete)
+
+    p = sub.add_parser(
+        "results",
+        help="results table of a run, a spec, or every finished run",
+        description="Time to accuracy, epochs and steps to goal, compute/communication split, speedup and "
+        "efficiency versus 1 worker, cost, and the olympic mean over repeats.",
+    )
+    p.add_argument(
+        "ref", nargs="?", metavar="RUN|SPEC", help="run id/name, spec file/directory, or spec name"
+    )
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    p.set_defaults(handler=cmd_results)
+
+    p = sub.add_parser("export", help="write a run as a zip (spec, metrics CSV/JSON, logs, MLLOG, result)")
+    p.add_argument("run", metavar="RUN", help="run id or name")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.zip", help="archive to write")
+    p.set_defaults(handler=cmd_export)
+
+
+def _client() -> MlbenchClient:
+    from mlbench_tui.server.serve import ensure_server
+
+    return ensure_server().client()
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from mlbench_tui.runner import ApplyOptions, apply
+
+    # SIGTERM stops apply like Ctrl-C: active runs are cancelled, no rank is left behind.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        options = ApplyOptions(
+            dry_run=args.dry_run,
+            detach=args.detach,
+            force=args.force,
+            parallel=args.parallel,
+            quiet=args.quiet,
+        )
+        return apply(args.paths, options)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from mlbench_tui.runs import status_detail, status_table, write_text
+
+    client = _client()
+    write_text(sys.stdout, status_detail(client, args.run) if args.run else status_table(client, args.limit))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from mlbench_tui.runs import iter_logs
+
+    for line in iter_logs(_client(), args.run, follow=args.follow, rank=args.rank, grep=args.grep):
+        print(line, flush=args.follow)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from mlbench_tui.runs import cancel_run
+
+    print(cancel_run(_client(), args.run), file=sys.stderr)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from mlbench_tui.runs import delete_run
+
+    print(delete_run(_client(), args.run), file=sys.stderr)
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from mlbench_tui.runs import collect_results, results_output, write_text
+
+    write_text(sys.stdout, results_output(collect_results(_client(), args.ref), args.output))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from mlbench_tui.runs import export_run
+
+    path = export_run(_client(), args.run, args.output)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,151 @@
+"""Live progress of a run for the terminal: phase, epoch, current metric against the goal, ETA.
+
+``RunProgress`` folds what the store reports (latest metric values, events) into one short line;
+``ProgressPrinter`` writes it to stderr as plain lines (when stderr is a file or pipe, only when
+something changed) or as a compact line rewritten in place (when stderr is a TTY). No Textual.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+
+def _fmt_duration(value: float | None) -> str:
+    if value is None or value < 0:
+        return "?"
+    seconds = round(value)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
+@dataclass
+class RunProgress:
+    """What is known about one running run, updated from store reads."""
+
+    name: str
+    goal: Mapping[str, Any] | None
+    max_epochs: float | None = None
+    total_steps: int | None = None  # 0a: number of sizes x dtypes
+    state: str = "pending"
+    phase: str = "starting"
+    epoch: float | None = None
+    metric_value: float | None = None
+    history: list[tuple[float, float, float]] = field(default_factory=list)  # (t, epoch, value)
+    started: float = field(default_factory=time.monotonic)
+    epoch_times: list[float] = field(default_factory=list)
+    done_steps: int = 0
+    message: str | None = None
+
+    def on_event(self, kind: str, payload: Mapping[str, Any], t: float) -> None:
+        if kind == "run_start":
+            self.phase = "training"
+        elif kind == "environment" and self.phase == "starting":
+            self.phase = "setting up"
+        elif kind == "epoch_end":
+            epoch = payload.get("epoch")
+            if isinstance(epoch, (int, float)):
+                self.epoch = float(epoch)
+            self.epoch_times.append(t)
+            self.phase = "training"
+        elif kind == "goal_reached":
+            self.phase = "goal reached"
+        elif kind == "run_stop":
+            self.phase = f"stopped: {payload.get('status', '?')}"
+        elif kind == "rank_failed":
+            self.phase = f"rank {payload.get('rank')} failed"
+
+    def on_metric(self, name: str, value: float | None, epoch: float | None, t: float) -> None:
+        if self.goal and name == self.goal.get("metric") and value is not None:
+            self.metric_value = value
+            if epoch is not None:
+                self.history.append((t, epoch, value))
+                self.epoch = max(self.epoch or 0.0, epoch)
+
+    def eta_s(self) -> float | None:
+        """Seconds to the goal by extrapolating the metric linearly over the last epochs, never
+        past ``max_epochs``; None until two validations have been seen."""
+        if len(self.history) < 2 or not self.goal:
+            return None
+        (t0, e0, v0), (t1, e1, v1) = self.history[-2], self.history[-1]
+        if e1 <= e0 or t1 <= t0:
+            return None
+        per_epoch_s = (t1 - t0) / (e1 - e0)
+        target = float(self.goal["target"])
+        sign = 1.0 if self.goal.get("direction") == "max" else -1.0
+        gain = sign * (v1 - v0) / (e1 - e0)
+        remaining = sign * (target - v1)
+        if remaining <= 0:
+            return 0.0
+        epochs_left = remaining / gain if gain > 0 else float("inf")
+        if self.max_epochs is not None:
+            epochs_left = min(epochs_left, max(0.0, self.max_epochs - e1))
+        if epochs_left == float("inf"):
+            return None
+        return epochs_left * per_epoch_s
+
+    def line(self) -> str:
+        parts = [self.name, self.state if self.state != "running" else self.phase]
+        if self.epoch is not None:
+            total = f"/{self.max_epochs:g}" if self.max_epochs else ""
+            parts.append(f"epoch {self.epoch:g}{total}")
+        if self.goal:
+            metric = str(self.goal.get("metric", "")).removeprefix("val_global_")
+            op = ">=" if self.goal.get("direction") == "max" else "<="
+            current = "-" if self.metric_value is None else f"{self.metric_value:.2f}"
+            parts.append(f"{metric} {current} (goal {op} {self.goal.get('target')})")
+        elif self.total_steps:
+            parts.append(f"{self.done_steps}/{self.total_steps} sizes")
+        parts.append(f"elapsed {_fmt_duration(time.monotonic() - self.started)}")
+        eta = self.eta_s()
+        if eta is not None and self.state == "running" and self.phase == "training":
+            parts.append(f"ETA {_fmt_duration(eta)}")
+        if self.message:
+            parts.append(self.message)
+        return "  ".join(parts)
+
+
+class ProgressPrinter:
+    """Writes progress lines to a stream: rewritten in place on a TTY, appended otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet = quiet
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last: dict[str, str] = {}
+        self._live_width = 0
+
+    def note(self, text: str) -> None:
+        """A message that stays (plan summary, run started/finished)."""
+        if self.quiet:
+            return
+        self._clear_live()
+        print(text, file=self.stream, flush=True)
+
+    def update(self, progress: RunProgress) -> None:
+        if self.quiet:
+            return
+        line = progress.line()
+        if self.tty:
+            self._clear_live()
+            self.stream.write(line[:200])
+            self.stream.flush()
+            self._live_width = len(line[:200])
+            return
+        # Plain lines only when something besides the clock changed.
+        key = line.split("  elapsed ")[0]
+        if self._last.get(progress.name) != key:
+            self._last[progress.name] = key
+            print(line, file=self.stream, flush=True)
+
+    def _clear_live(self) -> None:
+        if self.tty and self._live_width:
+            self.stream.write("\r" + " " * self._live_width + "\r")
+            self.stream.flush()
+            self._live_width = 0

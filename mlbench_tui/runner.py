@@ -1,0 +1,533 @@
+"""``mlbench apply``: specs -> plans -> runs in the store -> executor -> live progress -> results.
+
+The flow: load and validate specs, expand them into run plans, skip plans whose runs already
+succeeded with the same spec hash (GitOps idempotence; ``force`` reruns), then for each plan in
+order create the run in the store (which hands out its write token), submit it to the executor,
+watch it (ship rank logs into the store, print progress), and when it ends compute its result
+summary and store it. ``parallel`` starts the next run while the ones running leave enough cores.
+Ctrl-C (or SIGTERM) cancels every active run before returning, so no rank outlives ``apply``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, RunHandle, RunState
+from mlbench_tui.progress import ProgressPrinter, RunProgress
+
+if TYPE_CHECKING:
+    from mlbench_tui.plan import RunPlan
+    from mlbench_tui.server.client import MlbenchClient
+
+POLL_S = 0.5
+REDACTED = "<write token>"
+
+
+@dataclass
+class PlannedRun:
+    """One plan to apply, with the spec text it came from and what apply will do with it."""
+
+    plan: RunPlan
+    spec_text: str
+    source: str
+    existing: Any = None  # the stored run that already succeeded (then the plan is skipped)
+
+    @property
+    def skipped(self) -> bool:
+        return self.existing is not None
+
+
+@dataclass
+class ActiveRun:
+    """A run that was submitted and is being watched."""
+
+    planned: PlannedRun
+    run_id: str
+    token: str
+    handle: RunHandle
+    progress: RunProgress
+    executor: Executor
+    event_cursor: int = 0
+    metric_cursor: int = 0
+    tailer: Any = None
+    last_poll: float = 0.0
+    rank_pids: dict[int, int] = field(default_factory=dict)
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def load_plans(paths: Sequence[str]) -> list[PlannedRun]:
+    """Load every spec under ``paths`` (raising one SpecError with all issues) and expand it."""
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec import load_paths
+
+    planned: list[PlannedRun] = []
+    for loaded in load_paths(list(paths)):
+        for plan in expand(loaded.spec):
+            planned.append(PlannedRun(plan=plan, spec_text=loaded.text, source=loaded.file))
+    names = [p.plan.name for p in planned]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise MlbenchError(
+            f"two specs produce runs with the same name: {', '.join(duplicates)}",
+            hint="give each spec its own metadata.name",
+        )
+    return planned
+
+
+def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Executor:
+    """The executor for a plan's target kind (one instance per kind when ``cache`` is given)."""
+    from mlbench_tui.executors import get_executor
+
+    kind = str(plan.target.get("kind", "local"))
+    if cache is not None and kind in cache:
+        return cache[kind]
+    executor = get_executor(kind)
+    if cache is not None:
+        cache[kind] = executor
+    return executor
+
+
+def render_dry_run(dry: DryRun) -> str:
+    """The exact commands (or manifests) of a dry run, shell-quoted, the token redacted."""
+    lines = [
+        f"# {dry.plan.name}: {dry.plan.workers} rank(s), backend {dry.plan.backend}, executor {dry.executor}"
+    ]
+    for key, value in sorted(dry.env.items()):
+        shown = REDACTED if key == "MLBENCH_RUN_TOKEN" else value
+        lines.append(f"export {key}={shlex.quote(shown)}")
+    for command in dry.commands:
+        lines.append(shlex.join(command))
+    if dry.manifests:
+        import json
+
+        for manifest in dry.manifests:
+            lines.append(json.dumps(manifest, indent=2, sort_keys=True))
+    return "\n".join(lines)
+
+
+def dry_run_text(planned: Sequence[PlannedRun], server_url: str) -> str:
+    """What ``apply --dry-run`` prints: every run's exact launch, with placeholder run ids."""
+    cache: dict[str, Executor] = {}
+    blocks = []
+    for index, item in enumerate(planned):
+        launch = LaunchContext(run_id=f"r-dryrun{index:05d}", server_url=server_url, write_token=REDACTED)
+        blocks.append(render_dry_run(executor_for(item.plan, cache).dryrun(item.plan, launch)))
+    return "\n\n".join(blocks)
+
+
+def mark_unchanged(planned: Sequence[PlannedRun], client: MlbenchClient, *, force: bool) -> None:
+    """Attach the stored successful run to each plan that has one with the same name and spec
+    hash (unless ``force``): applying an unchanged spec again does nothing."""
+    if force:
+        return
+    runs = [run for name in {p.plan.spec_name for p in planned} for run in client.list_runs(spec_name=name)]
+    done = {
+        (run.name, run.spec_hash): run
+        for run in sorted(runs, key=lambda r: r.created)
+        if run.state == RunState.SUCCEEDED
+    }
+    for item in planned:
+        item.existing = done.get((item.plan.name, item.plan.spec_hash))
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _max_epochs(plan: RunPlan) -> float | None:
+    value = plan.hyperparameters.get("max_epochs")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _cores(plan: RunPlan) -> int:
+    return plan.workers * max(1, plan.resources.threads_per_rank)
+
+
+class Runner:
+    """Runs planned runs through their executors and records everything in the store."""
+
+    def __init__(
+        self,
+        client: MlbenchClient,
+        printer: ProgressPrinter | None = None,
+        *,
+        server_url: str | None = None,
+        poll_s: float = POLL_S,
+        cpu_count: int | None = None,
+    ) -> None:
+        self.client = client
+        self.printer = printer or ProgressPrinter()
+        self.server_url = server_url or client.url
+        self.poll_s = poll_s
+        self.cpu_count = cpu_count or os.cpu_count() or 1
+        self.executors: dict[str, Executor] = {}
+        self.summaries: list[dict[str, Any]] = []
+        self.states: dict[str, RunState] = {}
+
+    # one run -------------------------------------------------------------------------------
+
+    def start(self, item: PlannedRun) -> ActiveRun | None:
+        """Create the run in the store and submit it; a launch failure marks it failed."""
+        from mlbench_tui.store.api_models import RunCreate, RunUpdate
+
+        plan = item.plan
+        created = self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
+        run_id, token = created.run.id, created.write_token
+        executor = executor_for(plan, self.executors)
+        progress = RunProgress(
+            name=plan.name,
+            goal=plan.goal.model_dump() if plan.goal else None,
+            max_epochs=_max_epochs(plan),
+            state="pending",
+        )
+        launch = LaunchContext(run_id=run_id, server_url=self.server_url, write_token=token)
+        try:
+            handle = executor.submit(plan, launch)
+        except MlbenchError as exc:
+            self.client.update_run(
+                run_id, RunUpdate(state=RunState.FAILED, error=exc.message, finished=_now())
+            )
+            self.printer.note(f"{plan.name}: failed to start: {exc.message}")
+            self._record(plan, run_id, RunState.FAILED, [], [], message=exc.message)
+            return None
+        self.client.update_run(run_id, RunUpdate(state=RunState.RUNNING, handle=str(handle), started=_now()))
+        progress.state = "running"
+        self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
+        active = ActiveRun(item, run_id, token, handle, progress, executor)
+        tailer_for = getattr(executor, "log_tailer", None)
+        active.tailer = tailer_for(run_id) if callable(tailer_for) else None
+        return active
+
+    def poll(self, active: ActiveRun) -> bool:
+        """Ship new log lines, refresh progress; True when the run has ended."""
+        self._ship_logs(active, final=False)
+        status = active.executor.describe(active.handle)
+        self._read_progress(active)
+        self._update_ranks(active, status)
+        self.printer.update(active.progress)
+        if status is None:
+            return True
+        return status.state.is_terminal() or status.state is RunState.UNKNOWN
+
+    def finish(self, active: ActiveRun) -> dict[str, Any]:
+        """Ship the last logs, compute and store the result summary and the final state."""
+        from mlbench_tui.store.api_models import RunUpdate
+
+        self._ship_logs(active, final=True)
+        status = active.executor.describe(active.handle)
+        state = status.state if status is not None else RunState.UNKNOWN
+        message = status.message if status is not None else "the executor lost track of the run"
+        if state is RunState.UNKNOWN:
+            state = RunState.FAILED
+        metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
+        stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
+        if state is RunState.SUCCEEDED and stop is not None and stop.payload.get("status") == "failed":
+            state, message = RunState.FAILED, str(stop.payload.get("reason"))
+        if state is RunState.FAILED:
+            failure = next((e for e in events if e.kind == "rank_failed"), None)
+            if failure is not None:
+                message = f"rank {failure.payload.get('rank')} failed: {failure.payload.get('exception')}"
+        self._update_ranks(active, status, final_state=state)
+        summary = self._record(active.planned.plan, active.run_id, state, metrics, events, message=message)
+        self.client.update_run(
+            active.run_id,
+            RunUpdate(
+                state=state,
+                finished=_now(),
+                result=summary,
+                error=message if state != RunState.SUCCEEDED else None,
+            ),
+        )
+        active.progress.state = state.value
+        active.progress.message = message if state is not RunState.SUCCEEDED else None
+        self.printer.note(active.progress.line())
+        return summary
+
+    def cancel(self, active: ActiveRun) -> None:
+        active.executor.cancel(active.handle)
+
+    def _record(
+        self,
+        plan: RunPlan,
+        run_id: str,
+        state: RunState,
+        metrics: list[Any],
+        events: list[Any],
+        *,
+        message: str | None,
+    ) -> dict[str, Any]:
+        from mlbench_tui.results.report import host_fingerprint, summarize_run
+
+        summary = summarize_run(
+            plan.model_dump(mode="json"),
+            state.value,
+            metrics,
+            events,
+            host=host_fingerprint(plan.resources.threads_per_rank),
+            message=message,
+        )
+        summary["run_id"] = run_id
+        self.summaries.append(summary)
+        self.states[run_id] = state
+        return summary
+
+    # helpers -------------------------------------------------------------------------------
+
+    def _ship_logs(self, active: ActiveRun, *, final: bool) -> None:
+        """Send new lines of the rank log files to the store with the run's write token."""
+        if active.tailer is None:
+            return
+        lines = active.tailer.poll(final=final)
+        if not lines:
+            return
+        now = time.time()
+        by_rank: dict[int, list[dict[str, Any]]] = {}
+        for rank, text in lines:
+            stream = "system" if rank < 0 else "stdout"
+            by_rank.setdefault(max(rank, 0), []).append({"text": text[:16_000], "stream": stream, "t": now})
+        for rank, batch_lines in by_rank.items():
+            for start in range(0, len(batch_lines), 5000):
+                try:
+                    self.client.post_logs(
+                        active.run_id, batch_lines[start : start + 5000], rank=rank, token=active.token
+                    )
+                except MlbenchError as exc:  # logs stay in the run directory; never stop the run for them
+                    self.printer.note(f"{active.progress.name}: could not store logs: {exc.message}")
+
+    def _read_progress(self, active: ActiveRun) -> None:
+        progress = active.progress
+        try:
+            page = self.client.events(active.run_id, since=active.event_cursor)
+            for event in page.events:
+                progress.on_event(event.kind, event.payload, event.t)
+            active.event_cursor = page.cursor
+            if progress.goal:
+                metrics = self.client.metrics(
+                    active.run_id, names=[str(progress.goal["metric"])], since=active.metric_cursor
+                )
+                for series in metrics.series:
+                    if series.rank != 0:
+                        continue
+                    for value, epoch, t in zip(series.value, series.epoch, series.t, strict=False):
+                        progress.on_metric(series.name, value, epoch, t)
+                active.metric_cursor = metrics.cursor
+            else:
+                names = self.client.metric_names(active.run_id)
+                progress.done_steps = sum(
+                    n.count for n in names if n.name.endswith("_latency_p50") and 0 in n.ranks
+                )
+                hp = active.planned.plan.hyperparameters
+                dtypes = hp.get("dtypes") or ["fp32"]
+                progress.total_steps = int(hp.get("num_sizes") or 0) * len(dtypes) or None
+        except MlbenchError:
+            pass  # progress is best effort; the run itself is watched through the executor
+
+    def _update_ranks(self, active: ActiveRun, status: Any, final_state: RunState | None = None) -> None:
+        if status is None:
+            return
+        from mlbench_tui.store.api_models import RankUpdate
+
+        for rank in status.ranks:
+            if final_state is None and (rank.pid is None or active.rank_pids.get(rank.rank) == rank.pid):
+                continue
+            state = final_state or rank.state
+            try:
+                self.client.update_rank(
+                    active.run_id, rank.rank, RankUpdate(state=state, host=rank.host, pid=rank.pid)
+                )
+            except MlbenchError:
+                continue
+            if rank.pid is not None:
+                active.rank_pids[rank.rank] = rank.pid
+
+    # many runs -----------------------------------------------------------------------------
+
+    def run_all(self, planned: Sequence[PlannedRun], *, parallel: bool = False) -> list[dict[str, Any]]:
+        """Run the plans in order (several at once with ``parallel`` while cores allow)."""
+        queue = [item for item in planned if not item.skipped]
+        active: list[ActiveRun] = []
+        try:
+            while queue or active:
+                while queue and self._fits(queue[0], active, parallel):
+                    started = self.start(queue.pop(0))
+                    if started is not None:
+                        active.append(started)
+                for run in list(active):
+                    if self.poll(run):
+                        self.finish(run)
+                        active.remove(run)
+                if active:
+                    time.sleep(self.poll_s)
+        except KeyboardInterrupt:
+            self.printer.note("interrupted: cancelling active runs")
+            for run in active:
+                self.cancel(run)
+                self.finish(run)
+            raise
+        return self.summaries
+
+    def _fits(self, item: PlannedRun, active: list[ActiveRun], parallel: bool) -> bool:
+        if not active:
+            return True
+        if not parallel:
+            return False
+        used = sum(_cores(run.planned.plan) for run in active)
+        return used + _cores(item.plan) <= self.cpu_count
+
+
+def fetch_result_inputs(
+    client: MlbenchClient, run_id: str, plan: RunPlan | None = None
+) -> tuple[list[Any], list[Any]]:
+    """The metrics a result summary needs (goal metric, tracker totals, all-reduce figures) and
+    every event of a run, read from the store."""
+    from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS, EventRecord, MetricPoint
+
+    wanted = {"time_train", "time_validation", *TRACKER_TOTALS}
+    names = client.metric_names(run_id)
+    goal_metric = plan.goal.metric if plan is not None and plan.goal is not None else None
+    selected = [
+        n.name
+        for n in names
+        if n.name in wanted
+        or n.name == goal_metric
+        or n.name.startswith("allreduce_")
+        or n.name.startswith("val_")
+    ]
+    metrics: list[MetricPoint] = []
+    for start in range(0, len(selected), 50):
+        cursor = 0
+        while True:
+            page = client.metrics(run_id, names=selected[start : start + 50], since=cursor)
+            count = 0
+            for series in page.series:
+                for step, value, t, epoch in zip(
+                    series.step, series.value, series.t, series.epoch, strict=False
+                ):
+                    if value is None:
+                        continue
+                    metrics.append(MetricPoint(series.name, value, series.rank, step, epoch, t))
+                    count += 1
+            if count == 0 or page.cursor == cursor:
+                break
+            cursor = page.cursor
+    events: list[EventRecord] = []
+    cursor = 0
+    while True:
+        epage = client.events(run_id, since=cursor)
+        events.extend(EventRecord(e.kind, e.payload, e.rank or 0, e.t) for e in epage.events)
+        if not epage.events or epage.cursor == cursor:
+            break
+        cursor = epage.cursor
+    return metrics, events
+
+
+# -- apply -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    dry_run: bool = False
+    detach: bool = False
+    force: bool = False
+    parallel: bool = False
+    quiet: bool = False
+
+
+def plan_summary(planned: Sequence[PlannedRun]) -> str:
+    lines = [f"plan: {len(planned)} run(s)"]
+    for item in planned:
+        plan = item.plan
+        goal = (
+            f"{plan.goal.metric} {'>=' if plan.goal.direction == 'max' else '<='} {plan.goal.target}"
+            if plan.goal
+            else "sweep"
+        )
+        what = "unchanged, already succeeded" if item.skipped else "will run"
+        lines.append(
+            f"  {plan.name}: task {plan.task} ({plan.task_name}), "
+            f"{plan.workers} x {plan.backend}, {goal} -- {what}"
+        )
+    return "\n".join(lines)
+
+
+def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
+    """Start ``apply`` in the background (own session, output to a log file); returns its pid and log."""
+    from mlbench_tui.settings import load_settings
+
+    logs = load_settings().paths.state_dir / "apply"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"apply-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    argv = [sys.executable, "-m", "mlbench_tui", "apply", *[str(Path(p).resolve()) for p in paths]]
+    if options.force:
+        argv.append("--force")
+    if options.parallel:
+        argv.append("--parallel")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return proc.pid, log_path
+
+
+def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: Any = None) -> int:
+    """Everything ``mlbench apply`` does; returns the exit code (1 when a run failed)."""
+    from mlbench_tui.results.report import render_results
+
+    out = out or sys.stdout
+    printer = ProgressPrinter(err, quiet=options.quiet)
+    planned = load_plans(paths)
+    if options.dry_run:
+        from mlbench_tui.settings import load_settings
+
+        print(dry_run_text(planned, load_settings().server_url), file=out)
+        return 0
+    if options.detach:
+        pid, log_path = detach(paths, options)
+        printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
+        printer.note("watch with: mlbench status   (or mlbench tui)")
+        return 0
+    from mlbench_tui.server.serve import ensure_server
+
+    server = ensure_server()
+    client = server.client()
+    mark_unchanged(planned, client, force=options.force)
+    printer.note(plan_summary(planned))
+    if all(item.skipped for item in planned):
+        printer.note("nothing to do: every run of this spec already succeeded (use --force to run again)")
+        print(
+            render_results(
+                [item.existing.result or {"name": item.plan.name, "state": "succeeded"} for item in planned]
+            ),
+            file=out,
+        )
+        return 0
+    runner = Runner(client, printer, server_url=server.url)
+    try:
+        summaries = runner.run_all(planned, parallel=options.parallel)
+    except KeyboardInterrupt:
+        if runner.summaries:
+            print(render_results(runner.summaries), file=out)
+        raise
+    earlier = [item.existing.result for item in planned if item.skipped and item.existing.result]
+    print(render_results([*earlier, *summaries]), file=out)
+    failed = [s for s in summaries if s.get("state") != RunState.SUCCEEDED.value]
+    if failed:
+        names = ", ".join(f"{s['name']} ({s['state']})" for s in failed)
+        printer.note(f"{len(failed)} run(s) did not succeed: {names}")
+        return 1
+    return 0
