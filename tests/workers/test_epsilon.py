@@ -1,0 +1,102 @@
+"""epsilon: LIBSVM bz2 conversion to memory-mapped arrays, first-use checksums, shards, synthetic."""
+
+from __future__ import annotations
+
+import bz2
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlbench_worker.data import epsilon
+from mlbench_worker.data.fetch import DatasetError
+
+
+def _libsvm_lines(x: np.ndarray, y: np.ndarray) -> str:
+    lines = []
+    for row, label in zip(x, y, strict=True):
+        pairs = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row) if v != 0.0)
+        lines.append(f"{'+1' if label else '-1'} {pairs}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _write_archives(root: Path, rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    data = {}
+    for split, rows in (("train", 12), ("val", 5)):
+        x = rng.standard_normal((rows, epsilon.N_FEATURES)).astype(np.float32)
+        x[0, 100:] = 0.0  # a sparse row: missing indices are zeros
+        x = np.round(x, 4)
+        y = rng.integers(0, 2, rows).astype(np.uint8)
+        text = _libsvm_lines(x, y)
+        (root / epsilon.REMOTES[split].filename).write_bytes(bz2.compress(text.encode("ascii")))
+        data[split] = (x, y)
+    return data
+
+
+def test_prepare_converts_libsvm_bz2_into_memory_mapped_arrays(tmp_path: Path) -> None:
+    expected = _write_archives(tmp_path, np.random.default_rng(0))
+    epsilon.prepare(tmp_path, quiet=True)
+    splits = epsilon.open_prepared(tmp_path)
+    for split, (x, y) in expected.items():
+        assert isinstance(splits[split].x, np.memmap)
+        np.testing.assert_allclose(splits[split].x, x, rtol=1e-5)
+        np.testing.assert_array_equal(splits[split].y, y)
+    sources = json.loads((tmp_path / "sources.json").read_text())
+    assert set(sources) == {"epsilon_normalized.bz2", "epsilon_normalized.t.bz2"}
+    assert len(sources["epsilon_normalized.bz2"]["sha256"]) == 64
+
+
+def test_archive_changed_after_first_use_is_refused(tmp_path: Path) -> None:
+    _write_archives(tmp_path, np.random.default_rng(1))
+    epsilon.prepare(tmp_path, quiet=True)
+    (tmp_path / "epsilon_normalized.t.bz2").write_bytes(bz2.compress(b"+1 1:0.5\n"))
+    with pytest.raises(DatasetError, match="differs from the one recorded"):
+        epsilon.prepare(tmp_path, force=True, quiet=True)
+
+
+def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
+    src = tmp_path / "bad.txt"
+    src.write_text("+1 1:0.5 2:0.25\n-1 3:oops\n")
+    with pytest.raises(DatasetError, match=r"bad.txt: line 2"):
+        epsilon.convert_libsvm(src, tmp_path, "train", n_features=4)
+    src.write_text("+1 9:0.5\n")
+    with pytest.raises(DatasetError, match=r"outside 1\.\.4"):
+        epsilon.convert_libsvm(src, tmp_path, "train", n_features=4)
+    assert not list(tmp_path.glob("*.f32"))
+
+
+def test_unprepared_directory_says_how_to_prepare(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="mlbench data prepare epsilon"):
+        epsilon.open_prepared(tmp_path)
+
+
+def test_shards_are_disjoint_equal_and_identical_across_ranks() -> None:
+    shards = [epsilon.shard_indices(103, r, 4, seed=7) for r in range(4)]
+    assert {len(s) for s in shards} == {25}
+    merged = np.concatenate(shards)
+    assert len(np.unique(merged)) == len(merged)
+    np.testing.assert_array_equal(shards[2], epsilon.shard_indices(103, 2, 4, seed=7))
+
+
+def test_batches_cover_the_shard_and_reshuffle_per_epoch() -> None:
+    split = epsilon.synthetic({"train_samples": 40, "val_samples": 8, "features": 6}, seed=3)["train"]
+    idx = np.arange(40)
+    batches = epsilon.LinearBatches(split, idx, 16, seed=1)
+    assert len(batches) == 3
+    first = [y for _, y in batches.epoch(1)]
+    assert [len(y) for y in first] == [16, 16, 8]
+    assert sum(int(y.sum()) for y in first) == int(split.y.sum())
+    xs1 = np.concatenate([x for x, _ in batches.epoch(1)])
+    xs2 = np.concatenate([x for x, _ in batches.epoch(2)])
+    assert not np.array_equal(xs1, xs2)
+
+
+def test_synthetic_is_epsilon_shaped_and_linearly_learnable() -> None:
+    data = epsilon.synthetic({"train_samples": 2048, "val_samples": 512}, seed=0)
+    train, val = data["train"], data["val"]
+    assert train.x.shape == (2048, 2000) and train.x.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(train.x, axis=1), 1.0, rtol=1e-5)
+    # The class-mean difference direction already separates the validation set well.
+    w = train.x[train.y == 1].mean(0) - train.x[train.y == 0].mean(0)
+    accuracy = float(((val.x @ w > 0).astype(np.uint8) == val.y).mean())
+    assert accuracy > 0.85
