@@ -32,7 +32,7 @@ def test_weight_drop_masks_hidden_weights_in_training_only_and_keeps_parameters(
         b, _ = rnn(x)
         a.sum().backward()
     assert not torch.allclose(a, b)
-    grad = rnn.lstm.weight_hh_l0.grad
+    grad = rnn.lstm.get_parameter("weight_hh_l0").grad
     assert grad is not None and 0.3 < float(grad.eq(0).float().mean()) < 0.7
     assert [n for n, _ in rnn.named_parameters()] == [
         "lstm.weight_ih_l0",
