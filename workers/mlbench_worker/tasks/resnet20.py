@@ -1,0 +1,142 @@
+"""Task 1a: ResNet-20 on CIFAR-10 to a validation top-1 goal (MLBench's image classification task).
+
+Per ANCHORS/MLBench: batch 128 per worker; LR 0.02 scaled to 0.02*k with a linear per-step
+warm-up over log2(k) epochs, then reduce-on-plateau of the validation loss (patience 2, factor
+0.5); SGD momentum 0.9, nesterov, weight decay 1e-4; cross-entropy; gradients averaged with
+all-reduce over the whole model (CentralizedSGD); disjoint data per worker. Options:
+``channels_last``; precision ``bf16`` autocast on CPU or GPU, ``fp16``/``amp`` on GPU.
+Synthetic data options: ``train_samples`` (4096: with 2 ranks and batch 128 the light goal
+comes after ~3 epochs, ~48 steps, once BatchNorm's running statistics have settled),
+``val_samples`` (512), ``noise`` (48.0), ``seed`` (0). ``download`` caches in ``data.path``
+(default ``$MLBENCH_DATA_DIR`` or
+``~/.cache/mlbench/data``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mlbench_worker.context import RunContext
+from mlbench_worker.data import cifar10
+from mlbench_worker.data.fetch import DatasetError
+from mlbench_worker.models.resnet import resnet20
+from mlbench_worker.optim import build_optimizer
+from mlbench_worker.optim.schedules import WarmupPlateau
+from mlbench_worker.tasks.base import Outcome
+from mlbench_worker.tasks.training import ClassificationTrainer, run_training
+
+
+def default_data_dir() -> Path:
+    """Where downloaded datasets are cached when the spec gives no path."""
+    env = os.environ.get("MLBENCH_DATA_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"
+
+
+def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
+    """The full train and validation sets from the configured source (CPU tensors)."""
+    data = ctx.config.data
+    if data.source == "synthetic":
+        opts = data.options
+        return cifar10.synthetic(
+            int(opts.get("train_samples", 4096)),
+            int(opts.get("val_samples", 512)),
+            seed=int(opts.get("seed", 0)),
+            noise=float(opts.get("noise", 48.0)),
+        )
+    if data.source == "path":
+        assert data.path is not None  # checked by the config parser
+        return cifar10.load_batches(Path(data.path))
+    root = Path(data.path) if data.path else default_data_dir() / "cifar10"
+    if ctx.rendezvous.local_rank == 0:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            ctx.log(f"fetching CIFAR-10 into {root}", all_ranks=True)
+            cifar10.download(root)
+        finally:
+            ctx.comm.barrier()  # release the other ranks even when the download failed
+    else:
+        ctx.comm.barrier()
+    try:
+        return cifar10.load_batches(root)
+    except DatasetError as exc:
+        raise DatasetError(f"{exc} (the download on local rank 0 failed; see its log)") from None
+
+
+class ResNet20Trainer(ClassificationTrainer):
+    """ResNet-20 on this rank's CIFAR-10 shard."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        config = ctx.config
+        self.batch_size = int(ctx.hp("batch_size", 128))
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        channels_last = bool(ctx.hp("channels_last", False))
+        train_full, val_full = load_cifar10(ctx)
+        self.seed = config.seed
+        self.train_set = cifar10.shard(train_full, ctx.rank, ctx.world_size, seed=config.seed).to(self.device)
+        self.val_set = cifar10.split(val_full, ctx.rank, ctx.world_size).to(self.device)
+        self.augmenter = cifar10.Augmenter(
+            self.device, seed=config.seed * 1000 + ctx.rank, channels_last=channels_last
+        )
+        model = resnet20(cifar10.NUM_CLASSES).to(self.device)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        for tensor in model.state_dict().values():  # identical start on every rank, whatever the RNG
+            ctx.comm.broadcast(tensor, src=0)
+        self.model = model
+        self.loss_fn = nn.CrossEntropyLoss()
+        hp = dict(config.hyperparameters)
+        hp.setdefault("lr", 0.02 * ctx.world_size)
+        hp.setdefault("momentum", 0.9)
+        hp.setdefault("nesterov", True)
+        hp.setdefault("weight_decay", 1e-4)
+        self.optimizer = build_optimizer(
+            str(hp.get("optimizer", "centralized_sgd")), model.parameters(), ctx.comm, hp
+        )
+        target_lr = float(hp["lr"])
+        steps = cifar10.steps_per_epoch(len(self.train_set), self.batch_size)
+        self.schedule = WarmupPlateau(
+            base_lr=float(hp.get("base_lr", target_lr / ctx.world_size)),
+            target_lr=target_lr,
+            warmup_epochs=float(hp.get("warmup_epochs", 0.0)),
+            steps_per_epoch=steps,
+            patience=int(hp.get("plateau_patience", 2)),
+            factor=float(hp.get("plateau_factor", 0.5)),
+        )
+        self.optimizer.set_lr(self.schedule.lr)
+        ctx.log(
+            f"CIFAR-10 ({config.data.source}): {len(train_full)} train / {len(val_full)} val images, "
+            f"shard {len(self.train_set)} per rank, {steps} steps/epoch, batch {self.batch_size}, "
+            f"lr {self.schedule.base_lr:g} -> {target_lr:g} over {hp.get('warmup_epochs', 0)} epoch(s)"
+        )
+
+    def train_batches(self, epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        return cifar10.train_batches(
+            self.train_set, self.augmenter, self.batch_size, epoch=epoch, seed=self.seed
+        )
+
+    def val_batches(self) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        return cifar10.val_batches(self.val_set, self.augmenter, max(self.batch_size, 256))
+
+    def before_step(self, step: int) -> None:
+        lr = self.schedule.on_step(step)
+        if lr != self.optimizer.lr:
+            self.optimizer.set_lr(lr)
+
+    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
+        lr = self.schedule.on_validation(metrics["val_global_loss"], step)
+        if lr != self.optimizer.lr:
+            self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
+            self.optimizer.set_lr(lr)
+
+
+def run(ctx: RunContext) -> Outcome:
+    """Train ResNet-20 until the goal, ``max_time`` or ``max_epochs``."""
+    trainer = ResNet20Trainer(ctx)
+    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 164)))
