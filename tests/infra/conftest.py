@@ -30,8 +30,8 @@ def pulumi_mocks() -> RecordingMocks:
         def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
             return recorder.new_resource(args)
 
-        def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], None]:
-            return recorder.call(args), None
+        def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
+            return recorder.call(args), []
 
     pulumi.runtime.set_mocks(_Mocks(), project="mlbench-test", stack="unit", preview=False)
     return recorder

@@ -34,6 +34,7 @@ class RecordingMocks:
             outputs["arn"] = f"arn:aws:eks:us-east-1:123456789012:cluster/{args.inputs.get('name')}"
         if args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
+            outputs.setdefault("name", args.name)  # the provider autonames roles
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))
         return f"{args.name}-id", outputs
 
