@@ -121,3 +121,31 @@ def test_gpu_zone_pins_the_gpu_group_and_on_demand(pulumi_mocks: RecordingMocks)
 def test_args_validation(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ClusterConfigError, match=message):
         EksClusterArgs(**{"cluster_name": "c", "region": "us-east-1", **overrides})
+
+
+def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
+    import pulumi
+
+    from infra.components.eks import program
+
+    pulumi.runtime.set_all_config(
+        {
+            "mlbench-test:region": "eu-west-1",
+            "mlbench-test:clusterName": "mlbench-cfg",
+            "mlbench-test:nodes": "2",
+            "mlbench-test:maxNodes": "5",
+            "mlbench-test:instanceType": "g5.xlarge",
+            "mlbench-test:gpuType": "A10G",
+            "mlbench-test:availabilityZones": '["eu-west-1a", "eu-west-1b"]',
+        }
+    )
+    try:
+        run_program(lambda: (program(), {})[1])
+    finally:
+        pulumi.runtime.set_all_config({})
+    assert pulumi_mocks.one("aws:eks/cluster:Cluster").inputs["name"] == "mlbench-cfg"
+    gpu = pulumi_mocks.one("aws:eks/nodeGroup:NodeGroup", "-gpu").inputs
+    assert gpu["instanceTypes"] == ["g5.xlarge"]
+    assert gpu["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 5}
+    zones = sorted(s.inputs["availabilityZone"] for s in pulumi_mocks.of_type("aws:ec2/subnet:Subnet"))
+    assert zones == ["eu-west-1a", "eu-west-1b"]

@@ -123,3 +123,39 @@ def test_args_validation(overrides: dict[str, Any], message: str) -> None:
     base: dict[str, Any] = {"cluster_name": "c", "project": "p", "location": "us-central1-a"}
     with pytest.raises(ClusterConfigError, match=message):
         GkeClusterArgs(**{**base, **overrides})
+
+
+def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
+    import pulumi
+
+    from infra.components.gke import program
+
+    pulumi.runtime.set_all_config(
+        {
+            "mlbench-test:project": "proj-9",
+            "mlbench-test:region": "us-central1",
+            "mlbench-test:zone": "us-central1-b",
+            "mlbench-test:clusterName": "mlbench-cfg",
+            "mlbench-test:nodes": "3",
+            "mlbench-test:gpuType": "nvidia-tesla-v100",
+            "mlbench-test:gpuCount": "2",
+            "mlbench-test:machineType": "n1-standard-16",
+            "mlbench-test:spot": "true",
+        }
+    )
+    try:
+        run_program(lambda: (program(), {})[1])
+    finally:
+        pulumi.runtime.set_all_config({})
+    cluster = pulumi_mocks.one("gcp:container/cluster:Cluster").inputs
+    assert (cluster["name"], cluster["location"], cluster["project"]) == (
+        "mlbench-cfg",
+        "us-central1",
+        "proj-9",
+    )
+    gpu = pulumi_mocks.one("gcp:container/nodePool:NodePool", "-gpu").inputs
+    assert gpu["nodeLocations"] == ["us-central1-b"]
+    assert gpu["initialNodeCount"] == 3
+    assert gpu["nodeConfig"]["spot"] is True
+    assert gpu["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-tesla-v100"
+    assert gpu["nodeConfig"]["guestAccelerators"][0]["count"] == 2
