@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -270,7 +270,7 @@ class MlbenchClient:
         metrics_since: int | None = None,
         logs_since: int | None = None,
         events_since: int | None = None,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, None]:
         """Iterate Server-Sent Events of one run (or of the run list when ``run_id`` is None).
 
         Blocks between events; close the generator (or break) to disconnect. Run streams begin

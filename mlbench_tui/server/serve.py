@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -138,6 +139,15 @@ def make_server(store: Store, auth: AuthConfig, *, log_level: str = "warning") -
     """A uvicorn server for the app over ``store`` (not started)."""
     import uvicorn
 
+    class _Server(uvicorn.Server):
+        # uvicorn re-raises SIGINT/SIGTERM after a graceful shutdown, which would kill the
+        # process before our cleanup (server.json, store lock) runs: shut down and return instead.
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            else:
+                self.should_exit = True
+
     from mlbench_tui.server.app import create_app
 
     config = uvicorn.Config(
@@ -148,7 +158,7 @@ def make_server(store: Store, auth: AuthConfig, *, log_level: str = "warning") -
         server_header=False,
         lifespan="on",
     )
-    return uvicorn.Server(config)
+    return _Server(config)
 
 
 class EmbeddedServer:

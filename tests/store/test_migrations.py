@@ -1,0 +1,108 @@
+"""Named migrations: an older store file upgrades in place; a newer one is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mlbench_tui.errors import StoreError
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import RankUpdate
+from mlbench_tui.store.migrations import MIGRATIONS
+from mlbench_tui.store.store import Store, hash_token
+from mlbench_tui.store.tables import TABLES
+
+# The store layout of migration 0001 as an older mlbench wrote it, with data in it.
+OLD_SCHEMA = """
+CREATE TABLE schema_migrations (name VARCHAR NOT NULL PRIMARY KEY, applied FLOAT NOT NULL);
+INSERT INTO schema_migrations VALUES ('0001_initial', 1700000000.0);
+CREATE TABLE runs (
+    id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR NOT NULL, spec_name VARCHAR NOT NULL DEFAULT '',
+    spec_hash VARCHAR NOT NULL DEFAULT '', spec_text VARCHAR NOT NULL DEFAULT '',
+    plan VARCHAR NOT NULL DEFAULT '{}', task VARCHAR NOT NULL DEFAULT '', backend VARCHAR NOT NULL DEFAULT '',
+    workers INTEGER NOT NULL DEFAULT 1, repeat INTEGER NOT NULL DEFAULT 0, goal VARCHAR,
+    state VARCHAR NOT NULL DEFAULT 'pending', target_kind VARCHAR NOT NULL DEFAULT 'local', handle VARCHAR,
+    created FLOAT NOT NULL, started FLOAT, finished FLOAT, result VARCHAR, error VARCHAR,
+    token_hash VARCHAR NOT NULL, updated FLOAT NOT NULL);
+CREATE INDEX ix_runs_name ON runs (name);
+CREATE INDEX ix_runs_state ON runs (state);
+CREATE TABLE metrics (id INTEGER NOT NULL PRIMARY KEY, run_id VARCHAR NOT NULL, rank INTEGER NOT NULL,
+    name VARCHAR NOT NULL, step INTEGER, epoch FLOAT, t FLOAT NOT NULL, value FLOAT);
+CREATE INDEX ix_metrics_run_name_step ON metrics (run_id, name, step);
+CREATE TABLE logs (id INTEGER NOT NULL PRIMARY KEY, run_id VARCHAR NOT NULL, rank INTEGER NOT NULL,
+    stream VARCHAR NOT NULL DEFAULT 'stdout', seq INTEGER, t FLOAT NOT NULL, text VARCHAR NOT NULL);
+CREATE INDEX ix_logs_run ON logs (run_id);
+CREATE TABLE events (id INTEGER NOT NULL PRIMARY KEY, run_id VARCHAR NOT NULL, rank INTEGER,
+    kind VARCHAR NOT NULL, payload VARCHAR NOT NULL DEFAULT '{}', t FLOAT NOT NULL);
+CREATE INDEX ix_events_run ON events (run_id);
+"""
+
+
+def _old_store(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.executescript(OLD_SCHEMA)
+    db.execute(
+        "INSERT INTO runs (id, name, state, created, token_hash, updated, goal)"
+        " VALUES ('r-0123456789ab', 'old-run', 'succeeded', 1700000000.0, ?, 1700000000.0, ?)",
+        (hash_token("old-token"), '{"metric": "val_global_Prec@1", "target": 80}'),
+    )
+    db.executemany(
+        "INSERT INTO metrics (id, run_id, rank, name, step, t, value)"
+        " VALUES (?, 'r-0123456789ab', 0, 'loss', ?, 1.0, ?)",
+        [(i + 1, i, 1.0 / (i + 1)) for i in range(5)],
+    )
+    db.commit()
+    db.close()
+
+
+def test_older_store_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _old_store(path)
+    with Store(path) as store:
+        assert store.migrations_applied == ["0002_ranks_batches_labels"]
+        run = store.get_run("r-0123456789ab")
+        assert (
+            run.name == "old-run"
+            and run.labels == {}
+            and run.goal == {"metric": "val_global_Prec@1", "target": 80}
+        )
+        page = store.read(lambda c: queries.metrics(c, run.id))
+        assert page.series[0].step == [0, 1, 2, 3, 4]
+        # features of the new schema work on the upgraded file
+        assert store.ingest_metrics(run.id, 0, 1, [("loss", 5, None, 2.0, 0.1)]).accepted == 1
+        assert store.ingest_metrics(run.id, 0, 1, [("loss", 5, None, 2.0, 0.1)]).duplicate
+        assert store.update_rank(run.id, 0, RankUpdate(state="succeeded")).rank == 0
+        assert store.read(lambda c: queries.metrics(c, run.id, since=5)).series[0].value == [0.1]
+        assert store.check_run_token(run.id, "old-token") is True
+    names = [r[0] for r in sqlite3.connect(path).execute("SELECT name FROM schema_migrations ORDER BY name")]
+    assert names == [name for name, _ in MIGRATIONS]
+    with Store(path) as again:  # reopening applies nothing
+        assert again.migrations_applied == []
+
+
+def test_migrated_schema_matches_the_table_models(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    for table in TABLES:
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table.name})")}
+        assert columns == {c.name for c in table.columns}, table.name
+        indexes = {
+            row[1]
+            for row in db.execute(f"PRAGMA index_list({table.name})")
+            if not row[1].startswith("sqlite_")
+        }
+        assert {i.name for i in table.indexes} <= indexes, table.name
+
+
+def test_store_from_a_newer_mlbench_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO schema_migrations VALUES ('0099_from_the_future', 2000000000.0)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="newer mlbench"):
+        Store(path)

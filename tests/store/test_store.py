@@ -1,0 +1,166 @@
+"""The store on a real SQLite file: runs, idempotent ingest, cursors, downsampling, one writer."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
+from mlbench_tui.store.db import NotFound, StoreLocked, default_db_path
+from mlbench_tui.store.store import Store, hash_token
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "m.db")
+    yield s
+    s.close()
+
+
+def test_default_path_honours_home_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLBENCH_HOME", str(tmp_path / "home"))
+    assert default_db_path() == tmp_path / "home" / "mlbench.db"
+    monkeypatch.setenv("MLBENCH_DB", str(tmp_path / "x.db"))
+    assert default_db_path() == tmp_path / "x.db"
+
+
+def test_run_lifecycle_ranks_and_token_hashed_at_rest(store: Store) -> None:
+    run, token = store.create_run(RunCreate(name="demo-gloo-2w", workers=2, task="1a", backend="gloo"))
+    assert run.id.startswith("r-") and len(run.id) == 14
+    assert [r.rank for r in run.ranks] == [0, 1] and run.state.value == "pending"
+    raw = sqlite3.connect(store.path).execute("SELECT token_hash FROM runs").fetchone()[0]
+    assert raw == hash_token(token) and token not in raw
+    assert store.check_run_token(run.id, token) is True
+    assert store.check_run_token(run.id, token + "x") is False
+    assert store.check_run_token("r-000000000000", token) is None
+
+    running = store.update_run(run.id, RunUpdate(state="running", handle="local://h/" + run.id))
+    assert running.started is not None and running.finished is None
+    done = store.update_run(run.id, RunUpdate(state="succeeded", result={"tta_s": 12.5}))
+    assert done.finished is not None and done.result == {"tta_s": 12.5}
+    rank = store.update_rank(run.id, 1, RankUpdate(state="failed", exit_code=3, host="node-a", pid=42))
+    assert (rank.state.value, rank.exit_code, rank.host) == ("failed", 3, "node-a")
+    with pytest.raises(NotFound):
+        store.update_run("r-000000000000", RunUpdate(state="failed"))
+
+
+def test_ingest_is_idempotent_per_rank_session_seq(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="r"))
+    rows = [("loss", i, None, 1.0, float(i)) for i in range(10)]
+    assert store.ingest_metrics(run.id, 0, 7, rows).accepted == 10
+    again = store.ingest_metrics(run.id, 0, 7, rows)
+    assert again.duplicate and again.accepted == 0
+    assert store.ingest_metrics(run.id, 1, 7, rows).accepted == 10  # other rank, same seq
+    assert store.ingest_metrics(run.id, 0, 7, rows, session="b").accepted == 10  # restarted sender
+    page = store.read(lambda c: queries.metrics(c, run.id, names=["loss"]))
+    assert sum(len(s.value) for s in page.series) == 30
+    with pytest.raises(NotFound):
+        store.ingest_metrics("r-000000000000", 0, 1, rows)
+
+
+def test_cursor_reads_return_only_newer_points(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="r"))
+    store.ingest_metrics(run.id, 0, 1, [("loss", i, None, 1.0, 1.0) for i in range(5)])
+    first = store.read(lambda c: queries.metrics(c, run.id))
+    store.ingest_metrics(run.id, 0, 2, [("loss", i, None, 1.0, 2.0) for i in range(5, 8)])
+    second = store.read(lambda c: queries.metrics(c, run.id, since=first.cursor))
+    assert second.series[0].step == [5, 6, 7] and second.cursor > first.cursor
+    empty = store.read(lambda c: queries.metrics(c, run.id, since=second.cursor))
+    assert empty.series == [] and empty.cursor == second.cursor
+
+
+def test_downsampling_keeps_spikes_as_min_max(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="r"))
+    values = [1.0] * 1000
+    values[437] = 99.0
+    values[800] = None  # type: ignore[call-overload]
+    store.ingest_metrics(run.id, 0, 1, [("loss", i, None, float(i), v) for i, v in enumerate(values)])
+    page = store.read(lambda c: queries.metrics(c, run.id, points=10))
+    (series,) = page.series
+    assert page.downsampled and len(series.value) == 10
+    assert series.max is not None and max(m for m in series.max if m is not None) == 99.0
+    assert series.step[-1] == 999 and series.value[-1] == 1.0
+
+
+def test_metric_names_logs_regex_and_events(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="r", workers=2))
+    store.ingest_metrics(run.id, 0, 1, [("loss", 1, None, 1.0, 0.5), ("lr", 1, None, 1.0, 0.1)])
+    store.ingest_metrics(run.id, 1, 1, [("loss", 3, None, 1.0, 0.25)])
+    names = store.read(lambda c: queries.metric_names(c, run.id))
+    assert [(n.name, sorted(n.ranks), n.count, n.last_step, n.last_value) for n in names] == [
+        ("loss", [0, 1], 2, 3, 0.25),
+        ("lr", [0], 1, 1, 0.1),
+    ]
+    w = store.writer
+    assert w is not None
+    lines = [(run.id, r, "stdout", i, 1.0, f"epoch {i} rank {r}") for r in (0, 1) for i in range(3)]
+    w.ingest("logs", run.id, 0, "", 1, lines)
+    page = store.read(lambda c: queries.logs(c, run.id, rank=1, regex=r"epoch [12]"))
+    assert [ln.text for ln in page.lines] == ["epoch 1 rank 1", "epoch 2 rank 1"]
+    limited = store.read(lambda c: queries.logs(c, run.id, limit=2))
+    rest = store.read(lambda c: queries.logs(c, run.id, since=limited.cursor))
+    assert len(limited.lines) == 2 and len(rest.lines) == 4
+    w.ingest("events", run.id, 0, "", 1, [(run.id, 0, "epoch_end", '{"epoch": 1}', 2.0)])
+    events = store.read(lambda c: queries.events(c, run.id))
+    assert events.events[0].payload == {"epoch": 1}
+
+
+def test_delete_removes_all_data_of_the_run_only(store: Store) -> None:
+    a, _ = store.create_run(RunCreate(name="a"))
+    b, _ = store.create_run(RunCreate(name="b"))
+    for run in (a, b):
+        store.ingest_metrics(run.id, 0, 1, [("loss", 1, None, 1.0, 1.0)])
+    store.delete_run(a.id)
+    db = sqlite3.connect(store.path)
+    assert db.execute("SELECT DISTINCT run_id FROM metrics").fetchall() == [(b.id,)]
+    assert db.execute("SELECT count(*) FROM ranks WHERE run_id = ?", (a.id,)).fetchone() == (0,)
+    with pytest.raises(NotFound):
+        store.get_run(a.id)
+
+
+def test_concurrent_writers_are_group_committed(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="r"))
+    errors: list[BaseException] = []
+
+    def send(rank: int) -> None:
+        try:
+            for seq in range(50):
+                store.ingest_metrics(run.id, rank, seq, [("x", seq, None, 1.0, 1.0)] * 20)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(r,)) for r in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    count = sqlite3.connect(store.path).execute("SELECT count(*) FROM metrics").fetchone()[0]
+    assert count == 8 * 50 * 20
+
+
+def test_second_writer_on_same_file_is_refused(store: Store) -> None:
+    with pytest.raises(StoreLocked):
+        Store(store.path)
+    reader = Store(store.path, write=False)
+    try:
+        assert reader.read(lambda c: queries.list_runs(c)) == []
+    finally:
+        reader.close()
+
+
+def test_wal_mode_and_not_a_store(tmp_path: Path) -> None:
+    s = Store(tmp_path / "w.db")
+    s.close()
+    assert sqlite3.connect(tmp_path / "w.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    from mlbench_tui.errors import StoreError
+
+    with pytest.raises(StoreError, match="not a database"):
+        Store(bad)
