@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -140,7 +141,7 @@ def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
         }
     )
     try:
-        run_program(lambda: (program(), {})[1])
+        run_program(lambda: _run_stack(program))
     finally:
         pulumi.runtime.set_all_config({})
     assert pulumi_mocks.one("aws:eks/cluster:Cluster").inputs["name"] == "mlbench-cfg"
@@ -149,3 +150,8 @@ def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
     assert gpu["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 5}
     zones = sorted(s.inputs["availabilityZone"] for s in pulumi_mocks.of_type("aws:ec2/subnet:Subnet"))
     assert zones == ["eu-west-1a", "eu-west-1b"]
+
+
+def _run_stack(program: Callable[[], None]) -> dict[str, Any]:
+    program()
+    return {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -144,7 +145,7 @@ def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
         }
     )
     try:
-        run_program(lambda: (program(), {})[1])
+        run_program(lambda: _run_stack(program))
     finally:
         pulumi.runtime.set_all_config({})
     cluster = pulumi_mocks.one("gcp:container/cluster:Cluster").inputs
@@ -159,3 +160,8 @@ def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
     assert gpu["nodeConfig"]["spot"] is True
     assert gpu["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-tesla-v100"
     assert gpu["nodeConfig"]["guestAccelerators"][0]["count"] == 2
+
+
+def _run_stack(program: Callable[[], None]) -> dict[str, Any]:
+    program()
+    return {}
