@@ -102,6 +102,24 @@ def _status_message(exc: Exception) -> str:
     return str(reason or exc)
 
 
+def call_json(
+    action: str, fn: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any
+) -> Any:
+    """Call a client method for its raw JSON (plain dicts, no model validation, so fields newer than
+    this client pass through); errors become ``ExecutorError``; 404 is None when ``missing_ok``."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return _json(fn(*args, _preload_content=False, **kwargs))
+    except ApiException as exc:
+        if missing_ok and exc.status == 404:
+            return None
+        raise api_error(exc, action) from None
+    except HTTPError as exc:
+        raise api_error(exc, action) from None
+
+
 def make_api_client(context: str | None = None, kubeconfig: str | None = None) -> Any:
     """An ``ApiClient`` for a kubeconfig context (default: current), or the in-cluster account."""
     from kubernetes import client, config
@@ -168,18 +186,7 @@ class KubernetesExecutor(Executor):
     def _call(
         self, action: str, fn: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any
     ) -> Any:
-        """Call the API for raw JSON dicts; errors become ``ExecutorError``; 404 is None if ``missing_ok``."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return _json(fn(*args, _request_timeout=self._timeout, _preload_content=False, **kwargs))
-        except ApiException as exc:
-            if missing_ok and exc.status == 404:
-                return None
-            raise api_error(exc, action) from None
-        except HTTPError as exc:
-            raise api_error(exc, action) from None
+        return call_json(action, fn, *args, missing_ok=missing_ok, _request_timeout=self._timeout, **kwargs)
 
     # --- plan and launch ---
     def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:

@@ -7,6 +7,7 @@ controllers (Job controller, kubelet) by writing pod objects through ``put``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import datetime
 import itertools
@@ -84,7 +85,12 @@ class _Emulator(k8s.KubernetesEmulator):
     finished_logs: set[tuple[str, str]]
     _counter: Any
 
+    namespaces: dict[str, dict[str, Any]]
+    port_targets: dict[tuple[str, str], tuple[str, int]]
+
     def setup(self) -> None:
+        self.namespaces = {}
+        self.port_targets = {}
         self.faults = {}
         self.logs = {}
         self.finished_logs = set()
@@ -94,6 +100,11 @@ class _Emulator(k8s.KubernetesEmulator):
         self[kmock.resource("v1/pods"), kmock.subresource("log")] << self._serve_log
 
     def _stamp(self, obj: dict[str, Any]) -> None:
+        if obj.get("kind") == "Secret" and "stringData" in obj:  # as the API server stores Secrets
+            encoded = {
+                k: base64.b64encode(str(v).encode()).decode() for k, v in obj.pop("stringData").items()
+            }
+            obj["data"] = {**(obj.get("data") or {}), **encoded}
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault(
@@ -115,6 +126,11 @@ class _Emulator(k8s.KubernetesEmulator):
         ):
             self._stamp(request.data)
         content_type = request.headers.get("Content-Type", "")
+        if request.subresource == "portforward":
+            return await self._port_forward(request)
+        path = request.url.path.strip("/").split("/")
+        if path[:3] == ["api", "v1", "namespaces"] and len(path) == 4:
+            return await self._namespace(request, path[3], "apply-patch" in content_type)
         if request.action == enums.action.UPDATE and "apply-patch" in content_type and request.name:
             return await self._apply(request)
         return await super()._handle(request)
@@ -141,6 +157,10 @@ class _Emulator(k8s.KubernetesEmulator):
                 await self._buses[request.resource].put({"type": "ADDED", "object": raw})
                 return aiohttp.web.json_response(raw, status=201)
             current = self._objects[key].raw
+            if body.get("kind") == "Secret" and "stringData" in body:
+                stamp_free = {"kind": "Secret", "stringData": body.pop("stringData"), "metadata": {}}
+                self._stamp(stamp_free)
+                body["data"] = {**(body.get("data") or {}), **stamp_free["data"]}
             merged = _merge(copy.deepcopy(current), body)
             if merged == current:
                 return aiohttp.web.json_response(current)
@@ -149,6 +169,58 @@ class _Emulator(k8s.KubernetesEmulator):
             raw = self._objects[key].raw
             await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
             return aiohttp.web.json_response(raw)
+
+    async def _port_forward(self, request: rendering.Request) -> Any:
+        """The pods/portforward websocket (channel protocol v4): channel 0 carries data to and from
+        the pod's port, channel 1 errors; here the "pod port" is a real TCP server on 127.0.0.1."""
+        import aiohttp
+        import aiohttp.web
+
+        assert request._raw_request is not None
+        target = self.port_targets.get((str(request.namespace), str(request.name)))
+        if target is None:
+            raise k8s.KubernetesObjectNotFoundError()
+        port = int(request.params["ports"])
+        ws = aiohttp.web.WebSocketResponse(protocols=("v4.channel.k8s.io",))
+        await ws.prepare(request._raw_request)
+        await ws.send_bytes(bytes([0]) + port.to_bytes(2, "little"))
+        await ws.send_bytes(bytes([1]) + port.to_bytes(2, "little"))
+        reader, writer = await asyncio.open_connection(*target)
+
+        async def to_pod() -> None:
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.BINARY and message.data[:1] == b"\x00":
+                    writer.write(message.data[1:])
+                    await writer.drain()
+            writer.close()
+
+        async def from_pod() -> None:
+            while data := await reader.read(65536):
+                await ws.send_bytes(b"\x00" + data)
+            await ws.close()
+
+        await asyncio.gather(to_pod(), from_pod(), return_exceptions=True)
+        return ws
+
+    async def _namespace(self, request: rendering.Request, name: str, apply: bool) -> Any:
+        """Namespaces are cluster-scoped; kmock reads /api/v1/namespaces/X as a namespace prefix."""
+        import aiohttp.web
+
+        if request.method.value == "PATCH" and apply:
+            body = copy.deepcopy(request.data)
+            current = self.namespaces.get(name)
+            if current is None:
+                self._stamp(body)
+                self.namespaces[name] = body
+                return aiohttp.web.json_response(body, status=201)
+            merged = _merge(copy.deepcopy(current), body)
+            if merged != current:
+                merged["metadata"]["resourceVersion"] = str(next(self._counter))
+                self.namespaces[name] = merged
+            return aiohttp.web.json_response(self.namespaces[name])
+        if request.method.value == "GET" and name in self.namespaces:
+            return aiohttp.web.json_response(self.namespaces[name])
+        raise k8s.KubernetesObjectNotFoundError()
 
     async def _serve_log(self, request: rendering.Request) -> rendering.Response:
         key = (str(request.namespace), str(request.name))
@@ -287,6 +359,10 @@ class KubeApi:
         self.emulator.logs.setdefault((namespace, pod), []).extend(lines)
         if finished:
             self.emulator.finished_logs.add((namespace, pod))
+
+    def forward_to(self, namespace: str, pod: str, target: tuple[str, int]) -> None:
+        """Make pods/portforward of ``pod`` reach ``target`` (a real TCP server on 127.0.0.1)."""
+        self.emulator.port_targets[(namespace, pod)] = target
 
     def declare(self, resource: str, kind: str) -> None:
         self.emulator.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=True)
