@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "mlbench_tui.commands.spec",
     "mlbench_tui.commands.server",
     "mlbench_tui.commands.run",
+    "mlbench_tui.commands.tui",
 )
 
 

@@ -1,0 +1,171 @@
+"""``MlbenchApp``: the Textual application behind ``mlbench tui``.
+
+The app owns what every screen shares: the server address, the connection state (the banner
+binds to it), the keymap and the command palette. Screens own their data; their feeds run in
+thread workers (see ``feed.py``). Everything reaches the engine through the HTTP API, except
+launching and cancelling, which run the ``mlbench`` CLI as a subprocess (``launcher.py``).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual.app import App, SystemCommand
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from mlbench_tui.tui.actions import BY_ID, actions_for, bindings, display_key, resolve_keymap
+from mlbench_tui.tui.feed import ServerAddress
+from mlbench_tui.tui.launcher import Launcher
+from mlbench_tui.tui.messages import CommandFinished, ConnectionChanged
+
+
+class MlbenchApp(App[None]):
+    """Runs table, run detail, specs, compare and help screens over one mlbench server."""
+
+    CSS_PATH = "mlbench.tcss"
+    TITLE = "mlbench"
+    BINDINGS: ClassVar = bindings("app")
+    ENABLE_COMMAND_PALETTE = True
+
+    connected: reactive[bool] = reactive(True)
+    connection_detail: reactive[str] = reactive("")
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        token: str | None = None,
+        admin_token: str | None = None,
+        keymap: dict[str, str] | None = None,
+        spec_path: Path | None = None,
+        clock: Callable[[], float] = time.time,
+        runs_interval: float = 1.0,
+        update_interval: float = 0.25,
+        launcher: Launcher | None = None,
+        error_log: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.server_url = server_url.rstrip("/")
+        self.address = ServerAddress(self.server_url, token)
+        self.admin_address = ServerAddress(self.server_url, admin_token or token)
+        self.user_keymap = dict(keymap or {})
+        self.spec_path = spec_path
+        self.clock = clock
+        self.runs_interval = runs_interval
+        self.update_interval = update_interval
+        self.launcher = launcher or Launcher(self.server_url, admin_token or token)
+        self.error_log = error_log
+        self.resolved_keymap, self.unknown_keys = resolve_keymap(self.user_keymap)
+        self.first_paint: float | None = None  # monotonic time the runs table first showed data
+        self.fatal_message: str | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        from mlbench_tui.tui.screens.runs import RunsScreen
+
+        self.set_keymap(self.resolved_keymap)
+        if self.unknown_keys:
+            known = ", ".join(sorted({a.name for a in BY_ID.values()}))
+            self.notify(
+                f"settings [keymap]: unknown action(s) {', '.join(self.unknown_keys)}; known: {known}",
+                severity="warning",
+                timeout=10,
+            )
+        self.push_screen(RunsScreen())
+
+    # -- connection state -------------------------------------------------------------------
+    def on_connection_changed(self, message: ConnectionChanged) -> None:
+        if message.connected:
+            if not self.connected:
+                self.notify("reconnected to the server", timeout=3)
+            self.connected = True
+            self.connection_detail = ""
+        else:
+            retry = f" (retry in {message.retry_in:g}s)" if message.retry_in else ""
+            self.connection_detail = f"{message.detail}{retry}"
+            self.connected = False
+
+    def post_status(self, message: Message) -> None:
+        """Thread-safe: feeds call this to report the connection state to the app."""
+        self.post_message(message)
+
+    def on_command_finished(self, message: CommandFinished) -> None:
+        if message.error:
+            self.notify(f"{message.what}: {message.error}", severity="error", timeout=8)
+        else:
+            self.notify(message.message, timeout=4)
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_show_help(self) -> None:
+        from mlbench_tui.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_open_specs(self) -> None:
+        from mlbench_tui.tui.screens.spec import SpecScreen
+
+        if not isinstance(self.screen, SpecScreen):
+            self.push_screen(SpecScreen(self.spec_path or Path.cwd()))
+
+    def action_refresh_now(self) -> None:
+        for screen in self.screen_stack:
+            refresh = getattr(screen, "refresh_data", None)
+            if callable(refresh):
+                refresh()
+
+    def key_for(self, action_id: str) -> str:
+        """The key (as shown to users) bound to ``action_id`` after the user's keymap."""
+        action = BY_ID[action_id]
+        return display_key(self.resolved_keymap.get(action_id, action.key))
+
+    # -- command palette --------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """One palette entry per action available on ``screen`` (from the actions table)."""
+        scopes = ("app", *getattr(screen, "SCOPES", ()))
+        seen: set[str] = set()
+        for action in actions_for(*scopes):
+            target = self if action.scope == "app" or action.action.startswith("app.") else screen
+            name = action.action.removeprefix("app.")
+            seen.add(action.description)
+            yield SystemCommand(
+                f"{action.description} ({action.scope})" if action.scope != "app" else action.description,
+                f"{action.help}  [key: {self.key_for(action.id)}]",
+                partial(target.run_action, name),
+            )
+        for command in super().get_system_commands(screen):
+            if command.title not in seen and command.title not in ("Quit", "Keys"):
+                yield command
+
+    # -- errors -----------------------------------------------------------------------------
+    def _handle_exception(self, error: Exception) -> None:
+        """Log an unexpected error's traceback to a file and exit with a one-line message.
+
+        Replaces Textual's handler, which prints a full traceback; it keeps what Textual's test
+        pilot relies on (the first exception is recorded and re-raised by ``run_test``).
+        """
+        self._return_code = 1
+        if self._exception is None:
+            self._exception = error
+            self._exception_event.set()
+        where = ""
+        if self.error_log is not None:
+            try:
+                self.error_log.parent.mkdir(parents=True, exist_ok=True)
+                with self.error_log.open("a", encoding="utf-8") as fh:
+                    fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                    fh.write("".join(traceback.format_exception(error)))
+                where = f" (details in {self.error_log})"
+            except OSError:
+                pass
+        self.fatal_message = (
+            f"mlbench tui stopped on an internal error: {type(error).__name__}: {error}{where}"
+        )
+        self._close_messages_no_wait()

@@ -1,0 +1,323 @@
+"""Feeds: the loops that run in Textual thread workers, read the server, and post messages.
+
+``RunsFeed`` polls the run list (and the goal metric of unfinished runs) once a second.
+``RunFeed`` loads one run, then follows its Server-Sent Event stream; a daemon thread reads the
+stream into a queue and the feed drains that queue every ``interval`` seconds into ONE
+``RunChanged`` message, so the UI gets at most 1/interval updates per second however fast the
+run reports. Both survive a server that goes away: they report the disconnection (the app shows
+a banner), retry with exponential backoff, and resume from their cursors without losing data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail
+from mlbench_tui.tui.messages import ConnectionChanged, Point, RunBatch, RunChanged, RunGone, RunsUpdated
+
+CHART_POINTS = 2000  # buckets per series fetched when a run screen opens (min/max kept)
+BACKOFF = (0.5, 1.0, 2.0, 4.0, 5.0)
+QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepalives are every 15 s)
+
+Post = Callable[[Message], object]
+Cancelled = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    """Where the server is and which token reads it."""
+
+    url: str
+    token: str | None = None
+    timeout: float = 5.0
+
+    def client(self) -> Any:
+        from mlbench_tui.server.client import MlbenchClient
+
+        return MlbenchClient(self.url, self.token, timeout=self.timeout)
+
+
+class Backoff:
+    """0.5 s, 1 s, 2 s, 4 s, then 5 s between retries; ``reset`` after a success."""
+
+    def __init__(self) -> None:
+        self.attempt = 0
+
+    def next(self) -> float:
+        delay = BACKOFF[min(self.attempt, len(BACKOFF) - 1)]
+        self.attempt += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, MlbenchError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+def sleep_until(deadline: float, cancelled: Cancelled, wake: threading.Event | None = None) -> None:
+    """Sleep until ``deadline`` (monotonic) in short slices, returning early when cancelled or woken."""
+    while not cancelled():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if wake is not None:
+            if wake.wait(min(left, 0.1)):
+                wake.clear()
+                return
+        else:
+            time.sleep(min(left, 0.1))
+
+
+class RunsFeed:
+    """Polls ``GET /v1/runs`` and the goal metric of unfinished runs; posts ``RunsUpdated``."""
+
+    MAX_GOAL_RUNS = 50
+
+    def __init__(self, address: ServerAddress, post: Post, status: Post, *, interval: float = 1.0) -> None:
+        self.address = address
+        self.post = post
+        self.status = status
+        self.interval = interval
+        self.wake = threading.Event()
+        self._goal_points: dict[str, list[tuple[float, float]]] = {}
+        self._goal_cursor: dict[str, int] = {}
+        self._finished: set[str] = set()
+
+    def run(self, cancelled: Cancelled) -> None:
+        backoff = Backoff()
+        client = self.address.client()
+        connected: bool | None = None
+        try:
+            while not cancelled():
+                try:
+                    runs = client.list_runs()
+                    self._update_goal_points(client, runs)
+                except Exception as exc:
+                    delay = backoff.next()
+                    connected = False
+                    self.status(ConnectionChanged(False, _describe(exc), delay))
+                    sleep_until(time.monotonic() + delay, cancelled, self.wake)
+                    continue
+                backoff.reset()
+                if connected is not True:
+                    connected = True
+                    self.status(ConnectionChanged(True))
+                live = {r.id for r in runs}
+                for gone in [k for k in self._goal_points if k not in live]:
+                    self._goal_points.pop(gone, None)
+                    self._goal_cursor.pop(gone, None)
+                self.post(RunsUpdated(runs, {k: list(v) for k, v in self._goal_points.items()}))
+                sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
+        finally:
+            client.close()
+
+    def _update_goal_points(self, client: Any, runs: list[Any]) -> None:
+        """Fetch new goal-metric points of runs still going (and once more when they finish)."""
+        for run in runs[: self.MAX_GOAL_RUNS]:
+            if not run.goal or run.id in self._finished:
+                continue
+            state = str(getattr(run.state, "value", run.state))
+            if state in ("succeeded", "failed", "cancelled"):
+                self._finished.add(run.id)
+            page = client.metrics(
+                run.id, [str(run.goal.get("metric"))], since=self._goal_cursor.get(run.id, 0)
+            )
+            self._goal_cursor[run.id] = page.cursor
+            points = self._goal_points.setdefault(run.id, [])
+            ranks = sorted({s.rank for s in page.series})
+            for series in page.series:
+                if ranks and series.rank != ranks[0]:
+                    continue  # a global metric: every rank reports the same value
+                points.extend((t, v) for t, v in zip(series.t, series.value, strict=True) if v is not None)
+            points.sort()
+
+
+class _StreamReader:
+    """Reads one SSE stream on a daemon thread into a queue (so closing the UI never waits on it)."""
+
+    END = object()
+
+    def __init__(self, events: Iterator[Any]) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self._events = events
+        self.thread = threading.Thread(target=self._read, name="mlbench-tui-stream", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for event in self._events:
+                self.queue.put(event)
+            self.queue.put(self.END)
+        except BaseException as exc:
+            self.queue.put(exc)
+
+
+class _Resync(Exception):
+    """The server says we fell behind: refetch from the cursors."""
+
+
+class RunFeed:
+    """Loads one run and follows its stream; posts one ``RunChanged`` per ``interval`` at most."""
+
+    def __init__(
+        self,
+        address: ServerAddress,
+        run_id: str,
+        post: Post,
+        status: Post,
+        *,
+        interval: float = 0.25,
+        chart_points: int = CHART_POINTS,
+    ) -> None:
+        self.address = address
+        self.run_id = run_id
+        self.post = post
+        self.status = status
+        self.interval = interval
+        self.chart_points = chart_points
+        self.cursors = {"metrics": 0, "logs": 0, "events": 0}
+        self.wake = threading.Event()
+        self._loaded = False
+
+    def run(self, cancelled: Cancelled) -> None:
+        backoff = Backoff()
+        was_down = False
+        while not cancelled():
+            client = self.address.client()
+            stream_client = self.address.client()
+            try:
+                self._load(client)
+                if was_down:
+                    self.status(ConnectionChanged(True))
+                    was_down = False
+                backoff.reset()
+                self._follow(client, stream_client, cancelled)
+                return
+            except _Resync:
+                continue
+            except Exception as exc:
+                if _status(exc) == 404:
+                    self.post(RunGone(self.run_id))
+                    return
+                delay = backoff.next()
+                was_down = True
+                self.status(ConnectionChanged(False, _describe(exc), delay))
+                sleep_until(time.monotonic() + delay, cancelled, self.wake)
+            finally:
+                client.close()
+                with contextlib.suppress(Exception):
+                    stream_client.close()
+
+    def _load(self, client: Any) -> None:
+        """The first batch: the run, metric names, every series downsampled (later: only the run)."""
+        batch = RunBatch(initial=not self._loaded)
+        batch.run = client.get_run(self.run_id)
+        batch.names = client.metric_names(self.run_id)
+        if not self._loaded:
+            page = client.metrics(self.run_id, points=self.chart_points)
+            self.cursors["metrics"] = page.cursor
+            for s in page.series:
+                mins = s.min or s.value
+                maxs = s.max or s.value
+                batch.points.extend(
+                    Point(s.name, s.rank, step, epoch, t, value, lo, hi)
+                    for step, epoch, t, value, lo, hi in zip(
+                        s.step, s.epoch, s.t, s.value, mins, maxs, strict=True
+                    )
+                )
+        self.post(RunChanged(self.run_id, batch))
+        self._loaded = True
+
+    def _follow(self, client: Any, stream_client: Any, cancelled: Cancelled) -> None:
+        reader = _StreamReader(
+            stream_client.stream(
+                self.run_id,
+                metrics_since=self.cursors["metrics"],
+                logs_since=self.cursors["logs"],
+                events_since=self.cursors["events"],
+            )
+        )
+        last_traffic = time.monotonic()
+        while not cancelled():
+            deadline = time.monotonic() + self.interval
+            batch = RunBatch()
+            try:
+                while True:
+                    timeout = deadline - time.monotonic()
+                    if timeout <= 0:
+                        break
+                    try:
+                        item = reader.queue.get(timeout=min(timeout, 0.1))
+                    except queue.Empty:
+                        if cancelled():
+                            return
+                        continue
+                    last_traffic = time.monotonic()
+                    if item is _StreamReader.END:
+                        raise ConnectionError("the server closed the stream")
+                    if isinstance(item, BaseException):
+                        raise item
+                    if self._apply(item, batch):
+                        self._flush(batch)
+                        batch = RunBatch()
+                        self.post(RunGone(self.run_id))
+                        return
+            finally:
+                # What was folded in has moved the cursors: deliver it even when the stream broke.
+                self._flush(batch)
+            if time.monotonic() - last_traffic > QUIET_PROBE_S:
+                client.health()  # raises when the server is gone; the stream may just be quiet
+                last_traffic = time.monotonic()
+
+    def _flush(self, batch: RunBatch) -> None:
+        if not batch.is_empty():
+            self.post(RunChanged(self.run_id, batch))
+
+    def _apply(self, event: Any, batch: RunBatch) -> bool:
+        """Fold one stream event into ``batch``; True when the run was deleted."""
+        kind, data = event.kind, event.data
+        if kind == "run":
+            batch.run = RunDetail.model_validate(data)
+        elif kind == "rank":
+            batch.ranks.append(RankInfo.model_validate(data))
+        elif kind == "metrics":
+            for p in data.get("points", ()):
+                batch.points.append(
+                    Point(
+                        p["name"],
+                        int(p["rank"]),
+                        p.get("step"),
+                        p.get("epoch"),
+                        float(p["t"]),
+                        p.get("value"),
+                    )
+                )
+            self.cursors["metrics"] = max(self.cursors["metrics"], int(data.get("cursor") or 0))
+        elif kind == "logs":
+            batch.lines.extend(LogLineOut.model_validate(line) for line in data.get("lines", ()))
+            self.cursors["logs"] = max(self.cursors["logs"], int(data.get("cursor") or 0))
+        elif kind == "events":
+            batch.events.extend(EventOut.model_validate(e) for e in data.get("events", ()))
+            self.cursors["events"] = max(self.cursors["events"], int(data.get("cursor") or 0))
+        elif kind == "run_deleted":
+            return True
+        elif kind == "resync":
+            raise _Resync()
+        return False

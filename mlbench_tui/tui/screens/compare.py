@@ -1,0 +1,249 @@
+"""Compare runs side by side: time to accuracy, speedup, efficiency, comm share, cost.
+
+Per run, figures come from the result summary the engine stores with each finished run; speedup
+is against a baseline run (the fewest workers that reached the goal, or the one chosen with
+``b``). Below, runs of the same configuration are scored over their repeats with the olympic
+mean (``mlbench_tui.results.scoring``), as MLPerf does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+from textual.worker import get_current_worker
+
+from mlbench_tui.store.api_models import RunInfo
+from mlbench_tui.tui.actions import bindings
+from mlbench_tui.tui.feed import Backoff, sleep_until
+from mlbench_tui.tui.goal import format_duration
+from mlbench_tui.tui.messages import ConnectionChanged, RunsUpdated
+from mlbench_tui.tui.rows import CompareRow, compare_rows
+from mlbench_tui.tui.widgets.banner import ConnectionBanner
+from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
+
+if TYPE_CHECKING:
+    from mlbench_tui.tui.app import MlbenchApp
+
+COLUMNS = (
+    "run",
+    "backend",
+    "workers",
+    "state",
+    "time to accuracy",
+    "speedup",
+    "efficiency",
+    "comm share",
+    "cost",
+    "best",
+    "wall time",
+)
+SORTS = ("workers", "time to accuracy", "speedup", "comm share", "run")
+
+
+def _f(value: float | None, fmt: str, empty: str = "—") -> str:
+    return empty if value is None else format(value, fmt)
+
+
+def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
+    name = Text(row.name)
+    if baseline:
+        name.append("  (baseline)", style="bold cyan")
+    tta = (
+        format_duration(row.time_to_accuracy_s)
+        if row.time_to_accuracy_s is not None
+        else ("not reached" if row.reached is False else "—")
+    )
+    return (
+        name,
+        row.backend,
+        str(row.workers),
+        Text(row.state, style=STATE_STYLES.get(row.state, "")),
+        tta,
+        _f(row.speedup, ".2f") + ("x" if row.speedup is not None else ""),
+        _f(None if row.efficiency is None else row.efficiency * 100, ".0f") + ("%" if row.efficiency else ""),
+        _f(None if row.comm_share is None else row.comm_share * 100, ".1f")
+        + ("%" if row.comm_share is not None else ""),
+        "—" if row.cost is None else f"${row.cost:.2f}",
+        _f(row.best, ".4g"),
+        format_duration(row.wall_time_s),
+    )
+
+
+def config_table(runs: list[RunInfo]) -> Table | Text:
+    """Olympic-mean scores per (spec, backend, workers) when some configuration has repeats."""
+    from mlbench_tui.results.scoring import score_configs
+
+    summaries: list[dict[str, Any]] = []
+    for run in runs:
+        summary = dict(run.result or {})
+        summary.setdefault("spec_name", run.spec_name)
+        summary.setdefault("backend", run.backend)
+        summary.setdefault("workers", run.workers)
+        summaries.append(summary)
+    scores = score_configs(summaries)
+    if not scores or all(s.runs < 2 for s in scores):
+        return Text(
+            "One run per configuration: repeats are scored with the olympic mean here.", style="grey50"
+        )
+    table = Table(title="Per configuration, over repeats (olympic mean)", title_justify="left", expand=True)
+    for column in (
+        "spec",
+        "backend",
+        "workers",
+        "runs",
+        "reached",
+        "time to accuracy",
+        "± stdev",
+        "speedup",
+        "efficiency",
+    ):
+        table.add_column(column)
+    for s in scores:
+        table.add_row(
+            s.spec_name,
+            s.backend,
+            str(s.workers),
+            str(s.runs),
+            str(s.reached),
+            format_duration(s.time_to_accuracy_s),
+            format_duration(s.stdev_s),
+            _f(s.speedup, ".2f"),
+            _f(None if s.efficiency is None else s.efficiency * 100, ".0f"),
+        )
+    return table
+
+
+class CompareScreen(Screen[None]):
+    """Side-by-side table of chosen runs, refreshed while any of them is still going."""
+
+    SCOPES: ClassVar[tuple[str, ...]] = ("compare",)
+    BINDINGS: ClassVar = bindings("compare")
+
+    def __init__(self, run_ids: list[str]) -> None:
+        super().__init__()
+        self.run_ids = list(run_ids)
+        self.runs: dict[str, RunInfo] = {}
+        self.rows: list[CompareRow] = []
+        self.baseline_id: str | None = None
+        self.chosen_baseline: str | None = None
+        self.sort = "workers"
+
+    @property
+    def mlbench(self) -> MlbenchApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield ConnectionBanner(id="banner")
+        yield DataTable(cursor_type="row", zebra_stripes=True, id="compare")
+        yield Static(id="configs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        self.query_one("#title", Static).update(
+            Text.assemble((" mlbench ", "bold reverse"), f"  compare {len(self.run_ids)} runs")
+        )
+        table.focus()
+        self._poll()
+
+    @work(thread=True, exclusive=True, group="compare-feed", exit_on_error=False)
+    def _poll(self) -> None:
+        worker = get_current_worker()
+        client = self.mlbench.address.client()
+        backoff = Backoff()
+        try:
+            while not worker.is_cancelled:
+                try:
+                    runs = client.list_runs(limit=10_000)
+                except Exception as exc:
+                    delay = backoff.next()
+                    self.mlbench.post_status(ConnectionChanged(False, str(exc), delay))
+                    sleep_until(time.monotonic() + delay, lambda: worker.is_cancelled)
+                    continue
+                if backoff.attempt:
+                    self.mlbench.post_status(ConnectionChanged(True))
+                backoff.reset()
+                wanted = [r for r in runs if r.id in set(self.run_ids)]
+                self.post_message(RunsUpdated(wanted, {}))
+                going = any(str(getattr(r.state, "value", r.state)) in ("running", "pending") for r in wanted)
+                sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
+        finally:
+            client.close()
+
+    def on_runs_updated(self, message: RunsUpdated) -> None:
+        message.stop()
+        self.runs = {r.id: r for r in message.runs}
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
+        rows, self.baseline_id = compare_rows(ordered, self.chosen_baseline)
+        key = {
+            "workers": lambda r: (r.workers, r.name),
+            "time to accuracy": lambda r: (r.time_to_accuracy_s is None, r.time_to_accuracy_s or 0.0),
+            "speedup": lambda r: (r.speedup is None, -(r.speedup or 0.0)),
+            "comm share": lambda r: (r.comm_share is None, r.comm_share or 0.0),
+            "run": lambda r: (r.name,),
+        }[self.sort]
+        self.rows = sorted(rows, key=key)
+        table = self.query_one(DataTable)
+        selected = self.selected_id()
+        table.clear()
+        for row in self.rows:
+            table.add_row(*compare_cells(row, row.id == self.baseline_id), key=row.id)
+        if selected is not None:
+            ids = [r.id for r in self.rows]
+            if selected in ids:
+                table.move_cursor(row=ids.index(selected), animate=False)
+        missing = len(self.run_ids) - len(ordered)
+        note = Text(f"sorted by {self.sort}", style="grey50")
+        if missing:
+            note.append(f"   {missing} run(s) no longer in the store", style="yellow")
+        self.query_one("#configs", Static).update(_stack(note, config_table(ordered)))
+
+    def selected_id(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row < 0 or table.cursor_row >= len(self.rows):
+            return None
+        return self.rows[table.cursor_row].id
+
+    def action_cycle_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self._rebuild()
+
+    def action_set_baseline(self) -> None:
+        run_id = self.selected_id()
+        if run_id is None:
+            return
+        row = next(r for r in self.rows if r.id == run_id)
+        if row.time_to_accuracy_s is None:
+            self.notify(f"{row.name} has no time to accuracy: it cannot be the baseline", severity="warning")
+            return
+        self.chosen_baseline = run_id
+        self._rebuild()
+
+    def action_open_run(self) -> None:
+        from mlbench_tui.tui.screens.run_detail import RunDetailScreen
+
+        run_id = self.selected_id()
+        if run_id is not None:
+            self.app.push_screen(RunDetailScreen(run_id, self.runs[run_id].name))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_run()
+
+
+def _stack(*parts: Any) -> Any:
+    from rich.console import Group
+
+    return Group(*parts)

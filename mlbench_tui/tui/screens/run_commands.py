@@ -1,0 +1,95 @@
+"""Cancel, delete and rerun, shared by the runs screen and the run screen.
+
+Each asks for confirmation in a modal, then does the work in a thread worker and reports back
+with ``CommandFinished`` (a notification), so the UI never blocks on a subprocess or request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from mlbench_tui.tui.messages import CommandFinished
+from mlbench_tui.tui.screens.confirm import ConfirmScreen
+
+if TYPE_CHECKING:
+    from mlbench_tui.tui.app import MlbenchApp
+
+ACTIVE = ("running", "pending")
+
+
+def _background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
+    def run() -> None:
+        try:
+            message = job()
+        except Exception as exc:
+            app.post_message(CommandFinished(what, "", error=str(exc)))
+            return
+        app.post_message(CommandFinished(what, message))
+        app.call_from_thread(app.action_refresh_now)
+
+    app.run_worker(run, thread=True, group="commands", exit_on_error=False)
+
+
+def cancel_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
+    if state not in ACTIVE:
+        app.notify(f"{name} is {state}: nothing to cancel", severity="warning")
+        return
+
+    def job() -> str:
+        app.launcher.cancel(run_id)
+        return f"cancelled {name}"
+
+    def answer(yes: bool | None) -> None:
+        if yes:
+            _background(app, "cancel", job)
+
+    app.push_screen(ConfirmScreen(f"Cancel run {name}?", "Every rank is stopped.", yes="Cancel run"), answer)
+
+
+def delete_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
+    detail = "Its metrics, logs and events are deleted from the store."
+    if state in ACTIVE:
+        detail += " The run is still going: it is cancelled first."
+
+    def job() -> str:
+        if state in ACTIVE:
+            app.launcher.cancel(run_id)
+        client = app.admin_address.client()
+        try:
+            client.delete_run(run_id)
+        finally:
+            client.close()
+        return f"deleted {name}"
+
+    def answer(yes: bool | None) -> None:
+        if yes:
+            _background(app, "delete", job)
+
+    app.push_screen(ConfirmScreen(f"Delete run {name}?", detail, yes="Delete"), answer)
+
+
+def _rerun_job(app: MlbenchApp, run_id: str, name: str) -> str:
+    from mlbench_tui.settings import Paths
+
+    client = app.address.client()
+    try:
+        detail = client.get_run(run_id)
+    finally:
+        client.close()
+    app.launcher.rerun(name, detail.spec_text, Paths.from_env().state_dir / "tui")
+    return f"launched the spec of {name} again"
+
+
+def rerun(app: MlbenchApp, run_id: str, name: str) -> None:
+    def answer(yes: bool | None) -> None:
+        if yes:
+            _background(app, "rerun", partial(_rerun_job, app, run_id, name))
+
+    app.push_screen(
+        ConfirmScreen(
+            f"Run the spec of {name} again?", "Its stored spec is applied again (--force).", yes="Rerun"
+        ),
+        answer,
+    )

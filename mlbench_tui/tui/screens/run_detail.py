@@ -1,0 +1,549 @@
+"""The run screen: goal progress on top, then tabs for overview, ranks, charts and logs.
+
+State lives here and is changed only by ``on_run_changed`` (batches from ``RunFeed``): the run,
+per-rank views, goal metric points, environment and failures. Widgets get the deltas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Grid, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
+
+from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
+from mlbench_tui.tui.actions import bindings
+from mlbench_tui.tui.feed import RunFeed
+from mlbench_tui.tui.goal import format_duration, goal_label, goal_status
+from mlbench_tui.tui.messages import Point, RunChanged, RunGone
+from mlbench_tui.tui.rows import _ts
+from mlbench_tui.tui.screens import run_commands
+from mlbench_tui.tui.widgets.banner import ConnectionBanner
+from mlbench_tui.tui.widgets.goal_progress import GoalProgress
+from mlbench_tui.tui.widgets.log_view import LogEntry, LogView
+from mlbench_tui.tui.widgets.metric_chart import MetricChart
+from mlbench_tui.tui.widgets.rank_table import RankTable, RankView
+
+if TYPE_CHECKING:
+    from mlbench_tui.tui.app import MlbenchApp
+
+MAX_RANK_SERIES = 6
+HISTORY_PER_METRIC = 50_000
+TOTALS = {
+    "time_compute": "compute",
+    "time_communication": "comm",
+    "time_preprocess": "data",
+    "time_metrics": "other",
+}
+
+
+def default_charts(task: str, goal_metric: str | None) -> list[str]:
+    """Metrics charted when a run opens: loss, the goal metric, step time; bandwidth for 0a."""
+    if task == "0a":
+        return ["allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"]
+    charts = ["train_loss"]
+    if goal_metric:
+        charts.append(goal_metric)
+    charts.append("step_time")
+    return charts
+
+
+def chart_x(point: Point) -> float | None:
+    if point.step is not None:
+        return float(point.step)
+    if point.epoch is not None:
+        return float(point.epoch)
+    return point.t
+
+
+class RunDetailScreen(Screen[None]):
+    """Everything about one run, live."""
+
+    SCOPES: ClassVar[tuple[str, ...]] = ("run", "logs")
+    BINDINGS: ClassVar = bindings("run", "logs")
+
+    def __init__(self, run_id: str, name: str = "") -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.run_name = name or run_id
+        self.run: RunDetail | None = None
+        self.ranks: dict[int, RankView] = {}
+        self.goal_points: list[tuple[float, float]] = []
+        self.goal_rank: int | None = None
+        self.metric_names: list[MetricName] = []
+        self.chart_metrics: list[str] = []
+        self.environment: dict[str, Any] = {}
+        self.failures: list[dict[str, Any]] = []
+        self.stop: dict[str, Any] | None = None
+        self.feed: RunFeed | None = None
+        self.gone = False
+        # Recent points per metric, replayed into a chart added later (metric picker).
+        self._history: dict[str, deque[Point]] = {}
+        self._metric_ranks: dict[str, set[int]] = {}
+
+    @property
+    def mlbench(self) -> MlbenchApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield ConnectionBanner(id="banner")
+        yield GoalProgress(id="goal")
+        with TabbedContent(id="tabs", initial="overview"):
+            with TabPane("Overview [1]", id="overview"), VerticalScroll():
+                yield Static(id="summary")
+                yield Static(id="result")
+                yield Static(id="environment")
+            with TabPane("Ranks [2]", id="ranks"):
+                yield RankTable(id="rank-view")
+            with TabPane("Charts [3]", id="charts"):
+                yield Grid(id="chart-grid")
+            with TabPane("Logs [4]", id="logs"):
+                yield Input(placeholder="regex to highlight (enter to apply, empty clears)", id="log-search")
+                yield LogView(id="log-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._update_title()
+        self.query_one("#log-search", Input).display = False
+        self.feed = RunFeed(
+            self.mlbench.address,
+            self.run_id,
+            self.post_message,
+            self.mlbench.post_status,
+            interval=self.mlbench.update_interval,
+        )
+        self._run_feed(self.feed)
+        self.set_interval(1.0, self._tick)
+
+    @work(thread=True, exclusive=True, group="run-feed", exit_on_error=False)
+    def _run_feed(self, feed: RunFeed) -> None:
+        worker = get_current_worker()
+        feed.run(lambda: worker.is_cancelled)
+
+    def refresh_data(self) -> None:
+        if self.feed is not None:
+            self.feed.wake.set()
+
+    # -- state updates ----------------------------------------------------------------------
+    def on_run_gone(self, message: RunGone) -> None:
+        self.gone = True
+        self.notify(f"run {self.run_name} was deleted", severity="warning")
+        self._update_title()
+
+    def on_run_changed(self, message: RunChanged) -> None:
+        batch = message.batch
+        if batch.run is not None:
+            self._set_run(batch.run)
+        for rank in batch.ranks:
+            view = self.ranks.setdefault(rank.rank, RankView(rank.rank))
+            view.state = str(getattr(rank.state, "value", rank.state))
+            view.host = rank.host or rank.pod or view.host
+        if batch.names is not None:
+            self.metric_names = batch.names
+        if batch.points:
+            self._add_points(batch.points)
+        if batch.events:
+            self._add_events(batch.events)
+        if batch.lines:
+            self.query_one(LogView).add_lines(
+                LogEntry(line.rank, line.stream, line.t, line.text) for line in batch.lines
+            )
+        if batch.run is not None or batch.ranks or batch.points:
+            self.query_one(RankTable).update_ranks(list(self.ranks.values()))
+        self._update_goal()
+        if batch.run is not None or batch.events:
+            self._update_overview()
+
+    def _set_run(self, run: RunDetail) -> None:
+        first = self.run is None
+        self.run = run
+        self.run_name = run.name
+        for rank in run.ranks:
+            view = self.ranks.setdefault(rank.rank, RankView(rank.rank))
+            view.state = str(getattr(rank.state, "value", rank.state))
+            view.host = rank.host or rank.pod or view.host
+        for r in range(run.workers):
+            self.ranks.setdefault(r, RankView(r))
+        if first:
+            origin = _ts(run.started) or _ts(run.created)
+            self.query_one(LogView).origin_t = origin
+            goal = (run.goal or {}).get("metric")
+            self.chart_metrics = default_charts(run.task, str(goal) if goal else None)
+            self._build_charts()
+        self._update_title()
+
+    def _add_points(self, points: Iterable[Point]) -> None:
+        goal_metric = str((self.run.goal or {}).get("metric", "")) if self.run else ""
+        per_chart: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for p in points:
+            history = self._history.get(p.name)
+            if history is None:
+                history = self._history[p.name] = deque(maxlen=HISTORY_PER_METRIC)
+                self._metric_ranks[p.name] = set()
+            history.append(p)
+            self._metric_ranks[p.name].add(p.rank)
+            if p.value is None:
+                continue
+            view = self.ranks.get(p.rank)
+            if view is None:
+                view = self.ranks[p.rank] = RankView(p.rank)
+            if p.name == "step_time":
+                view.step_time = p.value
+                if p.step is not None:
+                    view.step = p.step
+            elif p.name in TOTALS:
+                setattr(view, TOTALS[p.name], p.value)
+            if (
+                p.step is not None
+                and (view.step is None or p.step > view.step)
+                and not p.name.startswith("allreduce")
+            ):
+                view.step = p.step
+            if p.epoch is not None and (view.epoch is None or p.epoch > view.epoch):
+                view.epoch = p.epoch
+            if p.name == goal_metric:
+                if self.goal_rank is None:
+                    self.goal_rank = p.rank
+                if p.rank == self.goal_rank:
+                    self.goal_points.append((p.t, p.value))
+            if p.name in self.chart_metrics and (p.name == "step_time" or p.rank == self._chart_rank(p.name)):
+                x = chart_x(p)
+                if x is None:
+                    continue
+                pts = per_chart.setdefault((p.name, p.rank), [])
+                if p.vmin is not None and p.vmax is not None and p.vmin != p.vmax:
+                    pts.append((x, p.vmin))
+                    pts.append((x, p.vmax))
+                pts.append((x, p.value))
+        for (name, rank), pts in per_chart.items():
+            self._chart_points(name, rank, pts)
+
+    def _chart_rank(self, name: str) -> int:
+        """Charts show rank 0 (global metrics are equal on every rank), or the lowest rank seen."""
+        ranks = self._metric_ranks.get(name)
+        return 0 if not ranks or 0 in ranks else min(ranks)
+
+    def _chart_points(self, name: str, rank: int, points: list[tuple[float, float]]) -> None:
+        if name == "step_time" and rank >= MAX_RANK_SERIES:
+            return
+        try:
+            chart = self.query_one(f"#chart-{_chart_id(name)}", MetricChart)
+        except Exception:
+            return
+        chart.add_points(f"r{rank}", points, label=f"rank {rank}" if name == "step_time" else name)
+
+    def _add_events(self, events: Iterable[EventOut]) -> None:
+        for event in events:
+            if event.kind == "environment" and (not self.environment or event.rank == 0):
+                self.environment = dict(event.payload)
+            elif event.kind == "rank_failed":
+                self.failures.append({"rank": event.rank, **event.payload})
+            elif event.kind == "run_stop":
+                self.stop = dict(event.payload)
+
+    # -- charts -----------------------------------------------------------------------------
+    def _build_charts(self) -> None:
+        grid = self.query_one("#chart-grid", Grid)
+        grid.remove_children()
+        goal = self.run.goal if self.run else None
+        charts = []
+        for name in self.chart_metrics:
+            is_goal = bool(goal) and goal.get("metric") == name  # type: ignore[union-attr]
+            log_x = name.startswith("allreduce_")
+            chart = MetricChart(
+                name,
+                goal=float(goal["target"]) if is_goal and goal else None,
+                x_label="size (elements)" if log_x else "step",
+                log_x=log_x,
+                id=f"chart-{_chart_id(name)}",
+                classes="chart",
+            )
+            charts.append(chart)
+        grid.mount_all(charts)
+        grid.styles.grid_size_rows = max(1, math.ceil(len(charts) / 2))
+        # Replay what we already have for these metrics.
+        replay = [p for name in self.chart_metrics for p in self._history.get(name, ())]
+        if replay:
+            self.call_after_refresh(self._replay, replay)
+
+    def _replay(self, points: list[Point]) -> None:
+        per_chart: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for p in points:
+            if p.value is None or not (p.name == "step_time" or p.rank == self._chart_rank(p.name)):
+                continue
+            x = chart_x(p)
+            if x is not None:
+                per_chart.setdefault((p.name, p.rank), []).append((x, p.value))
+        for (name, rank), pts in per_chart.items():
+            pts.sort(key=lambda xy: xy[0])
+            self._chart_points(name, rank, pts)
+
+    # -- painting ---------------------------------------------------------------------------
+    def _tick(self) -> None:
+        """Once a second: elapsed time and ETA move even when no data arrives."""
+        self._update_goal()
+
+    def _elapsed(self) -> float | None:
+        if self.run is None:
+            return None
+        start = _ts(self.run.started) or _ts(self.run.created)
+        end = _ts(self.run.finished) or self.mlbench.clock()
+        return max(0.0, end - start) if start else None
+
+    def _update_goal(self) -> None:
+        if self.run is None:
+            return
+        status = goal_status(self.run.goal, self.goal_points)
+        result = self.run.result or {}
+        tta = result.get("time_to_accuracy_s")
+        self.query_one(GoalProgress).show(
+            status,
+            state=str(getattr(self.run.state, "value", self.run.state)),
+            elapsed_s=self._elapsed(),
+            time_to_goal_s=float(tta) if isinstance(tta, int | float) else None,
+        )
+
+    def _update_title(self) -> None:
+        title = Text()
+        title.append(" mlbench ", style="bold reverse")
+        title.append(f"  run {self.run_name}", style="bold")
+        if self.run is not None:
+            state = str(getattr(self.run.state, "value", self.run.state))
+            title.append(
+                f"  {state}",
+                style={"running": "green", "failed": "red", "succeeded": "bold green"}.get(state, ""),
+            )
+            title.append(
+                f"   {self.run.task} · {self.run.backend} · {self.run.workers} worker(s)", style="grey50"
+            )
+        if self.gone:
+            title.append("   (deleted)", style="bold red")
+        self.query_one("#title", Static).update(title)
+
+    def _update_overview(self) -> None:
+        if self.run is None:
+            return
+        self.query_one("#summary", Static).update(summary_renderable(self.run))
+        self.query_one("#result", Static).update(result_renderable(self.run, self.failures, self.stop))
+        env = self.environment or dict((self.run.result or {}).get("fingerprint") or {})
+        self.query_one("#environment", Static).update(environment_renderable(env))
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_cancel_run(self) -> None:
+        if self.run is not None:
+            run_commands.cancel_run(
+                self.mlbench,
+                self.run.id,
+                self.run.name,
+                str(getattr(self.run.state, "value", self.run.state)),
+            )
+
+    def action_rerun(self) -> None:
+        if self.run is not None:
+            run_commands.rerun(self.mlbench, self.run.id, self.run.name)
+
+    def action_pick_metrics(self) -> None:
+        from mlbench_tui.tui.screens.metric_picker import MetricPickerScreen
+
+        names = sorted({m.name for m in self.metric_names} | set(self._history))
+
+        def picked(chosen: list[str] | None) -> None:
+            if chosen is not None and chosen != self.chart_metrics:
+                self.chart_metrics = chosen
+                self._build_charts()
+                self.action_show_tab("charts")
+
+        self.app.push_screen(MetricPickerScreen(names, self.chart_metrics), picked)
+
+    def _logs(self) -> LogView:
+        return self.query_one(LogView)
+
+    def action_search_logs(self) -> None:
+        self.action_show_tab("logs")
+        search = self.query_one("#log-search", Input)
+        search.display = True
+        search.focus()
+
+    @on(Input.Submitted, "#log-search")
+    def _search(self, event: Input.Submitted) -> None:
+        error = self._logs().set_pattern(event.value)
+        if error:
+            self.notify(error, severity="error")
+            return
+        if not event.value:
+            event.input.display = False
+        self._logs().query_one("RichLog").focus()
+
+    def action_toggle_grep(self) -> None:
+        logs = self._logs()
+        if logs.pattern is None:
+            self.notify("search first (/): only-matches filters on the search regex", severity="warning")
+            return
+        logs.only_matches = not logs.only_matches
+
+    def action_cycle_rank(self) -> None:
+        self.action_show_tab("logs")
+        self._logs().cycle_rank()
+
+    def action_toggle_follow(self) -> None:
+        self._logs().follow = not self._logs().follow
+
+    def action_toggle_wrap(self) -> None:
+        self._logs().wrap = not self._logs().wrap
+
+    def action_save_logs(self) -> None:
+        from mlbench_tui.settings import Paths
+
+        safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in self.run_name)
+        path = Path(Paths.from_env().state_dir) / "logs" / f"{safe}.log"
+        try:
+            count = self._logs().save(path)
+        except OSError as exc:
+            self.notify(f"cannot save logs: {exc}", severity="error")
+            return
+        self.notify(f"saved {count} lines to {path}")
+        self.saved_path = path
+
+    saved_path: Path | None = None
+
+
+def _chart_id(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _kv_table(rows: Iterable[tuple[str, Any]], title: str) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.title = title
+    table.title_justify = "left"
+    table.title_style = "bold"
+    table.add_column(style="grey62", no_wrap=True)
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value if isinstance(value, Text) else Text(str(value)))
+    return table
+
+
+def _when(value: Any) -> str:
+    ts = _ts(value)
+    if not ts:
+        return "—"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def summary_renderable(run: RunDetail) -> Group:
+    plan = run.plan or {}
+    goal = run.goal or {}
+    goal_text = f"{goal_label(goal)} ({goal.get('kind', '')})" if goal else "none (measurement task)"
+    resources = plan.get("resources") or {}
+    data = plan.get("data") or {}
+    rows = [
+        ("name", run.name),
+        ("id", run.id),
+        ("spec", f"{run.spec_name}  (sha256 {run.spec_hash[:12]})" if run.spec_hash else run.spec_name),
+        ("task", f"{run.task} {plan.get('task_name', '')}".strip()),
+        ("backend", run.backend),
+        ("workers", run.workers),
+        ("goal", goal_text),
+        ("target", run.target_kind + (f"  {run.handle}" if run.handle else "")),
+        ("resources", ", ".join(f"{k}={v}" for k, v in resources.items() if v not in (None, 0, ""))),
+        ("data", f"{data.get('source', '—')} {data.get('options') or ''}".strip()),
+        ("created", _when(run.created)),
+        ("started", _when(run.started)),
+        ("finished", _when(run.finished)),
+    ]
+    hyper = plan.get("hyperparameters") or {}
+    parts: list[Any] = [_kv_table(rows, "Run")]
+    if hyper:
+        parts.append(Text(""))
+        parts.append(_kv_table(sorted(hyper.items()), "Hyperparameters"))
+    return Group(*parts)
+
+
+def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict[str, Any] | None) -> Group:
+    result = run.result or {}
+    parts: list[Any] = [Text("")]
+    state = str(getattr(run.state, "value", run.state))
+    if not result:
+        line = Text("Result: ", style="bold")
+        line.append(
+            "pending — the summary is stored when the run ends" if state in ("running", "pending") else "none"
+        )
+        parts.append(line)
+    else:
+        split = result.get("time_split") or {}
+        rows: list[tuple[str, Any]] = [
+            ("reached goal", {True: "yes", False: "no", None: "—"}.get(result.get("reached"), "—")),
+            ("time to accuracy", format_duration(result.get("time_to_accuracy_s"))),
+            ("validation time", format_duration(result.get("validation_time_s"))),
+            (
+                "epochs / steps",
+                f"{result.get('epochs_to_goal') or '—'} / {result.get('steps_to_goal') or '—'}",
+            ),
+            ("best / last", f"{_num(result.get('best_value'))} / {_num(result.get('last_value'))}"),
+            ("wall time", format_duration(result.get("wall_time_s"))),
+        ]
+        if split:
+            rows.append(
+                (
+                    "compute / comm",
+                    f"{_pct(split.get('compute_fraction'))} / {_pct(split.get('communication_fraction'))}",
+                )
+            )
+        if result.get("cost_to_target") is not None:
+            rows.append(("cost to target", f"${result['cost_to_target']:.2f}"))
+        allreduce = result.get("allreduce") or {}
+        for dtype, entry in allreduce.items():
+            rows.append(
+                (
+                    f"all-reduce {dtype}",
+                    f"peak busbw {_num(entry.get('peak_busbw_gbps'))} GB/s"
+                    f" at {entry.get('peak_busbw_size')} elements",
+                )
+            )
+        parts.append(_kv_table(rows, "Result"))
+    if stop:
+        parts.append(Text(f"stopped: {stop.get('status', '')} {stop.get('reason') or ''}", style="grey62"))
+    if run.error:
+        parts.append(Text(f"error: {run.error}", style="bold red"))
+    for failure in failures:
+        parts.append(
+            Text(f"rank {failure.get('rank')} failed: {failure.get('exception', '')}", style="bold red")
+        )
+        tb = str(failure.get("traceback") or "").strip()
+        if tb:
+            parts.append(Text(tb, style="red"))
+    return Group(*parts)
+
+
+def environment_renderable(env: dict[str, Any]) -> Group:
+    if not env:
+        return Group(Text(""), Text("Environment: not reported yet", style="grey50"))
+    rows = [
+        (k, v if not isinstance(v, dict | list) else str(v)) for k, v in sorted(env.items()) if v is not None
+    ]
+    return Group(Text(""), _kv_table(rows, "Environment"))
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) and math.isfinite(value) else "—"
+
+
+def _pct(value: Any) -> str:
+    return f"{value * 100:.1f}%" if isinstance(value, int | float) else "—"

@@ -1,0 +1,303 @@
+"""The spec screen: browse spec files, see validation issues by line, the plan, the dry run; launch.
+
+Loading and planning use the pure spec layer and ``plan.expand`` in a thread worker (they read
+local files, not the store). The dry run and the launch run the CLI (``mlbench apply --dry-run``,
+``mlbench apply --detach``) so the TUI shows and does exactly what the command line would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, DirectoryTree, Footer, Input, Static, TabbedContent, TabPane
+
+from mlbench_tui.errors import SpecIssue
+from mlbench_tui.tui.actions import bindings
+from mlbench_tui.tui.goal import goal_label
+from mlbench_tui.tui.messages import CommandFinished
+from mlbench_tui.tui.widgets.banner import ConnectionBanner
+
+if TYPE_CHECKING:
+    from mlbench_tui.tui.app import MlbenchApp
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class SpecReport:
+    """What loading one path produced: issues, plans (as rows), source text."""
+
+    path: Path
+    issues: list[SpecIssue] = field(default_factory=list)
+    plans: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+    error: str | None = None
+
+
+def load_report(path: Path) -> SpecReport:
+    """Validate ``path`` (file or directory) and expand its plans; never raises."""
+    from mlbench_tui.errors import MlbenchError
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec.loader import collect_paths
+
+    report = SpecReport(path)
+    try:
+        if path.is_file():
+            report.text = path.read_text(encoding="utf-8", errors="replace")
+        loaded, issues = collect_paths([path])
+        report.issues = list(issues)
+        for spec in loaded:
+            try:
+                report.plans.extend(p.model_dump(mode="json") for p in expand(spec.spec))
+            except MlbenchError as exc:
+                report.error = exc.render()
+    except MlbenchError as exc:
+        report.error = exc.render()
+    except OSError as exc:
+        report.error = f"cannot read {path}: {exc}"
+    return report
+
+
+class SpecTree(DirectoryTree):
+    """A directory tree that shows only folders and YAML files."""
+
+    def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
+        return [p for p in paths if not p.name.startswith(".") and (p.is_dir() or p.suffix in YAML_SUFFIXES)]
+
+
+def launch_in_background(app: MlbenchApp, path: Path) -> None:
+    """``mlbench apply PATH --detach`` in a thread worker; the result is a notification."""
+
+    def run() -> None:
+        try:
+            result = app.launcher.apply(path)
+        except Exception as exc:
+            app.post_message(CommandFinished("launch", "", error=str(exc)))
+            return
+        lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
+        tail = lines[-1] if lines else ""
+        app.post_message(CommandFinished("launch", f"launched {path.name}" + (f": {tail}" if tail else "")))
+        app.call_from_thread(app.action_refresh_now)
+
+    app.notify(f"launching {path} …", timeout=3)
+    app.run_worker(run, thread=True, group="commands", exit_on_error=False)
+
+
+class SpecScreen(Screen[None]):
+    """Spec browser with issues, plan, dry run and source tabs."""
+
+    SCOPES: ClassVar[tuple[str, ...]] = ("spec",)
+    BINDINGS: ClassVar = bindings("spec")
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        path = path.expanduser()
+        self.root = path if path.is_dir() else path.parent
+        self.selected: Path | None = path if path.is_file() else None
+        self.report: SpecReport | None = None
+
+    @property
+    def mlbench(self) -> MlbenchApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield ConnectionBanner(id="banner")
+        yield Input(placeholder="open a spec file or directory (enter)", id="spec-path")
+        with Horizontal(id="spec-body"):
+            yield SpecTree(self.root, id="spec-tree")
+            with TabbedContent(id="spec-tabs", initial="issues"):
+                with TabPane("Issues [1]", id="issues"):
+                    yield Static(id="spec-verdict")
+                    yield DataTable(cursor_type="row", id="issue-table")
+                with TabPane("Plan [2]", id="plan"):
+                    yield DataTable(cursor_type="row", id="plan-table")
+                with TabPane("Dry run [3]", id="dryrun"), VerticalScroll():
+                    yield Static(id="dryrun-text")
+                with TabPane("Source [4]", id="source"), VerticalScroll():
+                    yield Static(id="source-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#spec-path", Input).display = False
+        issues = self.query_one("#issue-table", DataTable)
+        for column in ("file", "line", "col", "problem", "hint"):
+            issues.add_column(column, key=column)
+        plans = self.query_one("#plan-table", DataTable)
+        for column in (
+            "run",
+            "task",
+            "backend",
+            "workers",
+            "repeat",
+            "goal",
+            "threads",
+            "data",
+            "hyperparameters",
+        ):
+            plans.add_column(column, key=column)
+        self._title()
+        self.query_one(SpecTree).focus()
+        if self.selected is not None:
+            self._load(self.selected)
+
+    def _title(self) -> None:
+        title = Text.assemble((" mlbench ", "bold reverse"), "  specs ", (str(self.root), "grey50"))
+        if self.selected is not None:
+            title.append(f"   {self.selected}", style="bold")
+        self.query_one("#title", Static).update(title)
+
+    # -- loading ----------------------------------------------------------------------------
+    @on(DirectoryTree.FileSelected)
+    def _file_selected(self, event: DirectoryTree.FileSelected) -> None:
+        self._load(Path(event.path))
+
+    def _load(self, path: Path) -> None:
+        self.selected = path
+        self._title()
+        self.query_one("#spec-verdict", Static).update(Text("validating…", style="grey50"))
+        self._validate(path)
+        self.query_one("#dryrun-text", Static).update(
+            Text("running mlbench apply --dry-run …", style="grey50")
+        )
+        self._dry_run(path)
+
+    @work(thread=True, exclusive=True, group="spec-load", exit_on_error=False)
+    def _validate(self, path: Path) -> None:
+        report = load_report(path)
+        self.app.call_from_thread(self._show_report, report)
+
+    @work(thread=True, exclusive=True, group="spec-dryrun", exit_on_error=False)
+    def _dry_run(self, path: Path) -> None:
+        from mlbench_tui.tui.launcher import LaunchError
+
+        try:
+            result = self.mlbench.launcher.run("apply", str(path), "--dry-run")
+            text = Text(result.stdout + (result.stderr if result.stderr.strip() else ""))
+        except LaunchError as exc:
+            text = Text(f"mlbench apply --dry-run failed:\n{exc.message}", style="red")
+        except Exception as exc:
+            text = Text(f"dry run failed: {exc}", style="red")
+        self.app.call_from_thread(self.query_one("#dryrun-text", Static).update, text)
+
+    def _show_report(self, report: SpecReport) -> None:
+        if report.path != self.selected:
+            return  # a newer selection is loading
+        self.report = report
+        verdict = Text()
+        if report.error:
+            verdict.append(report.error, style="bold red")
+        elif report.issues:
+            verdict.append(f"✘ {len(report.issues)} problem(s): fix them before launching", style="bold red")
+        else:
+            verdict.append(f"✔ valid: {len(report.plans)} run(s) planned", style="bold green")
+            verdict.append(f"   press {self.mlbench.key_for('spec.launch')} to launch", style="grey50")
+        self.query_one("#spec-verdict", Static).update(verdict)
+        issues = self.query_one("#issue-table", DataTable)
+        issues.clear()
+        for i, issue in enumerate(report.issues):
+            issues.add_row(
+                Path(issue.file).name,
+                str(issue.line),
+                str(issue.col),
+                issue.message,
+                issue.hint or "",
+                key=str(i),
+            )
+        plans = self.query_one("#plan-table", DataTable)
+        plans.clear()
+        for plan in report.plans:
+            goal = plan.get("goal") or {}
+            data = plan.get("data") or {}
+            plans.add_row(
+                plan.get("name", ""),
+                f"{plan.get('task', '')} {plan.get('task_name', '')}",
+                plan.get("backend", ""),
+                str(plan.get("workers", "")),
+                f"{int(plan.get('repeat', 0)) + 1}/{plan.get('repeats', 1)}",
+                goal_label(goal),
+                str((plan.get("resources") or {}).get("threads_per_rank", "")),
+                str(data.get("source", "")),
+                ", ".join(f"{k}={v}" for k, v in sorted((plan.get("hyperparameters") or {}).items()))[:200],
+            )
+        source = self.query_one("#source-text", Static)
+        if report.text:
+            lines = {i.line for i in report.issues if Path(i.file).resolve() == report.path.resolve()}
+            syntax = Syntax(report.text, "yaml", line_numbers=True, highlight_lines=lines, word_wrap=True)
+            source.update(syntax)
+        else:
+            source.update(
+                Text(f"{report.path} is a directory: select a file to see its source", style="grey50")
+            )
+        if report.issues:
+            self.query_one("#spec-tabs", TabbedContent).active = "issues"
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one("#spec-tabs", TabbedContent).active = tab
+
+    def action_reload(self) -> None:
+        if self.selected is not None:
+            self._load(self.selected)
+
+    def action_open_path(self) -> None:
+        box = self.query_one("#spec-path", Input)
+        box.display = True
+        box.value = str(self.selected or self.root)
+        box.focus()
+
+    @on(Input.Submitted, "#spec-path")
+    def _path_entered(self, event: Input.Submitted) -> None:
+        path = Path(event.value).expanduser()
+        event.input.display = False
+        if not path.exists():
+            self.notify(f"{path} does not exist", severity="error")
+            return
+        if path.is_dir():
+            self.root = path
+            self.query_one(SpecTree).path = path
+            self.selected = None
+            self._title()
+        else:
+            if path.parent != self.root:
+                self.root = path.parent
+                self.query_one(SpecTree).path = path.parent
+            self._load(path)
+        self.query_one(SpecTree).focus()
+
+    def action_launch(self) -> None:
+        from mlbench_tui.tui.screens.confirm import ConfirmScreen
+
+        path = self.selected
+        if path is None:
+            self.notify("select a spec file (or open a directory) first", severity="warning")
+            return
+        report = self.report
+        if report is None or report.path != path:
+            self.notify("still validating…", severity="warning")
+            return
+        if report.issues or report.error:
+            self.notify("the spec has problems: fix them first (see Issues)", severity="error")
+            self.action_show_tab("issues")
+            return
+        runs = len(report.plans)
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                launch_in_background(self.mlbench, path)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Launch {path.name}?", f"{runs} run(s) start now (mlbench apply --detach).", yes="Launch"
+            ),
+            answer,
+        )

@@ -1,0 +1,62 @@
+"""Goal progress: the goal, the best value so far, a progress bar, elapsed time and an ETA."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from mlbench_tui.tui.goal import GoalStatus, format_duration
+from mlbench_tui.tui.widgets.bars import progress_bar
+
+
+def goal_text(
+    status: GoalStatus | None,
+    *,
+    state: str,
+    elapsed_s: float | None,
+    time_to_goal_s: float | None = None,
+    width: int = 30,
+) -> Text:
+    """One line: ``val_global_Prec@1 >= 80  ████░░ 62%  best 49.6  latest 48.1  elapsed 3m10s  ETA ~2m``."""
+    text = Text()
+    if status is None:
+        text.append("no goal", style="bold")
+        text.append(" (this task measures, it does not train to a target)", style="grey50")
+    else:
+        op = "≤" if status.direction == "min" else "≥"
+        text.append(f"{status.metric} {op} {status.target:g}  ", style="bold")
+        bar_style = "green" if status.reached else "red" if state == "failed" else "yellow"
+        text.append_text(progress_bar(status.fraction, width, style=bar_style))
+        if status.best is not None:
+            text.append("   best ", style="grey50")
+            text.append(f"{status.best:.4g}", style="bold")
+        if status.latest is not None:
+            text.append("  latest ", style="grey50")
+            text.append(f"{status.latest:.4g}")
+        if status.reached:
+            text.append("   ✔ goal reached", style="bold green")
+            if time_to_goal_s is not None:
+                text.append(f" in {format_duration(time_to_goal_s)} of training", style="green")
+    text.append("   elapsed ", style="grey50")
+    text.append(format_duration(elapsed_s))
+    if status is not None and not status.reached and state in ("running", "pending"):
+        text.append("   ETA ", style="grey50")
+        text.append("—" if status.eta_s is None else f"~{format_duration(status.eta_s)}")
+    return text
+
+
+class GoalProgress(Static):
+    """Shows ``goal_text``; the run screen calls ``show`` whenever the run or its goal metric moves."""
+
+    def show(
+        self,
+        status: GoalStatus | None,
+        *,
+        state: str,
+        elapsed_s: float | None,
+        time_to_goal_s: float | None = None,
+    ) -> None:
+        width = max(10, min(40, (self.size.width or 100) // 4))
+        self.update(
+            goal_text(status, state=state, elapsed_s=elapsed_s, time_to_goal_s=time_to_goal_s, width=width)
+        )

@@ -1,0 +1,136 @@
+"""Per-rank table: state, step/epoch, step time and the compute/comm/data split as a stacked bar.
+
+Stragglers (step time well above the median of all ranks, see ``goal.find_stragglers``) are shown
+in the warning style with a marker, which is the first thing to look at when scaling is poor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from mlbench_tui.tui.goal import find_stragglers
+from mlbench_tui.tui.widgets.bars import stacked_bar
+
+PART_STYLES = (("compute", "green"), ("comm", "dark_orange"), ("data", "dodger_blue1"), ("other", "grey50"))
+BAR_WIDTH = 24
+STATE_STYLES = {
+    "running": "green",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "yellow",
+    "pending": "grey50",
+    "unknown": "grey50",
+}
+
+
+@dataclass
+class RankView:
+    """What the run screen knows about one rank (from rank states and tracker metrics)."""
+
+    rank: int
+    state: str = "pending"
+    host: str | None = None
+    step: int | None = None
+    epoch: float | None = None
+    step_time: float | None = None  # seconds, recent
+    compute: float = 0.0  # cumulative seconds (tracker totals)
+    comm: float = 0.0
+    data: float = 0.0
+    other: float = 0.0
+
+    @property
+    def comm_share(self) -> float | None:
+        total = self.compute + self.comm + self.data + self.other
+        return self.comm / total if total > 0 else None
+
+
+def legend() -> Text:
+    text = Text("  ")
+    for name, style in PART_STYLES:
+        text.append("█ ", style=style)
+        text.append(f"{name}   ")
+    text.append("⚠ straggler: step time > 1.25x median", style="bold red")
+    return text
+
+
+class RankTable(Vertical):
+    """The per-rank table with its legend; ``update_ranks`` redraws only when the values change."""
+
+    COLUMNS = ("rank", "state", "host", "step", "epoch", "step time", "compute | comm | data", "comm %")
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._rows: dict[int, tuple[object, ...]] = {}
+        self.stragglers: set[int] = set()
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=True, id="rank-table")
+        yield table
+        yield Static(legend(), id="rank-legend")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for column in self.COLUMNS:
+            table.add_column(column, key=column)
+
+    def update_ranks(self, ranks: Sequence[RankView]) -> None:
+        table: DataTable[Text | str] = self.query_one(DataTable)
+        self.stragglers = find_stragglers({r.rank: r.step_time for r in ranks if r.step_time is not None})
+        wanted = {r.rank for r in ranks}
+        for rank in list(self._rows):
+            if rank not in wanted:
+                table.remove_row(str(rank))
+                del self._rows[rank]
+        for view in sorted(ranks, key=lambda r: r.rank):
+            cells = self._cells(view, view.rank in self.stragglers)
+            key = (
+                view.state,
+                view.host,
+                view.step,
+                view.epoch,
+                view.step_time,
+                view.compute,
+                view.comm,
+                view.data,
+                view.other,
+                view.rank in self.stragglers,
+            )
+            if view.rank not in self._rows:
+                table.add_row(*cells, key=str(view.rank))
+            elif self._rows[view.rank] != key:
+                for column, cell in zip(self.COLUMNS, cells, strict=True):
+                    table.update_cell(str(view.rank), column, cell)
+            self._rows[view.rank] = key
+
+    @staticmethod
+    def _cells(view: RankView, straggler: bool) -> list[Text | str]:
+        row_style = "bold red" if straggler else ""
+        state = Text(view.state, style=STATE_STYLES.get(view.state, ""))
+        if straggler:
+            state.append(" ⚠ slow", style="bold red")
+        share = view.comm_share
+        bar = stacked_bar(
+            [
+                (view.compute, "green"),
+                (view.comm, "dark_orange"),
+                (view.data, "dodger_blue1"),
+                (view.other, "grey50"),
+            ],
+            BAR_WIDTH,
+        )
+        return [
+            Text(str(view.rank), style=row_style),
+            state,
+            Text(view.host or "—", style=row_style),
+            Text("—" if view.step is None else str(view.step), style=row_style),
+            Text("—" if view.epoch is None else f"{view.epoch:.2f}", style=row_style),
+            Text("—" if view.step_time is None else f"{view.step_time * 1000:.1f} ms", style=row_style),
+            bar,
+            Text("—" if share is None else f"{share * 100:.1f}%", style=row_style),
+        ]
