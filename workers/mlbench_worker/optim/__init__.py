@@ -18,6 +18,8 @@ from mlbench_worker.optim.centralized import CentralizedOptimizer
 
 OPTIMIZERS: dict[str, str] = {
     "centralized_sgd": "mlbench_worker.optim.centralized:centralized_sgd",
+    "centralized_adam": "mlbench_worker.optim.adam:centralized_adam",
+    "power_sgd": "mlbench_worker.optim.powersgd:power_sgd",
 }
 
 

@@ -90,4 +90,23 @@ class ByModelAllReduce(Aggregator):
             flat.zero_()
 
 
-AGGREGATORS: dict[str, type[Aggregator]] = {"by_model": ByModelAllReduce}
+class ByLayerAllReduce(Aggregator):
+    """One all-reduce per parameter tensor (``aggregation: by_layer``, MLBench's ``by_layer=True``).
+
+    More, smaller messages than ``by_model``: it exposes per-message latency, which is what the
+    option is for when comparing backends.
+    """
+
+    def __init__(self, comm: Comm, params: Sequence[torch.nn.Parameter], *, bucket_mb: float = 0.0) -> None:
+        super().__init__(comm, params)
+
+    def aggregate(self) -> None:
+        if self.comm.world_size == 1:
+            return
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            self.comm.all_reduce(p.grad, "avg")
+
+
+AGGREGATORS: dict[str, type[Aggregator]] = {"by_model": ByModelAllReduce, "by_layer": ByLayerAllReduce}
