@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "mlbench_tui.commands.server",
     "mlbench_tui.commands.run",
     "mlbench_tui.commands.tui",
+    "mlbench_tui.commands.cluster",
 )
 
 

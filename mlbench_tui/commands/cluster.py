@@ -1,0 +1,268 @@
+"""Cluster commands: ``cluster create|delete|list|use|init``.
+
+Thin: parse, build a ``ClusterRequest``, show the cost estimate and ask, call the provider from
+``mlbench_tui.infra.providers``' registry, print. Progress goes to stderr; stdout carries only
+the requested output (the context name, the cluster table). Only argparse and the stdlib at
+module level (``mlbench --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import IO, Any
+
+CLOUD_DEFAULT_GPU = "1xT4"
+DEFAULT_NAMESPACE = "mlbench"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``cluster`` command group to the ``mlbench`` parser."""
+    group = sub.add_parser(
+        "cluster",
+        help="create, delete, list and switch between benchmark clusters (GKE, EKS, KIND)",
+        description="Provision Kubernetes clusters for benchmarks: GKE and EKS GPU clusters through "
+        "Pulumi (one stack per cluster), KIND clusters locally.",
+    )
+    group.set_defaults(handler=lambda _args: _usage(group))
+    cmds = group.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+
+    p = cmds.add_parser(
+        "create",
+        help="create a cluster and make it the current kubeconfig context",
+        description="Create a cluster with a small system pool and a benchmark pool (GPU nodes are tainted "
+        "mlbench.io/gpu=true:NoSchedule so only benchmark pods land there), write a kubeconfig context "
+        "mlbench-PROVIDER-NAME, then install the in-cluster server. Cloud clusters show an hourly cost "
+        "estimate and ask for confirmation first. Re-running resumes an interrupted create.",
+    )
+    p.add_argument("provider", metavar="PROVIDER", help="gcp, aws or kind")
+    p.add_argument("name", metavar="NAME", help="cluster name (lowercase letters, digits, '-')")
+    p.add_argument("--nodes", type=int, default=1, metavar="N", help="benchmark pool nodes (default 1)")
+    p.add_argument(
+        "--gpu",
+        metavar="NxMODEL",
+        help=f"GPUs per node, e.g. 1xT4 or 4xA100; 'none' for CPU nodes (default {CLOUD_DEFAULT_GPU})",
+    )
+    p.add_argument("--machine-type", metavar="TYPE", help="machine/instance type (default: picked for --gpu)")
+    p.add_argument("--spot", action="store_true", help="use spot/preemptible benchmark nodes")
+    p.add_argument("--region", help="cloud region (GCP: a regional cluster)")
+    p.add_argument("--zone", help="zone of the benchmark nodes (GCP default us-central1-a)")
+    p.add_argument("--project", help="GCP project (default: gcloud's configured project)")
+    p.add_argument("--min-nodes", type=int, metavar="N", help="autoscaling minimum (default --nodes)")
+    p.add_argument("--max-nodes", type=int, metavar="N", help="autoscaling maximum (default --nodes)")
+    p.add_argument("--disk-gb", type=int, default=100, metavar="GB", help="boot disk per node (default 100)")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--no-init", action="store_true", help="do not install the in-cluster server")
+    p.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="namespace for the in-cluster server")
+    p.set_defaults(handler=cmd_create)
+
+    p = cmds.add_parser("delete", help="delete a cluster, its kubeconfig context and its record")
+    p.add_argument("provider", metavar="PROVIDER", help="gcp, aws or kind")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler=cmd_delete)
+
+    p = cmds.add_parser("list", help="list the clusters mlbench created")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    p.set_defaults(handler=cmd_list)
+
+    p = cmds.add_parser("use", help="make a cluster's context the current kubeconfig context")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--provider", help="gcp, aws or kind (when several clusters share NAME)")
+    p.set_defaults(handler=cmd_use)
+
+    p = cmds.add_parser(
+        "init",
+        help="install the in-cluster mlbench server (and optionally the NVIDIA device plugin)",
+    )
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"namespace (default {DEFAULT_NAMESPACE})")
+    p.add_argument(
+        "--device-plugin",
+        action="store_true",
+        help="also deploy the NVIDIA device plugin DaemonSet (EKS GPU nodes need it; GKE runs its own)",
+    )
+    p.set_defaults(handler=cmd_init)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _progress(line: str) -> None:
+    print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+
+def confirm(question: str, *, assume_yes: bool, action: str, stdin: IO[str] | None = None) -> bool:
+    """Ask ``question`` on the terminal; True to go on. Without a TTY, only ``--yes`` goes on."""
+    if assume_yes:
+        return True
+    from mlbench_tui.errors import UsageError
+
+    stream = stdin if stdin is not None else sys.stdin
+    if stream is None or not stream.isatty():
+        raise UsageError(
+            f"refusing to {action} without confirmation: stdin is not a terminal",
+            hint="pass --yes to confirm",
+        )
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = stream.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from mlbench_tui.errors import InfraError
+    from mlbench_tui.infra import prices
+    from mlbench_tui.infra.providers import ClusterRequest, Preflight, load_provider, parse_gpu
+
+    gpu_text = (
+        args.gpu if args.gpu is not None else (CLOUD_DEFAULT_GPU if args.provider in ("gcp", "aws") else None)
+    )
+    gpu = None if gpu_text is None or gpu_text.lower() == "none" else parse_gpu(gpu_text)
+    request = ClusterRequest(
+        provider=args.provider,
+        name=args.name,
+        nodes=args.nodes,
+        gpu=gpu,
+        machine_type=args.machine_type,
+        spot=args.spot,
+        region=args.region,
+        zone=args.zone,
+        project=args.project,
+        min_nodes=args.min_nodes,
+        max_nodes=args.max_nodes,
+        disk_gb=args.disk_gb,
+    )
+    shape = None
+    if request.provider in prices.PRICED_PROVIDERS:
+        shape = prices.resolve_shape(request.provider, request.gpu, request.machine_type)  # bad input first
+    provider = load_provider(request.provider)
+    if isinstance(provider, Preflight):
+        provider.preflight(request)  # every missing tool/credential before asking for money
+    if shape is not None:
+        estimate = prices.estimate(request, shape)
+        pool = f"{request.nodes} x {shape.machine_type}" + (f" with {request.gpu}" if request.gpu else "")
+        print(
+            f"{request.provider} cluster {request.name}: {pool}{' (spot)' if request.spot else ''}",
+            file=sys.stderr,
+        )
+        print(estimate.render(), file=sys.stderr)
+        if not confirm("Create this cluster?", assume_yes=args.yes, action="create a paid cloud cluster"):
+            print("cancelled: nothing was created", file=sys.stderr)
+            return 1
+    record = provider.create(request, progress=_progress)
+    if not args.no_init:
+        _install_server(record.context, args.namespace, required=False)
+    print(record.context)
+    if record.context is None:  # pragma: no cover - providers always set it
+        raise InfraError("the provider returned no kubeconfig context")
+    return 0
+
+
+def _install_server(context: str | None, namespace: str, *, required: bool) -> None:
+    from mlbench_tui.errors import InfraError
+    from mlbench_tui.infra.providers import load_incluster_installer
+
+    installer = load_incluster_installer()
+    if installer is None:
+        message = "the in-cluster server installer is not part of this installation"
+        if required:
+            raise InfraError(message)
+        _progress(f"note: {message}; skipped (run `mlbench cluster init` once it is available)")
+        return
+    _progress(f"installing the in-cluster server in namespace {namespace}")
+    installer(context, namespace)
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from mlbench_tui.infra.providers import load_provider
+
+    provider = load_provider(args.provider)
+    question = f"Delete {args.provider} cluster {args.name} and everything in it?"
+    if not confirm(question, assume_yes=args.yes, action="delete a cluster"):
+        print("cancelled: nothing was deleted", file=sys.stderr)
+        return 1
+    provider.delete(args.name, progress=_progress)
+    _progress(f"cluster {args.name} deleted")
+    return 0
+
+
+def _all_records() -> list[Any]:
+    """Clusters of every available provider; unavailable providers are skipped with a note."""
+    from mlbench_tui.errors import InfraError
+    from mlbench_tui.infra.providers import PROVIDERS, load_provider
+
+    records = []
+    for name in PROVIDERS:
+        try:
+            records.extend(load_provider(name).list())
+        except InfraError as exc:
+            if name not in ("kind",):
+                _progress(f"warning: cannot list {name} clusters: {exc.message}")
+    return records
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    records = _all_records()
+    if args.output == "json":
+        print(json.dumps([r.to_json() for r in records], indent=2, sort_keys=True))
+        return 0
+    if not records:
+        _progress("no clusters; create one with `mlbench cluster create gcp|aws|kind NAME`")
+        return 0
+    from mlbench_tui.infra import kubeconfig
+
+    current = ""
+    try:
+        current = kubeconfig.current_context() or ""
+    except Exception:  # a broken kubeconfig must not hide the list
+        current = ""
+    header = ("", "NAME", "PROVIDER", "LOCATION", "NODES", "GPU", "MACHINE", "SPOT", "CONTEXT")
+    rows = [header]
+    for r in records:
+        location = r.zone or r.region or "-"
+        rows.append(
+            (
+                "*" if r.context == current else "",
+                r.name,
+                r.provider,
+                location,
+                str(r.nodes if r.nodes is not None else "-"),
+                r.gpu or "-",
+                r.machine_type or "-",
+                "yes" if r.spot else "no",
+                r.context,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_use(args: argparse.Namespace) -> int:
+    from mlbench_tui.errors import InfraError
+    from mlbench_tui.infra.providers import load_provider
+
+    matches = [r for r in _all_records() if r.name == args.name and args.provider in (None, r.provider)]
+    if not matches:
+        raise InfraError(f"no cluster named {args.name!r}", hint="see `mlbench cluster list`")
+    if len(matches) > 1:
+        providers = ", ".join(sorted(r.provider for r in matches))
+        raise InfraError(f"several clusters are named {args.name!r} ({providers})", hint="pass --provider")
+    context = load_provider(matches[0].provider).use(args.name)
+    print(context)
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    if args.device_plugin:
+        from mlbench_tui.infra import device_plugin
+
+        _progress("deploying the NVIDIA device plugin DaemonSet")
+        device_plugin.apply(args.context)
+    _install_server(args.context, args.namespace, required=True)
+    _progress(f"mlbench server installed in namespace {args.namespace}")
+    return 0
