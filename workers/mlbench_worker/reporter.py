@@ -24,6 +24,7 @@ import http.client
 import json
 import math
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -43,6 +44,8 @@ MAX_KIND_LEN = 64
 MAX_PAYLOAD_BYTES = 64 * 1024
 _KEYS = {"metrics": "metrics", "logs": "lines", "events": "events"}
 _PERMANENT = {400, 401, 403, 404, 409, 413, 422}
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_KIND_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
 class Reporter:
@@ -121,7 +124,11 @@ class Reporter:
             return
         if number is not None and not math.isfinite(number):
             number = None
-        item: dict[str, Any] = {"name": str(name)[:MAX_NAME_LEN], "value": number, "t": _time(t)}
+        clean = _CONTROL.sub("", str(name))[:MAX_NAME_LEN]
+        if not clean:
+            self._warn("name", f"metric name {name!r} is empty; dropped")
+            return
+        item: dict[str, Any] = {"name": clean, "value": number, "t": _time(t)}
         if step is not None:
             item["step"] = int(step)
         if epoch is not None and math.isfinite(float(epoch)):
@@ -133,13 +140,13 @@ class Reporter:
         stream = stream if stream in ("stdout", "stderr", "system") else "stdout"
         seq = self._line_seq.get(stream, 0)
         self._line_seq[stream] = seq + 1
-        self._add("logs", {"text": str(text)[:MAX_TEXT_LEN], "stream": stream, "seq": seq, "t": time.time()})
+        text = str(text)[:MAX_TEXT_LEN].encode("utf-8", "replace").decode("utf-8")  # no lone surrogates
+        self._add("logs", {"text": text, "stream": stream, "seq": seq, "t": time.time()})
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         """Record one structured event (non-blocking); payload must be JSON-like."""
-        self._add(
-            "events", {"kind": str(kind)[:MAX_KIND_LEN], "payload": _json_safe(payload), "t": time.time()}
-        )
+        clean = _KIND_BAD.sub("_", str(kind))[:MAX_KIND_LEN] or "event"
+        self._add("events", {"kind": clean, "payload": _json_safe(payload), "t": time.time()})
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything recorded so far; True when the server acknowledged all of it.

@@ -1,0 +1,118 @@
+"""Starting, finding and reusing servers: ``mlbench server``, ``ensure_server``, server.json."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mlbench_tui.server.serve import EmbeddedServer, ensure_server, read_state, state_path, stop_embedded
+from mlbench_tui.store.api_models import RunCreate
+
+from .conftest import ADMIN, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_embedded() -> Iterator[None]:
+    yield
+    stop_embedded()
+
+
+def test_mlbench_server_starts_quickly_and_answers_healthz(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlbench_tui", "server", "--port", "0", "--db", str(tmp_path / "s.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
+        elapsed = time.monotonic() - t0
+        # under a second on an idle machine; generous here because CI machines are shared
+        assert elapsed < 5.0, f"server took {elapsed:.2f}s to answer /healthz"
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_state_file_is_private_and_ensure_server_reuses_it(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    server = server_factory()
+    path = state_path()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    info = ensure_server(server.db)
+    assert info.url == server.url and info.admin_token == ADMIN
+    assert info.client().create_run(RunCreate(name="reused")).run.name == "reused"
+
+
+def test_ensure_server_starts_an_embedded_one_for_another_store(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    server = server_factory()
+    other = tmp_path / "other.db"
+    info = ensure_server(other)
+    assert info.url != server.url and info.pid == os.getpid()
+    assert Path(info.store) == other.resolve()
+    assert ensure_server(other) is info  # the same embedded server, not a second one
+    created = info.client().create_run(RunCreate(name="embedded"))
+    assert info.client(admin=False).get_run(created.run.id).name == "embedded"
+    assert read_state() is not None and read_state().url == server.url  # type: ignore[union-attr]
+
+
+def test_ensure_server_without_any_server_starts_and_records_one(tmp_path: Path) -> None:
+    info = ensure_server(tmp_path / "fresh.db")
+    recorded = read_state()
+    assert recorded is not None and recorded.url == info.url
+    stop_embedded()
+    assert read_state() is None
+
+
+def test_env_server_url_is_used_as_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLBENCH_SERVER_URL", "http://example.invalid:1/")
+    monkeypatch.setenv("MLBENCH_TOKEN", "tok")
+    info = ensure_server()
+    assert info.url == "http://example.invalid:1" and info.admin_token == "tok"
+
+
+def test_second_server_on_same_store_fails_cleanly(tmp_path: Path) -> None:
+    with EmbeddedServer(tmp_path / "one.db", record=False):
+        result = subprocess.run(
+            [sys.executable, "-m", "mlbench_tui", "server", "--port", "0", "--db", str(tmp_path / "one.db")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode != 0
+    assert "in use by another mlbench server" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_busy_port_and_bad_port_are_clear_errors(tmp_path: Path) -> None:
+    with EmbeddedServer(tmp_path / "a.db") as embedded:
+        port = embedded.url.rsplit(":", 1)[1]
+        busy = subprocess.run(
+            [sys.executable, "-m", "mlbench_tui", "server", "--port", port, "--db", str(tmp_path / "b.db")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert busy.returncode != 0 and "cannot listen" in busy.stderr and "Traceback" not in busy.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "mlbench_tui", "server", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and "--port" in bad.stderr
