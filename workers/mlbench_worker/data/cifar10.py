@@ -175,9 +175,12 @@ class Augmenter:
         rows = dy[:, None] + torch.arange(height, device=self.device)
         cols = dx[:, None] + torch.arange(width, device=self.device)
         cols = torch.where(flip[:, None], cols.flip(1), cols)
-        b = torch.arange(batch, device=self.device)[:, None, None, None]
-        c = torch.arange(channels, device=self.device)[None, :, None, None]
-        return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]
+        # one gather over the flattened padded image, the same pixel index for every channel
+        index = (rows[:, :, None] * (width + 2 * pad) + cols[:, None, :]).view(batch, 1, height * width)
+        flat = padded.reshape(batch, channels, -1)
+        return flat.gather(2, index.expand(batch, channels, height * width)).view(
+            batch, channels, height, width
+        )
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 -> float32, per-channel standardised, in the configured memory format."""
