@@ -98,6 +98,8 @@ def did_you_mean(word: str, candidates: list[str] | tuple[str, ...]) -> str | No
     if alias and alias in candidates:
         return f"did you mean '{alias}'?"
     match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    if not match and len(word) >= 3:
+        match = [c for c in candidates if c.lower().startswith(word.lower())][:1]
     if not match:
         lowered = {c.lower(): c for c in candidates}
         if word.lower() in lowered:
@@ -218,6 +220,8 @@ def issue_from_error(
         line, col = positions.of_key(loc)
         message = f"unknown key '{key}' in {dotted(parent)}"
         hint = did_you_mean(key, keys_at(root, parent, data))
+        if hint is None and parent == ("spec",) and key in ("name", "labels", "description"):
+            hint = f"'{key}' belongs under metadata"
         return SpecIssue(file, line, col, message, hint)
     if etype == "missing":
         key = str(rest[-1]) if rest else str(loc[-1]) if loc else "?"

@@ -87,7 +87,7 @@ class _Converter:
             for key, value in node.items():
                 kpos = _lc_pos(lc, "key", key, pos)
                 vpos = _lc_pos(lc, "value", key, kpos)
-                if not isinstance(key, str):
+                if not isinstance(key, str) or not _encodable(key):
                     self.issue(
                         kpos, f"{_dotted(loc)}: keys must be strings, got {type(key).__name__} {key!r}"
                     )
@@ -95,8 +95,8 @@ class _Converter:
                     continue
                 child: Loc = (*loc, key)
                 self.positions.keys[child] = kpos
-                if isinstance(value, Mapping | list) and hasattr(value, "lc") and len(value):
-                    vpos = (value.lc.line + 1, value.lc.col + 1) if isinstance(value, Mapping) else vpos
+                if isinstance(value, Mapping) and len(value):
+                    vpos = _node_start(value, vpos)
                 self.positions.values[child] = vpos
                 out[str(key)] = self.convert(value, child, vpos)
             self._active.discard(id(node))
@@ -124,6 +124,10 @@ class _Converter:
         if isinstance(node, _dt.datetime | _dt.date):
             return node.isoformat()
         if isinstance(node, str):
+            if not _encodable(node):
+                self.issue(pos, f"{_dotted(loc)}: invalid unicode escape (a lone surrogate such as \\ud800)")
+                self.failed_locs.add(loc)
+                return None
             return self.interpolate(node, loc, pos, plain=type(node) is str)
         if isinstance(node, bytes):
             self.issue(pos, f"{_dotted(loc)}: binary values are not supported")
@@ -185,6 +189,23 @@ def _retype(text: str) -> Any:
     if s.lower() in ("null", "~", ""):
         return None if s else text
     return text
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _node_start(node: Any, fallback: tuple[int, int] = (1, 1)) -> tuple[int, int]:
+    """1-based start of a ruamel collection node, or ``fallback`` when ruamel kept none."""
+    lc = getattr(node, "lc", None)
+    line, col = getattr(lc, "line", None), getattr(lc, "col", None)
+    if isinstance(line, int) and isinstance(col, int):
+        return (line + 1, col + 1)
+    return fallback
 
 
 def _lc_pos(lc: Any, what: str, key: Any, fallback: tuple[int, int]) -> tuple[int, int]:
@@ -352,7 +373,11 @@ def collect_text(
     if not text.strip():
         return [], [
             SpecIssue(
-                file, 1, 1, "file is empty: expected a Benchmark spec", "run `mlbench init` to write one"
+                file,
+                1,
+                1,
+                "file is empty (no YAML document): expected a Benchmark spec",
+                "run `mlbench init` to write one",
             )
         ]
     yaml = YAML(typ="rt")
@@ -370,7 +395,11 @@ def collect_text(
             problem = problem.replace("found duplicate key", "duplicate key")
             issues.append(SpecIssue(file, line, col, problem, "remove or merge the repeated key"))
         else:
-            context = f" ({exc.context})" if exc.context and exc.problem else ""
+            context = ""
+            if exc.context and exc.problem:
+                cm = exc.context_mark
+                where = f" at line {cm.line + 1}:{cm.column + 1}" if cm and cm.line + 1 != line else ""
+                context = f" ({exc.context}{where})"
             issues.append(SpecIssue(file, line, col, f"YAML syntax error: {problem}{context}"))
     except (YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         issues.append(SpecIssue(file, 1, 1, f"cannot parse YAML: {exc}"))
@@ -381,8 +410,7 @@ def collect_text(
         if doc is None:
             continue
         conv = _Converter(file, env)
-        lc = getattr(doc, "lc", None)
-        conv.positions.start = (lc.line + 1, lc.col + 1) if lc is not None else (1, 1)
+        conv.positions.start = _node_start(doc)
         try:
             data = conv.convert(doc, (), conv.positions.start)
         except (_TooLarge, RecursionError):
@@ -391,7 +419,15 @@ def collect_text(
         starts.append(conv.positions.start[0])
         converted.append((index, data, conv))
     if not converted and not issues:
-        return [], [SpecIssue(file, 1, 1, "file has no YAML documents: expected a Benchmark spec")]
+        return [], [
+            SpecIssue(
+                file,
+                1,
+                1,
+                "file is empty (no YAML document): expected a Benchmark spec",
+                "run `mlbench init` to write one",
+            )
+        ]
     texts = _document_texts(text, starts)
     for (index, data, conv), doc_text in zip(converted, texts, strict=True):
         spec, doc_issues = validate_document(data, file, conv.positions, conv.failed_locs)

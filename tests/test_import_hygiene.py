@@ -1,0 +1,72 @@
+"""`mlbench --help`, `validate` and `plan` stay light: no torch, textual, kubernetes, pulumi, sqlmodel.
+
+Each command runs in a fresh interpreter, which then reports which heavy packages got imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = ("torch", "textual", "kubernetes", "pulumi", "sqlmodel")
+
+_PROBE = """
+import json, sys
+from mlbench_tui.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+heavy = sorted({m.split('.')[0] for m in sys.modules} & set(json.loads(%r)))
+sys.stderr.write('\\nHEAVY=' + json.dumps(heavy) + '\\n')
+raise SystemExit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["validate", "specs/quickstart.yaml"],
+        ["validate", "specs"],
+        ["plan", "specs/quickstart.yaml", "-o", "json"],
+        ["plan", "specs/smoke-kind.yaml", "-o", "yaml"],
+    ],
+    ids=["help", "validate", "validate-dir", "plan-json", "plan-yaml-kubernetes"],
+)
+def test_light_commands_import_no_heavy_package(argv: list[str]) -> None:
+    probe = _PROBE % json.dumps(FORBIDDEN)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("HEAVY=")][-1]
+    assert json.loads(line[len("HEAVY=") :]) == []
+
+
+def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
+    code = (
+        "import sys; import mlbench_tui.spec.loader, mlbench_tui.plan, mlbench_tui.settings; "
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    roots = set(proc.stdout.split())
+    # private roots are interpreter/installer plumbing (editable finder, sysconfig data)
+    third_party = {r for r in roots - set(sys.stdlib_module_names) if not r.startswith("_")} - {"mlbench_tui"}
+    allowed = {
+        "pydantic",
+        "pydantic_core",
+        "ruamel",
+        "typing_extensions",
+        "annotated_types",
+        "typing_inspection",
+        "platformdirs",
+    }
+    assert third_party <= allowed, third_party - allowed

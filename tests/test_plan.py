@@ -1,0 +1,177 @@
+"""plan.expand: sweeps x repeats, names, scaling rules, resources, hashes; pure and deterministic."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from mlbench_tui.plan import RunPlan, expand, spec_hash, threads_per_rank, worker_config
+from mlbench_tui.spec.loader import load_paths, validate_data
+from mlbench_tui.spec.models import BenchmarkSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(body: dict[str, Any], name: str = "bench") -> BenchmarkSpec:
+    return validate_data(
+        {"apiVersion": "mlbench/v1", "kind": "Benchmark", "metadata": {"name": name}, "spec": body}
+    )
+
+
+def test_quickstart_plan() -> None:
+    (loaded,) = load_paths([ROOT / "specs" / "quickstart.yaml"])
+    (plan,) = expand(loaded.spec)
+    assert plan.name == "quickstart-gloo-2w"
+    assert (plan.task, plan.task_name, plan.backend, plan.workers) == ("1a", "resnet20-cifar10", "gloo", 2)
+    assert plan.goal is not None and plan.goal.model_dump() == {
+        "kind": "light",
+        "metric": "val_global_Prec@1",
+        "target": 70.0,
+        "direction": "max",
+    }
+    assert plan.max_time_s == 300.0
+    hp = plan.hyperparameters
+    assert hp["batch_size"] == 64
+    assert hp["base_lr"] == 0.02 and hp["lr"] == pytest.approx(0.04)
+    assert hp["warmup_epochs"] == 1.0
+    assert plan.data.source == "synthetic"
+    assert plan.data.options == {"train_samples": 2048, "val_samples": 512}
+    assert plan.resources.threads_per_rank == 1
+    assert plan.target == {"kind": "local"}
+
+
+def test_sweep_order_names_and_repeats() -> None:
+    plans = expand(make({"task": "1a", "workers": [1, 4], "backend": ["gloo", "mpi"], "repeats": 2}))
+    assert [p.name for p in plans] == [
+        "bench-gloo-1w-r0",
+        "bench-gloo-1w-r1",
+        "bench-gloo-4w-r0",
+        "bench-gloo-4w-r1",
+        "bench-mpi-1w-r0",
+        "bench-mpi-1w-r1",
+        "bench-mpi-4w-r0",
+        "bench-mpi-4w-r1",
+    ]
+    assert [p.repeat for p in plans[:2]] == [0, 1]
+    assert all(p.repeats == 2 for p in plans)
+    assert len({p.spec_hash for p in plans}) == 1
+    # no -r suffix for a single repeat
+    assert [p.name for p in expand(make({"task": "1a", "workers": [2, 8]}))] == [
+        "bench-gloo-2w",
+        "bench-gloo-8w",
+    ]
+
+
+def test_linear_lr_scaling_and_warmup_for_1a() -> None:
+    plans = expand(make({"task": "1a", "workers": [1, 2, 8], "hyperparameters": {"lr": 0.1}}))
+    assert [p.hyperparameters["lr"] for p in plans] == pytest.approx([0.1, 0.2, 0.8])
+    assert [p.hyperparameters["base_lr"] for p in plans] == [0.1, 0.1, 0.1]
+    assert [p.hyperparameters["warmup_epochs"] for p in plans] == [0.0, 1.0, 3.0]
+    explicit = expand(make({"task": "1a", "workers": 8, "hyperparameters": {"warmup_epochs": 5}}))
+    assert explicit[0].hyperparameters["warmup_epochs"] == 5
+
+
+def test_scaling_rules_of_other_tasks() -> None:
+    (p2a,) = expand(make({"task": "2a", "workers": 4}))
+    assert p2a.hyperparameters["lr"] == 16.0 and p2a.hyperparameters["base_lr"] == 4.0
+    assert "warmup_epochs" not in p2a.hyperparameters
+    (p3a,) = expand(make({"task": "3a", "workers": 4}))
+    assert p3a.hyperparameters["lr"] == pytest.approx(30 * math.sqrt(4))
+    assert p3a.hyperparameters["warmup_epochs"] == 12
+    (p4a,) = expand(make({"task": "4a", "workers": 8}))
+    assert p4a.hyperparameters["lr"] == 2e-3 and "base_lr" not in p4a.hyperparameters
+    assert p4a.hyperparameters["global_batch_size"] == 2048
+
+
+def test_allreduce_drops_fp16_on_mpi_only() -> None:
+    gloo, mpi = expand(make({"task": "0a", "workers": 2, "backend": ["gloo", "mpi"]}))
+    assert gloo.hyperparameters["dtypes"] == ["fp32", "fp16"]
+    assert mpi.hyperparameters["dtypes"] == ["fp32"]
+    assert gloo.goal is None
+
+
+@pytest.mark.parametrize(
+    ("cpu", "threads"), [(None, 1), ("500m", 1), ("1", 1), ("2.5", 3), ("4", 4), ("1500m", 2)]
+)
+def test_threads_per_rank(cpu: str | None, threads: int) -> None:
+    assert threads_per_rank(cpu) == threads
+    hardware = {"cpu": cpu} if cpu else {}
+    (plan,) = expand(make({"task": "1a", "hardware": hardware}))
+    assert plan.resources.threads_per_rank == threads
+    assert plan.env["OMP_NUM_THREADS"] == str(threads)
+
+
+def test_resources_env_target_labels() -> None:
+    spec = validate_data(
+        {
+            "apiVersion": "mlbench/v1",
+            "kind": "Benchmark",
+            "metadata": {"name": "gpu", "labels": {"team": "ml"}},
+            "spec": {
+                "task": "4b",
+                "workers": 2,
+                "backend": "nccl",
+                "hardware": {"cpu": 8, "memory": "32Gi", "gpu": "1xA100", "precision": "amp"},
+                "target": {"kind": "kubernetes", "image": "w:1", "namespace": "bench"},
+                "env": {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4"},
+                "price_per_hour": 3.5,
+            },
+        }
+    )
+    (plan,) = expand(spec)
+    assert plan.resources.model_dump() == {
+        "cpu": "8",
+        "threads_per_rank": 8,
+        "memory": "32Gi",
+        "gpus": 1,
+        "gpu_type": "A100",
+        "precision": "amp",
+    }
+    assert plan.env == {"OMP_NUM_THREADS": "4", "NCCL_DEBUG": "INFO"}  # the spec's env wins
+    assert plan.target == {
+        "kind": "kubernetes",
+        "namespace": "bench",
+        "image": "w:1",
+        "node_selector": {},
+        "tolerations": [],
+    }
+    assert plan.labels == {"team": "ml"} and plan.price_per_hour == 3.5
+    assert worker_config(plan, "run-1")["device"] == "cuda"
+
+
+def test_custom_goal_direction_defaults_to_metric() -> None:
+    (plan,) = expand(make({"task": "3a", "goal": {"metric": "val_global_Perplexity", "target": 120}}))
+    assert plan.goal is not None
+    assert (plan.goal.kind, plan.goal.direction, plan.goal.target) == ("custom", "min", 120.0)
+
+
+def test_expand_is_deterministic_and_plans_are_frozen() -> None:
+    spec = make({"task": "1a", "workers": [1, 2], "repeats": 3})
+    first, second = expand(spec), expand(spec)
+    assert [p.model_dump() for p in first] == [p.model_dump() for p in second]
+    with pytest.raises(ValidationError):
+        first[0].workers = 5  # type: ignore[misc]
+    # mutating a plan's dict does not leak into its siblings
+    first[0].hyperparameters["lr"] = 99
+    assert first[1].hyperparameters["lr"] != 99
+
+
+def test_spec_hash_normalizes_short_forms_and_changes_with_content() -> None:
+    short = make({"task": "resnet20-cifar10", "workers": 2, "max_time": "1h", "target": "local"})
+    long = make({"task": "1a", "workers": [2], "max_time": 3600, "target": {"kind": "local"}})
+    assert spec_hash(short) == spec_hash(long)
+    assert len(spec_hash(short)) == 64
+    assert spec_hash(make({"task": "1a", "workers": 2, "seed": 7})) != spec_hash(short)
+
+
+def test_worker_config_contract() -> None:
+    (plan,) = expand(make({"task": "1a", "workers": 2, "seed": 10, "repeats": 1}))
+    cfg = worker_config(plan, "abc")
+    assert cfg["run_id"] == "abc" and cfg["world_size"] == 2 and cfg["seed"] == 10
+    assert cfg["hyperparameters"]["lr"] == pytest.approx(0.04)
+    assert cfg["goal"]["metric"] == "val_global_Prec@1" and cfg["device"] == "cpu"
+    assert isinstance(RunPlan.model_validate(plan.model_dump()), RunPlan)
