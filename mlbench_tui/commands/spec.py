@@ -169,6 +169,11 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
     if output == "json":
         return json.dumps(plan_documents(plans), indent=2) + "\n"
     if output == "yaml":
+        if plans and all(p.target.get("kind") == "kubernetes" for p in plans):
+            # Kubernetes targets: the manifests `kubectl apply -f -` accepts (tokens left out).
+            from mlbench_tui.executors.manifests import plan_yaml
+
+            return plan_yaml(list(plans))
         return _yaml_dump(plan_documents(plans))
     rows = []
     for p in plans:
