@@ -20,6 +20,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -278,11 +279,19 @@ def load_component(name: str) -> ModuleType:
     """Import ``infra/components/<name>.py`` (not an installed package) by path."""
     path = infra_dir() / "components" / f"{name}.py"
     module_name = f"mlbench_infra_components_{name}"
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise InfraError(f"cannot load the Pulumi component {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[module_name] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
     return module
 
 
