@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import secrets
 import select
 import socket
@@ -242,16 +243,22 @@ def _read_tokens(api_client: Any, namespace: str) -> tuple[str, str] | None:
         return None
 
 
+def server_image() -> str:
+    """The server's image: ``MLBENCH_WORKER_IMAGE`` (e.g. a locally built ``mlbench-worker:dev``
+    loaded into kind), else this version's worker image, which ships the mlbench CLI too."""
+    return os.environ.get("MLBENCH_WORKER_IMAGE") or DEFAULT_IMAGE
+
+
 def install(
     context: str | None,
     namespace: str,
     *,
-    image: str = DEFAULT_IMAGE,
+    image: str | None = None,
     api_client: Any | None = None,
 ) -> None:
     """Install (or update) the in-cluster server and runner RBAC; safe to run again."""
     api = _client(context, api_client)
-    objects = server_objects(namespace, image=image)
+    objects = server_objects(namespace, image=image or server_image())
     _apply(api, objects[0])  # the namespace first: everything else lives in it
     if _read_tokens(api, namespace) is None:
         # Created once: re-installing must not invalidate the tokens clients already hold.
@@ -388,3 +395,21 @@ def connect(
         yield ServerEndpoint(forward.url, *tokens)
     finally:
         forward.close()
+
+
+@contextlib.contextmanager
+def server_for_target(target: dict[str, Any], *, api_client: Any | None = None) -> Iterator[ServerEndpoint]:
+    """The metrics server of a Kubernetes target as reachable from this machine, for ``apply``.
+
+    ``MLBENCH_SERVER_URL`` (with ``MLBENCH_TOKEN``/``MLBENCH_READ_TOKEN``) wins, as everywhere;
+    otherwise the in-cluster server of the target's namespace through a port-forward. Pods report
+    to ``target.server_url`` when set, else to the in-cluster Service (see executors/manifests).
+    """
+    url = os.environ.get("MLBENCH_SERVER_URL")
+    if url:
+        admin = os.environ.get("MLBENCH_TOKEN", "")
+        yield ServerEndpoint(url.rstrip("/"), admin, os.environ.get("MLBENCH_READ_TOKEN", admin))
+        return
+    namespace = str(target.get("namespace") or "mlbench")
+    with connect(target.get("context"), namespace, api_client=api_client) as endpoint:
+        yield endpoint

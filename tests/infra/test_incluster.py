@@ -178,3 +178,31 @@ def test_connect_without_a_running_server_pod_is_a_clear_error(kube: KubeApi) ->
         incluster.connect(None, NS, api_client=api),
     ):
         pass
+
+
+def test_server_image_follows_mlbench_worker_image(kube: KubeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLBENCH_WORKER_IMAGE", "mlbench-worker:dev")
+    incluster.install(None, NS, api_client=kube.api_client())
+    deployment = kube.get("apps/v1/deployments", NS, "mlbench-server")
+    assert deployment is not None
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "mlbench-worker:dev"
+
+
+def test_server_for_target_prefers_an_explicit_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLBENCH_SERVER_URL", "http://127.0.0.1:8765/")
+    monkeypatch.setenv("MLBENCH_TOKEN", "admin-t")
+    with incluster.server_for_target({"kind": "kubernetes", "namespace": NS}) as endpoint:
+        assert (endpoint.url, endpoint.admin_token, endpoint.read_token) == (
+            "http://127.0.0.1:8765",
+            "admin-t",
+            "admin-t",
+        )
+
+
+def test_server_for_target_port_forwards_to_the_targets_namespace(kube: KubeApi, server_pod: None) -> None:
+    import httpx
+
+    api = kube.api_client()
+    incluster.install(None, NS, api_client=api)
+    with incluster.server_for_target({"kind": "kubernetes", "namespace": NS}, api_client=api) as endpoint:
+        assert httpx.get(f"{endpoint.url}/healthz", timeout=5).json()["status"] == "ok"
