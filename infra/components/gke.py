@@ -117,6 +117,21 @@ class GkeClusterArgs:
         }
 
 
+def _sizing(args: GkeClusterArgs) -> dict[str, Any]:
+    """Pool size arguments: a fixed ``node_count`` (resizable in place), or autoscaling bounds.
+
+    With autoscaling, GKE owns the node count; ``initial_node_count`` only seeds it.
+    """
+    if args.autoscaling_min == args.autoscaling_max == args.node_count:
+        return {"node_count": args.node_count}
+    return {
+        "initial_node_count": args.node_count,
+        "autoscaling": gcp.container.NodePoolAutoscalingArgs(
+            min_node_count=args.autoscaling_min, max_node_count=args.autoscaling_max
+        ),
+    }
+
+
 def _kubeconfig(name: str, endpoint: str, ca_data: str) -> str:
     """A kubeconfig that authenticates through gke-gcloud-auth-plugin (no static credentials)."""
     return f"""apiVersion: v1
@@ -250,12 +265,8 @@ class GkeCluster(pulumi.ComponentResource):
             project=args.project,
             location=args.location,
             cluster=self.cluster.name,
-            initial_node_count=args.node_count,
             node_locations=args.node_locations,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                min_node_count=args.autoscaling_min,
-                max_node_count=args.autoscaling_max,
-            ),
+            **_sizing(args),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=args.machine_type,

@@ -153,11 +153,16 @@ def cmd_create(args: argparse.Namespace) -> int:
             print("cancelled: nothing was created", file=sys.stderr)
             return 1
     record = provider.create(request, progress=_progress)
+    _progress(f"cluster {request.name} is up; kubeconfig context {record.context} is now current")
     if not args.no_init:
-        _install_server(record.context, args.namespace, required=False)
+        try:
+            _install_server(record.context, args.namespace, required=False)
+        except InfraError as exc:
+            raise InfraError(
+                f"the cluster is up, but installing the in-cluster server failed: {exc.message}",
+                hint=f"retry with `mlbench cluster init --context {record.context}`",
+            ) from None
     print(record.context)
-    if record.context is None:  # pragma: no cover - providers always set it
-        raise InfraError("the provider returned no kubeconfig context")
     return 0
 
 

@@ -396,7 +396,6 @@ class PulumiProvider:
         context = context_name(self.name, request.name)
         kubeconfig.merge_context(str(outputs["kubeconfig"]), context)
         progress(f"kubeconfig context {context} written to {kubeconfig.kubeconfig_path()}")
-        self.after_create(context, shape, progress)
         record = ClusterRecord(
             provider=self.name,
             name=request.name,
@@ -409,7 +408,8 @@ class PulumiProvider:
             details={"cluster_name": outputs.get("cluster_name"), "node_pool": outputs.get("node_pool")},
             **self.describe(request),
         )
-        save_record(record)
+        save_record(record)  # before the post steps: the cluster exists even if they fail
+        self.after_create(context, shape, progress)
         return record
 
     def delete(self, name: str, *, progress: Progress) -> None:

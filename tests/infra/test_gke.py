@@ -56,7 +56,7 @@ def test_gpu_cluster_resources_and_outputs(pulumi_mocks: RecordingMocks) -> None
     assert system["labels"] == {"mlbench.io/pool": "system"}
 
     gpu = pools["gpu"]
-    assert gpu["initialNodeCount"] == 2
+    assert gpu["initialNodeCount"] == 2 and "nodeCount" not in gpu
     assert gpu["autoscaling"] == {"minNodeCount": 2, "maxNodeCount": 4}
     config = gpu["nodeConfig"]
     assert config["machineType"] == "n1-standard-8"
@@ -102,6 +102,7 @@ def test_cpu_pool_has_no_gpu_taint(pulumi_mocks: RecordingMocks) -> None:
     pools = {r.inputs["name"]: r.inputs for r in pulumi_mocks.of_type("gcp:container/nodePool:NodePool")}
     bench = pools["bench"]
     assert bench["nodeLocations"] == ["europe-west4-a"]
+    assert bench["nodeCount"] == 1 and "autoscaling" not in bench  # fixed size: resizable in place
     assert "guestAccelerators" not in bench["nodeConfig"]
     assert "taints" not in bench["nodeConfig"]
     assert bench["nodeConfig"]["labels"] == {"mlbench.io/pool": "bench"}
@@ -156,7 +157,7 @@ def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
     )
     gpu = pulumi_mocks.one("gcp:container/nodePool:NodePool", "-gpu").inputs
     assert gpu["nodeLocations"] == ["us-central1-b"]
-    assert gpu["initialNodeCount"] == 3
+    assert gpu["nodeCount"] == 3
     assert gpu["nodeConfig"]["spot"] is True
     assert gpu["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-tesla-v100"
     assert gpu["nodeConfig"]["guestAccelerators"][0]["count"] == 2
