@@ -172,6 +172,8 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
         precision=hw.precision,
     )
     data = DataPlan(source=body.data.source, path=body.data.path, options=dict(body.data.options))
+    if task.id == "0a" and "data" not in body.model_fields_set:
+        data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
     target = body.target.model_dump(mode="json", exclude_none=True)
     plans: list[RunPlan] = []

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from mlbench_tui.errors import SpecError
 from mlbench_tui.plan import RunPlan, expand, spec_hash, threads_per_rank, worker_config
 from mlbench_tui.spec.loader import load_paths, validate_data
 from mlbench_tui.spec.models import BenchmarkSpec
@@ -175,3 +176,11 @@ def test_worker_config_contract() -> None:
     assert cfg["hyperparameters"]["lr"] == pytest.approx(0.04)
     assert cfg["goal"]["metric"] == "val_global_Prec@1" and cfg["device"] == "cpu"
     assert isinstance(RunPlan.model_validate(plan.model_dump()), RunPlan)
+
+
+def test_allreduce_reads_no_dataset() -> None:
+    (plan,) = expand(make({"task": "0a"}))
+    assert plan.data.source == "synthetic"
+    with pytest.raises(SpecError) as info:
+        make({"task": "0a", "data": "download"})
+    assert "reads no dataset" in info.value.render()

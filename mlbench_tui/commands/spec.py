@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Validate benchmark specs (files or directories of *.yaml/*.yml). "
         "Exit 0 when all are valid, 2 otherwise; problems go to stderr as FILE:LINE:COL: MESSAGE.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
     p.set_defaults(handler=cmd_validate)
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="show the runs a spec expands to (sweeps x repeats), without running anything",
         description="Expand specs into run plans: one per backend x workers x repeat.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table", help="output format")
     p.set_defaults(handler=cmd_plan)
 

@@ -466,6 +466,13 @@ def collect_paths(
     loaded: list[LoadedSpec] = []
     issues: list[SpecIssue] = []
     for raw in paths:
+        if str(raw) == "-":
+            import sys
+
+            got, problems = collect_text(sys.stdin.read(), "<stdin>", environ)
+            loaded.extend(got)
+            issues.extend(problems)
+            continue
         path = Path(raw)
         if path.is_dir():
             files = spec_files(path)

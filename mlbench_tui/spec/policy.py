@@ -41,6 +41,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_backend_issues(spec, task),
         *_precision_issues(spec, task),
         *_goal_issues(spec, task),
+        *_data_issues(spec, task),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
     ]
 
@@ -101,6 +102,15 @@ def _precision_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIss
         )
     elif hw.precision == "fp16" and hw.gpus == 0:
         yield PolicyIssue(loc, "precision fp16 needs GPUs: set spec.hardware.gpu, or use bf16 or amp on CPU")
+
+
+def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    if task.id == "0a" and "data" in spec.spec.model_fields_set and spec.spec.data.source != "synthetic":
+        yield PolicyIssue(
+            ("spec", "data"),
+            "task 0a measures all-reduce on generated tensors and reads no dataset: "
+            "remove spec.data or set it to 'synthetic'",
+        )
 
 
 def _goal_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:

@@ -67,9 +67,16 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         _line("    # gpu: 1xT4", "GPUs per rank; needed by nccl and fp16"),
         _line("    precision: fp32", f"allowed for this task: {', '.join(task.precisions)}"),
         _line("  target: local", "or {kind: kubernetes, namespace: mlbench, image: IMAGE}"),
-        "  data:",
-        _line("    source: download", "download (cached) | path (a prepared directory) | synthetic"),
-        _line("    # path: ~/datasets", "dataset directory (path) or cache directory (download)"),
+    ]
+    if task.id == "0a":
+        lines.append(_line("  data: synthetic", "all-reduce runs on generated tensors"))
+    else:
+        lines += [
+            "  data:",
+            _line("    source: download", "download (cached) | path (a prepared directory) | synthetic"),
+            _line("    # path: ~/datasets", "dataset directory (path) or cache directory (download)"),
+        ]
+    lines += [
         "  # Overridable hyperparameters and their defaults (batch size and LR schedule only):",
         "  hyperparameters: {}",
     ]

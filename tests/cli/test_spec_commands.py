@@ -123,3 +123,19 @@ def test_version() -> None:
 
     proc = mlbench("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"mlbench {__version__}"
+
+
+def test_validate_reads_stdin() -> None:
+    text = (ROOT / "specs" / "quickstart.yaml").read_text().replace("workers: 2", "workers: two")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlbench_tui", "validate", "-"],
+        input=text,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert (
+        "<stdin>:17:12: spec.workers: workers must be a positive integer or a list of them, got 'two'"
+        in proc.stderr
+    )
