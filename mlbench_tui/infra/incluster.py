@@ -43,6 +43,10 @@ RUNNER_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["jobs"],
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
+    # Children carry blockOwnerDeletion owner references to the run's Job or MPIJob; clusters with
+    # the OwnerReferencesPermissionEnforcement admission plugin require this to set them.
+    {"apiGroups": ["batch"], "resources": ["jobs/finalizers"], "verbs": ["update"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {

@@ -89,9 +89,13 @@ def test_runner_role_is_least_privilege_in_one_namespace(kube: KubeApi) -> None:
         ("", "configmaps"),
         ("", "secrets"),
         ("kubeflow.org", "mpijobs"),
+        ("batch", "jobs/finalizers"),  # only "update", for blockOwnerDeletion owner references
+        ("kubeflow.org", "mpijobs/finalizers"),
     }
+    finalizer_rules = [r for r in role["rules"] if r["resources"][0].endswith("/finalizers")]
+    assert all(r["verbs"] == ["update"] for r in finalizer_rules)
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
-    assert "*" not in verbs and not verbs & {"escalate", "bind", "impersonate", "update"}
+    assert "*" not in verbs and not verbs & {"escalate", "bind", "impersonate"}
     pod_rules = [r for r in role["rules"] if "pods" in r["resources"]]
     assert pod_rules[0]["verbs"] == ["get", "list", "watch"]  # read-only on pods
     binding = kube.get("rbac.authorization.k8s.io/v1/rolebindings", NS, "mlbench-runner")
