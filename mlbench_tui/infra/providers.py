@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,13 +206,10 @@ def load_incluster_installer() -> Callable[[str | None, str], None] | None:
 
 
 def state_dir() -> Path:
-    """mlbench's state directory: ``$MLBENCH_HOME/state``, else the platform's user state dir."""
-    home = os.environ.get("MLBENCH_HOME")
-    if home:
-        return Path(home).expanduser() / "state"
-    import platformdirs
+    """mlbench's state directory (``$MLBENCH_HOME/state``, else the platform's user state dir)."""
+    from mlbench_tui.settings import Paths
 
-    return Path(platformdirs.user_state_dir("mlbench"))
+    return Paths.from_env().state_dir
 
 
 def context_name(provider: str, name: str) -> str:
