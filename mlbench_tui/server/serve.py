@@ -271,7 +271,20 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
             raise ServerError(
                 f"no mlbench server is running for {path}", hint="start one with: mlbench server"
             )
-        server = EmbeddedServer(path).start()
+        from mlbench_tui.store.db import StoreLocked
+
+        try:
+            server = EmbeddedServer(path).start()
+        except StoreLocked:
+            # Another process is starting its server on this store right now: use it once it
+            # has recorded itself, instead of failing the command.
+            deadline = time.monotonic() + 15.0
+            while time.monotonic() < deadline:
+                current = read_state()
+                if current is not None and probe(current, path):
+                    return current
+                time.sleep(0.1)
+            raise
         _embedded[path] = server
         return server.info
 

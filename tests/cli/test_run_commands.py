@@ -1,0 +1,195 @@
+"""``mlbench apply|status|logs|cancel|delete|results|export`` through the real CLI in subprocesses:
+real store, real embedded server, real ranks (mpi and gloo), small all-reduce sweeps so each run
+takes seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mlbench_tui.executors import processes
+
+pytestmark = pytest.mark.slow
+
+SWEEP = """\
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata:
+  name: {name}
+spec:
+  task: 0a
+  workers: 2
+  backend: {backend}
+  target: local
+  data: synthetic
+  hyperparameters:
+    sizes_max_exp: {max_exp}
+    num_sizes: {num_sizes}
+    repetitions: {repetitions}
+    warmup: 1
+    dtypes: [fp32]
+{extra}"""
+
+
+def _spec(
+    tmp_path: Path,
+    name: str,
+    backend: str = "gloo",
+    *,
+    repetitions: int = 5,
+    max_exp: int = 3,
+    num_sizes: int = 4,
+    extra: str = "",
+) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        SWEEP.format(
+            name=name,
+            backend=backend,
+            repetitions=repetitions,
+            max_exp=max_exp,
+            num_sizes=num_sizes,
+            extra=extra,
+        )
+    )
+    return path
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def mlbench(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[..., Result]]:
+    """``mlbench ARGS`` through the CLI entry point in this process (the embedded server it
+    starts lives in this process and is stopped afterwards); ranks are real subprocesses."""
+    from mlbench_tui.cli import main
+    from mlbench_tui.server.serve import stop_embedded
+
+    def run(*args: str) -> Result:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    yield run
+    stop_embedded()
+
+
+def test_dry_run_prints_exact_commands_without_running(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    result = mlbench("apply", "--dry-run", str(_spec(tmp_path, "dry", "mpi")))
+    assert result.returncode == 0, result.stderr
+    assert "mpiexec -n 2 --bind-to none" in result.stdout
+    assert "-m mlbench_worker --config" in result.stdout
+    assert "export OMP_NUM_THREADS=1" in result.stdout
+    assert "MLBENCH_RUN_TOKEN='<write token>'" in result.stdout
+    assert not (Path(os.environ["MLBENCH_HOME"]) / "mlbench.db").exists()
+
+
+def test_bad_input_is_a_clean_error(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
+    missing = mlbench("apply", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    unknown = mlbench("logs", "no-such-run")
+    assert unknown.returncode == 1 and "no run named 'no-such-run'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    bad_regex = mlbench("logs", "no-such-run", "--grep", "(")
+    assert bad_regex.returncode == 2 and "invalid --grep" in bad_regex.stderr
+
+
+def test_mpi_allreduce_apply_results_export_idempotence_delete(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    spec = _spec(tmp_path, "ar", "mpi")
+    first = mlbench("apply", str(spec))
+    assert first.returncode == 0, first.stderr
+    assert re.search(r"ar-mpi-2w\s+succeeded\s+fp32 peak [\d.]+ GB/s", first.stdout), first.stdout
+    assert "4/4 sizes" in first.stderr  # live progress went to stderr
+
+    again = mlbench("apply", str(spec))
+    assert again.returncode == 0
+    assert "nothing to do" in again.stderr and "ar-mpi-2w" in again.stdout
+
+    results = json.loads(mlbench("results", str(spec), "-o", "json").stdout)
+    (summary,) = results["runs"]
+    assert summary["state"] == "succeeded" and summary["backend"] == "mpi"
+    assert summary["allreduce"]["fp32"]["sizes"] == 4
+    assert summary["fingerprint"]["mpi4py"] and summary["fingerprint"]["python"]
+
+    status = mlbench("status", "ar-mpi-2w")
+    assert "state:    succeeded" in status.stdout
+
+    logs = mlbench("logs", "ar-mpi-2w", "--rank", "0", "--grep", "run stopped")
+    assert logs.returncode == 0 and "run stopped: success" in logs.stdout
+
+    archive = tmp_path / "ar.zip"
+    assert mlbench("export", "ar-mpi-2w", "-o", str(archive)).returncode == 0
+    with zipfile.ZipFile(archive) as zf:
+        official = json.loads(zf.read("official_result.json"))
+        assert official["allreduce"]["fp32"]["peak_busbw_gbps"] > 0
+        assert "allreduce_fp32_busbw" in zf.read("metrics.csv").decode()
+        assert zf.read("mllog.txt").decode().startswith(":::MLLOG")
+
+    forced = mlbench("apply", "--force", "-q", str(spec))
+    assert forced.returncode == 0 and "nothing to do" not in forced.stderr
+    assert mlbench("delete", "ar-mpi-2w").returncode == 0
+    listed = mlbench("status").stdout
+    assert listed.count("ar-mpi-2w") == 1  # the older run is still there, the deleted one is gone
+
+
+def test_crashing_rank_fails_the_run_with_its_traceback_in_the_logs(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    spec = _spec(tmp_path, "crash", extra='  env:\n    MLBENCH_INJECT_FAULT: "rank=1,step=0"\n')
+    result = mlbench("apply", str(spec))
+    assert result.returncode == 1
+    assert re.search(r"crash-gloo-2w\s+failed", result.stdout), result.stdout
+    assert "rank 1 failed: InjectedFault" in result.stderr
+    rank1 = mlbench("logs", "crash-gloo-2w", "--rank", "1").stdout
+    assert "Traceback (most recent call last)" in rank1 and "InjectedFault" in rank1
+    status = mlbench("status", "crash-gloo-2w").stdout
+    assert "state:    failed" in status and "error:    rank 1 failed" in status
+
+
+def test_cancel_of_a_detached_run_leaves_no_process_behind(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    spec = _spec(tmp_path, "long", repetitions=1_000_000, max_exp=4, num_sizes=8)
+    started = mlbench("apply", "--detach", str(spec))
+    assert started.returncode == 0, started.stderr
+    match = re.search(r"pid (\d+)", started.stderr)
+    assert match, started.stderr
+    apply_pid = int(match[1])
+    run_id = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = mlbench("status").stdout
+        found = re.search(r"(r-[0-9a-f]{12})\s+long-gloo-2w\s+running", listed)
+        if found and len(processes.marked_pids(found[1])) >= 3:  # torchrun + 2 ranks
+            run_id = found[1]
+            break
+        time.sleep(0.5)
+    assert run_id is not None, "the detached run never got going"
+    pids = processes.marked_pids(run_id)
+    cancelled = mlbench("cancel", "long-gloo-2w")
+    assert cancelled.returncode == 0 and "cancelled long-gloo-2w" in cancelled.stderr
+    assert not processes.marked_pids(run_id)
+    assert not [pid for pid in pids if processes.is_alive(pid)]
+    deadline = time.monotonic() + 30
+    while processes.is_alive(apply_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes.is_alive(apply_pid)  # the background apply noticed and ended
+    assert "state:    cancelled" in mlbench("status", run_id).stdout
+    again = mlbench("cancel", run_id)
+    assert again.returncode == 0 and "nothing to cancel" in again.stderr
