@@ -224,7 +224,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         current = kubeconfig.current_context() or ""
     except Exception:  # a broken kubeconfig must not hide the list
         current = ""
-    header = ("", "NAME", "PROVIDER", "LOCATION", "NODES", "GPU", "MACHINE", "SPOT", "CONTEXT")
+    header = ("", "NAME", "PROVIDER", "STATUS", "LOCATION", "NODES", "GPU", "MACHINE", "SPOT", "CONTEXT")
     rows = [header]
     for r in records:
         location = r.zone or r.region or "-"
@@ -233,6 +233,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "*" if r.context == current else "",
                 r.name,
                 r.provider,
+                r.status,
                 location,
                 str(r.nodes if r.nodes is not None else "-"),
                 r.gpu or "-",

@@ -373,6 +373,24 @@ class PulumiProvider:
         self.preflight(request)
         shape = self.shape(request)
         stack = self._stack(request.name, create=True)
+        where = self.describe(request)
+        record = ClusterRecord(
+            provider=self.name,
+            name=request.name,
+            context=context_name(self.name, request.name),
+            nodes=request.nodes,
+            gpu=str(request.gpu) if request.gpu else None,
+            machine_type=shape.machine_type,
+            spot=request.spot,
+            created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            status="creating",
+            region=where["region"],
+            zone=where["zone"],
+            project=where["project"],
+        )
+        # Recorded before anything is created, so `cluster list` shows (and `cluster delete`
+        # finds) a cluster whose creation failed half-way and may still cost money.
+        save_record(record)
         try:
             progress(f"installing the {self.plugin} provider plugin {_plugin_version(self.package)} (once)")
             stack.workspace.install_plugin(self.plugin, _plugin_version(self.package))
@@ -387,29 +405,20 @@ class PulumiProvider:
                 hint="wait for it, or run `pulumi cancel` on that stack",
             ) from None
         except auto.CommandError as exc:
+            record.status = "failed"
+            save_record(record)
             raise InfraError(
                 f"creating {self.name} cluster {request.name} failed:\n{_command_error_text(exc)}",
                 hint=f"fix the cause and re-run the same command (it resumes); "
                 f"`mlbench cluster delete {self.name} {request.name}` removes what was created",
             ) from None
         outputs = {key: value.value for key, value in result.outputs.items()}
-        context = context_name(self.name, request.name)
-        kubeconfig.merge_context(str(outputs["kubeconfig"]), context)
-        progress(f"kubeconfig context {context} written to {kubeconfig.kubeconfig_path()}")
-        record = ClusterRecord(
-            provider=self.name,
-            name=request.name,
-            context=context,
-            nodes=request.nodes,
-            gpu=str(request.gpu) if request.gpu else None,
-            machine_type=shape.machine_type,
-            spot=request.spot,
-            created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            details={"cluster_name": outputs.get("cluster_name"), "node_pool": outputs.get("node_pool")},
-            **self.describe(request),
-        )
+        kubeconfig.merge_context(str(outputs["kubeconfig"]), record.context)
+        progress(f"kubeconfig context {record.context} written to {kubeconfig.kubeconfig_path()}")
+        record.status = "ready"
+        record.details = {"cluster_name": outputs.get("cluster_name"), "node_pool": outputs.get("node_pool")}
         save_record(record)  # before the post steps: the cluster exists even if they fail
-        self.after_create(context, shape, progress)
+        self.after_create(record.context, shape, progress)
         return record
 
     def delete(self, name: str, *, progress: Progress) -> None:

@@ -127,6 +127,7 @@ class ClusterRecord:
     machine_type: str | None = None
     spot: bool = False
     created_at: str | None = None
+    status: str = "ready"  # "creating", "failed" (a half-created cluster that may cost money), "ready"
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

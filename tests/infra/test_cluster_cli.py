@@ -162,12 +162,24 @@ def test_list_and_use(
                 nodes=2,
                 gpu="1xT4",
                 machine_type="n1-standard-4" if provider == "gcp" else "g4dn.xlarge",
+                status="failed" if (provider, name) == ("gcp", "bench") else "ready",
             )
         )
     assert main(["cluster", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "PROVIDER", "LOCATION", "NODES", "GPU", "MACHINE", "SPOT", "CONTEXT"]
-    rows = {tuple(line.split()[-8:-6]): line for line in lines[1:]}
+    assert lines[0].split() == [
+        "NAME",
+        "PROVIDER",
+        "STATUS",
+        "LOCATION",
+        "NODES",
+        "GPU",
+        "MACHINE",
+        "SPOT",
+        "CONTEXT",
+    ]
+    rows = {tuple(line.split()[-9:-7]): line for line in lines[1:]}
+    assert rows[("bench", "gcp")].split()[2] == "failed"
     assert rows[("bench", "aws")].lstrip().startswith("bench")
     assert rows[("other", "gcp")].startswith("*")  # the current context (created last)
 
