@@ -102,6 +102,41 @@ def _status_message(exc: Exception) -> str:
     return str(reason or exc)
 
 
+class PodLogTailer:
+    """One follower thread per rank (waiting for its pod to start); lines queue up for ``poll``."""
+
+    def __init__(self, executor: KubernetesExecutor, handle: RunHandle, ranks: int) -> None:
+        self._lines: queue.Queue[tuple[int, str]] = queue.Queue()
+        self._threads = [
+            threading.Thread(
+                target=self._follow, args=(executor, handle, r), name=f"k8s-tail-{r}", daemon=True
+            )
+            for r in range(ranks)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _follow(self, executor: KubernetesExecutor, handle: RunHandle, rank: int) -> None:
+        try:
+            for line in executor._rank_lines(handle, rank, True, None):
+                self._lines.put((rank, line))
+        except ExecutorError as exc:
+            self._lines.put((-1, f"log of rank {rank} unavailable: {exc.message}"))
+
+    def poll(self, *, final: bool = False, since: float | None = None) -> list[tuple[int, str]]:
+        """New lines since the last call; ``final`` first lets the followers reach the end."""
+        if final:
+            deadline = time.monotonic() + 10
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        out: list[tuple[int, str]] = []
+        while True:
+            try:
+                out.append(self._lines.get_nowait())
+            except queue.Empty:
+                return out
+
+
 def call_json(
     action: str, fn: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any
 ) -> Any:
@@ -160,6 +195,7 @@ class KubernetesExecutor(Executor):
         self._kubeconfig = kubeconfig
         self._timeout = request_timeout
         self._mpi_available: bool | None = None
+        self._handles: dict[str, RunHandle] = {}  # run id -> handle, for log_tailer(run_id)
 
     # --- clients ---
     def _client(self, plan: RunPlan | None = None) -> Any:
@@ -234,6 +270,7 @@ class KubernetesExecutor(Executor):
         for child in children:
             self._apply(manifests.with_owner(child, owner, uid))
         self._apply(_suspended(owner, False))
+        self._handles[handle.run_id] = handle
         return handle
 
     def _check_same_run(self, existing: dict[str, Any], owner: dict[str, Any]) -> None:
@@ -500,6 +537,20 @@ class KubernetesExecutor(Executor):
                 yield pending.decode("utf-8", "replace").rstrip("\r")
         finally:
             response.release_conn()
+
+    def log_tailer(self, run_id: str) -> PodLogTailer:
+        """Follows every rank's pod log in the background; ``poll`` drains new ``(rank, line)``s
+        (the runner ships them into the store, as it does with local rank log files)."""
+        handle = self._handles.get(run_id)
+        if handle is None:
+            raise ExecutorError(f"run {run_id} was not scheduled by this executor")
+        status = self.describe(handle)
+        owner_workers = max([r.rank for r in status.ranks], default=-1) + 1 if status else 0
+        return PodLogTailer(self, handle, max(owner_workers, self._workers(handle)))
+
+    def _workers(self, handle: RunHandle) -> int:
+        owner = self._get_owner("Job", handle.where, manifests.object_name(handle.run_id))
+        return int(((owner or {}).get("spec") or {}).get("completions") or 0)
 
     # --- cancel ---
     def cancel(self, handle: RunHandle | str) -> None:

@@ -279,6 +279,12 @@ class ServerEndpoint:
     admin_token: str = field(repr=False)
     read_token: str = field(repr=False)
 
+    def client(self, *, admin: bool = True, timeout: float = 30.0) -> Any:
+        """An ``MlbenchClient`` for this server (same call as ``ServerInfo.client``)."""
+        from mlbench_tui.server.client import MlbenchClient
+
+        return MlbenchClient(self.url, self.admin_token if admin else self.read_token, timeout=timeout)
+
 
 def _server_pod(api_client: Any, namespace: str) -> str:
     from kubernetes import client
@@ -417,3 +423,31 @@ def server_for_target(target: dict[str, Any], *, api_client: Any | None = None) 
     namespace = str(target.get("namespace") or "mlbench")
     with connect(target.get("context"), namespace, api_client=api_client) as endpoint:
         yield endpoint
+
+
+@contextlib.contextmanager
+def server_for_plans(plans: list[Any], *, api_client: Any | None = None) -> Iterator[ServerEndpoint | None]:
+    """For ``apply``: the in-cluster server when the plans target Kubernetes, else None (use the
+    local server). Runs of one apply share one store, so they must share context and namespace."""
+    targets = {
+        (p.target.get("context"), str(p.target.get("namespace") or "mlbench"))
+        for p in plans
+        if p.target.get("kind") == "kubernetes"
+    }
+    if not targets:
+        yield None
+        return
+    places = sorted(f"{ctx or 'current context'}/{ns}" for ctx, ns in targets)
+    if any(p.target.get("kind") != "kubernetes" for p in plans):
+        places.append("local")
+    if len(places) > 1:
+        raise InfraError(
+            "one apply reports to one metrics server, but these runs target several places: "
+            + ", ".join(places),
+            hint="apply local and Kubernetes specs (or specs for different clusters) separately",
+        )
+    ((context, namespace),) = targets
+    with server_for_target(
+        {"kind": "kubernetes", "context": context, "namespace": namespace}, api_client=api_client
+    ) as ep:
+        yield ep

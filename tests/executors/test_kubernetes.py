@@ -401,3 +401,25 @@ def test_missing_kubeconfig_context_is_a_clear_error(tmp_path: Path) -> None:
     executor = KubernetesExecutor(context="nope", kubeconfig=str(kubeconfig))
     with pytest.raises(ExecutorError, match="cannot load a Kubernetes configuration for context 'nope'"):
         executor.describe(HANDLE)
+
+
+def test_log_tailer_ships_every_ranks_lines_as_the_runner_expects(
+    executor: KubernetesExecutor, kube: KubeApi
+) -> None:
+    handle = _schedule(executor)
+    tailer = executor.log_tailer(handle.run_id)
+    for index in (0, 1):
+        kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Running"))
+        kube.log(NS, f"{JOB}-{index}-abcde", f"rank {index} epoch 0")
+    deadline = time.monotonic() + 10
+    got: list[tuple[int, str]] = []
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += tailer.poll()
+        time.sleep(0.05)
+    assert sorted(got) == [(0, "rank 0 epoch 0"), (1, "rank 1 epoch 0")]
+    for index in (0, 1):
+        kube.log(NS, f"{JOB}-{index}-abcde", f"rank {index} done", finished=True)
+        kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Succeeded"))
+    assert sorted(tailer.poll(final=True)) == [(0, "rank 0 done"), (1, "rank 1 done")]
+    with pytest.raises(ExecutorError, match="not scheduled by this executor"):
+        executor.log_tailer("other-run")

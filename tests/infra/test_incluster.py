@@ -210,3 +210,33 @@ def test_server_for_target_port_forwards_to_the_targets_namespace(kube: KubeApi,
     incluster.install(None, NS, api_client=api)
     with incluster.server_for_target({"kind": "kubernetes", "namespace": NS}, api_client=api) as endpoint:
         assert httpx.get(f"{endpoint.url}/healthz", timeout=5).json()["status"] == "ok"
+
+
+def test_server_for_plans_uses_the_local_server_for_local_runs() -> None:
+    from support.kube_api import make_plan
+
+    with incluster.server_for_plans([make_plan(target={"kind": "local"})]) as endpoint:
+        assert endpoint is None
+
+
+def test_server_for_plans_refuses_runs_spread_over_places() -> None:
+    from support.kube_api import make_plan
+
+    plans = [make_plan(), make_plan(target={"namespace": "other"}), make_plan(target={"kind": "local"})]
+    with pytest.raises(
+        InfraError, match="several places: current context/bench, current context/other, local"
+    ), incluster.server_for_plans(plans):
+        pass
+
+
+def test_server_for_plans_port_forwards_for_kubernetes_runs(kube: KubeApi, server_pod: None) -> None:
+    import httpx
+    from support.kube_api import make_plan
+
+    api = kube.api_client()
+    incluster.install(None, NS, api_client=api)
+    plans = [make_plan(target={"namespace": NS}), make_plan(name="b", target={"namespace": NS})]
+    with incluster.server_for_plans(plans, api_client=api) as endpoint:
+        assert endpoint is not None
+        assert httpx.get(f"{endpoint.url}/healthz", timeout=5).status_code == 200
+        assert endpoint.client().url.rstrip("/") == endpoint.url
