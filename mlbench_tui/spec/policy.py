@@ -42,6 +42,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_precision_issues(spec, task),
         *_goal_issues(spec, task),
         *_data_issues(spec, task),
+        *_name_issues(spec),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
     ]
 
@@ -102,6 +103,23 @@ def _precision_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIss
         )
     elif hw.precision == "fp16" and hw.gpus == 0:
         yield PolicyIssue(loc, "precision fp16 needs GPUs: set spec.hardware.gpu, or use bf16 or amp on CPU")
+
+
+MAX_RUN_NAME = 63  # run names become Kubernetes object names and DNS labels
+
+
+def _name_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
+    body = spec.spec
+    suffix = max(len(f"-{b}-{w}w") for b in body.backend for w in body.workers)
+    if body.repeats > 1:
+        suffix += len(f"-r{body.repeats - 1}")
+    longest = len(spec.metadata.name) + suffix
+    if longest > MAX_RUN_NAME:
+        yield PolicyIssue(
+            ("metadata", "name"),
+            f"run names would be up to {longest} characters (limit {MAX_RUN_NAME}, they name Kubernetes "
+            f"objects): shorten metadata.name to at most {MAX_RUN_NAME - suffix} characters",
+        )
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
