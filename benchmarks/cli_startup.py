@@ -63,13 +63,11 @@ def main() -> None:
     }
     print(f"{'command':28} {'wall median':>12} {'wall min':>9} {'cpu median':>11}")
     for name, s in samples.items():
-        print(
-            f"{name:28} {med[name][0] * 1000:10.0f}ms {min(w for w, _ in s) * 1000:7.0f}ms {med[name][1] * 1000:9.0f}ms"
-        )
+        wall, cpu, best = med[name][0] * 1000, med[name][1] * 1000, min(w for w, _ in s) * 1000
+        print(f"{name:28} {wall:10.0f}ms {best:7.0f}ms {cpu:9.0f}ms")
     ours, peer = med["mlbench validate"], med["peer: pyyaml+jsonschema"]
-    print(
-        f"validate vs peer: wall ratio {peer[0] / ours[0]:.2f}x, cpu ratio {peer[1] / ours[1]:.2f}x (>1: ours faster)"
-    )
+    ratios = f"wall ratio {peer[0] / ours[0]:.2f}x, cpu ratio {peer[1] / ours[1]:.2f}x"
+    print(f"validate vs peer: {ratios} (>1: ours faster)")
     for name in ("mlbench --help", "mlbench validate"):
         verdict = "OK" if med[name][0] < 0.3 else "OVER"
         print(f"goal < 300 ms: {name}: {med[name][0] * 1000:.0f} ms wall median -> {verdict}")
