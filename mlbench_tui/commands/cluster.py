@@ -185,6 +185,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
     from mlbench_tui.infra.providers import load_provider
 
     provider = load_provider(args.provider)
+    check = getattr(provider, "check_delete", None)
+    if callable(check):
+        check(args.name)  # missing tools/credentials before asking
     question = f"Delete {args.provider} cluster {args.name} and everything in it?"
     if not confirm(question, assume_yes=args.yes, action="delete a cluster"):
         print("cancelled: nothing was deleted", file=sys.stderr)

@@ -171,16 +171,28 @@ def aws_region(explicit: str | None = None) -> str:
     )
 
 
+def gcp_credentials_missing() -> list[Missing]:
+    if gcp_credentials_found():
+        return []
+    how = (
+        "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS "
+        "to a service account key file"
+    )
+    return [Missing("Google Cloud credentials", how)]
+
+
+def aws_credentials_missing() -> list[Missing]:
+    if aws_credentials_found():
+        return []
+    how = (
+        "run `aws configure` (or `aws sso login`), or set AWS_PROFILE or "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    )
+    return [Missing("AWS credentials", how)]
+
+
 def check_gcp(request: ClusterRequest) -> list[Missing]:
-    missing = check_pulumi("gcp")
-    if not gcp_credentials_found():
-        missing.append(
-            Missing(
-                "Google Cloud credentials",
-                "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS "
-                "to a service account key file",
-            )
-        )
+    missing = check_pulumi("gcp") + gcp_credentials_missing()
     if gcp_project(request.project) is None:
         missing.append(Missing("a GCP project", "pass --project ID or run `gcloud config set project ID`"))
     if shutil.which("gke-gcloud-auth-plugin") is None:
@@ -194,15 +206,7 @@ def check_gcp(request: ClusterRequest) -> list[Missing]:
 
 
 def check_aws(request: ClusterRequest) -> list[Missing]:
-    missing = check_pulumi("aws")
-    if not aws_credentials_found():
-        missing.append(
-            Missing(
-                "AWS credentials",
-                "run `aws configure` (or `aws sso login`), or set AWS_PROFILE or "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
-            )
-        )
+    missing = check_pulumi("aws") + aws_credentials_missing()
     if shutil.which("aws") is None:
         missing.append(
             Missing(
@@ -331,6 +335,9 @@ class PulumiProvider:
     def describe(self, request: ClusterRequest) -> dict[str, str | None]:
         raise NotImplementedError
 
+    def credentials_missing(self) -> list[Missing]:
+        raise NotImplementedError
+
     # protocol ---------------------------------------------------------------------------
     def preflight(self, request: ClusterRequest) -> None:
         """Raise one InfraError listing every missing tool, package or credential."""
@@ -421,12 +428,16 @@ class PulumiProvider:
         self.after_create(record.context, shape, progress)
         return record
 
+    def check_delete(self, name: str) -> None:
+        """What deleting needs (the CLI calls this before asking for confirmation)."""
+        missing = check_pulumi(self.name) + self.credentials_missing()
+        if missing:
+            raise missing_error(f"delete the {self.name} cluster {name}", missing)
+
     def delete(self, name: str, *, progress: Progress) -> None:
         from pulumi import automation as auto
 
-        missing = check_pulumi(self.name)
-        if missing:
-            raise missing_error(f"delete the {self.name} cluster {name}", missing)
+        self.check_delete(name)
         record = find_record(self.name, name)
         stack = self._stack(name, create=False)
         if stack is None and record is None:
@@ -478,6 +489,9 @@ class GcpProvider(PulumiProvider):
     def check(self, request: ClusterRequest) -> list[Missing]:
         return check_gcp(request)
 
+    def credentials_missing(self) -> list[Missing]:
+        return gcp_credentials_missing()
+
     def describe(self, request: ClusterRequest) -> dict[str, str | None]:
         region, zone = gcp_location(request)
         return {"region": region, "zone": zone, "project": gcp_project(request.project)}
@@ -518,6 +532,9 @@ class AwsProvider(PulumiProvider):
 
     def check(self, request: ClusterRequest) -> list[Missing]:
         return check_aws(request)
+
+    def credentials_missing(self) -> list[Missing]:
+        return aws_credentials_missing()
 
     def describe(self, request: ClusterRequest) -> dict[str, str | None]:
         return {"region": aws_region(request.region), "zone": request.zone, "project": None}

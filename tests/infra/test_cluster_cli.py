@@ -115,6 +115,14 @@ def test_estimate_then_refuse_without_tty_or_yes(tmp_path: Path, bin_dir: Path) 
     assert log.read_text().split() == ["version"]  # nothing was created
 
 
+def test_delete_checks_tools_before_asking(tmp_path: Path, bin_dir: Path) -> None:
+    done = _run(["cluster", "delete", "aws", "test"], tmp_path, bin_dir)
+    assert done.returncode == 1
+    assert "cannot delete the aws cluster test; missing:" in done.stderr
+    assert "the pulumi CLI" in done.stderr and "AWS credentials" in done.stderr
+    assert "confirmation" not in done.stderr
+
+
 def test_bad_input_fails_before_any_tool_check(tmp_path: Path, bin_dir: Path) -> None:
     done = _run(["cluster", "create", "gcp", "test", "--gpu", "2xA10G", "--yes"], tmp_path, bin_dir)
     assert done.returncode == 2
