@@ -223,9 +223,12 @@ def test_server_for_plans_refuses_runs_spread_over_places() -> None:
     from support.kube_api import make_plan
 
     plans = [make_plan(), make_plan(target={"namespace": "other"}), make_plan(target={"kind": "local"})]
-    with pytest.raises(
-        InfraError, match="several places: current context/bench, current context/other, local"
-    ), incluster.server_for_plans(plans):
+    with (
+        pytest.raises(
+            InfraError, match="several places: current context/bench, current context/other, local"
+        ),
+        incluster.server_for_plans(plans),
+    ):
         pass
 
 
