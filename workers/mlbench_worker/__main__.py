@@ -27,6 +27,25 @@ def make_reporter(rank: int) -> ReporterLike:
     return Reporter.from_env(rank)
 
 
+_PEER_LOST = ("closed by peer", "reset by peer", "connection refused", "broken pipe", "timed out")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is this rank noticing that another rank died (a consequence, not a cause).
+
+    The root cause of a failed run is then the ``rank_failed`` event with ``peer_failure: false``.
+    """
+    try:
+        import torch.distributed as dist
+
+        if isinstance(exc, dist.DistNetworkError):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(marker in text for marker in _PEER_LOST)
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m mlbench_worker",
@@ -76,8 +95,12 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     except BaseException as exc:
         tb = traceback.format_exc()
         summary = f"{type(exc).__name__}: {exc}"
-        reporter.event("rank_failed", {"rank": rank, "exception": summary, "traceback": tb})
-        reporter.event("run_stop", {"status": "failed", "reason": f"rank {rank} failed: {summary}"})
+        peer = is_peer_failure(exc)
+        reporter.event(
+            "rank_failed", {"rank": rank, "exception": summary, "traceback": tb, "peer_failure": peer}
+        )
+        what = "lost a peer" if peer else "failed"
+        reporter.event("run_stop", {"status": "failed", "reason": f"rank {rank} {what}: {summary}"})
         reporter.close(timeout=10.0)
         if isinstance(exc, ConfigError):
             print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
