@@ -56,6 +56,8 @@ _TYPE_WORDS = {
     "dict_type": "a mapping",
     "model_type": "a mapping",
     "list_type": "a list",
+    "model_attributes_type": "a mapping",
+    "finite_number": "a finite number",
     "int_from_float": "an integer",
 }
 
@@ -241,9 +243,10 @@ def issue_from_error(
         return SpecIssue(file, line, col, f"{where}: missing key 'kind' (one of 'local', 'kubernetes')")
     if etype == "literal_error":
         choices = _choices(str(ctx.get("expected", "")))
-        shown = ctx.get("value", value)
-        if isinstance(shown, str):
-            hint = did_you_mean(shown, choices)
+        raw = ctx.get("raw", value)
+        if isinstance(raw, str):
+            hint = did_you_mean(raw, choices)
+        shown = raw
         msg = str(error["msg"])
         if msg.startswith("Input should be"):
             msg = f"invalid value {_fmt_input(shown)}: expected one of {', '.join(repr(c) for c in choices)}"

@@ -10,6 +10,7 @@ can be reported at its own line.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -72,10 +73,16 @@ RESERVED_ENV: frozenset[str] = frozenset(
 )
 
 
+def _show(value: Any) -> str:
+    """A value as it appears in a message: strings quoted, numbers bare, long values cut."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class StrictModel(BaseModel):
     """Base for every spec model: strict types, unknown keys rejected, immutable once loaded."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- short forms
@@ -92,15 +99,15 @@ def parse_duration(value: Any) -> Any:
         if not value.strip() or not match or not any(match.groupdict().values()):
             raise PydanticCustomError(
                 "duration",
-                "invalid duration '{value}': use e.g. '90s', '30m', '2h' or '1h30m'",
-                {"value": value},
+                "invalid duration {value}: use e.g. '90s', '30m', '2h' or '1h30m'",
+                {"value": _show(value)},
             )
         parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
         seconds = parts["d"] * 86400 + parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
     else:
         raise PydanticCustomError("duration", "expected a duration such as '30m', '2h' or seconds")
-    if seconds <= 0:
-        raise PydanticCustomError("duration", "duration must be positive")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise PydanticCustomError("duration", "duration must be a positive, finite time such as '30m'")
     return seconds
 
 
@@ -112,8 +119,8 @@ def parse_cpu(value: Any) -> Any:
     if not _CPU_RE.match(text):
         raise PydanticCustomError(
             "cpu",
-            "invalid CPU quantity '{value}': use cores ('2', '1.5') or millicores ('500m')",
-            {"value": value},
+            "invalid CPU quantity {value}: use cores ('2', '1.5') or millicores ('500m')",
+            {"value": _show(value)},
         )
     if cpu_cores(text) <= 0:
         raise PydanticCustomError("cpu", "CPU quantity must be positive")
@@ -132,7 +139,9 @@ def parse_memory(value: Any) -> Any:
     text = str(value).strip()
     if not _MEMORY_RE.match(text):
         raise PydanticCustomError(
-            "memory", "invalid memory quantity '{value}': use e.g. '512Mi', '12Gi' or '2G'", {"value": value}
+            "memory",
+            "invalid memory quantity {value}: use e.g. '512Mi', '12Gi' or '2G'",
+            {"value": _show(value)},
         )
     return text
 
@@ -147,7 +156,7 @@ def _sweep(item_check: Any, what: str) -> Any:
         for v in out:
             if v in seen:
                 raise PydanticCustomError(
-                    "sweep", "duplicate value '{value}' in the {what} sweep", {"value": v, "what": what}
+                    "sweep", "duplicate value {value} in the {what} sweep", {"value": _show(v), "what": what}
                 )
             seen.add(v)
         return out
@@ -158,11 +167,13 @@ def _sweep(item_check: Any, what: str) -> Any:
 def _worker_count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise PydanticCustomError(
-            "workers", "workers must be a positive integer or a list of them, got '{value}'", {"value": value}
+            "workers",
+            "workers must be a positive integer or a list of them, got {value}",
+            {"value": _show(value)},
         )
     if not 1 <= value <= 4096:
         raise PydanticCustomError(
-            "workers", "workers must be between 1 and 4096, got {value}", {"value": value}
+            "workers", "workers must be between 1 and 4096, got {value}", {"value": _show(value)}
         )
     return value
 
@@ -171,8 +182,12 @@ def _backend_name(value: Any) -> str:
     if not isinstance(value, str) or value not in BACKENDS:
         raise PydanticCustomError(
             "literal_error",
-            "unknown backend '{value}': expected one of {expected}",
-            {"value": value, "expected": "'gloo', 'nccl', 'mpi'"},
+            "unknown backend {value}: expected one of {expected}",
+            {
+                "value": _show(value),
+                "raw": value if isinstance(value, str) else "",
+                "expected": "'gloo', 'nccl', 'mpi'",
+            },
         )
     return value
 
@@ -278,9 +293,9 @@ class Metadata(StrictModel):
         if len(value) > 63 or not DNS1123_LABEL.match(value):
             raise PydanticCustomError(
                 "dns_label",
-                "'{value}' is not a DNS-1123 label: use at most 63 lowercase letters, digits "
+                "{value} is not a DNS-1123 label: use at most 63 lowercase letters, digits "
                 "and '-', starting and ending with a letter or digit (e.g. '{suggestion}')",
-                {"value": value, "suggestion": _dns_suggestion(value)},
+                {"value": _show(value), "suggestion": _dns_suggestion(value)},
             )
         return value
 
@@ -317,8 +332,8 @@ class CustomGoal(StrictModel):
         if value not in GOAL_METRICS:
             raise PydanticCustomError(
                 "goal_metric",
-                "unknown goal metric '{value}': expected one of {expected}",
-                {"value": value, "expected": ", ".join(repr(m) for m in GOAL_METRICS)},
+                "unknown goal metric {value}: expected one of {expected}",
+                {"value": _show(value), "expected": ", ".join(repr(m) for m in GOAL_METRICS)},
             )
         return value
 
@@ -362,7 +377,7 @@ def parse_gpu(value: Any) -> Any:
         match = _GPU_RE.match(value.strip())
         if not match:
             raise PydanticCustomError(
-                "gpu", "invalid gpu '{value}': use 'NxTYPE' such as '1xT4' or '2xA100'", {"value": value}
+                "gpu", "invalid gpu {value}: use 'NxTYPE' such as '1xT4' or '2xA100'", {"value": _show(value)}
             )
         return {"count": int(match["count"] or 1), "type": match["type"]}
     return value
@@ -474,7 +489,7 @@ class KubernetesTarget(StrictModel):
     def _namespace(cls, value: str) -> str:
         if len(value) > 63 or not DNS1123_LABEL.match(value):
             raise PydanticCustomError(
-                "dns_label", "namespace '{value}' is not a DNS-1123 label", {"value": value}
+                "dns_label", "namespace {value} is not a DNS-1123 label", {"value": _show(value)}
             )
         return value
 
@@ -553,8 +568,8 @@ def _task_key(value: Any) -> Any:
     if task is None:
         raise PydanticCustomError(
             "literal_error",
-            "unknown task '{value}': expected one of {expected}",
-            {"value": value, "expected": ", ".join(repr(k) for k in TASK_KEYS)},
+            "unknown task {value}: expected one of {expected}",
+            {"value": _show(value), "raw": value, "expected": ", ".join(repr(k) for k in TASK_KEYS)},
         )
     return task.id
 
@@ -639,6 +654,7 @@ class BenchmarkSpec(StrictModel):
         strict=True,
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
         title="mlbench Benchmark",
         json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
     )
