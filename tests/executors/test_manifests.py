@@ -299,3 +299,46 @@ def test_with_owner_sets_a_blocking_owner_reference() -> None:
         }
     ]
     assert "ownerReferences" not in secret["metadata"]
+
+
+def _pod_env(container: dict[str, Any], index: int, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The environment Kubernetes gives the container of completion index ``index``."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        source = item.get("valueFrom")
+        if source is None:
+            env[item["name"]] = item["value"]
+        elif "fieldRef" in source:
+            assert (
+                source["fieldRef"]["fieldPath"]
+                == f"metadata.annotations['{manifests.COMPLETION_INDEX_ANNOTATION}']"
+            )
+            env[item["name"]] = str(index)
+        else:
+            ref = source["secretKeyRef"]
+            env[item["name"]] = secrets[ref["name"]][ref["key"]]
+    env["JOB_COMPLETION_INDEX"] = str(index)  # the Job controller adds it for Indexed Jobs
+    return env
+
+
+def test_worker_runtime_understands_the_pods_environment_and_config() -> None:
+    """Contract with mlbench_worker: rendezvous and config as the worker itself parses them."""
+    from mlbench_worker.config import parse_config
+    from mlbench_worker.context import detect_rendezvous
+
+    objects = _render("gloo-cpu-2w")
+    job, secret, config_map, svc = objects
+    container = _container(objects)
+    secrets = {secret["metadata"]["name"]: secret["stringData"]}
+    for index in (0, 1):
+        env = _pod_env(container, index, secrets)
+        rendezvous = detect_rendezvous(env)
+        assert (rendezvous.rank, rendezvous.world_size) == (index, 2)
+        assert rendezvous.master_addr == f"{job['metadata']['name']}-0.{svc['metadata']['name']}"
+        assert rendezvous.master_port == manifests.MASTER_PORT
+        assert env["MLBENCH_RUN_TOKEN"] == make_launch().write_token
+    config = parse_config(json.loads(config_map["data"]["config.json"]))
+    assert config.run_id == "run-0001" and config.world_size == 2
+    assert container["command"][-1] == manifests.CONFIG_FILE
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert manifests.CONFIG_DIR in mounts
