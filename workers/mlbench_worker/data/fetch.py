@@ -187,3 +187,9 @@ def fetch(
     os.replace(tmp, dest)
     _record(remote, dest, digests, size)
     return dest
+
+
+def default_data_dir() -> Path:
+    """Where downloaded datasets are cached when a spec gives no path (``$MLBENCH_DATA_DIR``)."""
+    env = os.environ.get("MLBENCH_DATA_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 TASKS: dict[str, str] = {
     "0a": "mlbench_worker.tasks.allreduce:run",
     "1a": "mlbench_worker.tasks.resnet20:run",
+    "2a": "mlbench_worker.tasks.logreg:run",
+    "3a": "mlbench_worker.tasks.awd_lstm:run",
 }
 
 TaskFn = Callable[["RunContext"], Outcome]

@@ -1,0 +1,252 @@
+"""Task 3a: AWD-LSTM on WikiText-2 to a validation perplexity goal.
+
+Per MLBench / Merity et al.: 3-layer weight-dropped LSTM (400 embedding, 1150 hidden, tied
+weights), 80 sequences per worker, variable-length truncated BPTT (``max(5, N(bptt/(1+X), 5))``,
+X ~ Bernoulli(0.05)) with the step's LR rescaled by ``seq_len / bptt``, AR (alpha 2) and TAR
+(beta 1), gradient norm clipping at 0.25 after the all-reduce (so every rank clips the same
+averaged gradient), weight decay 1.2e-6, LR 30 warmed up per step to ``30*sqrt(k)`` over
+``warmup_epochs`` (the planner sets ``lr``, ``base_lr`` and ``warmup_epochs = 3k``), and the
+switch to averaged SGD (iterate averaging from the switch on, evaluated with the averaged
+weights) once the validation loss is worse than the best of all but the last ``nonmono`` (5)
+epochs. Each rank trains on a contiguous, equal share of the token stream (batchified into
+``batch_size`` columns) and evaluates a share of the validation stream with 10 columns; the
+goal is checked on the global (token-weighted) perplexity.
+
+Data: ``synthetic`` (``mlbench_worker.data.wikitext2.synthetic`` options; as synthetic runs are
+smoke tests and never official results, its options may also shrink the model for speed:
+``emb_size``, ``hidden_size``, ``num_layers``, ``bptt``), ``path`` (prepared by ``mlbench data
+prepare wikitext2``) or ``download``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mlbench_worker.context import RunContext
+from mlbench_worker.data import wikitext2
+from mlbench_worker.data.fetch import DatasetError, default_data_dir
+from mlbench_worker.models.awd_lstm import AWDLSTM, AWDLSTMConfig, Hidden, ar_tar_penalty, detach_hidden
+from mlbench_worker.optim import build_optimizer
+from mlbench_worker.tasks.base import Outcome
+from mlbench_worker.tasks.training import StepResult, Trainer, autocast_for, run_training
+from mlbench_worker.tracker import Tracker
+
+EVAL_BATCH_SIZE = 10
+_MODEL_KEYS = ("emb_size", "hidden_size", "num_layers")
+
+
+def load_wikitext2(ctx: RunContext) -> wikitext2.Corpus:
+    """The corpus from the configured source."""
+    data = ctx.config.data
+    if data.source == "synthetic":
+        return wikitext2.synthetic(data.options, seed=int(data.options.get("seed", 0)))
+    if data.source == "path":
+        assert data.path is not None  # checked by the config parser
+        return wikitext2.open_prepared(data.path)
+    root = Path(data.path) if data.path else default_data_dir() / "wikitext2"
+    if ctx.rendezvous.local_rank == 0:
+        try:
+            ctx.log(f"preparing WikiText-2 in {root}", all_ranks=True)
+            wikitext2.prepare(root)
+        finally:
+            ctx.comm.barrier()
+    else:
+        ctx.comm.barrier()
+    try:
+        return wikitext2.open_prepared(root)
+    except DatasetError as exc:
+        raise DatasetError(f"{exc} (the preparation on local rank 0 failed; see its log)") from None
+
+
+Batch = tuple[torch.Tensor, torch.Tensor, int]
+
+
+class AWDLSTMTrainer(Trainer):
+    """AWD-LSTM on this rank's share of the token stream."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        config = ctx.config
+        self.device = ctx.device
+        self.autocast = autocast_for(config.precision, ctx.device)
+        data = config.data
+        smoke: dict[str, Any] = dict(data.options) if data.source == "synthetic" else {}
+        self.batch_size = int(ctx.hp("batch_size", 80))
+        self.bptt = int(smoke.get("bptt", ctx.hp("bptt", 70)))
+        if self.batch_size < 1 or self.bptt < 2:
+            raise ValueError(f"batch_size must be >= 1 and bptt >= 2, got {self.batch_size} and {self.bptt}")
+        self.clip = float(ctx.hp("clip", 0.25))
+        self.alpha = float(ctx.hp("alpha", 2.0))
+        self.beta = float(ctx.hp("beta", 1.0))
+        self.nonmono = int(ctx.hp("nonmono", 5))
+        corpus = load_wikitext2(ctx)
+        train_ids = wikitext2.rank_slice(corpus.splits["train"], ctx.rank, ctx.world_size)
+        val_ids = wikitext2.rank_slice(corpus.splits["valid"], ctx.rank, ctx.world_size)
+        self.train_data = torch.from_numpy(wikitext2.batchify(train_ids, self.batch_size)).to(self.device)
+        self.val_data = torch.from_numpy(wikitext2.batchify(val_ids, EVAL_BATCH_SIZE)).to(self.device)
+        sizes = {
+            key: int(smoke.get(key, ctx.hp(key, default)))
+            for key, default in zip(_MODEL_KEYS, (400, 1150, 3), strict=True)
+        }
+        cfg = AWDLSTMConfig(
+            vocab_size=corpus.vocab_size,
+            emb_size=sizes["emb_size"],
+            hidden_size=sizes["hidden_size"],
+            num_layers=sizes["num_layers"],
+            dropout=float(ctx.hp("dropout", 0.4)),
+            dropouth=float(ctx.hp("dropouth", 0.3)),
+            dropouti=float(ctx.hp("dropouti", 0.65)),
+            dropoute=float(ctx.hp("dropoute", 0.1)),
+            wdrop=float(ctx.hp("wdrop", 0.5)),
+        )
+        model = self.lm = AWDLSTM(cfg).to(self.device)
+        for tensor in model.state_dict().values():  # identical start on every rank
+            ctx.comm.broadcast(tensor, src=0)
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        hp = dict(config.hyperparameters)
+        self.target_lr = float(hp.get("lr", 30.0 * math.sqrt(ctx.world_size)))
+        self.base_lr = float(hp.get("base_lr", self.target_lr))
+        hp["lr"] = self.target_lr
+        hp.setdefault("weight_decay", 1.2e-6)
+        hp["momentum"] = 0.0  # AWD-LSTM's plain SGD / ASGD
+        self.optimizer = build_optimizer(
+            str(hp.get("optimizer", "centralized_sgd")), self.params, ctx.comm, hp
+        )
+        rows = self.train_data.shape[0]
+        self.expected_steps = max(1, round((rows - 1) / (self.bptt * 0.975)))  # mean window length
+        self.warmup_steps = round(float(hp.get("warmup_epochs", 0.0)) * self.expected_steps)
+        self.current_lr = self.base_lr if self.warmup_steps > 0 else self.target_lr
+        self.hidden: Hidden = self.lm.init_hidden(self.batch_size)
+        self.val_history: list[float] = []
+        self.averaged: list[torch.Tensor] | None = None  # ASGD's running mean of the iterates
+        self.averaged_steps = 0
+        ctx.log(
+            f"WikiText-2 ({data.source}): vocab {corpus.vocab_size}, {len(train_ids)} train / "
+            f"{len(val_ids)} val tokens per rank, ~{self.expected_steps} steps/epoch, batch "
+            f"{self.batch_size}, bptt {self.bptt}, model {sizes}, lr {self.base_lr:g} -> "
+            f"{self.target_lr:g} over {self.warmup_steps} steps"
+        )
+
+    @property
+    def lr(self) -> float:
+        """The scheduled LR (each step's LR is this times ``seq_len / bptt``)."""
+        return self.current_lr
+
+    @property
+    def asgd(self) -> bool:
+        """Whether training has switched to averaged SGD."""
+        return self.averaged is not None
+
+    # -- training ----------------------------------------------------------------------------
+    def train_batches(self, epoch: int) -> Iterable[Batch]:
+        self.hidden = self.lm.init_hidden(self.batch_size)
+        # The same seed on every rank: identical window lengths, so identical step counts.
+        rng = np.random.default_rng((self.ctx.config.seed, epoch))
+        return self._windows(self.train_data, rng)
+
+    def _windows(self, data: torch.Tensor, rng: np.random.Generator | None) -> Iterator[Batch]:
+        for start, seq_len in wikitext2.bptt_windows(data.shape[0], self.bptt, rng):
+            yield data[start : start + seq_len], data[start + 1 : start + 1 + seq_len], seq_len
+
+    def before_step(self, step: int) -> None:
+        if step < self.warmup_steps:
+            self.current_lr = self.base_lr + (self.target_lr - self.base_lr) * (step + 1) / self.warmup_steps
+        elif step == self.warmup_steps:
+            self.current_lr = self.target_lr
+
+    def train_step(self, batch: Batch, tracker: Tracker) -> StepResult:
+        inputs, target, seq_len = batch
+        self.optimizer.set_lr(self.current_lr * seq_len / self.bptt)
+        with self.autocast():
+            logits, hidden, raw, dropped = self.model(inputs, detach_hidden(self.hidden))
+        tracker.record("fwd_pass")
+        with self.autocast():
+            raw_loss = F.cross_entropy(logits.float(), target.reshape(-1))
+            loss = raw_loss + ar_tar_penalty(raw.float(), dropped.float(), self.alpha, self.beta)
+        tracker.record("comp_loss")
+        loss.backward()
+        tracker.record("backprop")
+        self.optimizer.aggregate()
+        tracker.record("agg")
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        if self.averaged is not None:
+            self._update_average()
+        tracker.record("opt_step")
+        self.hidden = hidden
+        return StepResult(raw_loss.detach(), int(target.numel()))
+
+    @torch.no_grad()
+    def _update_average(self) -> None:
+        self.averaged_steps += 1
+        weight = 1.0 / self.averaged_steps
+        assert self.averaged is not None
+        for avg, p in zip(self.averaged, self.params, strict=True):
+            avg.add_(p.detach() - avg, alpha=weight)
+
+    # -- validation -----------------------------------------------------------------------------
+    def validate(self) -> dict[str, float]:
+        backup = self._swap_in_average()
+        try:
+            return self._evaluate()
+        finally:
+            if backup is not None:
+                with torch.no_grad():
+                    for p, saved in zip(self.params, backup, strict=True):
+                        p.copy_(saved)
+
+    def _swap_in_average(self) -> list[torch.Tensor] | None:
+        if self.averaged is None or self.averaged_steps == 0:
+            return None
+        backup = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, avg in zip(self.params, self.averaged, strict=True):
+                p.copy_(avg)
+        return backup
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        hidden = self.lm.init_hidden(EVAL_BATCH_SIZE)
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss sum, tokens
+        for inputs, target, _ in self._windows(self.val_data, None):
+            with self.autocast():
+                logits, hidden, _, _ = self.model(inputs, hidden)
+            sums[0] += F.cross_entropy(logits.float(), target.reshape(-1), reduction="sum").double()
+            sums[1] += target.numel()
+        reduced = sums.to(self.ctx.comm.control_device)
+        self.ctx.comm.all_reduce(reduced, "sum")
+        loss_sum, tokens = (float(v) for v in reduced.cpu())
+        if tokens == 0:
+            raise ValueError("the validation stream is empty on every rank")
+        loss = loss_sum / tokens
+        return {"val_global_loss": loss, "val_global_Perplexity": math.exp(min(loss, 700.0))}
+
+    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
+        """Switch to averaged SGD when validation stopped improving (AWD-LSTM's non-monotone rule)."""
+        loss = metrics["val_global_loss"]
+        if self.averaged is None:
+            history = self.val_history
+            if len(history) > self.nonmono and loss > min(history[: -self.nonmono]):
+                self.averaged = [p.detach().clone() for p in self.params]
+                self.averaged_steps = 0
+                self.ctx.log(
+                    f"epoch {epoch}: no improvement for {self.nonmono} epochs, switching to averaged SGD"
+                )
+            history.append(loss)
+
+
+def run(ctx: RunContext) -> Outcome:
+    """Train AWD-LSTM until the goal, ``max_time`` or ``max_epochs``."""
+    trainer = AWDLSTMTrainer(ctx)
+    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 750)))
