@@ -423,3 +423,14 @@ def test_log_tailer_ships_every_ranks_lines_as_the_runner_expects(
     assert sorted(tailer.poll(final=True)) == [(0, "rank 0 done"), (1, "rank 1 done")]
     with pytest.raises(ExecutorError, match="not scheduled by this executor"):
         executor.log_tailer("other-run")
+
+
+def test_two_runs_in_one_namespace_keep_their_own_pods(executor: KubernetesExecutor, kube: KubeApi) -> None:
+    first = _schedule(executor)
+    second = executor.submit(make_plan(), make_launch(run_id="run-0002"))
+    kube.put("v1/pods", NS, f"{JOB}-0-abcde", pod(JOB, 0, "Running"))
+    kube.put("v1/pods", NS, "run-0002-0-abcde", pod("run-0002", 0, "Failed", run_id="run-0002"))
+    one, two = executor.describe(first), executor.describe(second)
+    assert one is not None and [(r.rank, r.state) for r in one.ranks] == [(0, RunState.RUNNING)]
+    assert two is not None and two.state is RunState.FAILED
+    assert kube.names("batch/v1/jobs", NS) == [JOB, "run-0002"]

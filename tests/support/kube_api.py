@@ -170,6 +170,19 @@ class _Emulator(k8s.KubernetesEmulator):
             await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
             return aiohttp.web.json_response(raw)
 
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        """kmock's list, narrowed by ``labelSelector`` (equality terms) as the API server does."""
+        result: Any = await super()._serve_list(request)
+        selector = _selector(request.params.get("labelSelector"))
+        result["items"] = [item for item in result["items"] if _matches(item, selector)]
+        return result
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        selector = _selector(request.params.get("labelSelector"))
+        async for event in super()._serve_watch(request):
+            if not isinstance(event, dict) or _matches(event.get("object") or {}, selector):
+                yield event
+
     async def _port_forward(self, request: rendering.Request) -> Any:
         """The pods/portforward websocket (channel protocol v4): channel 0 carries data to and from
         the pod's port, channel 1 errors; here the "pod port" is a real TCP server on 127.0.0.1."""
@@ -286,6 +299,16 @@ class _Emulator(k8s.KubernetesEmulator):
                 for (r, ns, n), obj in self._objects.items()
                 if r == res and ns == namespace and not obj.deleted
             )
+
+
+def _selector(text: str | None) -> dict[str, str]:
+    terms = [term.strip() for term in (text or "").split(",") if term.strip()]
+    return dict(term.split("=", 1) for term in terms)
+
+
+def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
