@@ -15,6 +15,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -146,22 +147,32 @@ def parse_memory(value: Any) -> Any:
     return text
 
 
-def _sweep(item_check: Any, what: str) -> Any:
+def _as_list(what: str) -> Any:
+    """Before-validator for sweeps: a scalar is a sweep of one; an empty list is an error."""
+
     def parse(value: Any) -> Any:
         items = list(value) if isinstance(value, list | tuple) else [value]
         if not items:
             raise PydanticCustomError("sweep", "{what} must not be an empty list", {"what": what})
-        out = [item_check(v) for v in items]
+        return items
+
+    return parse
+
+
+def _unique(what: str) -> Any:
+    """After-validator for sweeps: each value once, so run names stay unique."""
+
+    def check(values: list[Any]) -> list[Any]:
         seen: set[Any] = set()
-        for v in out:
+        for v in values:
             if v in seen:
                 raise PydanticCustomError(
                     "sweep", "duplicate value {value} in the {what} sweep", {"value": _show(v), "what": what}
                 )
             seen.add(v)
-        return out
+        return values
 
-    return parse
+    return check
 
 
 def _worker_count(value: Any) -> int:
@@ -232,8 +243,9 @@ MemoryQuantity = Annotated[
     ),
 ]
 WorkersSweep = Annotated[
-    list[int],
-    BeforeValidator(_sweep(_worker_count, "workers")),
+    list[Annotated[int, BeforeValidator(_worker_count)]],
+    BeforeValidator(_as_list("workers")),
+    AfterValidator(_unique("workers")),
     WithJsonSchema(
         {
             "anyOf": [
@@ -250,8 +262,9 @@ WorkersSweep = Annotated[
     ),
 ]
 BackendSweep = Annotated[
-    list[str],
-    BeforeValidator(_sweep(_backend_name, "backend")),
+    list[Annotated[str, BeforeValidator(_backend_name)]],
+    BeforeValidator(_as_list("backend")),
+    AfterValidator(_unique("backend")),
     WithJsonSchema(
         {
             "anyOf": [
