@@ -244,6 +244,7 @@ class Runner:
                 message = f"rank {failure.payload.get('rank')} failed: {failure.payload.get('exception')}"
         self._update_ranks(active, status, final_state=state)
         summary = self._record(active.planned.plan, active.run_id, state, metrics, events, message=message)
+        self._add_speedup(summary, active.planned.plan)
         self.client.update_run(
             active.run_id,
             RunUpdate(
@@ -287,6 +288,45 @@ class Runner:
         return summary
 
     # helpers -------------------------------------------------------------------------------
+
+    def _add_speedup(self, summary: dict[str, Any], plan: RunPlan) -> None:
+        """Speedup and efficiency against the 1-worker runs of the same spec and backend that
+        reached the goal (olympic mean over their repeats), stored with the result."""
+        from mlbench_tui.results.scoring import olympic_mean, speedup_for
+
+        times = [
+            float(s["time_to_accuracy_s"])
+            for s in self._one_worker_results(plan)
+            if s.get("reached") and s.get("time_to_accuracy_s")
+        ]
+        if not times:
+            return
+        speedup, efficiency = speedup_for(summary, olympic_mean(times))
+        summary.update(speedup=speedup, efficiency=efficiency, one_worker_time_s=olympic_mean(times))
+
+    def _one_worker_results(self, plan: RunPlan) -> list[dict[str, Any]]:
+        mine = [
+            s
+            for s in self.summaries
+            if s.get("spec_hash") == plan.spec_hash
+            and s.get("backend") == plan.backend
+            and s.get("workers") == 1
+        ]
+        if mine:
+            return mine
+        try:
+            runs = self.client.list_runs(spec_name=plan.spec_name)
+        except MlbenchError:
+            return []
+        return [
+            run.result
+            for run in runs
+            if run.result
+            and run.spec_hash == plan.spec_hash
+            and run.backend == plan.backend
+            and run.workers == 1
+            and run.state == RunState.SUCCEEDED
+        ]
 
     def _ship_logs(self, active: ActiveRun, *, final: bool) -> None:
         """Send new lines of the rank log files to the store with the run's write token."""

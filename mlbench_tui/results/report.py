@@ -188,6 +188,10 @@ def results_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]
             )
         )
         split = summary.get("time_split") or {}
+        # Against the 1-worker runs shown here, else the one stored when the run finished.
+        speedup, efficiency = summary.get("speedup"), summary.get("efficiency")
+        if score is not None and score.speedup is not None:
+            speedup, efficiency = score.speedup, score.efficiency
         rows.append(
             {
                 "RUN": str(summary.get("name") or "-"),
@@ -199,8 +203,8 @@ def results_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]
                 "EPOCHS": _fmt(summary.get("epochs_to_goal")),
                 "STEPS": _fmt(summary.get("steps_to_goal")),
                 "COMM": _fmt(split.get("communication_fraction"), "%") if split else "-",
-                "SPEEDUP": _fmt(score.speedup if score else None, "x"),
-                "EFFICIENCY": _fmt(score.efficiency if score else None, "%"),
+                "SPEEDUP": _fmt(speedup, "x"),
+                "EFFICIENCY": _fmt(efficiency, "%"),
                 "COST": _fmt(summary.get("cost_to_target"), "$"),
                 "WALL": _fmt(summary.get("wall_time_s"), "s"),
             }

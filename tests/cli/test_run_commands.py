@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -193,3 +196,34 @@ def test_cancel_of_a_detached_run_leaves_no_process_behind(
     assert "state:    cancelled" in mlbench("status", run_id).stdout
     again = mlbench("cancel", run_id)
     assert again.returncode == 0 and "nothing to cancel" in again.stderr
+
+
+def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "intr", repetitions=1_000_000, max_exp=4, num_sizes=8)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlbench_tui", "apply", str(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+    )
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    run_id = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and run_id is None:
+        for launch in runs.glob("r-*/launch.json"):
+            if len(processes.marked_pids(launch.parent.name)) >= 3:  # torchrun + 2 ranks
+                run_id = launch.parent.name
+        time.sleep(0.3)
+    try:
+        assert run_id is not None, "the run never got going"
+        pids = processes.marked_pids(run_id)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends to apply
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted: cancelling active runs" in err
+    assert not processes.marked_pids(run_id)
+    assert not [pid for pid in pids if processes.is_alive(pid)]

@@ -1,0 +1,51 @@
+"""Live progress lines: phase, epoch, metric against the goal, ETA; plain lines only on change."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from mlbench_tui.progress import ProgressPrinter, RunProgress
+
+GOAL = {"metric": "val_global_Prec@1", "target": 70.0, "direction": "max"}
+
+
+def test_eta_extrapolates_the_goal_metric_and_respects_max_epochs() -> None:
+    progress = RunProgress("qs", GOAL, max_epochs=10, state="running")
+    progress.on_event("run_start", {}, 0.0)
+    assert progress.eta_s() is None
+    progress.on_metric("val_global_Prec@1", 30.0, 1, 10.0)
+    progress.on_metric("val_global_Prec@1", 50.0, 2, 20.0)  # +20 per epoch, 10 s per epoch
+    assert progress.eta_s() == pytest.approx(10.0)
+    line = progress.line()
+    assert "epoch 2/10" in line and "Prec@1 50.00 (goal >= 70.0)" in line and "ETA 10s" in line
+    capped = RunProgress("qs", GOAL, max_epochs=3, state="running")
+    capped.on_metric("val_global_Prec@1", 10.0, 1, 10.0)
+    capped.on_metric("val_global_Prec@1", 11.0, 2, 20.0)  # 59 epochs at this pace, but only 1 left
+    assert capped.eta_s() == pytest.approx(10.0)
+
+
+def test_min_goal_and_phases() -> None:
+    progress = RunProgress("lm", {"metric": "val_global_Perplexity", "target": 90, "direction": "min"})
+    progress.state = "running"
+    progress.on_event("environment", {}, 0.0)
+    assert progress.phase == "setting up"
+    progress.on_event("epoch_end", {"epoch": 4}, 5.0)
+    progress.on_event("rank_failed", {"rank": 1}, 6.0)
+    assert progress.phase == "rank 1 failed" and progress.epoch == 4
+    assert "Perplexity - (goal <= 90)" in progress.line()
+
+
+def test_plain_printer_writes_only_changes() -> None:
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream)
+    progress = RunProgress("ar", None, total_steps=4, state="running")
+    printer.update(progress)
+    printer.update(progress)
+    progress.done_steps = 2
+    printer.update(progress)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "0/4 sizes" in lines[0] and "2/4 sizes" in lines[1]
+    ProgressPrinter(stream, quiet=True).note("hidden")
+    assert "hidden" not in stream.getvalue()
