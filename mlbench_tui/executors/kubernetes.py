@@ -708,8 +708,6 @@ def _status(handle: RunHandle, owner: dict[str, Any], pods: list[dict[str, Any]]
         message = "suspended"
     else:
         message = None
-    if any(r.state is RunState.RUNNING for r in rank_list) and not pending:
-        return RunStatus(handle, RunState.RUNNING, rank_list, message)
-    if any(r.state is RunState.RUNNING for r in rank_list):
+    if any(r.state is RunState.RUNNING for r in rank_list):  # some ranks may still be starting
         return RunStatus(handle, RunState.RUNNING, rank_list, message)
     return RunStatus(handle, RunState.PENDING, rank_list, message or "waiting for pods to be scheduled")
