@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "mlbench_tui.commands.run",
     "mlbench_tui.commands.tui",
     "mlbench_tui.commands.cluster",
+    "mlbench_tui.commands.data",
 )
 
 
