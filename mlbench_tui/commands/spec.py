@@ -346,9 +346,15 @@ def _task_detail(task: TaskInfo) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     """Write a commented spec for a task to stdout or ``-o FILE``."""
     from mlbench_tui.errors import UsageError
+    from mlbench_tui.spec.models import DNS1123_LABEL
     from mlbench_tui.spec.templates import spec_template
 
     task = _resolve_task(args.task)
+    if args.name is not None and (len(args.name) > 40 or not DNS1123_LABEL.match(args.name)):
+        raise UsageError(
+            f"--name {args.name!r} is not a valid benchmark name",
+            hint="use at most 40 lowercase letters, digits and '-' (it prefixes every run name)",
+        )
     text = spec_template(task, name=args.name)
     if not args.output:
         sys.stdout.write(text)
