@@ -78,30 +78,43 @@ ACTIONS: tuple[Action, ...] = (
     # Run detail
     Action("run.back", "escape", "Back", "Back to the runs table", "app.pop_screen"),
     Action(
-        "run.overview", "1", "Overview", "Spec summary, goal, environment, result", "show_tab('overview')"
+        "run.overview",
+        "1",
+        "Overview",
+        "Spec summary, goal, environment, result",
+        "show_tab('overview')",
+        show=False,
     ),
-    Action("run.ranks", "2", "Ranks", "Per-rank state and compute/comm split", "show_tab('ranks')"),
-    Action("run.charts", "3", "Charts", "Live metric charts", "show_tab('charts')"),
-    Action("run.logs", "4", "Logs", "All ranks' logs", "show_tab('logs')"),
+    Action(
+        "run.ranks", "2", "Ranks", "Per-rank state and compute/comm split", "show_tab('ranks')", show=False
+    ),
+    Action("run.charts", "3", "Charts", "Live metric charts", "show_tab('charts')", show=False),
+    Action("run.logs", "4", "Logs", "All ranks' logs", "show_tab('logs')", show=False),
     Action("run.metrics", "m", "Metrics", "Choose which metrics are charted", "pick_metrics"),
     Action("run.cancel", "x", "Cancel", "Cancel this run", "cancel_run"),
     Action("run.rerun", "r", "Rerun", "Launch this run's spec again", "rerun"),
     # Run detail, logs
     Action("logs.search", "slash", "Search", "Highlight a regex in the logs", "search_logs"),
-    Action("logs.grep", "g", "Only matches", "Show only lines matching the search", "toggle_grep"),
+    Action(
+        "logs.grep", "g", "Only matches", "Show only lines matching the search", "toggle_grep", show=False
+    ),
     Action("logs.rank", "n", "Rank", "Cycle the rank filter: all, r0, r1, ...", "cycle_rank"),
     Action("logs.follow", "f", "Follow", "Follow new lines or pause", "toggle_follow"),
-    Action("logs.wrap", "w", "Wrap", "Wrap long lines", "toggle_wrap"),
-    Action("logs.save", "ctrl+s", "Save", "Save the shown lines to a file", "save_logs"),
+    Action("logs.wrap", "w", "Wrap", "Wrap long lines", "toggle_wrap", show=False),
+    Action("logs.save", "ctrl+s", "Save", "Save the shown lines to a file", "save_logs", show=False),
     # Specs
     Action("spec.back", "escape", "Back", "Back to the previous screen", "app.pop_screen"),
     Action("spec.open", "o", "Open path", "Open another file or directory of specs", "open_path"),
     Action("spec.reload", "r", "Reload", "Load and validate the selected spec again", "reload"),
     Action("spec.launch", "a", "Apply", "Launch the selected spec's runs (asks first)", "launch"),
-    Action("spec.issues", "1", "Issues", "Validation issues with line numbers", "show_tab('issues')"),
-    Action("spec.plan", "2", "Plan", "The expanded runs", "show_tab('plan')"),
-    Action("spec.dryrun", "3", "Dry run", "The exact commands or manifests", "show_tab('dryrun')"),
-    Action("spec.source", "4", "Source", "The spec text", "show_tab('source')"),
+    Action(
+        "spec.issues", "1", "Issues", "Validation issues with line numbers", "show_tab('issues')", show=False
+    ),
+    Action("spec.plan", "2", "Plan", "The expanded runs", "show_tab('plan')", show=False),
+    Action(
+        "spec.dryrun", "3", "Dry run", "The exact commands or manifests", "show_tab('dryrun')", show=False
+    ),
+    Action("spec.source", "4", "Source", "The spec text", "show_tab('source')", show=False),
     # Compare
     Action("compare.back", "escape", "Back", "Back to the runs table", "app.pop_screen"),
     Action("compare.sort", "o", "Sort", "Cycle the sort column", "cycle_sort"),

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,23 +151,58 @@ class RunsFeed:
 
 
 class _StreamReader:
-    """Reads one SSE stream on a daemon thread into a queue (so closing the UI never waits on it)."""
+    """Reads one run's SSE stream on a daemon thread into a queue.
+
+    It owns its connection so that ``close()`` can shut the socket down: a blocked read returns
+    at once, the server sees the client leave, and closing a screen or the app never waits for
+    the next keepalive.
+    """
 
     END = object()
 
-    def __init__(self, events: Iterator[Any]) -> None:
+    def __init__(self, address: ServerAddress, run_id: str, params: dict[str, int]) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
+        self._http = httpx.Client(
+            base_url=address.url, headers=headers, timeout=httpx.Timeout(address.timeout, read=None)
+        )
+        self._path = f"/v1/runs/{run_id}/stream"
+        self._params = params
+        self._socket: Any = None
+        self._closed = threading.Event()
         self.queue: queue.Queue[Any] = queue.Queue()
-        self._events = events
         self.thread = threading.Thread(target=self._read, name="mlbench-tui-stream", daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
+        from mlbench_tui.server.client import ServerHTTPError, _parse_sse
+
         try:
-            for event in self._events:
-                self.queue.put(event)
+            with self._http.stream("GET", self._path, params=self._params) as resp:
+                stream = resp.extensions.get("network_stream")
+                self._socket = stream.get_extra_info("socket") if stream is not None else None
+                if self._closed.is_set():
+                    return
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise ServerHTTPError(resp.status_code, "error", f"server answered {resp.status_code}")
+                for event in _parse_sse(resp.iter_lines()):
+                    self.queue.put(event)
             self.queue.put(self.END)
         except BaseException as exc:
-            self.queue.put(exc)
+            if not self._closed.is_set():
+                self.queue.put(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                self._http.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        sock = self._socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Resync(Exception):
@@ -201,14 +237,13 @@ class RunFeed:
         was_down = False
         while not cancelled():
             client = self.address.client()
-            stream_client = self.address.client()
             try:
                 self._load(client)
                 if was_down:
                     self.status(ConnectionChanged(True))
                     was_down = False
                 backoff.reset()
-                self._follow(client, stream_client, cancelled)
+                self._follow(client, cancelled)
                 return
             except _Resync:
                 continue
@@ -222,8 +257,6 @@ class RunFeed:
                 sleep_until(time.monotonic() + delay, cancelled, self.wake)
             finally:
                 client.close()
-                with contextlib.suppress(Exception):
-                    stream_client.close()
 
     def _load(self, client: Any) -> None:
         """The first batch: the run, metric names, every series downsampled (later: only the run)."""
@@ -245,15 +278,15 @@ class RunFeed:
         self.post(RunChanged(self.run_id, batch))
         self._loaded = True
 
-    def _follow(self, client: Any, stream_client: Any, cancelled: Cancelled) -> None:
-        reader = _StreamReader(
-            stream_client.stream(
-                self.run_id,
-                metrics_since=self.cursors["metrics"],
-                logs_since=self.cursors["logs"],
-                events_since=self.cursors["events"],
-            )
-        )
+    def _follow(self, client: Any, cancelled: Cancelled) -> None:
+        params = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
+        reader = _StreamReader(self.address, self.run_id, params)
+        try:
+            self._drain(reader, client, cancelled)
+        finally:
+            reader.close()
+
+    def _drain(self, reader: _StreamReader, client: Any, cancelled: Cancelled) -> None:
         last_traffic = time.monotonic()
         while not cancelled():
             deadline = time.monotonic() + self.interval

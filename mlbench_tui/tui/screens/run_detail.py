@@ -177,8 +177,9 @@ class RunDetailScreen(Screen[None]):
         for r in range(run.workers):
             self.ranks.setdefault(r, RankView(r))
         if first:
-            origin = _ts(run.started) or _ts(run.created)
-            self.query_one(LogView).origin_t = origin
+            logs = self.query_one(LogView)
+            logs.origin_t = _ts(run.started) or _ts(run.created)
+            logs.ranks_seen.update(range(run.workers))
             goal = (run.goal or {}).get("metric")
             self.chart_metrics = default_charts(run.task, str(goal) if goal else None)
             self._build_charts()

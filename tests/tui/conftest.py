@@ -1,0 +1,43 @@
+"""Fixtures for TUI tests: a real server on 127.0.0.1 over a copy of the recorded fixture store."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlbench_tui.server.serve import EmbeddedServer
+
+FIXTURE_STORE = Path(__file__).parent.parent / "fixtures" / "tui" / "store.sqlite3"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def store_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "store.db"
+    shutil.copyfile(FIXTURE_STORE, path)
+    return path
+
+
+@pytest.fixture
+def server(store_copy: Path) -> Iterator[EmbeddedServer]:
+    srv = EmbeddedServer(store_copy, record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def empty_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    srv = EmbeddedServer(tmp_path / "empty.db", record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

@@ -1,0 +1,290 @@
+"""Pilot tests: the real app over a real server (fixture store recorded from real runs), driven by keys."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import DataTable, Input
+
+from mlbench_tui.server.serve import EmbeddedServer
+from mlbench_tui.store.api_models import RunCreate
+from mlbench_tui.tui.app import MlbenchApp
+from mlbench_tui.tui.messages import RunChanged
+from mlbench_tui.tui.screens.compare import CompareScreen
+from mlbench_tui.tui.screens.confirm import ConfirmScreen
+from mlbench_tui.tui.screens.first_run import FirstRunScreen
+from mlbench_tui.tui.screens.help import HelpScreen
+from mlbench_tui.tui.screens.run_detail import RunDetailScreen
+from mlbench_tui.tui.screens.runs import RunsScreen
+from mlbench_tui.tui.widgets.log_view import LogView
+from mlbench_tui.tui.widgets.metric_chart import MetricChart
+from mlbench_tui.tui.widgets.rank_table import RankTable
+
+pytestmark = pytest.mark.anyio
+
+SWEEP_1W = "tui-fixture-gloo-1w"
+SWEEP_2W = "tui-fixture-gloo-2w"
+ALLREDUCE = "tui-fixture-allreduce-gloo-2w"
+FIXED_NOW = 1_795_242_400.0  # an hour after the fixture runs were recorded: stable ages
+
+
+def make_app(srv: EmbeddedServer, **kw: Any) -> Any:
+    kw.setdefault("clock", lambda: FIXED_NOW)
+    return MlbenchApp(srv.url, token=srv.info.read_token, admin_token=srv.info.admin_token, **kw)
+
+
+async def wait_for(pilot: Any, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Let the app run until ``predicate()`` is truthy (workers post messages meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await pilot.pause(0.05)
+        await asyncio.sleep(0.02)
+
+
+def _names(app: MlbenchApp) -> list[str]:
+    screen = app.screen
+    assert isinstance(screen, RunsScreen)
+    return [r.name for r in screen.rows]
+
+
+async def _runs_loaded(pilot: Any, app: MlbenchApp) -> RunsScreen:
+    await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.loaded, what="runs")
+    return app.screen  # type: ignore[return-value]
+
+
+async def _select(pilot: Any, app: MlbenchApp, name: str) -> None:
+    table = app.screen.query_one("#runs", DataTable)
+    table.move_cursor(row=_names(app).index(name))
+    await pilot.pause()
+
+
+async def test_runs_table_filters_sorts_and_opens(server: EmbeddedServer) -> None:
+    app = make_app(server)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await _runs_loaded(pilot, app)
+        assert sorted(_names(app)) == sorted([SWEEP_1W, SWEEP_2W, ALLREDUCE])
+        assert _names(app)[0] == ALLREDUCE  # newest first
+        rows = {r.name: r for r in screen.rows}
+        assert rows[SWEEP_2W].progress == 1.0 and rows[SWEEP_2W].time_to_goal_s is not None
+        assert rows[ALLREDUCE].progress == 1.0 and rows[ALLREDUCE].metric == ""  # no goal, finished
+
+        await pilot.press("slash")
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"2w")
+        assert sorted(_names(app)) == sorted([SWEEP_2W, ALLREDUCE])
+        await pilot.press("enter", "escape")  # back to the table, then clear the filters
+        assert len(_names(app)) == 3
+
+        await pilot.press("s")  # state: running -> none of the fixture runs
+        assert screen.state_filter == "running" and _names(app) == []
+        await pilot.press("s", "s")  # pending, succeeded
+        assert screen.state_filter == "succeeded" and len(_names(app)) == 3
+        await pilot.press("escape")
+
+        await pilot.press("o")  # sort by name
+        assert screen.sort_key == "name"
+        assert _names(app) == sorted(_names(app), key=str.lower)
+
+        await _select(pilot, app, SWEEP_2W)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunDetailScreen), what="run screen")
+        assert app.screen.run_name == SWEEP_2W
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+
+
+async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServer, tmp_path: Path) -> None:
+    app = make_app(server)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await _runs_loaded(pilot, app)
+        await _select(pilot, app, SWEEP_2W)
+        await pilot.press("enter")
+        screen = await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, RunDetailScreen) and app.screen.run is not None and app.screen,
+            what="run loaded",
+        )
+        await wait_for(pilot, lambda: screen.query_one(LogView).entries, what="logs")
+        goal = str(screen.query_one("#goal").render())
+        assert "val_global_Prec@1 ≥ 70" in goal and "goal reached" in goal
+        assert screen.environment, "environment fingerprint event shown"
+
+        await pilot.press("2")
+        ranks = screen.query_one(RankTable)
+        assert ranks.query_one(DataTable).row_count == 2
+        views = screen.ranks
+        assert all(v.compute > 0 and v.comm > 0 for v in views.values())  # tracker totals arrived
+
+        await pilot.press("3")
+        charts = {c.border_title: c for c in screen.query(MetricChart)}
+        assert set(charts) == {"train_loss", "val_global_Prec@1", "step_time"}
+        assert charts["val_global_Prec@1"].goal == 70.0
+        assert len(charts["step_time"].series) == 2  # one series per rank
+        assert len(charts["train_loss"].series["r0"]) > 0
+
+        # logs: search, only-matches, rank filter, follow, wrap, save
+        await pilot.press("4", "slash")
+        await pilot.press(*"epoch", "enter")
+        logs = screen.query_one(LogView)
+        assert logs.pattern is not None and logs.pattern.pattern == "epoch"
+        await pilot.press("g")
+        assert logs.only_matches and all("epoch" in e.text for e in logs.visible_entries())
+        await pilot.press("g", "n")
+        assert logs.rank == 0 and {e.rank for e in logs.visible_entries()} == {0}
+        await pilot.press("n")  # rank 1 printed nothing in this run: an empty view, not an error
+        assert logs.rank == 1 and logs.visible_entries() == []
+        await pilot.press("n")
+        assert logs.rank is None
+        await pilot.press("f", "w")
+        assert not logs.follow and logs.wrap
+        await pilot.press("ctrl+s")
+        saved = screen.saved_path
+        assert saved is not None and saved.read_text().startswith("[r")
+        assert len(saved.read_text().splitlines()) == len(logs.visible_entries())
+
+
+async def test_compare_marked_runs(server: EmbeddedServer) -> None:
+    app = make_app(server)
+    async with app.run_test(size=(150, 40)) as pilot:
+        await _runs_loaded(pilot, app)
+        await pilot.press("c")  # the selected run's spec has no sibling: a hint, no screen
+        assert isinstance(app.screen, RunsScreen)
+        await _select(pilot, app, SWEEP_2W)
+        await pilot.press("space")
+        await _select(pilot, app, SWEEP_1W)
+        await pilot.press("space", "c")
+        screen = await wait_for(
+            pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.rows and app.screen
+        )
+        rows = {r.name: r for r in screen.rows}
+        assert screen.baseline_id == rows[SWEEP_1W].id
+        assert rows[SWEEP_1W].speedup == 1.0
+        two = rows[SWEEP_2W]
+        assert two.speedup is not None and two.efficiency == two.speedup / 2
+        assert two.comm_share is not None and 0 < two.comm_share < 1
+
+
+async def test_delete_asks_first(server: EmbeddedServer) -> None:
+    app = make_app(server)
+    client = server.info.client()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _runs_loaded(pilot, app)
+        await _select(pilot, app, SWEEP_1W)
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert isinstance(app.screen, RunsScreen)
+        assert SWEEP_1W in {r.name for r in client.list_runs()}
+        await pilot.press("d", "y")
+        await wait_for(pilot, lambda: SWEEP_1W not in _names(app), what="row removed")
+        assert SWEEP_1W not in {r.name for r in client.list_runs()}
+    client.close()
+
+
+async def test_live_updates_are_batched(server: EmbeddedServer) -> None:
+    client = server.info.client()
+    created = client.create_run(
+        RunCreate(
+            name="live-run",
+            task="1a",
+            backend="gloo",
+            workers=2,
+            goal={"metric": "val_global_Prec@1", "target": 70.0, "direction": "max", "kind": "light"},
+        )
+    )
+    run_id, token = created.run.id, created.write_token
+    client.update_run(run_id, state="running")
+    app = make_app(server, update_interval=0.25)
+    received: list[RunChanged] = []
+    counting = False
+
+    def hook(message: object) -> None:
+        if counting and isinstance(message, RunChanged):
+            received.append(message)
+
+    async with app.run_test(size=(140, 40), message_hook=hook) as pilot:
+        await _runs_loaded(pilot, app)
+        app.push_screen(RunDetailScreen(run_id, "live-run"))
+        screen = await wait_for(
+            pilot, lambda: isinstance(app.screen, RunDetailScreen) and app.screen.run and app.screen
+        )
+        counting = True
+        start = time.monotonic()
+        for i in range(40):  # 40 batches of 2 ranks in ~1 s
+            for rank in range(2):
+                client.post_metrics(
+                    run_id,
+                    [{"name": "train_loss", "value": math.exp(-i / 10) + rank, "step": i}],
+                    rank=rank,
+                    token=token,
+                )
+            client.post_logs(run_id, [f"step {i}"], rank=i % 2, token=token)
+        client.post_metrics(run_id, [{"name": "val_global_Prec@1", "value": 55.0, "step": 40}], token=token)
+        await wait_for(pilot, lambda: len(screen.query_one(LogView).entries) == 40, what="all log lines")
+        await wait_for(pilot, lambda: screen.goal_points, what="goal metric")
+        elapsed = time.monotonic() - start
+        # 121 committed batches arrived as a handful of messages: about one per 0.25 s interval
+        assert len(received) <= elapsed / 0.25 + 3, (len(received), elapsed)
+        assert sum(len(m.batch.points) for m in received) == 81
+        assert "best 55" in str(screen.query_one("#goal").render())
+    client.close()
+
+
+async def test_server_gone_shows_banner_and_reconnects(store_copy: Path) -> None:
+    srv = EmbeddedServer(store_copy, record=False).start()
+    port = int(srv.url.rsplit(":", 1)[1])
+    app = make_app(srv, runs_interval=0.2)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _runs_loaded(pilot, app)
+        before = _names(app)
+        srv.stop()
+        await wait_for(pilot, lambda: not app.connected, what="disconnect noticed")
+        banner = app.screen.query_one("#banner")
+        assert banner.display and "cannot reach" in str(banner.render())
+        assert _names(app) == before  # the view keeps its data
+        srv = EmbeddedServer(store_copy, port=port, record=False).start()
+        try:
+            await wait_for(pilot, lambda: app.connected, timeout=15, what="reconnect")
+            assert not app.screen.query_one("#banner").display
+            assert _names(app) == before
+        finally:
+            srv.stop()
+
+
+async def test_empty_store_shows_the_first_run_screen(empty_server: EmbeddedServer) -> None:
+    app = make_app(empty_server)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, FirstRunScreen), what="first-run screen")
+        assert "mlbench apply specs/quickstart.yaml" in str(app.screen.query_one("#welcome").render())
+        client = empty_server.info.client()
+        client.create_run(RunCreate(name="first-run", task="0a", backend="gloo", workers=2))
+        client.close()
+        await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and _names(app) == ["first-run"])
+
+
+async def test_help_palette_and_keymap(server: EmbeddedServer) -> None:
+    app = make_app(server, keymap={"runs.state": "t", "bogus": "z"})
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await _runs_loaded(pilot, app)
+        await pilot.press("t")
+        assert screen.state_filter == "running"
+        titles = [c.title for c in app.get_system_commands(screen)]
+        for expected in ("Open (runs)", "Cancel (runs)", "Compare (runs)", "Delete (runs)", "Help", "Specs"):
+            assert expected in titles
+        helps = [c.help for c in app.get_system_commands(screen) if c.title == "State (runs)"]
+        assert helps and helps[0].endswith("[key: t]")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
