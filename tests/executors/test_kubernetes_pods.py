@@ -1,0 +1,109 @@
+"""The smoke-kind run's pods, executed here as the kubelet would execute them.
+
+No cluster runs on these machines, so this test takes the manifests of ``specs/smoke-kind.yaml``
+and starts each rank's container command as a local process with exactly the environment
+Kubernetes would give it (the Secret's token through secretKeyRef, the rank from the completion
+index annotation, the ConfigMap mounted as the config file), reporting to a real mlbench server.
+Only cluster DNS is replaced: ``<job>-0.<service>`` and the in-cluster server's Service name
+resolve to 127.0.0.1 here. It proves the manifests, the worker runtime and the server agree.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlbench_tui.executors import manifests
+from mlbench_tui.executors.api import LaunchContext
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[Any]:
+    from mlbench_tui.server.serve import EmbeddedServer
+
+    with EmbeddedServer(tmp_path / "store.db", record=False) as embedded:
+        yield embedded
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _container_env(container: dict[str, Any], index: int, secret: dict[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {"JOB_COMPLETION_INDEX": str(index)}
+    for item in container["env"]:
+        source = item.get("valueFrom")
+        if source is None:
+            env[item["name"]] = item["value"]
+        elif "fieldRef" in source:
+            env[item["name"]] = str(index)
+        else:
+            ref = source["secretKeyRef"]
+            assert ref["name"] == secret["metadata"]["name"]
+            env[item["name"]] = secret["stringData"][ref["key"]]
+    return env
+
+
+@pytest.mark.slow
+def test_smoke_kind_pods_run_the_benchmark_and_report_to_the_server(server: Any, tmp_path: Path) -> None:
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec.loader import load_paths
+    from mlbench_tui.store.api_models import RunCreate
+
+    (loaded,) = load_paths([ROOT / "specs" / "smoke-kind.yaml"])
+    (plan,) = expand(loaded.spec)
+    client = server.info.client()
+    created = client.create_run(RunCreate.from_plan(plan))
+    launch = LaunchContext(run_id=created.run.id, server_url=server.url, write_token=created.write_token)
+    job, secret, config_map, service = manifests.render(plan, launch)
+
+    # the volumes: the ConfigMap's config.json at the path the container reads
+    (tmp_path / "config.json").write_text(config_map["data"]["config.json"])
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:3] == ["python", "-m", "mlbench_worker"]
+    command = [sys.executable, *container["command"][1:]]
+    command[command.index(manifests.CONFIG_FILE)] = str(tmp_path / "config.json")
+
+    master = f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    in_cluster = (
+        f"http://{manifests.IN_CLUSTER_SERVER}.{plan.target['namespace']}.svc:{manifests.IN_CLUSTER_PORT}"
+    )
+    port = str(_free_port())
+    procs = []
+    for index in range(plan.workers):
+        env = _container_env(container, index, secret)
+        assert env["MASTER_ADDR"] == master and env["MLBENCH_SERVER_URL"] == in_cluster
+        env.update(  # cluster DNS, as resolved on this machine
+            MASTER_ADDR="127.0.0.1",
+            PET_MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            PET_MASTER_PORT=port,
+            MLBENCH_SERVER_URL=server.url,
+            MLBENCH_CONFIG=str(tmp_path / "config.json"),
+            MLBENCH_SPOOL_DIR=str(tmp_path / f"spool-{index}"),
+            PATH=os.environ.get("PATH", ""),
+            HOME=str(tmp_path),
+        )
+        procs.append(
+            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
+    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * plan.workers, "\n".join(outputs)[-4000:]
+
+    events = client.events(created.run.id).events
+    stops = [e.payload for e in events if e.kind == "run_stop"]
+    assert stops and all(stop["status"] == "success" for stop in stops), stops
+    names = {m.name for m in client.metric_names(created.run.id)}
+    assert "allreduce_fp32_latency_p50" in names
