@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
 
 POLL_S = 0.5
+MAX_TIME_GRACE_S = 120.0
 REDACTED = "<write token>"
 
 
@@ -62,6 +63,8 @@ class ActiveRun:
     tailer: Any = None
     last_poll: float = 0.0
     rank_pids: dict[int, int] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    timed_out: bool = False
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -178,6 +181,7 @@ class Runner:
         self.executors: dict[str, Executor] = {}
         self.summaries: list[dict[str, Any]] = []
         self.states: dict[str, RunState] = {}
+        self._launched: dict[str, tuple[Executor, RunHandle]] = {}  # submitted, not yet finished
 
     # one run -------------------------------------------------------------------------------
 
@@ -205,6 +209,7 @@ class Runner:
             self.printer.note(f"{plan.name}: failed to start: {exc.message}")
             self._record(plan, run_id, RunState.FAILED, [], [], message=exc.message)
             return None
+        self._launched[run_id] = (executor, handle)
         self.client.update_run(run_id, RunUpdate(state=RunState.RUNNING, handle=str(handle), started=_now()))
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
@@ -222,6 +227,15 @@ class Runner:
         self.printer.update(active.progress)
         if status is None:
             return True
+        limit = active.planned.plan.max_time_s
+        if limit is not None and time.monotonic() - active.started > limit + MAX_TIME_GRACE_S:
+            # The worker stops itself at max_time; ranks that did not are stuck: stop them.
+            self.printer.note(
+                f"{active.progress.name}: still running {MAX_TIME_GRACE_S:.0f}s past max_time; cancelling"
+            )
+            active.executor.cancel(active.handle)
+            active.timed_out = True
+            return True
         return status.state.is_terminal() or status.state is RunState.UNKNOWN
 
     def finish(self, active: ActiveRun) -> dict[str, Any]:
@@ -230,10 +244,13 @@ class Runner:
 
         self._ship_logs(active, final=True)
         status = active.executor.describe(active.handle)
+        self._launched.pop(active.run_id, None)
         state = status.state if status is not None else RunState.UNKNOWN
         message = status.message if status is not None else "the executor lost track of the run"
         if state is RunState.UNKNOWN:
             state = RunState.FAILED
+        if active.timed_out:
+            state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
         metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
         stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
         if state is RunState.SUCCEEDED and stop is not None and stop.payload.get("status") == "failed":
@@ -415,11 +432,21 @@ class Runner:
                     time.sleep(self.poll_s)
         except KeyboardInterrupt:
             self.printer.note("interrupted: cancelling active runs")
+            self._cancel_launched()
             for run in active:
-                self.cancel(run)
                 self.finish(run)
             raise
+        except BaseException:
+            self._cancel_launched()  # never leave ranks behind, whatever went wrong here
+            raise
         return self.summaries
+
+    def _cancel_launched(self) -> None:
+        for executor, handle in list(self._launched.values()):
+            try:
+                executor.cancel(handle)
+            except MlbenchError as exc:
+                self.printer.note(f"could not cancel {handle}: {exc.message}")
 
     def _fits(self, item: PlannedRun, active: list[ActiveRun], parallel: bool) -> bool:
         if not active:

@@ -207,6 +207,7 @@ class LocalExecutor(Executor):
                 "host": self.host,
                 "started_at": time.time(),
                 "watcher_pid": os.getpid(),
+                "master_port": int(env["MASTER_PORT"]) if dryrun.plan.backend == "mpi" else None,
             },
         )
         return self.handle_for(run_id)
@@ -246,6 +247,7 @@ class LocalExecutor(Executor):
         code = proc.poll()
         if code is None:
             return None
+        self._release_port(run_dir)
         existing = _read_json(run_dir / EXIT_FILE)
         if existing is not None:
             return existing
@@ -258,6 +260,14 @@ class LocalExecutor(Executor):
         record = {"exit_code": code, "state": state.value, "finished_at": time.time()}
         _write_json(run_dir / EXIT_FILE, record)
         return record
+
+    def _release_port(self, run_dir: Path) -> None:
+        port = (_read_json(run_dir / LAUNCH_FILE) or {}).get("master_port")
+        if isinstance(port, int):
+            claim = self.runs_dir / ".ports" / str(port)
+            with contextlib.suppress(OSError):
+                if claim.read_text() == run_dir.name:
+                    claim.unlink()
 
     def describe(self, handle: RunHandle | str) -> RunStatus | None:
         resolved = self._resolve(handle)
@@ -372,6 +382,7 @@ class LocalExecutor(Executor):
                 run_dir / EXIT_FILE,
                 {"exit_code": None, "state": RunState.CANCELLED.value, "finished_at": time.time()},
             )
+            self._release_port(run_dir)
 
     # -- logs --------------------------------------------------------------------------------
 
