@@ -465,6 +465,7 @@ def collect_paths(
     """Every valid spec under ``paths`` (files or directories) and every issue; never raises."""
     loaded: list[LoadedSpec] = []
     issues: list[SpecIssue] = []
+    seen: set[Path] = set()
     for raw in paths:
         if str(raw) == "-":
             import sys
@@ -484,6 +485,10 @@ def collect_paths(
             issues.append(SpecIssue(str(path), 1, 1, "no such file or directory"))
             continue
         for file in files:
+            key = file.resolve()
+            if key in seen:  # the same file named twice (a directory and a file in it)
+                continue
+            seen.add(key)
             try:
                 text = file.read_text(encoding="utf-8")
             except UnicodeDecodeError:

@@ -149,3 +149,9 @@ def test_load_never_leaks_non_spec_errors() -> None:
     ]:
         with pytest.raises(SpecError):
             load_text(text, environ={})
+
+
+def test_a_file_named_twice_is_loaded_once(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(SPEC.format(name="one", workers=1))
+    loaded = load_paths([tmp_path, tmp_path / "a.yaml", tmp_path / "." / "a.yaml"], environ={})
+    assert [s.spec.metadata.name for s in loaded] == ["one"]
