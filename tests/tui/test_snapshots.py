@@ -1,0 +1,138 @@
+"""Snapshot tests (pytest-textual-snapshot) of every screen over the recorded fixture store.
+
+The server listens on a fixed loopback port and the app gets a fixed clock, so the screens are
+byte-for-byte stable. Update after an intended change with ``pytest tests/tui --snapshot-update``
+and review the SVGs (``snapshot_report.html``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlbench_tui.server.serve import EmbeddedServer
+from mlbench_tui.tui.app import MlbenchApp
+
+PORT = 47211  # fixed: the URL is on screen
+FIXED_NOW = 1_795_242_400.0
+SIZE = (140, 42)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def fixed_server(store_copy: Path) -> Iterator[EmbeddedServer]:
+    if not _port_free(PORT):
+        pytest.skip(f"port {PORT} is taken: snapshots need a fixed server URL")
+    srv = EmbeddedServer(store_copy, port=PORT, record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def fixed_empty_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    if not _port_free(PORT):
+        pytest.skip(f"port {PORT} is taken: snapshots need a fixed server URL")
+    srv = EmbeddedServer(tmp_path / "empty.db", port=PORT, record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _app(srv: EmbeddedServer) -> MlbenchApp:
+    return MlbenchApp(srv.url, token=srv.info.read_token, clock=lambda: FIXED_NOW)
+
+
+async def _until(pilot: Any, predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("screen did not load")
+        await pilot.pause(0.05)
+        await asyncio.sleep(0.02)
+
+
+def _open(name: str, *keys: str, ready: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
+    """A run_before that waits for the runs, opens run ``name``, waits for it, and presses ``keys``."""
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await _until(pilot, lambda: getattr(app.screen, "loaded", False))
+        names = [r.name for r in app.screen.rows]
+        app.screen.query_one("#runs").move_cursor(row=names.index(name))
+        await pilot.press("enter")
+        await _until(pilot, lambda: getattr(app.screen, "run", None) is not None)
+        await _until(pilot, lambda: app.screen.query_one("LogView").entries)
+        if keys:
+            await pilot.press(*keys)
+        if ready is not None:
+            await _until(pilot, lambda: ready(app.screen))
+        await pilot.pause(0.3)
+
+    return run_before
+
+
+def _charts_filled(screen: Any) -> bool:
+    return all(len(chart.series) for chart in screen.query("MetricChart"))
+
+
+def test_runs_screen(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _until(pilot, lambda: getattr(pilot.app.screen, "loaded", False))
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_run_overview(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=_open("tui-fixture-gloo-2w"))
+
+
+def test_run_ranks(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=_open("tui-fixture-gloo-2w", "2"))
+
+
+def test_run_charts(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    run_before = _open("tui-fixture-gloo-2w", "3", ready=_charts_filled)
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_allreduce_bandwidth_charts(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    run_before = _open("tui-fixture-allreduce-gloo-2w", "3", ready=_charts_filled)
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_compare_screen(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await _until(pilot, lambda: getattr(app.screen, "loaded", False))
+        await pilot.press("o")  # sort by name: 1w, 2w, allreduce
+        await pilot.press("down", "space", "space", "c")
+        await _until(pilot, lambda: getattr(app.screen, "rows", None))
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_first_run_screen(snap_compare: Any, fixed_empty_server: EmbeddedServer) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _until(pilot, lambda: type(pilot.app.screen).__name__ == "FirstRunScreen")
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(fixed_empty_server), terminal_size=SIZE, run_before=run_before)
