@@ -449,12 +449,19 @@ class Runner:
                 self.printer.note(f"could not cancel {handle}: {exc.message}")
 
     def _fits(self, item: PlannedRun, active: list[ActiveRun], parallel: bool) -> bool:
-        if not active:
-            return True
-        if not parallel:
-            return False
-        used = sum(_cores(run.planned.plan) for run in active)
-        return used + _cores(item.plan) <= self.cpu_count
+        return fits(
+            item.plan, [run.planned.plan for run in active], parallel=parallel, cpu_count=self.cpu_count
+        )
+
+
+def fits(plan: RunPlan, running: Sequence[RunPlan], *, parallel: bool, cpu_count: int) -> bool:
+    """Whether ``plan`` may start now: always when nothing runs; with ``parallel``, while the
+    ranks x threads of everything running, plus its own, fit in the machine's cores."""
+    if not running:
+        return True
+    if not parallel:
+        return False
+    return sum(_cores(p) for p in running) + _cores(plan) <= cpu_count
 
 
 def fetch_result_inputs(

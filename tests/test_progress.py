@@ -49,3 +49,30 @@ def test_plain_printer_writes_only_changes() -> None:
     assert len(lines) == 2 and "0/4 sizes" in lines[0] and "2/4 sizes" in lines[1]
     ProgressPrinter(stream, quiet=True).note("hidden")
     assert "hidden" not in stream.getvalue()
+
+
+def test_parallel_runs_only_while_cores_allow() -> None:
+    from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
+    from mlbench_tui.runner import fits
+
+    def plan(workers: int, threads: int = 1) -> RunPlan:
+        return RunPlan(
+            name=f"p-gloo-{workers}w",
+            spec_name="p",
+            spec_hash="h",
+            task="0a",
+            task_name="allreduce",
+            backend="gloo",
+            workers=workers,
+            seed=0,
+            goal=None,
+            resources=ResourcesPlan(threads_per_rank=threads),
+            data=DataPlan(source="synthetic"),
+            hyperparameters={},
+            target={"kind": "local"},
+        )
+
+    assert fits(plan(8), [], parallel=False, cpu_count=2)  # a lone run always starts (oversubscribed)
+    assert not fits(plan(1), [plan(1)], parallel=False, cpu_count=16)  # in order by default
+    assert fits(plan(2), [plan(1)], parallel=True, cpu_count=4)
+    assert not fits(plan(2, threads=2), [plan(1)], parallel=True, cpu_count=4)
