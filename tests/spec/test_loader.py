@@ -155,3 +155,10 @@ def test_a_file_named_twice_is_loaded_once(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(SPEC.format(name="one", workers=1))
     loaded = load_paths([tmp_path, tmp_path / "a.yaml", tmp_path / "." / "a.yaml"], environ={})
     assert [s.spec.metadata.name for s in loaded] == ["one"]
+
+
+def test_the_specs_readme_example_is_valid() -> None:
+    readme = (ROOT / "specs" / "README.md").read_text()
+    block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (loaded,) = load_text(block, "README.md", environ={})
+    assert loaded.spec.metadata.name == "my-bench"
