@@ -7,6 +7,7 @@ something changed) or as a compact line rewritten in place (when stderr is a TTY
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -119,6 +120,7 @@ class ProgressPrinter:
         self.quiet = quiet
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last: dict[str, str] = {}
+        self._live: dict[str, str] = {}
         self._live_width = 0
 
     def note(self, text: str) -> None:
@@ -127,22 +129,37 @@ class ProgressPrinter:
             return
         self._clear_live()
         print(text, file=self.stream, flush=True)
+        self._draw_live()
 
     def update(self, progress: RunProgress) -> None:
+        """The current state of a running run: one live line on a TTY (every active run side by
+        side), otherwise a plain line whenever something besides the clock changed."""
         if self.quiet:
             return
         line = progress.line()
         if self.tty:
+            self._live[progress.name] = line
             self._clear_live()
-            self.stream.write(line[:200])
-            self.stream.flush()
-            self._live_width = len(line[:200])
+            self._draw_live()
             return
-        # Plain lines only when something besides the clock changed.
         key = line.split("  elapsed ")[0]
         if self._last.get(progress.name) != key:
             self._last[progress.name] = key
             print(line, file=self.stream, flush=True)
+
+    def done(self, progress: RunProgress) -> None:
+        """A run ended: its final line stays, and it leaves the live line."""
+        self._live.pop(progress.name, None)
+        self.note(progress.line())
+
+    def _draw_live(self) -> None:
+        if not self.tty or not self._live:
+            return
+        width = max(20, shutil.get_terminal_size((120, 24)).columns - 1)
+        text = " | ".join(self._live.values())[:width]
+        self.stream.write(text)
+        self.stream.flush()
+        self._live_width = len(text)
 
     def _clear_live(self) -> None:
         if self.tty and self._live_width:

@@ -273,7 +273,7 @@ class Runner:
         )
         active.progress.state = state.value
         active.progress.message = message if state is not RunState.SUCCEEDED else None
-        self.printer.note(active.progress.line())
+        self.printer.done(active.progress)
         return summary
 
     def cancel(self, active: ActiveRun) -> None:

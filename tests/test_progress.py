@@ -76,3 +76,21 @@ def test_parallel_runs_only_while_cores_allow() -> None:
     assert not fits(plan(1), [plan(1)], parallel=False, cpu_count=16)  # in order by default
     assert fits(plan(2), [plan(1)], parallel=True, cpu_count=4)
     assert not fits(plan(2, threads=2), [plan(1)], parallel=True, cpu_count=4)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_tty_printer_rewrites_one_live_line_for_all_active_runs() -> None:
+    stream = _Tty()
+    printer = ProgressPrinter(stream)
+    first, second = RunProgress("a", None, state="running"), RunProgress("b", None, state="running")
+    printer.update(first)
+    printer.update(second)
+    assert stream.getvalue().rsplit("\r", 1)[-1].startswith("a ") and " | b " in stream.getvalue()
+    printer.done(first)
+    tail = stream.getvalue().rsplit("\n", 1)
+    assert tail[0].rsplit("\r", 1)[-1].startswith("a ")  # the final line of 'a' stays
+    assert tail[1].startswith("b ")  # the live line now shows only 'b'
