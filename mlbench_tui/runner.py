@@ -65,6 +65,7 @@ class ActiveRun:
     rank_pids: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
+    deleted: bool = False
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -146,6 +147,11 @@ def mark_unchanged(planned: Sequence[PlannedRun], client: MlbenchClient, *, forc
 
 
 # -- running -----------------------------------------------------------------------------------
+
+
+def _gone(exc: MlbenchError) -> bool:
+    """The server answered 404: the run was deleted while it ran."""
+    return getattr(exc, "status", None) == 404
 
 
 def _now() -> datetime:
@@ -251,7 +257,13 @@ class Runner:
             state = RunState.FAILED
         if active.timed_out:
             state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
-        metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
+        try:
+            metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
+        except MlbenchError as exc:
+            if not _gone(exc):
+                raise
+            active.deleted = True
+            metrics, events = [], []
         stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
         if state is RunState.SUCCEEDED and stop is not None and stop.payload.get("status") == "failed":
             state, message = RunState.FAILED, str(stop.payload.get("reason"))
@@ -262,17 +274,21 @@ class Runner:
         self._update_ranks(active, status, final_state=state)
         summary = self._record(active.planned.plan, active.run_id, state, metrics, events, message=message)
         self._add_speedup(summary, active.planned.plan)
-        self.client.update_run(
-            active.run_id,
-            RunUpdate(
-                state=state,
-                finished=_now(),
-                result=summary,
-                error=message if state != RunState.SUCCEEDED else None,
-            ),
-        )
+        if active.deleted:
+            active.progress.message = "deleted from the store while running"
+        else:
+            self.client.update_run(
+                active.run_id,
+                RunUpdate(
+                    state=state,
+                    finished=_now(),
+                    result=summary,
+                    error=message if state != RunState.SUCCEEDED else None,
+                ),
+            )
         active.progress.state = state.value
-        active.progress.message = message if state is not RunState.SUCCEEDED else None
+        if not active.deleted:
+            active.progress.message = message if state is not RunState.SUCCEEDED else None
         self.printer.done(active.progress)
         return summary
 
@@ -347,7 +363,7 @@ class Runner:
 
     def _ship_logs(self, active: ActiveRun, *, final: bool) -> None:
         """Send new lines of the rank log files to the store with the run's write token."""
-        if active.tailer is None:
+        if active.tailer is None or active.deleted:
             return
         lines = active.tailer.poll(final=final)
         if not lines:
@@ -391,8 +407,12 @@ class Runner:
                 hp = active.planned.plan.hyperparameters
                 dtypes = hp.get("dtypes") or ["fp32"]
                 progress.total_steps = int(hp.get("num_sizes") or 0) * len(dtypes) or None
-        except MlbenchError:
-            pass  # progress is best effort; the run itself is watched through the executor
+        except MlbenchError as exc:
+            # Progress is best effort (the run is watched through the executor), but a run
+            # deleted from the store (``mlbench delete``) must stop.
+            if _gone(exc) and not active.deleted:
+                active.deleted = True
+                active.executor.cancel(active.handle)
 
     def _update_ranks(self, active: ActiveRun, status: Any, final_state: RunState | None = None) -> None:
         if status is None:
