@@ -1,0 +1,246 @@
+"""Short forms of the spec language: durations, Kubernetes quantities, GPUs and sweeps.
+
+Each parser is a pydantic before-validator that turns what people write (``30m``, ``500m``,
+``12Gi``, ``1xT4``, ``workers: 4``) into one canonical value and raises a ``PydanticCustomError``
+whose message says what a valid value looks like. The ``Annotated`` aliases carry a JSON Schema
+that accepts every short form, so editors agree with the loader.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
+
+_DURATION_RE = re.compile(
+    r"^\s*(?:(?P<d>\d+(?:\.\d+)?)d)?\s*(?:(?P<h>\d+(?:\.\d+)?)h)?\s*"
+    r"(?:(?P<m>\d+(?:\.\d+)?)m)?\s*(?:(?P<s>\d+(?:\.\d+)?)s)?\s*$"
+)
+_DURATION_SCHEMA_RE = r"^\s*(\d+(\.\d+)?d)?\s*(\d+(\.\d+)?h)?\s*(\d+(\.\d+)?m)?\s*(\d+(\.\d+)?s)?\s*$"
+_CPU_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m)?$")
+_MEMORY_RE = re.compile(r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+GPU_RE = re.compile(r"^(?:(?P<count>\d+)\s*[xX×]\s*)?(?P<type>[A-Za-z][A-Za-z0-9._-]*)$")
+
+
+def show_value(value: Any) -> str:
+    """A value as it appears in a message: strings quoted, numbers bare, long values cut."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_duration(value: Any) -> Any:
+    """``30m``, ``2h``, ``1h30m``, ``90s``, ``1d`` or a number of seconds -> float seconds."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("duration", "expected a duration such as '30m', '2h' or seconds")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION_RE.match(value)
+        if not value.strip() or not match or not any(match.groupdict().values()):
+            raise PydanticCustomError(
+                "duration",
+                "invalid duration {value}: use e.g. '90s', '30m', '2h' or '1h30m'",
+                {"value": show_value(value)},
+            )
+        parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
+        seconds = parts["d"] * 86400 + parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
+    else:
+        raise PydanticCustomError("duration", "expected a duration such as '30m', '2h' or seconds")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise PydanticCustomError("duration", "duration must be a positive, finite time such as '30m'")
+    return seconds
+
+
+def parse_cpu(value: Any) -> Any:
+    """A Kubernetes CPU quantity per rank (``2``, ``1.5``, ``500m``) -> its canonical string."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise PydanticCustomError("cpu", "expected a CPU quantity such as 2, '1.5' or '500m'")
+    text = str(value).strip()
+    if not _CPU_RE.match(text):
+        raise PydanticCustomError(
+            "cpu",
+            "invalid CPU quantity {value}: use cores ('2', '1.5') or millicores ('500m')",
+            {"value": show_value(value)},
+        )
+    if cpu_cores(text) <= 0:
+        raise PydanticCustomError("cpu", "CPU quantity must be positive")
+    return text
+
+
+def cpu_cores(quantity: str) -> float:
+    """Cores in a canonical CPU quantity string (``500m`` -> 0.5)."""
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def parse_memory(value: Any) -> Any:
+    """A Kubernetes memory quantity (``12Gi``, ``512Mi``, bytes as an int) -> its string."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise PydanticCustomError("memory", "expected a memory quantity such as '12Gi' or '512Mi'")
+    text = str(value).strip()
+    if not _MEMORY_RE.match(text):
+        raise PydanticCustomError(
+            "memory",
+            "invalid memory quantity {value}: use e.g. '512Mi', '12Gi' or '2G'",
+            {"value": show_value(value)},
+        )
+    return text
+
+
+def _as_list(what: str) -> Any:
+    """Before-validator for sweeps: a scalar is a sweep of one; an empty list is an error."""
+
+    def parse(value: Any) -> Any:
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        if not items:
+            raise PydanticCustomError("sweep", "{what} must not be an empty list", {"what": what})
+        return items
+
+    return parse
+
+
+def _unique(what: str) -> Any:
+    """After-validator for sweeps: each value once, so run names stay unique."""
+
+    def check(values: list[Any]) -> list[Any]:
+        seen: set[Any] = set()
+        for v in values:
+            if v in seen:
+                raise PydanticCustomError(
+                    "sweep",
+                    "duplicate value {value} in the {what} sweep",
+                    {"value": show_value(v), "what": what},
+                )
+            seen.add(v)
+        return values
+
+    return check
+
+
+def _worker_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError(
+            "workers",
+            "workers must be a positive integer or a list of them, got {value}",
+            {"value": show_value(value)},
+        )
+    if not 1 <= value <= 4096:
+        raise PydanticCustomError(
+            "workers", "workers must be between 1 and 4096, got {value}", {"value": show_value(value)}
+        )
+    return value
+
+
+def _backend_name(value: Any) -> str:
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise PydanticCustomError(
+            "literal_error",
+            "unknown backend {value}: expected one of {expected}",
+            {
+                "value": show_value(value),
+                "raw": value if isinstance(value, str) else "",
+                "expected": "'gloo', 'nccl', 'mpi'",
+            },
+        )
+    return value
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {
+                    "type": "string",
+                    "pattern": _DURATION_SCHEMA_RE,
+                },
+            ],
+            "examples": ["30m", "2h", "1h30m", 600],
+        }
+    ),
+]
+CpuQuantity = Annotated[
+    str,
+    BeforeValidator(parse_cpu),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": _CPU_RE.pattern},
+            ],
+            "examples": ["2", "500m"],
+        }
+    ),
+]
+MemoryQuantity = Annotated[
+    str,
+    BeforeValidator(parse_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": _MEMORY_RE.pattern}],
+            "examples": ["12Gi", "512Mi"],
+        }
+    ),
+]
+WorkersSweep = Annotated[
+    list[Annotated[int, BeforeValidator(_worker_count)]],
+    BeforeValidator(_as_list("workers")),
+    AfterValidator(_unique("workers")),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": 4096},
+                {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+            ],
+            "examples": [2, [1, 2, 4, 8]],
+        }
+    ),
+]
+BackendSweep = Annotated[
+    list[Annotated[str, BeforeValidator(_backend_name)]],
+    BeforeValidator(_as_list("backend")),
+    AfterValidator(_unique("backend")),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "enum": list(BACKENDS)},
+                {
+                    "type": "array",
+                    "items": {"type": "string", "enum": list(BACKENDS)},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+            ],
+            "examples": ["gloo", ["gloo", "mpi"]],
+        }
+    ),
+]
+
+
+def parse_gpu(value: Any) -> Any:
+    """``1xT4``, ``T4`` (one), an int (count) or ``{count, type}`` -> a mapping for ``Gpu``."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("gpu", "gpu must be a count, 'NxTYPE' (e.g. '1xT4') or {count, type}")
+    if isinstance(value, int):
+        return {"count": value}
+    if isinstance(value, str):
+        match = GPU_RE.match(value.strip())
+        if not match:
+            raise PydanticCustomError(
+                "gpu",
+                "invalid gpu {value}: use 'NxTYPE' such as '1xT4' or '2xA100'",
+                {"value": show_value(value)},
+            )
+        return {"count": int(match["count"] or 1), "type": match["type"]}
+    return value
