@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
@@ -51,9 +52,10 @@ from mlbench_tui.store.api_models import (
     RunUpdate,
 )
 from mlbench_tui.store.db import Change, NotFound
-from mlbench_tui.store.store import Store
+from mlbench_tui.store.store import Store, dumps_json
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger("mlbench.server")
 
 RunId = Annotated[str, Path(min_length=1, max_length=64, description="Run id, e.g. r-0123456789ab.")]
 
@@ -146,6 +148,11 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(422, "invalid_request", _clean(exc.errors()))
+
+    @app.exception_handler(Exception)
+    async def _internal(_r: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return _error(500, "internal_error", "internal server error (see the server log)")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -445,7 +452,7 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def _payload(payload: dict[str, Any]) -> str:
     from mlbench_tui.store.api_models import MAX_PAYLOAD_BYTES
 
-    text = orjson.dumps(payload).decode()
+    text = dumps_json(payload)
     if len(text) > MAX_PAYLOAD_BYTES:
         raise ApiError(422, "invalid_request", f"event payload over {MAX_PAYLOAD_BYTES} bytes")
     return text

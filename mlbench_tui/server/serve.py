@@ -329,6 +329,13 @@ def serve_foreground(
             started=time.time(),
         )
         server = make_server(store, auth, log_level="warning")
+
+        def early_exit(_sig: int, _frame: Any) -> None:  # a signal before uvicorn took over
+            server.should_exit = True
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, early_exit)
         write_state(info)
         if on_ready is not None:
             on_ready(info)

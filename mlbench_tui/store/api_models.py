@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
 from mlbench_tui.executors.api import RunState
 
@@ -29,6 +29,9 @@ MAX_SPEC_TEXT = 1024 * 1024
 MAX_RANK = 65_535
 MAX_POINTS = 100_000
 MAX_PAGE = 50_000
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FAR = datetime(9000, 1, 1, tzinfo=UTC)
 
 RUN_ID_PATTERN = r"^r-[0-9a-f]{12}$"
 
@@ -57,7 +60,7 @@ class RunCreate(_Wire):
     task: str = Field(default="", max_length=MAX_NAME_LEN)
     backend: str = Field(default="", max_length=32)
     workers: int = Field(default=1, ge=1, le=MAX_RANK + 1)
-    repeat: int = Field(default=0, ge=0)
+    repeat: int = Field(default=0, ge=0, le=2**31)
     goal: dict[str, Any] | None = None
     target_kind: str = Field(default="local", max_length=32)
     handle: str | None = Field(default=None, max_length=512)
@@ -92,6 +95,18 @@ class RunUpdate(_Wire):
     result: dict[str, Any] | None = Field(default=None, description="Result summary (time to accuracy, ...).")
     error: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
     labels: dict[str, str] | None = None
+
+    @field_validator("started", "finished")
+    @classmethod
+    def _sane_time(cls, value: datetime | None) -> datetime | None:
+        """Naive times are UTC; times outside 1970..9000 are refused (not storable as unix seconds)."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        if not _EPOCH <= value <= _FAR:
+            raise ValueError("time must lie between 1970 and 9000")
+        return value
 
 
 class RankUpdate(_Wire):

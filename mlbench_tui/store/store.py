@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import orjson
 from sqlalchemy import Connection
 
-from mlbench_tui.errors import StoreError
+from mlbench_tui.errors import StoreError, UsageError
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     BatchAck,
@@ -44,8 +44,12 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+def dumps_json(value: Any) -> str:
+    """JSON text for a stored document; integers beyond 64 bits are refused (``UsageError``)."""
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        raise UsageError(f"value cannot be stored as JSON: {exc}") from None
 
 
 class Store:
@@ -122,6 +126,8 @@ class Store:
     def op_create_run(req: RunCreate) -> tuple[Callable[[Connection], tuple[Any, list[Change]]], str]:
         """The writer function that creates a run, and the new write token (returned once)."""
         token = secrets.token_urlsafe(32)
+        plan_json, labels_json = dumps_json(req.plan), dumps_json(req.labels)
+        goal_json = None if req.goal is None else dumps_json(req.goal)
 
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
             now = time.time()
@@ -138,16 +144,16 @@ class Store:
                     req.spec_name,
                     req.spec_hash,
                     req.spec_text,
-                    _dumps(req.plan),
+                    plan_json,
                     req.task,
                     req.backend,
                     req.workers,
                     req.repeat,
-                    None if req.goal is None else _dumps(req.goal),
+                    goal_json,
                     req.target_kind,
                     req.handle,
                     now,
-                    _dumps(req.labels),
+                    labels_json,
                     hash_token(token),
                     now,
                 ),
@@ -163,12 +169,18 @@ class Store:
 
     @staticmethod
     def op_update_run(run_id: str, upd: RunUpdate) -> Callable[[Connection], tuple[Any, list[Change]]]:
+        data = upd.model_dump(exclude_unset=True)
+        documents: dict[str, str | None] = {}
+        if "result" in data:
+            documents["result"] = None if data["result"] is None else dumps_json(data["result"])
+        if "labels" in data:  # null clears the labels
+            documents["labels"] = dumps_json(data["labels"] or {})
+
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
             current = queries.get_run(conn, run_id)
             if current is None:
                 raise NotFound(f"run {run_id} not found")
-            fields: dict[str, Any] = {}
-            data = upd.model_dump(exclude_unset=True)
+            fields: dict[str, Any] = dict(documents)
             now = time.time()
             if data.get("state") is not None:
                 state = upd.state.value if upd.state else None
@@ -184,9 +196,6 @@ class Store:
             for key in ("handle", "error"):
                 if key in data:
                     fields[key] = data[key]
-            for key in ("result", "labels"):
-                if key in data:
-                    fields[key] = None if data[key] is None else _dumps(data[key])
             if fields:
                 fields["updated"] = now
                 assignments = ", ".join(f"{k} = ?" for k in fields)
