@@ -36,24 +36,24 @@ def cmd_tui(args: argparse.Namespace) -> int:
         raise UsageError(
             "--server and --db exclude each other", hint="--db picks the store of a local server"
         )
-    token: str | None = args.token
-    admin: str | None = None
-    if args.server:
-        if not args.server.startswith(("http://", "https://")):
-            raise UsageError(f"--server must be an http(s) URL, got {args.server!r}")
-        url = args.server.rstrip("/")
-        token = token or os.environ.get("MLBENCH_READ_TOKEN") or os.environ.get("MLBENCH_TOKEN")
-        admin = os.environ.get("MLBENCH_TOKEN")
-    else:
-        from mlbench_tui.server.serve import ensure_server
-
-        info = ensure_server(args.db)
-        url = info.url
-        token = token or info.read_token or None
-        admin = info.admin_token or None
+    if args.server and not args.server.startswith(("http://", "https://")):
+        raise UsageError(f"--server must be an http(s) URL, got {args.server!r}")
     specs = Path(args.specs) if args.specs else None
     if specs is not None and not specs.exists():
         raise UsageError(f"--specs: {specs} does not exist")
+
+    from mlbench_tui.tui.server_process import LocalServer, find_or_start, release
+
+    local: LocalServer | None = None
+    if args.server:
+        url = args.server.rstrip("/")
+        token = args.token or os.environ.get("MLBENCH_READ_TOKEN") or os.environ.get("MLBENCH_TOKEN")
+        admin = os.environ.get("MLBENCH_TOKEN")
+    else:
+        local = find_or_start(args.db)
+        url = local.info.url
+        token = args.token or local.info.read_token or None
+        admin = local.info.admin_token or None
 
     from mlbench_tui.tui.app import MlbenchApp
 
@@ -65,7 +65,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
         spec_path=specs,
         error_log=settings.paths.state_dir / "tui-errors.log",
     )
-    app.run()
+    try:
+        app.run()
+    finally:
+        note = release(local) if local is not None else None
+        if note:
+            print(note, file=sys.stderr)
     if app.fatal_message:
         print(app.fatal_message, file=sys.stderr)
         return 1
