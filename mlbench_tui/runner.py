@@ -257,6 +257,8 @@ class Runner:
             state = RunState.FAILED
         if active.timed_out:
             state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
+        from mlbench_tui.runs import fetch_result_inputs
+
         try:
             metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
         except MlbenchError as exc:
@@ -482,52 +484,6 @@ def fits(plan: RunPlan, running: Sequence[RunPlan], *, parallel: bool, cpu_count
     if not parallel:
         return False
     return sum(_cores(p) for p in running) + _cores(plan) <= cpu_count
-
-
-def fetch_result_inputs(
-    client: MlbenchClient, run_id: str, plan: RunPlan | None = None
-) -> tuple[list[Any], list[Any]]:
-    """The metrics a result summary needs (goal metric, tracker totals, all-reduce figures) and
-    every event of a run, read from the store."""
-    from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS, EventRecord, MetricPoint
-
-    wanted = {"time_train", "time_validation", *TRACKER_TOTALS}
-    names = client.metric_names(run_id)
-    goal_metric = plan.goal.metric if plan is not None and plan.goal is not None else None
-    selected = [
-        n.name
-        for n in names
-        if n.name in wanted
-        or n.name == goal_metric
-        or n.name.startswith("allreduce_")
-        or n.name.startswith("val_")
-    ]
-    metrics: list[MetricPoint] = []
-    for start in range(0, len(selected), 50):
-        cursor = 0
-        while True:
-            page = client.metrics(run_id, names=selected[start : start + 50], since=cursor)
-            count = 0
-            for series in page.series:
-                for step, value, t, epoch in zip(
-                    series.step, series.value, series.t, series.epoch, strict=False
-                ):
-                    if value is None:
-                        continue
-                    metrics.append(MetricPoint(series.name, value, series.rank, step, epoch, t))
-                    count += 1
-            if count == 0 or page.cursor == cursor:
-                break
-            cursor = page.cursor
-    events: list[EventRecord] = []
-    cursor = 0
-    while True:
-        epage = client.events(run_id, since=cursor)
-        events.extend(EventRecord(e.kind, e.payload, e.rank or 0, e.t) for e in epage.events)
-        if not epage.events or epage.cursor == cursor:
-            break
-        cursor = epage.cursor
-    return metrics, events
 
 
 # -- apply -------------------------------------------------------------------------------------
