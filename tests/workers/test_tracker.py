@@ -35,7 +35,6 @@ def test_each_phase_gets_the_time_since_the_previous_stamp() -> None:
         tracker.record("comp_loss")
         _busy(0.004)
         tracker.record("agg")
-        tracker.batch_end()
         _busy(0.01)  # between batches: charged to nothing
     tracker.pause()
     phases = tracker.phase_times()

@@ -34,7 +34,7 @@ CATEGORIES: dict[str, str] = {
     "agg": "communication",
     "comp_metrics": "metrics",
 }
-_INDEX = {name: i for i, name in enumerate(PHASES)}
+_clock = time.perf_counter
 _RESOLVE_EVERY = 4096  # pending CUDA events before a bulk resolve (bounds memory)
 
 
@@ -43,41 +43,43 @@ class Tracker:
 
     def __init__(self, device: torch.device | None = None) -> None:
         self._cuda = device is not None and device.type == "cuda"
-        self._phase = [0.0] * len(PHASES)
+        self._acc: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._last = 0.0
-        self._events: list[tuple[int, Any]] = []  # (phase index or -1 for a batch start, event)
+        self._events: list[tuple[str | None, Any]] = []  # (phase, or None for a batch start; event)
         self._train_s = 0.0
         self._val_s = 0.0
         self._mode_since: float | None = None
         self._mode: str | None = None
-        self.batches = 0
+        self.batches = 0  # batches started (``batch_start`` calls)
+        if self._cuda:  # instance attributes: no per-call device test on the hot path
+            self.batch_start = self._batch_start_cuda  # type: ignore[method-assign]
+            self.record = self._record_cuda  # type: ignore[method-assign]
 
     # -- per batch -----------------------------------------------------------------------------
     def batch_start(self) -> None:
         """Stamp the start of a training batch (the next ``record`` measures from here)."""
-        if self._cuda:
-            self._stamp_event(-1)
-        else:
-            self._last = time.perf_counter()
+        self._last = _clock()
+        self.batches += 1
 
     def record(self, phase: str) -> None:
         """Charge the time since the previous stamp to ``phase`` (one of ``PHASES``)."""
-        index = _INDEX[phase]
-        if self._cuda:
-            self._stamp_event(index)
-            return
-        now = time.perf_counter()
-        self._phase[index] += now - self._last
+        now = _clock()
+        self._acc[phase] += now - self._last
         self._last = now
 
-    def batch_end(self) -> None:
-        """Count a finished batch."""
+    def _batch_start_cuda(self) -> None:
+        self._stamp_event(None)
         self.batches += 1
 
-    def _stamp_event(self, index: int) -> None:
+    def _record_cuda(self, phase: str) -> None:
+        if phase not in self._acc:
+            raise KeyError(phase)
+        self._stamp_event(phase)
+
+    def _stamp_event(self, phase: str | None) -> None:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
-        self._events.append((index, event))
+        self._events.append((phase, event))
         if len(self._events) >= _RESOLVE_EVERY:
             self._resolve()
 
@@ -88,12 +90,12 @@ class Tracker:
         keep_last = self._events[-1]
         keep_last[1].synchronize()
         previous = None
-        for index, event in self._events:
-            if index >= 0 and previous is not None:
-                self._phase[index] += previous.elapsed_time(event) / 1000.0
+        for phase, event in self._events:
+            if phase is not None and previous is not None:
+                self._acc[phase] += previous.elapsed_time(event) / 1000.0
             previous = event
         # the last stamp stays as the reference for the next phase of an unfinished batch
-        self._events = [(-1, keep_last[1])]
+        self._events = [(None, keep_last[1])]
 
     # -- train / validation wall time ----------------------------------------------------------
     def _switch(self, mode: str | None) -> None:
@@ -139,7 +141,7 @@ class Tracker:
         """Cumulative seconds per phase."""
         if self._cuda:
             self._resolve()
-        return dict(zip(PHASES, self._phase, strict=True))
+        return dict(self._acc)
 
     def totals(self) -> dict[str, float]:
         """The metrics reported per rank: ``time_*`` totals and ``phase_<name>``."""

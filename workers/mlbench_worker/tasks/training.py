@@ -226,7 +226,6 @@ def run_training(
             maybe_inject_fault(ctx.rank, step)
             trainer.before_step(step)
             result = trainer.train_step(batch, tracker)
-            tracker.batch_end()
             step += 1
             window.add(result)
             if step % report_every == 0:
