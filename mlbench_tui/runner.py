@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 POLL_S = 0.5
 MAX_TIME_GRACE_S = 120.0
+DETACH_READY_S = 60.0
+PLAN_HEADER = "plan: "
 REDACTED = "<write token>"
 
 
@@ -499,7 +501,7 @@ class ApplyOptions:
 
 
 def plan_summary(planned: Sequence[PlannedRun]) -> str:
-    lines = [f"plan: {len(planned)} run(s)"]
+    lines = [f"{PLAN_HEADER}{len(planned)} run(s)"]
     for item in planned:
         plan = item.plan
         goal = (
@@ -531,6 +533,18 @@ def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+    # Wait until the background apply has reached the store and printed its plan, so a failure
+    # at start (no server, locked store) is reported here instead of hidden in its log.
+    deadline = time.monotonic() + DETACH_READY_S
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        text = log_path.read_text(errors="replace")
+        if PLAN_HEADER in text or code == 0:
+            return proc.pid, log_path
+        if code is not None:
+            tail = text.strip().splitlines()[-3:]
+            raise MlbenchError(f"the background apply failed: {' / '.join(tail)}", hint=f"see {log_path}")
+        time.sleep(0.1)
     return proc.pid, log_path
 
 
@@ -548,6 +562,12 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
         return 0
     if options.detach:
         pid, log_path = detach(paths, options)
+        text = log_path.read_text(errors="replace")
+        if PLAN_HEADER in text:
+            block = text[text.index(PLAN_HEADER) :].splitlines()
+            printer.note(
+                "\n".join([block[0], *[line for line in block[1:] if line.startswith("  ")][: len(planned)]])
+            )
         printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
         printer.note("watch with: mlbench status   (or mlbench tui)")
         return 0
