@@ -194,3 +194,23 @@ def test_a_crashing_rank_reports_its_traceback_and_fails_the_launch(
     stops = [e.payload for e in run.events("run_stop")]
     assert {"status": "failed", "reason": f"rank 1 failed: {failed.payload['exception']}"} in stops
     assert "InjectedFault" in run.proc.stderr
+
+
+def test_max_time_stops_every_rank_at_the_same_step(server: EmbeddedServer, tmp_path: Path) -> None:
+    plan = _plan(
+        "1a",
+        "gloo",
+        {"batch_size": 16, "max_epochs": 50, "report_every_steps": 1, "stop_check_every_steps": 1},
+        goal=GoalPlan(kind="custom", metric="val_global_Prec@1", target=100.0, direction="max"),
+        max_time_s=2.0,
+        data=DataPlan(source="synthetic", options={"train_samples": 1024, "val_samples": 32}),
+    )
+    run = launch(server, tmp_path, TORCHRUN, plan)
+    _ok(run)
+    (stop,) = run.events("run_stop")
+    assert stop.payload["status"] == "aborted" and "max_time_s" in stop.payload["reason"]
+    assert not run.events("goal_reached")
+    losses = run.series("train_loss")
+    last_steps = {rank: points[-1][0] for rank, points in losses.items()}
+    assert set(last_steps) == {0, 1} and last_steps[0] == last_steps[1] == stop.payload["step"]
+    assert stop.payload["step"] < 50 * 32  # stopped long before max_epochs
