@@ -63,7 +63,7 @@ class MlbenchApp(App[None]):
         self.launcher = launcher or Launcher(self.server_url, admin_token or token)
         self.error_log = error_log
         self.resolved_keymap, self.unknown_keys = resolve_keymap(self.user_keymap)
-        self.first_paint: float | None = None  # monotonic time the runs table first showed data
+        self.first_paint: float | None = None  # wall time the runs table was first painted with data
         self.fatal_message: str | None = None
 
     # -- lifecycle --------------------------------------------------------------------------

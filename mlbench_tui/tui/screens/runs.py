@@ -89,7 +89,11 @@ class RunsScreen(Screen[None]):
             self.first_run_shown = True
             self.app.push_screen(FirstRunScreen())
         if self.mlbench.first_paint is None:
-            self.mlbench.first_paint = time.monotonic()
+            self.call_after_refresh(self._painted)
+
+    def _painted(self) -> None:
+        if self.mlbench.first_paint is None:
+            self.mlbench.first_paint = time.time()
 
     def _rebuild(self) -> None:
         text = self.query_one("#filter", Input).value.strip()

@@ -10,7 +10,7 @@ neighbour so lines stay connected), and a span is written a whole cell at a time
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mlbench_tui.tui.widgets.series import MinMaxSeries
@@ -25,6 +25,11 @@ _SPAN = [
 ]
 
 Run = tuple[str, str]
+
+_CHARS = [" "] + [chr(BRAILLE_BASE + bits) for bits in range(1, 256)]
+GOAL_OWNER = 6
+# owner index -> style name: -1 empty, 0..5 series, 6 the goal line
+_OWNER_STYLE = {-1: "", **{i: f"series-{i}" for i in range(6)}, GOAL_OWNER: "goal"}
 
 
 @dataclass(frozen=True)
@@ -67,44 +72,52 @@ def _column_spans(
     dots_w: int,
     x_lo: float,
     x_hi: float,
-    to_y: Callable[[float], int],
-) -> dict[int, tuple[int, int]]:
-    """Per dot column, the (top, bottom) dot rows this series covers, lines joined between buckets."""
+    y_hi: float,
+    y_scale: float,
+) -> tuple[list[int], list[int]]:
+    """Per dot column, the top and bottom dot rows this series covers (top > bottom: empty).
+
+    Buckets become vertical spans; consecutive buckets are joined (interpolated across empty
+    columns), so a line stays connected at any density.
+    """
     scale = (dots_w - 1) / (x_hi - x_lo)
-    spans: dict[int, tuple[int, int]] = {}
-
-    def put(col: int, a: int, b: int) -> None:
-        if a > b:
-            a, b = b, a
-        old = spans.get(col)
-        if old is None:
-            spans[col] = (a, b)
-        else:
-            spans[col] = (min(old[0], a), max(old[1], b))
-
+    tops = [1 << 30] * dots_w
+    bottoms = [-1] * dots_w
+    x0s, x1s, ymins, ymaxs, yfirsts, ylasts = series.columns(dots_w)
     prev_col = -1
     prev_y = 0
-    for bucket in series.buckets(dots_w):
-        c0 = int((bucket.x0 - x_lo) * scale + 0.5)
-        c1 = int((bucket.x1 - x_lo) * scale + 0.5)
-        top = to_y(bucket.ymax)
-        bottom = to_y(bucket.ymin)
-        first = to_y(bucket.yfirst)
+    for x0, x1, ymin, ymax, yfirst, ylast in zip(x0s, x1s, ymins, ymaxs, yfirsts, ylasts, strict=True):
+        c0 = int((x0 - x_lo) * scale + 0.5)
+        c1 = int((x1 - x_lo) * scale + 0.5)
+        top = int((y_hi - ymax) * y_scale + 0.5)
+        bottom = int((y_hi - ymin) * y_scale + 0.5)
+        first = int((y_hi - yfirst) * y_scale + 0.5)
         if prev_col >= 0:
             if c0 <= prev_col + 1:
-                put(c0, prev_y, first)
+                lo, hi = (prev_y, first) if prev_y < first else (first, prev_y)
+                if lo < tops[c0]:
+                    tops[c0] = lo
+                if hi > bottoms[c0]:
+                    bottoms[c0] = hi
             else:  # interpolate across the empty columns between the two buckets
                 step = (first - prev_y) / (c0 - prev_col)
                 last_row = prev_y
                 for col in range(prev_col + 1, c0 + 1):
                     row = round(prev_y + step * (col - prev_col))
-                    put(col, last_row, row)
+                    lo, hi = (last_row, row) if last_row < row else (row, last_row)
+                    if lo < tops[col]:
+                        tops[col] = lo
+                    if hi > bottoms[col]:
+                        bottoms[col] = hi
                     last_row = row
         for col in range(c0, c1 + 1):
-            put(col, top, bottom)
+            if top < tops[col]:
+                tops[col] = top
+            if bottom > bottoms[col]:
+                bottoms[col] = bottom
         prev_col = c1
-        prev_y = to_y(bucket.ylast)
-    return spans
+        prev_y = int((y_hi - ylast) * y_scale + 0.5)
+    return tops, bottoms
 
 
 def draw_chart(
@@ -175,8 +188,10 @@ def draw_chart(
     owner = [-1] * (pw * ph)
     for s in filled:
         style_idx = series.index(s) % 6
-        for col, (a, b) in _column_spans(s, dots_w, x_lo, x_hi, to_y).items():
-            if col < 0 or col >= dots_w:
+        tops, bottoms = _column_spans(s, dots_w, x_lo, x_hi, y_hi, y_scale)
+        for col in range(dots_w):
+            a, b = tops[col], bottoms[col]
+            if a > b:
                 continue
             a = max(a, 0)
             b = min(b, dots_h - 1)
@@ -218,27 +233,25 @@ def draw_chart(
             )
             runs.append(("┤" if r in labels else "│", "axis"))
         base = r * pw
-        cur_style = None
-        buf: list[str] = []
-        for c in range(pw):
-            bits = cells[base + c]
-            if bits:
-                style = f"series-{owner[base + c]}"
-                if r == goal_row:
-                    bits |= goal_bits
-            elif r == goal_row and c % 2 == 0:
-                bits = goal_bits
-                style = "goal"
-            else:
-                style = ""
-            ch = chr(BRAILLE_BASE + bits) if bits else " "
-            if style != cur_style and buf:
-                runs.append(("".join(buf), cur_style or ""))
-                buf = []
-            cur_style = style
-            buf.append(ch)
-        if buf:
-            runs.append(("".join(buf), cur_style or ""))
+        row_bits = cells[base : base + pw]
+        row_owner = owner[base : base + pw]
+        if r == goal_row:
+            # The goal row: a dashed line where there is no data, merged into the data cells.
+            for c in range(pw):
+                if row_bits[c]:
+                    row_bits[c] |= goal_bits
+                elif c % 2 == 0:
+                    row_bits[c] = goal_bits
+                    row_owner[c] = GOAL_OWNER
+        if not any(row_bits):
+            runs.append((" " * pw, ""))
+        else:
+            text = "".join([_CHARS[b] for b in row_bits])
+            cuts = [c for c in range(1, pw) if row_owner[c] != row_owner[c - 1]]
+            start = 0
+            for end in [*cuts, pw]:
+                runs.append((text[start:end], _OWNER_STYLE[row_owner[start]]))
+                start = end
         rows.append(runs)
 
     # X axis row: min at the left, the label in the middle, max at the right.

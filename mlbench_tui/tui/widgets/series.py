@@ -121,6 +121,37 @@ class MinMaxSeries:
         for x, y in points:
             self.append(x, y)
 
+    def columns(
+        self, max_buckets: int
+    ) -> tuple[list[float], list[float], list[float], list[float], list[float], list[float]]:
+        """``buckets`` as parallel lists (x0, x1, ymin, ymax, yfirst, ylast): list slices, no objects.
+
+        This is the chart's hot path; raw points come back with x0 == x1 and one y four times.
+        """
+        n = len(self._xs)
+        if n <= max_buckets or not self._levels:
+            xs, ys = self._xs[:], self._ys[:]
+            return xs, xs, ys, ys, ys, ys
+        chosen = len(self._levels) - 1
+        for i, level in enumerate(self._levels):
+            if len(level) <= max_buckets:
+                chosen = i
+                break
+        out: tuple[list[float], ...] = ([], [], [], [], [], [])
+        covered = 0
+        for i in range(chosen, -1, -1):
+            level = self._levels[i]
+            start = covered // (LEAF << i)
+            for dst, src in zip(
+                out, (level.x0, level.x1, level.ymin, level.ymax, level.yfirst, level.ylast), strict=True
+            ):
+                dst.extend(src[start:])
+            covered = max(covered, len(level) * (LEAF << i))
+        tail_x, tail_y = self._xs[covered:], self._ys[covered:]
+        for dst, src in zip(out, (tail_x, tail_x, tail_y, tail_y, tail_y, tail_y), strict=True):
+            dst.extend(src)
+        return out  # type: ignore[return-value]
+
     def buckets(self, max_buckets: int) -> list[Bucket]:
         """The series as at most about ``max_buckets`` (+ a short tail) buckets, in order.
 
