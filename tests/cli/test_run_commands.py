@@ -135,6 +135,8 @@ def test_mpi_allreduce_apply_results_export_idempotence_delete(
 
     logs = mlbench("logs", "ar-mpi-2w", "--rank", "0", "--grep", "run stopped")
     assert logs.returncode == 0 and "run stopped: success" in logs.stdout
+    followed = mlbench("logs", "ar-mpi-2w", "-f")  # the run is over: follow returns at once
+    assert followed.returncode == 0 and "[rank 0]" in followed.stdout
 
     archive = tmp_path / "ar.zip"
     assert mlbench("export", "ar-mpi-2w", "-o", str(archive)).returncode == 0
