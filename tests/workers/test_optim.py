@@ -77,3 +77,15 @@ def test_plateau_halves_after_more_than_patience_bad_epochs() -> None:
     assert sched.on_validation(1.1, 40) == 0.05  # third epoch without improvement
     assert sched.on_step(41) == 0.05
     assert sched.on_validation(0.5, 50) == 0.05
+
+
+def test_channels_last_weights_get_gradients_with_their_own_layout() -> None:
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    opt = build_optimizer("centralized_sgd", conv.parameters(), SingleComm(), {"lr": 0.1})
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    conv(x).sum().backward()
+    opt.aggregate()
+    assert conv.weight.grad is not None and conv.weight.grad.stride() == conv.weight.stride()
+    agg = opt.aggregator
+    assert isinstance(agg, ByModelAllReduce)
+    assert conv.weight.grad.data_ptr() == agg._flats[0].data_ptr()  # still inside the flat buffer

@@ -35,6 +35,24 @@ class Aggregator(abc.ABC):
                 p.grad.zero_()
 
 
+def _is_dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s strides are a permutation of a dense layout (contiguous, channels_last, ...)."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda d: d[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _grad_view(chunk: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """A view of ``chunk`` shaped like ``p`` with ``p``'s strides when they are dense (so
+    channels_last weights get channels_last gradients and autograd never copies), else contiguous."""
+    if p.is_contiguous() or not _is_dense(p):
+        return chunk.view(p.shape)
+    return chunk.as_strided(p.shape, p.stride())
+
+
 class ByModelAllReduce(Aggregator):
     """All-reduce the whole model's gradients as flat buckets (``aggregation: by_model``)."""
 
@@ -49,7 +67,7 @@ class ByModelAllReduce(Aggregator):
             flat = torch.zeros(sum(p.numel() for p in group), dtype=dtype, device=device)
             offset = 0
             for p in group:
-                view = flat[offset : offset + p.numel()].view_as(p)
+                view = _grad_view(flat[offset : offset + p.numel()], p)
                 if p.grad is not None:
                     view.copy_(p.grad)
                 p.grad = view
