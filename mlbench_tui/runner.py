@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 MAX_TIME_GRACE_S = 120.0
 DETACH_READY_S = 60.0
+LOG_BATCH_LINES = 200  # x 16 KiB per line at most stays well under the server's 8 MiB body limit
 PLAN_HEADER = "plan: "
 REDACTED = "<write token>"
 
@@ -378,10 +379,13 @@ class Runner:
             stream = "system" if rank < 0 else "stdout"
             by_rank.setdefault(max(rank, 0), []).append({"text": text[:16_000], "stream": stream, "t": now})
         for rank, batch_lines in by_rank.items():
-            for start in range(0, len(batch_lines), 5000):
+            for start in range(0, len(batch_lines), LOG_BATCH_LINES):
                 try:
                     self.client.post_logs(
-                        active.run_id, batch_lines[start : start + 5000], rank=rank, token=active.token
+                        active.run_id,
+                        batch_lines[start : start + LOG_BATCH_LINES],
+                        rank=rank,
+                        token=active.token,
                     )
                 except MlbenchError as exc:  # logs stay in the run directory; never stop the run for them
                     self.printer.note(f"{active.progress.name}: could not store logs: {exc.message}")
