@@ -125,10 +125,28 @@ def status_table(client: MlbenchClient, limit: int = 50) -> str:
                 "BACKEND": run.backend,
                 "WORKERS": str(run.workers),
                 "CREATED": _ago(run.created),
-                "RESULT": _result_text(run.result),
+                "RESULT": _result_text(run.result) if run.result else _live_text(client, run),
             }
         )
     return render_table(rows)
+
+
+def _live_text(client: MlbenchClient, run: RunInfo) -> str:
+    """For an active run: the latest value of its goal metric (or sizes measured, for 0a)."""
+    if RunState(run.state).is_terminal() or run.state == RunState.PENDING:
+        return "-"
+    try:
+        names = client.metric_names(run.id)
+    except MlbenchError:
+        return "-"
+    if run.goal:
+        metric = str(run.goal.get("metric"))
+        last = next((n.last_value for n in names if n.name == metric), None)
+        op = ">=" if run.goal.get("direction") == "max" else "<="
+        shown = "-" if last is None else f"{last:.4g}"
+        return f"{metric.removeprefix('val_global_')} {shown} (goal {op} {run.goal.get('target')}) so far"
+    sizes = sum(n.count for n in names if n.name.endswith("_latency_p50"))
+    return f"{sizes} sizes measured so far"
 
 
 def status_detail(client: MlbenchClient, ref: str) -> str:

@@ -187,6 +187,7 @@ def test_cancel_of_a_detached_run_leaves_no_process_behind(
         time.sleep(0.5)
     assert run_id is not None, "the detached run never got going"
     pids = processes.marked_pids(run_id)
+    assert "sizes measured so far" in mlbench("status").stdout
     cancelled = mlbench("cancel", "long-gloo-2w")
     assert cancelled.returncode == 0 and "cancelled long-gloo-2w" in cancelled.stderr
     assert not processes.marked_pids(run_id)
