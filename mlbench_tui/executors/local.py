@@ -113,8 +113,11 @@ class LocalExecutor(Executor):
         worker = (python, "-u", "-m", "mlbench_worker", "--config", config_path)
         shim = (python, "-m", "mlbench_tui.executors.rank_exec", "--log-dir", log_dir, "--", *worker)
         k = plan.workers
-        if plan.backend in ("gloo", "nccl"):
-            command: tuple[str, ...] = (
+        if plan.framework == "tensorflow":  # K plain processes, one TF_CONFIG each (tf_launch)
+            launcher = (python, "-m", "mlbench_tui.executors.tf_launch", "--nproc", str(k), "--")
+            command: tuple[str, ...] = (*launcher, *shim)
+        elif plan.backend in ("gloo", "nccl"):
+            command = (
                 python,
                 "-m",
                 "torch.distributed.run",
@@ -303,9 +306,10 @@ class LocalExecutor(Executor):
             return False
         started = launch.get("started_at")
         # A live process with the watcher's pid that is older than the launch is the watcher.
-        return processes.is_alive(watcher) and (
-            not isinstance(started, (int, float)) or processes.age_s(watcher) >= time.time() - started - 1
-        )
+        if not processes.is_alive(watcher):
+            return False
+        age = processes.age_s(watcher)
+        return age is None or not isinstance(started, (int, float)) or age >= time.time() - started - 1
 
     def _rank_statuses(self, run_id: str, workers: int, state: RunState) -> list[RankStatus]:
         live: dict[int, int] = {}

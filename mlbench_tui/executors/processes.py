@@ -3,8 +3,9 @@
 torchrun starts each worker in a session of its own and Open MPI gives each rank its own process
 group, so killing the launcher's process group is not enough to leave no orphan. Every process of
 a run carries ``MLBENCH_RUN_ID=<id>`` in its environment (the reporting contract), so the run's
-processes are found by that marker in ``/proc`` plus the launcher's descendants. Linux only,
-stdlib only.
+processes are found by that marker in ``/proc`` plus the launcher's descendants. Stdlib only.
+Without ``/proc`` (macOS) the process table comes from ``ps`` and only the launcher's
+descendants are found (environments of other processes are not readable there).
 """
 
 from __future__ import annotations
@@ -13,16 +14,42 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import time
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
 PROC = Path("/proc")
+HAS_PROC = (PROC / "self" / "stat").exists()
 RUN_MARKER = "MLBENCH_RUN_ID"
+
+
+def _ps_table() -> dict[int, tuple[str, int, str]]:
+    """``pid -> (state, ppid, start time text)`` from ``ps`` where there is no ``/proc``."""
+    try:
+        out = subprocess.run(
+            ["ps", "-axo", "pid=,ppid=,stat=,lstart="],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    table: dict[int, tuple[str, int, str]] = {}
+    for line in out.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit():
+            table[int(parts[0])] = (parts[2][:1], int(parts[1]), parts[3].strip())
+    return table
 
 
 def start_ticks(pid: int) -> int | None:
     """The process start time in clock ticks since boot (guards against pid reuse); None if gone."""
+    if not HAS_PROC:
+        entry = _ps_table().get(pid)
+        return None if entry is None else zlib.crc32(entry[2].encode())
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
@@ -35,19 +62,22 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
-def age_s(pid: int) -> float:
-    """Seconds since ``pid`` started (0 when it is gone)."""
-    ticks = start_ticks(pid)
+def age_s(pid: int) -> float | None:
+    """Seconds since ``pid`` started; None when it is gone or this system cannot tell."""
+    ticks = start_ticks(pid) if HAS_PROC else None
     if ticks is None:
-        return 0.0
+        return None
     try:
         uptime = float((PROC / "uptime").read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return None
     return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _state_and_ppid(pid: int) -> tuple[str, int] | None:
+    if not HAS_PROC:
+        entry = _ps_table().get(pid)
+        return None if entry is None else (entry[0], entry[1])
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
@@ -68,13 +98,24 @@ def _all_pids() -> list[int]:
     return [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
 
 
+def _parents() -> dict[int, tuple[str, int]]:
+    """``pid -> (state, ppid)`` for every process."""
+    if not HAS_PROC:
+        return {pid: (state, ppid) for pid, (state, ppid, _) in _ps_table().items()}
+    table = {}
+    for pid in _all_pids():
+        info = _state_and_ppid(pid)
+        if info is not None:
+            table[pid] = info
+    return table
+
+
 def descendants(root: int) -> set[int]:
     """Every live descendant of ``root`` (children, grandchildren, ...), not ``root`` itself."""
     children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        info = _state_and_ppid(pid)
-        if info is not None and info[0] not in ("Z", "X"):
-            children.setdefault(info[1], []).append(pid)
+    for pid, (state, ppid) in _parents().items():
+        if state not in ("Z", "X"):
+            children.setdefault(ppid, []).append(pid)
     found: set[int] = set()
     stack = [root]
     while stack:
@@ -86,7 +127,9 @@ def descendants(root: int) -> set[int]:
 
 
 def read_environ(pid: int) -> dict[str, str]:
-    """The environment of a process (empty when unreadable or gone)."""
+    """The environment of a process (empty when unreadable, gone, or without ``/proc``)."""
+    if not HAS_PROC:
+        return {}
     try:
         raw = (PROC / str(pid) / "environ").read_bytes()
     except OSError:
@@ -100,7 +143,10 @@ def read_environ(pid: int) -> dict[str, str]:
 
 
 def marked_pids(run_id: str) -> set[int]:
-    """Live processes whose environment carries ``MLBENCH_RUN_ID=<run_id>``."""
+    """Live processes whose environment carries ``MLBENCH_RUN_ID=<run_id>`` (none found
+    without ``/proc``)."""
+    if not HAS_PROC:
+        return set()
     needle = f"{RUN_MARKER}={run_id}\0".encode()
     me = os.getpid()
     found: set[int] = set()

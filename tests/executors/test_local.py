@@ -7,6 +7,7 @@ The ranks here run a tiny script instead of the worker runtime so that process m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -178,3 +179,32 @@ def test_rank_exec_usage_error() -> None:
     assert rank_from_env({"OMPI_COMM_WORLD_RANK": "5"}) == 5
     assert rank_from_env({}) == 0
     assert sys.executable
+
+
+def test_process_table_without_proc_uses_ps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS has no /proc: the launcher's descendants are still found (through ps)."""
+    import subprocess
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        with_proc: set[int] = set()
+        while not with_proc and time.monotonic() < deadline:
+            with_proc = processes.descendants(child.pid)
+            time.sleep(0.05)
+        ticks = processes.start_ticks(child.pid)
+        monkeypatch.setattr(processes, "HAS_PROC", False)
+        assert processes.descendants(child.pid) == with_proc
+        assert processes.is_alive(child.pid) and processes.start_ticks(child.pid) is not None
+        assert processes.marked_pids("anything") == set() and processes.read_environ(child.pid) == {}
+        assert processes.age_s(child.pid) is None
+        monkeypatch.setattr(processes, "HAS_PROC", True)
+        assert processes.start_ticks(child.pid) == ticks
+    finally:
+        child.kill()
+        child.wait()
+        for pid in with_proc:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
