@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     reporter = make_reporter(rdv.rank)
+    if config.framework == "tensorflow":  # its own process model (TF_CONFIG), no torch process group
+        from mlbench_worker.tasks.tf_resnet20 import run_rank as run_tensorflow_rank
+
+        return run_tensorflow_rank(config, rdv, reporter)
     return run_rank(config, rdv, reporter)
 
 
