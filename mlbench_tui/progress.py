@@ -43,6 +43,7 @@ class RunProgress:
     epoch_times: list[float] = field(default_factory=list)
     done_steps: int = 0
     message: str | None = None
+    eta_bounded: bool = False  # the ETA is the time to max_epochs, not to the goal
 
     def on_event(self, kind: str, payload: Mapping[str, Any], t: float) -> None:
         if kind == "run_start":
@@ -85,8 +86,10 @@ class RunProgress:
         if remaining <= 0:
             return 0.0
         epochs_left = remaining / gain if gain > 0 else float("inf")
-        if self.max_epochs is not None:
-            epochs_left = min(epochs_left, max(0.0, self.max_epochs - e1))
+        self.eta_bounded = False
+        if self.max_epochs is not None and epochs_left > self.max_epochs - e1:
+            epochs_left = max(0.0, self.max_epochs - e1)
+            self.eta_bounded = True  # at this pace the goal is not in reach: the run ends at max_epochs
         if epochs_left == float("inf"):
             return None
         return epochs_left * per_epoch_s
@@ -106,7 +109,7 @@ class RunProgress:
         parts.append(f"elapsed {_fmt_duration(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":
-            parts.append(f"ETA {_fmt_duration(eta)}")
+            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{_fmt_duration(eta)}")
         if self.message:
             parts.append(self.message)
         return "  ".join(parts)

@@ -24,6 +24,8 @@ def test_eta_extrapolates_the_goal_metric_and_respects_max_epochs() -> None:
     capped.on_metric("val_global_Prec@1", 10.0, 1, 10.0)
     capped.on_metric("val_global_Prec@1", 11.0, 2, 20.0)  # 59 epochs at this pace, but only 1 left
     assert capped.eta_s() == pytest.approx(10.0)
+    capped.state, capped.phase = "running", "training"
+    assert "ETA <=10s" in capped.line()
 
 
 def test_min_goal_and_phases() -> None:
