@@ -29,6 +29,7 @@ class RunState(StrEnum):
     UNKNOWN = "unknown"
 
     def is_terminal(self) -> bool:
+        """True once the run can no longer change (succeeded, failed or cancelled)."""
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
 
 
@@ -82,6 +83,8 @@ class DryRun:
 
 @dataclass
 class RankStatus:
+    """One rank as the executor sees it (a process locally, a pod on Kubernetes)."""
+
     rank: int
     state: RunState
     host: str | None = None
@@ -92,6 +95,8 @@ class RankStatus:
 
 @dataclass
 class RunStatus:
+    """What ``describe`` returns: the run's state, its ranks, and why it ended when it failed."""
+
     handle: RunHandle
     state: RunState
     ranks: list[RankStatus] = field(default_factory=list)
