@@ -228,6 +228,11 @@ def _env(plan: RunPlan, launch: LaunchContext, name: str) -> list[dict[str, Any]
         {"name": "OMP_NUM_THREADS", "value": threads},
         {"name": "MKL_NUM_THREADS", "value": threads},
     ]
+    if plan.framework == "tensorflow":
+        # MultiWorkerMirroredStrategy: each rank builds TF_CONFIG from this list and its RANK
+        # (one template for all pods of the Indexed Job); the rendezvous port serves TF's gRPC.
+        peers = ",".join(f"{name}-{i}.{name}:{MASTER_PORT}" for i in range(plan.workers))
+        env.append({"name": "MLBENCH_TF_WORKERS", "value": peers})
     taken = {item["name"] for item in env}
     env += [{"name": k, "value": str(v)} for k, v in sorted(plan.env.items()) if k not in taken]
     return env
