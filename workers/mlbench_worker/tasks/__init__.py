@@ -52,6 +52,8 @@ TASKS: dict[str, str] = {
     "1a": "mlbench_worker.tasks.resnet20:run",
     "2a": "mlbench_worker.tasks.logreg:run",
     "3a": "mlbench_worker.tasks.awd_lstm:run",
+    "4a": "mlbench_worker.tasks.gnmt:run",
+    "4b": "mlbench_worker.tasks.transformer:run",
 }
 
 TaskFn = Callable[["RunContext"], Outcome]

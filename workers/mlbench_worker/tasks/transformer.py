@@ -1,0 +1,64 @@
+"""Task 4b: Transformer base on WMT17 English-German to a newstest2014 BLEU goal (25 full, 20 light).
+
+As in the MLBench / MLPerf reference: Transformer base (6+6 layers, d_model 512, 8 heads, FFN
+2048, dropout 0.1, shared embeddings over a joint 32k BPE vocabulary), Adam (0.9, 0.98,
+eps 1e-9) on all-reduced gradients, ``global_batch_tokens`` = 2^17 tokens per step split over
+workers x ``update_freq`` into token-bucketed micro-batches, linear warm-up over 1000 steps to
+1.976e-3 then inverse-square-root decay, label smoothing 0.1, pairs up to ``max_len`` = 80
+tokens, beam search with ``beam_size`` 4. fp16 uses ``torch.amp`` with a gradient scaler from
+``loss_scale_init`` 128, ``loss_scale_factor`` 2 and ``loss_scale_window`` 2000.
+
+Data: ``path`` / ``download`` (``mlbench data prepare wmt17``) or ``synthetic``; synthetic
+smoke runs may shrink the model through ``data.options``: ``d_model``, ``heads``, ``ffn_dim``,
+``encoder_layers``, ``decoder_layers``, ``dropout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mlbench_worker.context import RunContext
+from mlbench_worker.models.transformer import Transformer, TransformerConfig
+from mlbench_worker.tasks.base import Outcome
+from mlbench_worker.tasks.training import run_training
+from mlbench_worker.translation.schedules import InverseSqrtSchedule
+from mlbench_worker.translation.trainer import Schedule, TranslationTask, TranslationTrainer
+
+
+def build_model(vocab_size: int, sizes: Mapping[str, Any]) -> Transformer:
+    return Transformer(
+        TransformerConfig(
+            vocab_size=vocab_size,
+            d_model=int(sizes.get("d_model", 512)),
+            heads=int(sizes.get("heads", 8)),
+            ffn_dim=int(sizes.get("ffn_dim", 2048)),
+            encoder_layers=int(sizes.get("encoder_layers", 6)),
+            decoder_layers=int(sizes.get("decoder_layers", 6)),
+            dropout=float(sizes.get("dropout", 0.1)),
+        )
+    )
+
+
+def make_schedule(hp: Mapping[str, Any], total_steps: int) -> Schedule:
+    return InverseSqrtSchedule(
+        lr=float(hp.get("lr", 1.976e-3)), warmup_steps=int(hp.get("warmup_steps", 1000))
+    )
+
+
+TASK = TranslationTask(
+    dataset="wmt17",
+    build_model=build_model,
+    make_schedule=make_schedule,
+    batch_unit="tokens",
+    max_len_keys=("max_len", "max_len"),
+    max_len_defaults=(80, 80),
+    model_keys=("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "dropout"),
+    default_beam=4,
+)
+
+
+def run(ctx: RunContext) -> Outcome:
+    """Train the Transformer until the BLEU goal, ``max_time`` or ``max_epochs``."""
+    trainer = TranslationTrainer(ctx, TASK)
+    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 10)))

@@ -1,0 +1,241 @@
+"""The ``Trainer`` shared by the translation tasks: data, accumulation, mixed precision, BLEU.
+
+A task module describes itself with a ``TranslationTask`` (dataset name, model builder, LR
+schedule, how batches are sized and the length limits) and hands it to ``TranslationTrainer``;
+``run_training`` does the rest. One optimizer step processes ``update_freq`` micro-batches per
+rank (gradient accumulation) so the global batch is reached on any number of workers: each
+micro-batch's summed loss is divided by the target tokens of the whole step on this rank, so
+the accumulated gradient equals the gradient of the step's batch taken at once. Then:
+all-reduce (``agg``, in fp16/bf16 where the backend can), unscale, clip, ``GradScaler.step``
+and the capped scale update (``opt_step``). Validation decodes this rank's share of the test set
+with beam search and sums sacrebleu's statistics over ranks: ``val_global_BLEU-Score`` is the
+corpus BLEU of the whole test set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from mlbench_worker.context import RunContext
+from mlbench_worker.data import wmt
+from mlbench_worker.data.fetch import DatasetError, default_data_dir
+from mlbench_worker.optim import build_optimizer
+from mlbench_worker.optim.centralized import CentralizedOptimizer
+from mlbench_worker.tasks.training import StepResult, Trainer, autocast_for
+from mlbench_worker.tracker import Tracker
+from mlbench_worker.translation.amp import ReducedPrecisionAllReduce, ScaleCap, comm_dtype, make_scaler
+from mlbench_worker.translation.batching import Batch, BatchPlan, collate
+from mlbench_worker.translation.beam import beam_search
+from mlbench_worker.translation.bleu import STATS, bleu_from_stats, bleu_stats
+from mlbench_worker.translation.loss import label_smoothed_loss
+
+Schedule = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class TranslationTask:
+    """What differs between 4a and 4b.
+
+    ``build_model(vocab_size, sizes)`` gets the model-size overrides of a synthetic smoke run
+    (``data.options``; empty for real data); ``make_schedule(hp, total_steps)`` the LR schedule;
+    ``batch_unit`` is ``"sentences"`` (``global_batch_size``) or ``"tokens"``
+    (``global_batch_tokens``); ``max_len_keys`` name the train/test length hyperparameters.
+    """
+
+    dataset: str
+    build_model: Callable[[int, Mapping[str, Any]], nn.Module]
+    make_schedule: Callable[[Mapping[str, Any], int], Schedule]
+    batch_unit: str
+    max_len_keys: tuple[str, str]
+    max_len_defaults: tuple[int, int]
+    model_keys: tuple[str, ...]
+    default_beam: int
+    default_clip: float = 0.0
+
+
+def load_corpus(ctx: RunContext, dataset: str) -> wmt.Corpus:
+    """The corpus from the configured source; ``download`` prepares it once per node (local rank 0)."""
+    data = ctx.config.data
+    if data.source == "synthetic":
+        return wmt.synthetic(data.options, seed=int(data.options.get("seed", ctx.config.seed)))
+    if data.source == "path":
+        assert data.path is not None
+        return wmt.open_prepared(data.path)
+    root = Path(data.path) if data.path else default_data_dir() / dataset
+    if ctx.rendezvous.local_rank == 0:
+        try:
+            ctx.log(f"preparing {dataset} in {root}", all_ranks=True)
+            wmt.prepare(root, name=dataset)
+        finally:
+            ctx.comm.barrier()
+    else:
+        ctx.comm.barrier()
+    try:
+        return wmt.open_prepared(root)
+    except DatasetError as exc:
+        raise DatasetError(f"{exc} (the preparation on local rank 0 failed; see its log)") from None
+
+
+class TranslationTrainer(Trainer):
+    """Sequence-to-sequence training with accumulation, ``torch.amp`` and global BLEU validation."""
+
+    def __init__(self, ctx: RunContext, task: TranslationTask) -> None:
+        self.ctx = ctx
+        self.task = task
+        config = ctx.config
+        self.device = ctx.device
+        self.precision = config.precision
+        self.autocast = autocast_for(config.precision, ctx.device)
+        hp: dict[str, Any] = dict(config.hyperparameters)
+        self.hp = hp
+        corpus = self.corpus = load_corpus(ctx, task.dataset)
+        train_key, test_key = task.max_len_keys
+        self.max_len_train = int(ctx.hp(train_key, task.max_len_defaults[0]))
+        self.max_len_test = int(ctx.hp(test_key, task.max_len_defaults[1]))
+        self.train_data = corpus.length_filtered("train", self.max_len_train)
+        self.test_data = corpus.length_filtered("test", self.max_len_test)
+        if len(self.train_data) == 0 or len(self.test_data) == 0:
+            raise DatasetError(
+                "no pair is within the length limits "
+                f"({train_key}={self.max_len_train}, {test_key}={self.max_len_test})"
+            )
+        self.test_refs = [corpus.references[int(i)] for i in self.test_data.index]
+        sizes: dict[str, Any] = (
+            {k: config.data.options[k] for k in task.model_keys if k in config.data.options}
+            if config.data.source == "synthetic"
+            else {}
+        )
+        model = task.build_model(corpus.vocab_size, sizes).to(self.device)
+        for tensor in model.state_dict().values():  # identical start on every rank
+            ctx.comm.broadcast(tensor, src=0)
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.update_freq = max(1, int(ctx.hp("update_freq", 1)))
+        per = ctx.world_size * self.update_freq
+        if task.batch_unit == "tokens":
+            global_tokens = int(ctx.hp("global_batch_tokens", 131072))
+            self.plan = BatchPlan(
+                ctx.world_size,
+                ctx.rank,
+                self.update_freq,
+                max_tokens=max(1, global_tokens // per),
+                seed=config.seed,
+            )
+            batch_desc = f"{global_tokens} tokens/step ({self.plan.max_tokens} per micro-batch)"
+        else:
+            global_sentences = int(ctx.hp("global_batch_size", 2048))
+            self.plan = BatchPlan(
+                ctx.world_size,
+                ctx.rank,
+                self.update_freq,
+                sentences=max(1, math.ceil(global_sentences / per)),
+                seed=config.seed,
+            )
+            batch_desc = f"{global_sentences} sentences/step ({self.plan.sentences} per micro-batch)"
+        self.steps_per_epoch = len(self.plan.steps(self.train_data, 1))
+        max_epochs = int(ctx.hp("max_epochs", 10))
+        self.schedule = task.make_schedule(hp, self.steps_per_epoch * max_epochs)
+        self.optimizer = self._build_optimizer(hp)
+        self.optimizer.set_lr(self.schedule(0))
+        self.scaler = make_scaler(hp, self.precision, self.device)
+        cap = hp.get("loss_scale_max")
+        self.scale_cap = ScaleCap(self.scaler, float(cap) if cap is not None else None)
+        self.clip = float(ctx.hp("clip", task.default_clip))
+        self.label_smoothing = float(ctx.hp("label_smoothing", 0.1))
+        self.beam_size = int(ctx.hp("beam_size", task.default_beam))
+        self.eval_batch_size = int(ctx.hp("eval_batch_size", 64))
+        n_params = sum(p.numel() for p in self.params)
+        ctx.log(
+            f"{corpus.name}: vocab {corpus.vocab_size}, {len(self.train_data)} train / {len(self.test_data)} "
+            f"test pairs within the limits, {self.steps_per_epoch} steps/epoch, {batch_desc}, "
+            f"update_freq {self.update_freq}, {n_params / 1e6:.2f}M parameters, precision {self.precision}, "
+            f"gradients all-reduced in {str(self.comm_dtype).replace('torch.', '')}"
+        )
+
+    def _build_optimizer(self, hp: dict[str, Any]) -> CentralizedOptimizer:
+        hp = {**hp, "lr": self.schedule(0)}
+        self.comm_dtype = comm_dtype(self.ctx.comm, self.precision)
+        base = build_optimizer(str(hp.get("optimizer", "centralized_adam")), self.params, self.ctx.comm, hp)
+        if self.comm_dtype is torch.float32:
+            return base
+        aggregator = ReducedPrecisionAllReduce(self.ctx.comm, self.params, dtype=self.comm_dtype)
+        return CentralizedOptimizer(base.optimizer, aggregator)
+
+    # -- training ----------------------------------------------------------------------------
+    def train_batches(self, epoch: int) -> Iterable[list[Batch]]:
+        return self.plan.iterate(self.train_data, epoch)
+
+    def before_step(self, step: int) -> None:
+        self.optimizer.set_lr(self.schedule(step))
+
+    def accumulate(self, micro: list[Batch], tracker: Tracker) -> tuple[torch.Tensor, int]:
+        """Forward and backward of every micro-batch of one step; returns (summed NLL, tokens)."""
+        total = sum(b.tokens for b in micro)
+        nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for mb in micro:
+            b = mb.to(self.device)
+            with self.autocast():
+                logits = self.model(b.src, b.src_lens, b.tgt_in)
+            tracker.record("fwd_pass")
+            loss, nll = label_smoothed_loss(logits, b.tgt_out, self.label_smoothing)
+            loss = loss / max(1, total)
+            nll_sum += nll.double()
+            tracker.record("comp_loss")
+            self.scaler.scale(loss).backward()
+            tracker.record("backprop")
+        return nll_sum, total
+
+    def train_step(self, batch: list[Batch], tracker: Tracker) -> StepResult:
+        nll_sum, tokens = self.accumulate(batch, tracker)
+        self.optimizer.aggregate()
+        tracker.record("agg")
+        self.scaler.unscale_(self.optimizer.optimizer)
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.scaler.step(self.optimizer.optimizer)
+        self.scale_cap.update()
+        self.optimizer.zero_grad()
+        tracker.record("opt_step")
+        return StepResult(nll_sum / max(1, tokens), tokens)
+
+    # -- validation ---------------------------------------------------------------------------
+    def validate(self) -> dict[str, float]:
+        self.model.eval()
+        ctx = self.ctx
+        share = np.arange(ctx.rank, len(self.test_data), ctx.world_size)
+        order = share[np.argsort(self.test_data.src_lens[share], kind="stable")]
+        hyps: list[str] = []
+        refs: list[str] = []
+        nll = torch.zeros((), dtype=torch.float64, device=self.device)
+        tokens = 0
+        with torch.no_grad():
+            for start in range(0, len(order), self.eval_batch_size):
+                idx = order[start : start + self.eval_batch_size]
+                b = collate(self.test_data, idx).to(self.device)
+                with self.autocast():
+                    logits = self.model(b.src, b.src_lens, b.tgt_in)
+                    _, batch_nll = label_smoothed_loss(logits, b.tgt_out, 0.0)
+                    limit = min(self.max_len_test, 2 * int(b.src_lens.max()) + 10)
+                    out = beam_search(self.model, b.src, b.src_lens, beam=self.beam_size, max_len=limit)  # type: ignore[arg-type]
+                nll += batch_nll.double()
+                tokens += b.tokens
+                hyps += [self.corpus.detokenize(seq) for seq in out]
+                refs += [self.test_refs[int(i)] for i in idx]
+        stats = np.concatenate([bleu_stats(hyps, refs), [float(nll), float(tokens)]])
+        reduced = torch.tensor(stats, dtype=torch.float64, device=ctx.comm.control_device)
+        ctx.comm.all_reduce(reduced, "sum")
+        values = reduced.cpu().numpy()
+        total_tokens = max(1.0, float(values[STATS + 1]))
+        self.model.train()
+        return {
+            "val_global_loss": float(values[STATS]) / total_tokens,
+            "val_global_BLEU-Score": bleu_from_stats(values[:STATS]),
+        }
