@@ -29,7 +29,7 @@ from mlbench_tui.tui.messages import CommandFinished, ConnectionChanged
 class MlbenchApp(App[None]):
     """Runs table, run detail, specs, compare and help screens over one mlbench server."""
 
-    CSS_PATH = "mlbench.tcss"
+    CSS_PATH = Path(__file__).with_name("mlbench.tcss")
     TITLE = "mlbench"
     BINDINGS: ClassVar = bindings("app")
     ENABLE_COMMAND_PALETTE = True

@@ -109,7 +109,8 @@ class RunsFeed:
             while not cancelled():
                 try:
                     runs = client.list_runs()
-                    self._update_goal_points(client, runs)
+                    if connected:  # the first list is painted before any per-run request
+                        self._update_goal_points(client, runs)
                 except Exception as exc:
                     delay = backoff.next()
                     connected = False
@@ -125,15 +126,33 @@ class RunsFeed:
                     self._goal_points.pop(gone, None)
                     self._goal_cursor.pop(gone, None)
                 self.post(RunsUpdated(runs, {k: list(v) for k, v in self._goal_points.items()}))
-                sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
+                if self._pending_goal_runs(runs):
+                    # Fill in goal progress right after the first paint, then on the normal beat.
+                    sleep_until(time.monotonic() + min(self.interval, 0.05), cancelled, self.wake)
+                else:
+                    sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
         finally:
             client.close()
 
-    def _update_goal_points(self, client: Any, runs: list[Any]) -> None:
-        """Fetch new goal-metric points of runs still going (and once more when they finish)."""
+    def _pending_goal_runs(self, runs: list[Any]) -> list[Any]:
+        """Runs whose goal progress needs points: unfinished ones, and finished ones once, when
+        their stored result does not already say how far they got."""
+        out = []
         for run in runs[: self.MAX_GOAL_RUNS]:
             if not run.goal or run.id in self._finished:
                 continue
+            state = str(getattr(run.state, "value", run.state))
+            if (
+                state in ("succeeded", "failed", "cancelled")
+                and (run.result or {}).get("best_value") is not None
+            ):
+                continue
+            out.append(run)
+        return out
+
+    def _update_goal_points(self, client: Any, runs: list[Any]) -> None:
+        """Fetch new goal-metric points of runs still going (and once more when they finish)."""
+        for run in self._pending_goal_runs(runs):
             state = str(getattr(run.state, "value", run.state))
             if state in ("succeeded", "failed", "cancelled"):
                 self._finished.add(run.id)
