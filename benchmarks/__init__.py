@@ -1,0 +1,17 @@
+"""Side-by-side performance benchmarks (not tests): ``python -m benchmarks NAME [ARGS...]``.
+
+Registry of name -> module; each module exposes ``main(argv)`` (or ``main()``) and prints ours
+next to the peer with the ratio. A new benchmark is one module plus one line here.
+"""
+
+from __future__ import annotations
+
+BENCHMARKS: dict[str, str] = {
+    "ingest": "benchmarks.ingest",
+    "cli_startup": "benchmarks.cli_startup",
+    "allreduce_task": "benchmarks.allreduce_task",
+    "resnet20_step": "benchmarks.resnet20_step",
+    "tracker_overhead": "benchmarks.tracker_overhead",
+    "task_steps": "benchmarks.task_steps",
+    "powersgd": "benchmarks.powersgd",
+}
