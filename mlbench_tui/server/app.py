@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -25,7 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import StoreError, UsageError
-from mlbench_tui.server.auth import AuthConfig, AuthError, Authorizer
+from mlbench_tui.server.auth import AuthConfig, AuthError, Authorizer, bearer
+from mlbench_tui.server.ingest import ApiError, IngestFastPath, Ingestor, clean_errors
 from mlbench_tui.server.stream import Hub, encode_change, follow, sse
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
@@ -52,7 +52,7 @@ from mlbench_tui.store.api_models import (
     RunUpdate,
 )
 from mlbench_tui.store.db import Change, NotFound
-from mlbench_tui.store.store import Store, dumps_json
+from mlbench_tui.store.store import Store
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger("mlbench.server")
@@ -66,12 +66,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "Body too large."},
     422: {"model": ErrorBody, "description": "Invalid request."},
 }
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, detail: Any = None) -> None:
-        super().__init__(reason)
-        self.status, self.reason, self.detail = status, reason, detail
 
 
 def _error(status: int, reason: str, detail: Any = None) -> JSONResponse:
@@ -100,6 +94,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
     """The ASGI app over ``store``; the caller owns the store's lifetime."""
     hub = Hub()
     authz = Authorizer(auth, store)
+    ingestor = Ingestor(store, authz)
     if store.writer is not None:
         store.writer.listeners.append(hub.publish)
 
@@ -116,6 +111,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         lifespan=lifespan,
         responses=_ERRORS,
     )
+    app.add_middleware(IngestFastPath, ingestor=ingestor)
     app.state.store = store
     app.state.hub = hub
     app.state.auth = auth
@@ -147,7 +143,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(422, "invalid_request", _clean(exc.errors()))
+        return _error(422, "invalid_request", clean_errors(exc.errors()))
 
     @app.exception_handler(Exception)
     async def _internal(_r: Request, exc: Exception) -> JSONResponse:
@@ -181,7 +177,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         try:
             return model.model_validate_json(body)
         except ValidationError as exc:
-            raise ApiError(422, "invalid_request", _clean(exc.errors(include_url=False))) from None
+            raise ApiError(422, "invalid_request", clean_errors(exc.errors(include_url=False))) from None
 
     async def write(fn: Callable[[Any], tuple[Any, list[Change]]]) -> Any:
         if store.writer is None:
@@ -195,28 +191,9 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         if store.writer is not None and not store.writer.has_run(run_id):
             raise NotFound(f"run {run_id} not found")
 
-    async def ingest(request: Request, run_id: str, kind: str, model: type[BaseModel]) -> Response:
-        allowed = authz.write_run(request, run_id)
-        if allowed is None:
-            raise NotFound(f"run {run_id} not found")
-        batch: Any = parse(model, await read_body(request))
-        now = time.time()
-        rank = batch.rank
-        rows: list[tuple[Any, ...]]
-        if kind == "metrics":
-            rows = [(run_id, rank, m.name, m.step, m.epoch, m.t or now, m.value) for m in batch.metrics]
-        elif kind == "logs":
-            rows = [(run_id, rank, ln.stream, ln.seq, ln.t or now, ln.text) for ln in batch.lines]
-        else:
-            rows = [(run_id, rank, e.kind, _payload(e.payload), e.t or now) for e in batch.events]
-        assert store.writer is not None
-        accepted, duplicate = await store.writer.ingest_async(
-            kind, run_id, rank, batch.session, batch.seq, rows
-        )
-        return Response(
-            b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false"),
-            media_type="application/json",
-        )
+    async def ingest(request: Request, run_id: str, kind: str) -> Response:
+        body = await ingestor.handle(run_id, kind, bearer(request), await read_body(request))
+        return Response(body, media_type="application/json")
 
     # ------------------------------------------------------------------ health
 
@@ -296,7 +273,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
     )
     async def metrics_batch(run_id: RunId, request: Request) -> Response:
         """Store a batch of metric values; answered after commit. Retries with the same seq are no-ops."""
-        return await ingest(request, run_id, "metrics", MetricBatch)
+        return await ingest(request, run_id, "metrics")
 
     @app.post(
         "/v1/runs/{run_id}/logs:batch",
@@ -305,7 +282,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         openapi_extra=_schema_body(LogBatch),
     )
     async def logs_batch(run_id: RunId, request: Request) -> Response:
-        return await ingest(request, run_id, "logs", LogBatch)
+        return await ingest(request, run_id, "logs")
 
     @app.post(
         "/v1/runs/{run_id}/events:batch",
@@ -314,7 +291,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         openapi_extra=_schema_body(EventBatch),
     )
     async def events_batch(run_id: RunId, request: Request) -> Response:
-        return await ingest(request, run_id, "events", EventBatch)
+        return await ingest(request, run_id, "events")
 
     # ------------------------------------------------------------------ reads
 
@@ -449,15 +426,6 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _payload(payload: dict[str, Any]) -> str:
-    from mlbench_tui.store.api_models import MAX_PAYLOAD_BYTES
-
-    text = dumps_json(payload)
-    if len(text) > MAX_PAYLOAD_BYTES:
-        raise ApiError(422, "invalid_request", f"event payload over {MAX_PAYLOAD_BYTES} bytes")
-    return text
-
-
 def _backlog(
     store: Store, run_id: str, metrics_since: int | None, logs_since: int | None, events_since: int | None
 ) -> tuple[list[bytes], dict[str, int]]:
@@ -497,16 +465,6 @@ def _backlog(
                 )
             cursors["events"] = events.cursor
     return out, cursors
-
-
-def _clean(errors: Any) -> Any:
-    """Validation errors as JSON-safe dicts (inputs can hold NaN or bytes)."""
-    out = []
-    for err in errors:
-        item = {k: v for k, v in dict(err).items() if k in ("type", "loc", "msg")}
-        item["loc"] = [str(part) for part in item.get("loc", ())]
-        out.append(item)
-    return out
 
 
 __all__ = ["create_app", "encode_change"]

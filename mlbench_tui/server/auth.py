@@ -107,7 +107,10 @@ class Authorizer:
 
     def write_run(self, request: Request, run_id: str) -> bool | None:
         """Allow the run's own write token (or the admin token); None when the run does not exist."""
-        token = bearer(request)
+        return self.write_run_token(bearer(request), run_id)
+
+    def write_run_token(self, token: str | None, run_id: str) -> bool | None:
+        """``write_run`` for an already extracted bearer token."""
         if token is None:
             raise AuthError(
                 401, "missing_token", "writing needs the run's write token (Authorization: Bearer)"

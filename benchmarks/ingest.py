@@ -1,0 +1,496 @@
+"""Metric ingest: our server vs an MLflow tracking server (SQLite backend), and vs raw SQLite.
+
+Goals (issue 3), all measured in one run on the same machine:
+
+* sequential client, 100 metrics per call: >= 20x MLflow
+* 16 concurrent clients, 100 metrics per call: >= 50x MLflow
+* sequential client, 1 metric per call: >= 10x MLflow
+* the store's bulk ingest path vs a raw ``sqlite3.executemany`` ceiling: >= 0.7x
+* p99 latency of a 100-metric POST under load: <= 5 ms. "Load" is 15 background clients sending
+  100-metric batches at a steady total of half the server's measured 16-client capacity, while a
+  probe client sends one batch every 10 ms and records each latency.
+
+Both servers run as separate processes on 127.0.0.1 and get identical traffic from the same
+minimal keep-alive HTTP client (stdlib ``http.client``), so the client costs the same on both
+sides. Our side: ``POST /v1/runs/{id}/metrics:batch``; MLflow: ``/api/2.0/mlflow/runs/log-batch``
+and ``/runs/log-metric``. MLflow runs ``mlflow server`` with one worker by default (its default of
+four uvicorn workers thrashes a 2-core machine and does worse) from its own virtual environment
+built from ``benchmarks/requirements-ingest.txt`` (``--setup-peer`` creates it), so
+it never touches the project's pins.
+
+    python -m benchmarks ingest [--seconds 4] [--setup-peer] [--skip-peer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIREMENTS = Path(__file__).with_name("requirements-ingest.txt")
+ADMIN = "bench-admin-token"
+GOALS = {"seq100": 20.0, "conc16": 50.0, "single": 10.0, "ceiling": 0.7, "p99_ms": 5.0}
+
+
+def default_peer_venv() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(cache) / "mlbench" / "bench-mlflow-venv"
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """How to send one batch of metrics to one server."""
+
+    name: str
+    host: str
+    port: int
+    batch_path: str
+    single_path: str
+    headers: dict[str, str]
+    kind: str  # "ours" | "mlflow"
+    run_id: str
+
+    def batch_body(self, client: int, seq: int, n: int) -> bytes:
+        now = time.time()
+        base = seq * n
+        if self.kind == "ours":
+            metrics = [{"name": "train_loss", "value": 0.5, "step": base + i, "t": now} for i in range(n)]
+            return json.dumps({"rank": client, "seq": seq, "metrics": metrics}).encode()
+        ms = int(now * 1000)
+        metrics = [
+            {"key": f"train_loss_{client}", "value": 0.5, "step": base + i, "timestamp": ms} for i in range(n)
+        ]
+        return json.dumps({"run_id": self.run_id, "metrics": metrics}).encode()
+
+    def single_body(self, client: int, seq: int) -> bytes:
+        if self.kind == "ours":
+            return self.batch_body(client, seq, 1)
+        return json.dumps(
+            {
+                "run_id": self.run_id,
+                "key": f"single_{client}",
+                "value": 0.5,
+                "step": seq,
+                "timestamp": int(time.time() * 1000),
+            }
+        ).encode()
+
+
+class Conn:
+    """A keep-alive HTTP/1.1 connection that POSTs JSON and checks for 200."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.conn = http.client.HTTPConnection(target.host, target.port, timeout=60)
+        self.headers = {"Content-Type": "application/json", **target.headers}
+
+    def post(self, path: str, body: bytes) -> None:
+        self.conn.request("POST", path, body=body, headers=self.headers)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{self.target.name} answered {resp.status}: {data[:200]!r}")
+
+
+def _client_loop(
+    target: Target, client: int, n: int, seconds: float, interval: float, start_at: float, seq0: int
+) -> tuple[int, list[float]]:
+    """Send ``n``-metric batches for ``seconds`` (every ``interval`` s, or back to back).
+
+    Returns (calls, latencies).
+    """
+    conn = Conn(target)
+    path = target.batch_path if n > 1 or target.kind == "ours" else target.single_path
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = time.perf_counter() + seconds
+    calls, lat = 0, []
+    seq = seq0
+    next_at = time.perf_counter()
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        if interval:
+            if now < next_at:
+                time.sleep(next_at - now)
+            next_at += interval
+        body = target.batch_body(client, seq, n) if n > 1 else target.single_body(client, seq)
+        t0 = time.perf_counter()
+        conn.post(path, body)
+        lat.append(time.perf_counter() - t0)
+        calls += 1
+        seq += 1
+    return calls, lat
+
+
+def _proc_entry(args: tuple[Target, list[int], int, float, float, float, int], out: Any) -> None:
+    target, clients, n, seconds, interval, start_at, seq0 = args
+    results: list[tuple[int, list[float]]] = []
+    threads = []
+
+    def run(c: int) -> None:
+        results.append(_client_loop(target, c, n, seconds, interval, start_at, seq0))
+
+    for c in clients:
+        t = threading.Thread(target=run, args=(c,))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    out.put(results)
+
+
+def load(
+    target: Target,
+    clients: int,
+    n: int,
+    seconds: float,
+    *,
+    interval: float = 0.0,
+    procs: int = 4,
+    seq0: int = 0,
+) -> tuple[float, list[float]]:
+    """Run ``clients`` clients (spread over ``procs`` processes); returns (metrics/s, latencies)."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    procs = min(procs, clients)
+    groups = [list(range(i, clients, procs)) for i in range(procs)]
+    start_at = time.time() + 0.3
+    workers = [
+        ctx.Process(target=_proc_entry, args=((target, g, n, seconds, interval, start_at, seq0), queue))
+        for g in groups
+    ]
+    for w in workers:
+        w.start()
+    results = [r for _ in workers for r in queue.get()]
+    for w in workers:
+        w.join()
+    calls = sum(c for c, _ in results)
+    return calls * n / seconds, [x for _, lat in results for x in lat]
+
+
+def sequential(target: Target, n: int, seconds: float, seq0: int) -> float:
+    calls, _ = _client_loop(target, 0, n, seconds, 0.0, 0.0, seq0)
+    return calls * n / seconds
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not come up within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def _post_json(url: str, body: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        result: dict[str, Any] = json.loads(resp.read())
+        return result
+
+
+def start_ours(workdir: Path) -> tuple[subprocess.Popen[bytes], Target]:
+    env = dict(os.environ, MLBENCH_HOME=str(workdir / "home"), MLBENCH_TOKEN=ADMIN)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlbench_tui", "server", "--port", "0", "--db", str(workdir / "ours.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().decode().strip()
+    _wait_http(f"{url}/healthz", 30)
+    created = _post_json(f"{url}/v1/runs", {"name": "ingest-bench", "workers": 64}, ADMIN)
+    run_id, token = created["run"]["id"], created["write_token"]
+    port = int(url.rsplit(":", 1)[1])
+    target = Target(
+        "mlbench",
+        "127.0.0.1",
+        port,
+        f"/v1/runs/{run_id}/metrics:batch",
+        f"/v1/runs/{run_id}/metrics:batch",
+        {"Authorization": f"Bearer {token}"},
+        "ours",
+        run_id,
+    )
+    return proc, target
+
+
+def setup_peer(venv: Path) -> Path:
+    """Create the MLflow virtual environment from requirements-ingest.txt (idempotent)."""
+    mlflow = venv / "bin" / "mlflow"
+    if mlflow.exists():
+        return mlflow
+    print(f"creating {venv} with {REQUIREMENTS.name} (one time) ...", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(REQUIREMENTS)], check=True)
+    return mlflow
+
+
+def start_mlflow(mlflow: Path, workdir: Path, workers: int = 1) -> tuple[subprocess.Popen[bytes], Target]:
+    port = _free_port()
+    db = workdir / "mlflow.db"
+    proc = subprocess.Popen(
+        [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{db}",
+            "--default-artifact-root",
+            str(workdir / "mlartifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "mlflow.log", "wb"),  # noqa: SIM115 - lives as long as the server
+        cwd=workdir,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_http(f"{url}/health", 180)
+    exp = _post_json(f"{url}/api/2.0/mlflow/experiments/create", {"name": "ingest-bench"})
+    run = _post_json(
+        f"{url}/api/2.0/mlflow/runs/create",
+        {"experiment_id": exp["experiment_id"], "start_time": int(time.time() * 1000)},
+    )
+    run_id = run["run"]["info"]["run_id"]
+    target = Target(
+        "mlflow",
+        "127.0.0.1",
+        port,
+        "/api/2.0/mlflow/runs/log-batch",
+        "/api/2.0/mlflow/runs/log-metric",
+        {},
+        "mlflow",
+        run_id,
+    )
+    return proc, target
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 15)
+        except (PermissionError, ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# ----------------------------------------------------------------------------- ceiling
+
+
+SCHEMA = """
+CREATE TABLE metrics (id INTEGER NOT NULL PRIMARY KEY, run_id VARCHAR NOT NULL, rank INTEGER NOT NULL,
+    name VARCHAR NOT NULL, step INTEGER, epoch FLOAT, t FLOAT NOT NULL, value FLOAT);
+CREATE INDEX ix_metrics_run_name_step ON metrics (run_id, name, step);
+"""
+
+
+def raw_ceiling(path: Path, seconds: float, batch: int) -> float:
+    """Rows/s of plain sqlite3.executemany (WAL, synchronous=NORMAL, one commit per batch)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(SCHEMA)
+    rows_done, next_id = 0, 1
+    end = time.perf_counter() + seconds
+    start = time.perf_counter()
+    while time.perf_counter() < end:
+        now = time.time()
+        rows = [
+            (next_id + i, "r-000000000000", 0, "train_loss", next_id + i, None, now, 0.5)
+            for i in range(batch)
+        ]
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+        next_id += batch
+        rows_done += batch
+    elapsed = time.perf_counter() - start
+    db.close()
+    return rows_done / elapsed
+
+
+def store_ingest(path: Path, seconds: float, batch: int) -> float:
+    """Rows/s through the store's writer (Core executemany, batch receipt, ids, ack after commit)."""
+    from mlbench_tui.store.api_models import RunCreate
+    from mlbench_tui.store.store import Store
+
+    with Store(path) as store:
+        run, _ = store.create_run(RunCreate(name="ceiling"))
+        assert store.writer is not None
+        rows_done, seq = 0, 0
+        end = time.perf_counter() + seconds
+        start = time.perf_counter()
+        while time.perf_counter() < end:
+            now = time.time()
+            rows = [(run.id, 0, "train_loss", seq * batch + i, None, now, 0.5) for i in range(batch)]
+            store.writer.ingest("metrics", run.id, 0, "", seq, rows)
+            seq += 1
+            rows_done += batch
+        return rows_done / (time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _row(label: str, ours: float, peer: float | None, goal: float, unit: str = "metrics/s") -> str:
+    if peer is None or peer <= 0:
+        return f"{label:<34} {ours:>12,.0f} {'-':>12}   {'-':>8}   goal >= {goal:g}x   {unit}"
+    ratio = ours / peer
+    mark = "ok" if ratio >= goal else "MISSED"
+    return f"{label:<34} {ours:>12,.0f} {peer:>12,.0f}   {ratio:>7.1f}x   goal >= {goal:g}x {mark}   {unit}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks ingest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--procs", type=int, default=4, help="client processes for the concurrent phases")
+    parser.add_argument("--peer-venv", type=Path, default=default_peer_venv())
+    parser.add_argument("--setup-peer", action="store_true", help="create the MLflow venv if missing")
+    parser.add_argument("--skip-peer", action="store_true", help="measure ours only")
+    parser.add_argument(
+        "--mlflow-workers",
+        type=int,
+        default=1,
+        help="MLflow server worker processes (its default of 4 thrashes a 2-core machine)",
+    )
+    args = parser.parse_args(argv)
+    secs = args.seconds
+
+    cpus = os.cpu_count()
+    print(f"machine: {platform.node()} {platform.machine()}, {cpus} CPUs, Python {platform.python_version()}")
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    workdir = Path(tempfile.mkdtemp(prefix="mlbench-ingest-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    results: dict[str, tuple[float, float | None]] = {}
+    try:
+        ours_proc, ours = start_ours(workdir)
+        procs.append(ours_proc)
+        peer: Target | None = None
+        if not args.skip_peer:
+            mlflow = args.peer_venv / "bin" / "mlflow"
+            if args.setup_peer:
+                mlflow = setup_peer(args.peer_venv)
+            if not mlflow.exists():
+                print(
+                    f"error: no MLflow at {mlflow}; run with --setup-peer (or --skip-peer)", file=sys.stderr
+                )
+                return 2
+            mlflow_proc, peer = start_mlflow(mlflow, workdir, args.mlflow_workers)
+            procs.append(mlflow_proc)
+            sequential(peer, 100, 1.0, seq0=10**9)  # warm-up (not measured)
+
+        def both(fn: Callable[[Target, int], float]) -> tuple[float, float | None]:
+            ours_value = fn(ours, 0)
+            peer_value = fn(peer, 0) if peer is not None else None
+            return ours_value, peer_value
+
+        sequential(ours, 100, 1.0, seq0=10**9)  # warm-up (not measured)
+        results["seq100"] = both(lambda t, _: sequential(t, 100, secs, seq0=0))
+        print(_row("sequential, 100 metrics/call", *results["seq100"], GOALS["seq100"]), flush=True)
+        results["conc16"] = both(
+            lambda t, _: load(t, args.clients, 100, secs, procs=args.procs, seq0=10**6)[0]
+        )
+        print(
+            _row(f"{args.clients} clients, 100 metrics/call", *results["conc16"], GOALS["conc16"]), flush=True
+        )
+        results["single"] = both(lambda t, _: sequential(t, 1, secs, seq0=2 * 10**6))
+        print(_row("sequential, 1 metric/call", *results["single"], GOALS["single"]), flush=True)
+
+        # p99 under load: background clients at half the measured capacity, plus a probe client.
+        capacity_rps = results["conc16"][0] / 100
+        bg_clients = args.clients - 1
+        interval = bg_clients / (0.5 * capacity_rps)
+        background = threading.Thread(
+            target=load,
+            args=(ours, bg_clients, 100, secs + 1.0),
+            kwargs={"interval": interval, "seq0": 3 * 10**6, "procs": args.procs},
+        )
+        background.start()
+        time.sleep(0.8)
+        _, probe = load(ours, 1, 100, secs - 0.5, interval=0.01, procs=1, seq0=4 * 10**6)
+        background.join()
+        print(f"  (background: {bg_clients} clients, {0.5 * capacity_rps:,.0f} requests/s in total)")
+        p50, p99 = _pct(probe, 0.50) * 1000, _pct(probe, 0.99) * 1000
+        mark = "ok" if p99 <= GOALS["p99_ms"] else "MISSED"
+        print(
+            f"{'100-metric POST latency under load':<34} p50 {p50:.2f} ms  p99 {p99:.2f} ms  "
+            f"(n={len(probe)})   goal p99 <= {GOALS['p99_ms']:g} ms {mark}",
+            flush=True,
+        )
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+    raw = raw_ceiling(workdir / "raw.db", secs, 1000)
+    ours_store = store_ingest(workdir / "store.db", secs, 1000)
+    ratio = ours_store / raw
+    mark = "ok" if ratio >= GOALS["ceiling"] else "MISSED"
+    print(
+        f"{'store ingest vs raw sqlite3':<34} {ours_store:>12,.0f} {raw:>12,.0f}   {ratio:>7.2f}x   "
+        f"goal >= {GOALS['ceiling']:g}x {mark}   rows/s (1000 rows/batch)"
+    )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
