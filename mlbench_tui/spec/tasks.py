@@ -154,15 +154,26 @@ TASKS: Mapping[str, TaskInfo] = _ro(
                     "plateau_factor": 0.5,
                     "l2": 2.5e-6,
                     "optimizer": "centralized_sgd",
+                    "aggregation": "by_model",
+                    "powersgd_rank": 1,
                 }
             ),
             overridable=frozenset(
-                {"batch_size", "lr", "plateau_patience", "plateau_factor", "max_epochs", "optimizer"}
+                {
+                    "batch_size",
+                    "lr",
+                    "plateau_patience",
+                    "plateau_factor",
+                    "max_epochs",
+                    "optimizer",
+                    "aggregation",
+                    "powersgd_rank",
+                }
             ),
             backends=ALL_BACKENDS,
             precisions=("fp32", "bf16"),
             lr_scaling="linear",
-            choices=_ro({"optimizer": _OPTIMIZERS}),
+            choices=_ro({"optimizer": _OPTIMIZERS, "aggregation": ("by_model", "by_layer")}),
             notes="batch_size is per worker; lr = 4*k; plain SGD (momentum 0); BCE + L2 2.5e-6.",
         ),
         "3a": TaskInfo(
