@@ -6,8 +6,9 @@ batch 128 per rank, SGD (momentum 0.9, nesterov, weight decay 1e-4). Ours is the
 loop body of task 1a: tracker stamps for every phase, CentralizedSGD with gradients bound to one
 flat buffer and averaged by one all-reduce, the LR schedule hook. The peer is the textbook DDP
 loop (bucketed all-reduce overlapped with backward). Rounds of K steps alternate between the
-two (ABBA); rank 0 prints the median step times, the median of the per-round-pair ratios, and
-our phase split from the tracker.
+two (ABBA); rank 0 prints the median step times, the median of the per-round-pair ratios (wall
+time, and CPU time of both ranks, which a shared machine's other load does not inflate), and our
+phase split from the tracker.
 
     python benchmarks/resnet20_step.py [--rounds 6] [--steps 4] [--threads 1]
 """
@@ -107,18 +108,24 @@ def rank_main(args: argparse.Namespace) -> None:
         for _ in range(2):
             fn()
     times: dict[str, list[float]] = {"ours": [], "ddp": []}
+    cpu: dict[str, list[float]] = {"ours": [], "ddp": []}
     for r in range(args.rounds):
         order = ("ours", "ddp") if r % 2 == 0 else ("ddp", "ours")
         for name in order:
             dist.barrier()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for _ in range(args.steps):
                 sides[name]()
             dist.barrier()
             times[name].append((time.perf_counter() - start) / args.steps)
+            spent = torch.tensor([(time.process_time() - start_cpu) / args.steps], dtype=torch.float64)
+            dist.all_reduce(spent)  # CPU seconds per step, summed over ranks (all threads)
+            cpu[name].append(float(spent))
     if comm.rank == 0:
         ours_t, ddp_t = statistics.median(times["ours"]), statistics.median(times["ddp"])
         paired = statistics.median(d / o for o, d in zip(times["ours"], times["ddp"], strict=True))
+        ours_c, ddp_c = statistics.median(cpu["ours"]), statistics.median(cpu["ddp"])
+        paired_cpu = statistics.median(d / o for o, d in zip(cpu["ours"], cpu["ddp"], strict=True))
         phases = {k[len("phase_") :]: v for k, v in tracker.totals().items() if k.startswith("phase_")}
         total = max(1e-9, sum(phases.values()))
         print(
@@ -126,7 +133,9 @@ def rank_main(args: argparse.Namespace) -> None:
         )
         print(f"  ours (worker runtime)      : {ours_t * 1e3:8.1f} ms/step  (median of {args.rounds} rounds)")
         print(f"  plain DDP loop             : {ddp_t * 1e3:8.1f} ms/step")
-        print(f"  ratio DDP/ours             : {paired:8.3f}  (median of paired rounds; goal: >= 1.0)")
+        print(f"  ratio DDP/ours (wall)      : {paired:8.3f}  (median of paired rounds; goal: >= 1.0)")
+        print(f"  CPU per step, both ranks   : ours {ours_c * 1e3:.0f} ms, DDP {ddp_c * 1e3:.0f} ms")
+        print(f"  ratio DDP/ours (CPU time)  : {paired_cpu:8.3f}  (work per step; robust to other load)")
         print(
             "  ours, share of step by phase: "
             + ", ".join(f"{k} {v / total * 100:.1f}%" for k, v in phases.items())
