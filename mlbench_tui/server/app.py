@@ -100,9 +100,16 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        hub.bind(asyncio.get_running_loop())
-        yield
-        hub.close_all()
+        loop = asyncio.get_running_loop()
+        hub.bind(loop)
+        if store.writer is not None:
+            store.writer.attach_loop(loop)  # commit requests inside the event loop (group commit)
+        try:
+            yield
+        finally:
+            if store.writer is not None:
+                store.writer.attach_loop(None)
+            hub.close_all()
 
     app = FastAPI(
         title="mlbench-tui metrics API",

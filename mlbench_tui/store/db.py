@@ -15,6 +15,7 @@ lock file (``<db>.lock``) keeps a second writer process off the same store.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import os
@@ -192,11 +193,27 @@ class Writer:
             top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {table.name}").scalar()
             self._next_id[kind] = int(top or 0) + 1
         self._conn.rollback()
+        self._lock = threading.Lock()
+        self._inline_loop: asyncio.AbstractEventLoop | None = None
+        self._inline_thread: int | None = None
+        self._pending: collections.deque[_Job] = collections.deque()
+        self._drain_scheduled = False
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
 
     # ---- submission (any thread)
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Run async jobs of ``loop`` inside that loop (None: back to the writer thread).
+
+        A server's requests then commit in its event loop: every request that arrived in one loop
+        iteration is written in one transaction, with no thread hand-off (and no GIL ping-pong)
+        per request. Jobs from other threads still go through the writer thread; a lock keeps
+        the two from ever writing at the same time.
+        """
+        self._inline_loop = loop
+        self._inline_thread = threading.get_ident() if loop is not None else None
 
     def ingest_async(
         self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
@@ -204,8 +221,29 @@ class Writer:
         """Queue a batch from an event loop; resolves to ``(accepted, duplicate)`` after commit."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._put(_IngestJob(fut, loop, kind, run_id, rank, session, seq, rows))
+        self._submit_async(_IngestJob(fut, loop, kind, run_id, rank, session, seq, rows), loop)
         return fut
+
+    def _submit_async(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._inline_loop or self._closed:
+            self._put(job)
+            return
+        self._pending.append(job)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            loop.call_soon(self._drain_inline)
+
+    def _drain_inline(self) -> None:
+        self._drain_scheduled = False
+        while self._pending:
+            jobs: list[_Job] = []
+            rows = 0
+            while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
+                job = self._pending.popleft()
+                jobs.append(job)
+                rows += job.size()
+            with self._lock:
+                self._run_group(jobs)
 
     def ingest(
         self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
@@ -225,7 +263,7 @@ class Writer:
     def call_async(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._put(_CallJob(fut, loop, fn))
+        self._submit_async(_CallJob(fut, loop, fn), loop)
         return fut
 
     def _put(self, job: _Job) -> None:
@@ -266,7 +304,8 @@ class Writer:
                     break
                 jobs.append(nxt)
                 rows += nxt.size()
-            self._run_group(jobs)
+            with self._lock:
+                self._run_group(jobs)
 
     def _run_group(self, jobs: list[_Job]) -> None:
         saved_ids = dict(self._next_id)
@@ -281,12 +320,12 @@ class Writer:
             self._next_id = saved_ids
             self._runs = saved_runs
             if len(jobs) == 1:
-                self._resolve(jobs, [(None, exc)])
+                self._resolve(jobs, [(None, exc)], self._inline_thread)
                 return
             for job in jobs:  # isolate the failing request: retry one per transaction
                 self._run_group([job])
             return
-        self._resolve(jobs, results)
+        self._resolve(jobs, results, self._inline_thread)
         if changes:
             for listener in list(self.listeners):
                 with contextlib.suppress(Exception):
@@ -323,7 +362,9 @@ class Writer:
         return result, None
 
     @staticmethod
-    def _resolve(jobs: list[_Job], results: list[tuple[Any, BaseException | None]]) -> None:
+    def _resolve(
+        jobs: list[_Job], results: list[tuple[Any, BaseException | None]], inline_thread: int | None = None
+    ) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, BaseException | None]]] = {}
         for job, (result, exc) in zip(jobs, results, strict=True):
             if job.loop is None:
@@ -335,9 +376,20 @@ class Writer:
                     fut.set_result(result)
             else:
                 by_loop.setdefault(job.loop, []).append((job.future, result, exc))
+        here = threading.get_ident()
         for loop, items in by_loop.items():
+            if inline_thread == here and loop.is_running() and _running_loop() is loop:
+                _settle(items)  # committed inside this very loop: settle at once
+                continue
             with contextlib.suppress(RuntimeError):  # loop already closed
                 loop.call_soon_threadsafe(_settle, items)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _settle(items: list[tuple[Any, Any, BaseException | None]]) -> None:
