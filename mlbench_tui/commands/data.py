@@ -22,12 +22,16 @@ DATASETS: dict[str, str] = {
     "epsilon": "mlbench_worker.data.epsilon:prepare",
     "wikitext2": "mlbench_worker.data.wikitext2:prepare",
     "cifar10": "mlbench_worker.data.cifar10:download",
+    "wmt16": "mlbench_worker.data.wmt:prepare_wmt16",
+    "wmt17": "mlbench_worker.data.wmt:prepare_wmt17",
 }
 
 DESCRIPTIONS: dict[str, str] = {
     "epsilon": "task 2a: LIBSVM epsilon_normalized (400k x 2000), ~12 GB after conversion",
     "wikitext2": "task 3a: WikiText-2 (v1, tokenised), ~10 MB",
     "cifar10": "task 1a: CIFAR-10 python batches, ~180 MB",
+    "wmt16": "task 4a: WMT16 EN-DE (Europarl v7, CommonCrawl, NC v11; newstest2014), ~1.2 GB download",
+    "wmt17": "task 4b: WMT17 EN-DE (Europarl v7, CommonCrawl, NC v12; newstest2014), ~1.3 GB download",
 }
 
 

@@ -406,9 +406,14 @@ def binarise(
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "meta.json").unlink(missing_ok=True)
 
-    def cleaned() -> Iterator[tuple[str, str]]:
+    counts = {"train_read": 0, "train_clean": 0, "train_kept": 0, "test": len(test_src)}
+
+    def cleaned(count: bool = False) -> Iterator[tuple[str, str]]:
         for en, de in train_pairs():
             pair = clean_pair(en, de)
+            if count:
+                counts["train_read"] += 1
+                counts["train_clean"] += pair is not None
             if pair is not None:
                 yield pair
 
@@ -422,7 +427,6 @@ def binarise(
     say("learning the shared sentencepiece vocabulary")
     model = train_vocabulary(sample(), directory / "spm", vocab_size)
     sp = load_vocabulary(model)
-    counts = {"train_read": 0, "train_kept": 0, "test": len(test_src)}
     say("encoding the training corpus")
     writer = _SplitWriter(directory, "train")
     chunk: list[tuple[str, str]] = []
@@ -436,8 +440,7 @@ def binarise(
                 counts["train_kept"] += 1
         chunk.clear()
 
-    for pair in cleaned():
-        counts["train_read"] += 1
+    for pair in cleaned(count=True):
         chunk.append(pair)
         if len(chunk) >= 10_000:
             flush()
