@@ -14,4 +14,5 @@ BENCHMARKS: dict[str, str] = {
     "tracker_overhead": "benchmarks.tracker_overhead",
     "task_steps": "benchmarks.task_steps",
     "powersgd": "benchmarks.powersgd",
+    "translation": "benchmarks.translation",
 }
