@@ -187,3 +187,20 @@ def test_synthetic_targets_are_the_mapped_reversed_sources() -> None:
     assert corpus.references[0] == corpus.detokenize(corpus.test.pair(0)[1].tolist())
     with pytest.raises(DatasetError):
         wmt.synthetic({"mode": "shuffle"}, seed=0)
+
+
+def test_mlbench_data_prepare_reports_a_corrupt_download_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    downloads = tmp_path / "wmt17" / "downloads"
+    downloads.mkdir(parents=True)
+    (downloads / "europarl-v7-de-en.tgz").write_bytes(b"truncated")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlbench_tui", "data", "prepare", "wmt17", "--dir", str(tmp_path / "wmt17")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "197785698" in proc.stderr and "Traceback" not in proc.stderr

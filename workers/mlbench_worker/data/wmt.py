@@ -418,9 +418,18 @@ def binarise(
                 yield pair
 
     def sample() -> Iterator[str]:
-        for n, (en, de) in enumerate(cleaned()):
-            if n >= SPM_SAMPLE // 2:
-                return
+        """A uniform reservoir sample of the cleaned pairs (both sides), not just the first corpus."""
+        rng = np.random.default_rng(0)
+        size = SPM_SAMPLE // 2
+        reservoir: list[tuple[str, str]] = []
+        for n, pair in enumerate(cleaned()):
+            if n < size:
+                reservoir.append(pair)
+            else:
+                j = int(rng.integers(0, n + 1))
+                if j < size:
+                    reservoir[j] = pair
+        for en, de in reservoir:
             yield en
             yield de
 
