@@ -315,9 +315,10 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         """Points since a cursor, per (name, rank); ``points=N`` downsamples to N buckets (min/max/last)."""
         authz.read(request)
         check_run(run_id)
+        recent = store.recent_metrics(since)
         page = reader(
             lambda c: queries.metrics(
-                c, run_id, names=name or (), rank=rank, since=since, points=points, limit=limit
+                c, run_id, names=name or (), rank=rank, since=since, points=points, limit=limit, recent=recent
             )
         )
         return _json(page)
@@ -326,7 +327,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
     def read_metric_names(run_id: RunId, request: Request) -> Response:
         authz.read(request)
         check_run(run_id)
-        return _json(reader(lambda c: queries.metric_names(c, run_id)))
+        return _json(store.metric_names(run_id))
 
     @app.get("/v1/runs/{run_id}/logs", response_model=LogsPage, tags=["reads"])
     def read_logs(

@@ -271,6 +271,10 @@ class Writer:
             raise StoreError("the store is closed")
         self._queue.put(job)
 
+    def next_id(self, kind: str) -> int:
+        """The id the next stored row of ``kind`` will get (a store-wide high-water mark)."""
+        return self._next_id[kind]
+
     def has_run(self, run_id: str) -> bool:
         return run_id in self._runs
 

@@ -124,12 +124,47 @@ def token_hash(conn: Connection, run_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def metric_names(conn: Connection, run_id: str) -> list[MetricName]:
+NameStats = dict[tuple[str, int], list[Any]]  # (name, rank) -> [count, last_step, last_value]
+
+
+def metric_name_stats(conn: Connection, run_id: str, after: int = 0, stats: NameStats | None = None) -> int:
+    """Fold metric rows of a run with id > ``after`` into ``stats``; returns the new high-water id.
+
+    ``after == 0`` scans the run through its index; a later call only reads rows newer than
+    ``after`` (a rowid range scan, ``+run_id`` keeps the planner off the run index), which makes
+    a polled name list cost what was added since the last poll, not the size of the run.
+    """
+    stats = {} if stats is None else stats
+    top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metrics").scalar() or 0
+    if after:
+        sql = (
+            "SELECT name, rank, count(*), max(step), value FROM metrics"
+            " WHERE id > ? AND id <= ? AND +run_id = ? GROUP BY name, rank"
+        )
+        params: tuple[Any, ...] = (after, top, run_id)
+    else:
+        sql = (
+            "SELECT name, rank, count(*), max(step), value FROM metrics"
+            " WHERE run_id = ? AND id <= ? GROUP BY name, rank"
+        )
+        params = (run_id, top)
+    for name, rank, count, last_step, last_value in conn.exec_driver_sql(sql, params):
+        entry = stats.get((name, rank))
+        if entry is None:
+            stats[(name, rank)] = [count, last_step, last_value]
+            continue
+        entry[0] += count
+        if last_step is not None and (entry[1] is None or last_step >= entry[1]):
+            entry[1], entry[2] = last_step, last_value
+    return int(top)
+
+
+def metric_names(conn: Connection, run_id: str, stats: NameStats | None = None) -> list[MetricName]:
     """Every metric name of a run with its ranks, point count and latest (step, value)."""
-    rows = conn.exec_driver_sql(
-        "SELECT name, rank, count(*), max(step), value FROM metrics WHERE run_id = ? GROUP BY name, rank",
-        (run_id,),
-    ).fetchall()
+    if stats is None:
+        stats = {}
+        metric_name_stats(conn, run_id, 0, stats)
+    rows = [(name, rank, *values) for (name, rank), values in sorted(stats.items())]
     merged: dict[str, MetricName] = {}
     for name, rank, count, last_step, last_value in rows:
         entry = merged.get(name)
@@ -176,14 +211,16 @@ def metrics(
     since: int = 0,
     points: int | None = None,
     limit: int = 50_000,
+    recent: bool = False,
 ) -> MetricsPage:
     """Metric points newer than ``since``, grouped in series per (name, rank).
 
     With ``points`` each series is reduced to at most that many buckets (min/max/last kept) and
     every row since the cursor is considered; otherwise at most ``limit`` rows are returned and
-    the cursor lets the caller page on.
+    the cursor lets the caller page on. ``recent`` says few rows (of all runs) are newer than
+    ``since``: they are then read by rowid range instead of through the run's whole index.
     """
-    where = ["run_id = ?", "id > ?"]
+    where = ["+run_id = ?" if recent and since else "run_id = ?", "id > ?"]
     params: list[Any] = [run_id, since]
     if names:
         where.append(f"name IN ({', '.join('?' * len(names))})")

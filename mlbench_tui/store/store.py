@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from mlbench_tui.errors import StoreError, UsageError
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     BatchAck,
+    MetricName,
     RankInfo,
     RankUpdate,
     RunCreate,
@@ -66,6 +68,8 @@ class Store:
             self.migrations_applied = prepare(self.path) if write else []
             self.engine = make_engine(self.path, pool_size=pool_size)
             self._token_hashes: dict[str, str] = {}
+            self._name_stats: dict[str, tuple[int, queries.NameStats]] = {}
+            self._name_lock = threading.Lock()
             self.writer: Writer | None = None
             if write:
                 with self.engine.connect() as conn:
@@ -119,6 +123,26 @@ class Store:
         for change in changes:
             if change.kind == "run_deleted":
                 self._token_hashes.pop(change.run_id, None)
+                with self._name_lock:
+                    self._name_stats.pop(change.run_id, None)
+
+    def metric_names(self, run_id: str) -> list[MetricName]:
+        """Metric names of a run, kept up to date incrementally (cheap to poll on big runs)."""
+        with self._name_lock:
+            after, stats = self._name_stats.get(run_id, (0, {}))
+            stats = {k: list(v) for k, v in stats.items()}
+        with self.engine.connect() as conn:
+            top = queries.metric_name_stats(conn, run_id, after, stats)
+            names = queries.metric_names(conn, run_id, stats)
+        with self._name_lock:
+            current = self._name_stats.get(run_id)
+            if current is None or current[0] < top:
+                self._name_stats[run_id] = (top, stats)
+        return names
+
+    def recent_metrics(self, since: int, window: int = 200_000) -> bool:
+        """True when fewer than ``window`` metric rows (of all runs) are newer than ``since``."""
+        return self.writer is not None and since > 0 and self.writer.next_id("metrics") - since < window
 
     # ---- write operations (each one transaction in the writer)
 

@@ -164,3 +164,35 @@ def test_wal_mode_and_not_a_store(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError, match="not a database"):
         Store(bad)
+
+
+def test_metric_names_stay_correct_when_polled_incrementally(store: Store) -> None:
+    a, _ = store.create_run(RunCreate(name="a", workers=2))
+    b, _ = store.create_run(RunCreate(name="b"))
+    store.ingest_metrics(a.id, 0, 1, [("loss", i, None, 1.0, float(i)) for i in range(5)])
+    first = store.metric_names(a.id)
+    assert [(n.name, n.count, n.last_step) for n in first] == [("loss", 5, 4)]
+    store.ingest_metrics(b.id, 0, 1, [("loss", 9, None, 1.0, 9.0)])  # other run: not counted
+    store.ingest_metrics(a.id, 1, 2, [("loss", 7, None, 1.0, 0.5), ("lr", 7, None, 1.0, 0.1)])
+    polled = store.metric_names(a.id)
+    full = store.read(lambda c: queries.metric_names(c, a.id))
+    assert polled == full
+    assert [(n.name, sorted(n.ranks), n.count, n.last_step, n.last_value) for n in polled] == [
+        ("loss", [0, 1], 6, 7, 0.5),
+        ("lr", [1], 1, 7, 0.1),
+    ]
+    store.delete_run(a.id)
+    assert store.metric_names(a.id) == []
+
+
+def test_recent_cursor_reads_match_full_reads(store: Store) -> None:
+    a, _ = store.create_run(RunCreate(name="a"))
+    b, _ = store.create_run(RunCreate(name="b"))
+    store.ingest_metrics(a.id, 0, 1, [("loss", i, None, 1.0, 1.0) for i in range(10)])
+    cursor = store.read(lambda c: queries.metrics(c, a.id)).cursor
+    store.ingest_metrics(b.id, 0, 1, [("loss", 1, None, 1.0, 1.0)])
+    store.ingest_metrics(a.id, 0, 2, [("loss", 10, None, 1.0, 2.0), ("lr", 10, None, 1.0, 0.1)])
+    assert store.recent_metrics(cursor)
+    fast = store.read(lambda c: queries.metrics(c, a.id, since=cursor, recent=True))
+    slow = store.read(lambda c: queries.metrics(c, a.id, since=cursor))
+    assert fast == slow and [s.name for s in fast.series] == ["loss", "lr"]
