@@ -76,6 +76,8 @@ class AWDLSTMTrainer(Trainer):
         config = ctx.config
         self.device = ctx.device
         self.autocast = autocast_for(config.precision, ctx.device)
+        # fp16 autocast on GPU needs loss scaling; unscaled after the all-reduce, before clipping.
+        self.scaler = torch.amp.GradScaler("cuda") if config.precision in ("fp16", "amp") else None
         data = config.data
         smoke: dict[str, Any] = dict(data.options) if data.source == "synthetic" else {}
         self.batch_size = int(ctx.hp("batch_size", 80))
@@ -172,13 +174,22 @@ class AWDLSTMTrainer(Trainer):
             raw_loss = F.cross_entropy(logits.float(), target.reshape(-1))
             loss = raw_loss + ar_tar_penalty(raw.float(), dropped.float(), self.alpha, self.beta)
         tracker.record("comp_loss")
-        loss.backward()
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
         tracker.record("backprop")
         self.optimizer.aggregate()
         tracker.record("agg")
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer.optimizer)
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad()
         if self.averaged is not None:
             self._update_average()
