@@ -377,6 +377,9 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path) -> Path:
     """Write a run's zip archive (see ``results.export``)."""
     from mlbench_tui.results.export import LogRecord, write_export
 
+    target = Path(output)
+    if target.is_dir():
+        raise UsageError(f"{target} is a directory", hint=f"name the archive, e.g. {target / 'run.zip'}")
     run = resolve_run(client, ref)
     summary = _summary(client, run)
     metrics = read_metrics(client, run.id)
@@ -390,7 +393,10 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path) -> Path:
             break
         cursor = lpage.cursor
     record = run.model_dump(mode="json")
-    return write_export(output, record, summary, metrics, events, logs)
+    try:
+        return write_export(target, record, summary, metrics, events, logs)
+    except OSError as exc:
+        raise MlbenchError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def write_text(stream: TextIO, text: str) -> None:

@@ -138,6 +138,8 @@ def test_mpi_allreduce_apply_results_export_idempotence_delete(
     followed = mlbench("logs", "ar-mpi-2w", "-f")  # the run is over: follow returns at once
     assert followed.returncode == 0 and "[rank 0]" in followed.stdout
 
+    into_dir = mlbench("export", "ar-mpi-2w", "-o", str(tmp_path))
+    assert into_dir.returncode == 2 and "is a directory" in into_dir.stderr
     archive = tmp_path / "ar.zip"
     assert mlbench("export", "ar-mpi-2w", "-o", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
