@@ -42,13 +42,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("status", help="list runs, or show one run in detail")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or name")
-    p.add_argument("-n", "--limit", type=int, default=50, help="how many runs to list (default 50)")
+    p.add_argument("-n", "--limit", type=_positive, default=50, help="how many runs to list (default 50)")
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("logs", help="print a run's logs (all ranks, or one)")
     p.add_argument("run", metavar="RUN", help="run id or name")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
-    p.add_argument("--rank", type=int, metavar="R", help="only rank R (lines without prefix)")
+    p.add_argument("--rank", type=_rank, metavar="R", help="only rank R (lines without prefix)")
     p.add_argument("--grep", metavar="REGEX", help="only lines matching the Python regular expression")
     p.set_defaults(handler=cmd_logs)
 
@@ -76,6 +76,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("run", metavar="RUN", help="run id or name")
     p.add_argument("-o", "--output", required=True, metavar="FILE.zip", help="archive to write")
     p.set_defaults(handler=cmd_export)
+
+
+def _positive(text: str) -> int:
+    value = _rank(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
 
 
 def _client() -> MlbenchClient:

@@ -107,6 +107,9 @@ def test_bad_input_is_a_clean_error(tmp_path: Path, mlbench: Callable[..., Resul
     unknown = mlbench("logs", "no-such-run")
     assert unknown.returncode == 1 and "no run named 'no-such-run'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+    with pytest.raises(SystemExit) as bad_rank:  # argparse: usage error, exit 2
+        mlbench("logs", "no-such-run", "--rank", "-1")
+    assert bad_rank.value.code == 2
     bad_regex = mlbench("logs", "no-such-run", "--grep", "(")
     assert bad_regex.returncode == 2 and "invalid --grep" in bad_regex.stderr
 
