@@ -38,6 +38,30 @@ out["broadcast"] = b.tolist()
 out["gather"] = comm.allgather_object({"r": r})
 out["bcast_obj"] = comm.broadcast_object(f"from {r}", src=0)
 out["fp16"] = comm.supports_dtype(torch.float16)
+# gradient averaging: overlapped buckets (hooks during backward) == one blocking all-reduce == mean
+from mlbench_worker.optim.aggregation import ByModelAllReduce
+def net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(300, 200), torch.nn.ReLU(), torch.nn.Linear(200, 10))
+x = torch.randn(8, 300, generator=torch.Generator().manual_seed(r))
+grads = {}
+for overlap in (False, True):
+    model = net()
+    agg = ByModelAllReduce(comm, list(model.parameters()), overlap=overlap, bucket_mb=0.1)
+    for _ in range(2):  # two steps: hooks re-arm after each aggregate
+        agg.zero_grad()
+        model(x).pow(2).sum().backward()
+        out[f"started_in_backward_{overlap}"] = len(agg._pending)  # before aggregate() is called
+        agg.aggregate()
+    grads[overlap] = [p.grad.clone() for p in model.parameters()]
+    out[f"buckets_{overlap}"] = len(agg._buckets)
+local = net()
+local(x).pow(2).sum().backward()
+mean = [p.grad.clone() for p in local.parameters()]
+for g in mean:
+    comm.all_reduce(g, "avg")
+out["overlap_equal"] = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[True], grads[False]))
+out["mean_equal"] = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[True], mean))
 comm.barrier()
 with open(f"{sys.argv[1]}/rank{r}.json", "w") as fh:
     json.dump(out, fh)
@@ -66,3 +90,8 @@ def test_collectives_agree_across_backends(backend: str, tmp_path: Path) -> None
         assert out["broadcast"] == [6.0, 6.0, 6.0]
         assert out["gather"] == [{"r": 0}, {"r": 1}] and out["bcast_obj"] == "from 0"
         assert out["fp16"] is (backend == "gloo")  # MLBench skipped fp16 on MPI too
+        assert out["buckets_True"] == out["buckets_False"] > 1
+        assert out["overlap_equal"] and out["mean_equal"]
+        assert (
+            out["started_in_backward_True"] == out["buckets_True"] and out["started_in_backward_False"] == 0
+        )

@@ -1,91 +1,146 @@
-"""Centralized SGD pieces: gradients live in one flat buffer, schedules follow MLBench's rules."""
+"""Distributed optimizers: 2 real ranks stay in sync and match a single-process reference.
+
+Both ranks train on their halves of the same global batch; the result must equal one process
+training on the whole batch with the stock torch optimizer (SGD, Adam, and PowerSGD at full
+rank, which is exact), and rank-1 PowerSGD must equal its own single-process run on the global
+batch (PowerSGD's output depends only on the mean gradient) while differing from exact SGD.
+"""
 
 from __future__ import annotations
 
-import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
-from mlbench_worker.optim import OPTIMIZERS, build_optimizer
-from mlbench_worker.optim.aggregation import ByModelAllReduce
-from mlbench_worker.optim.schedules import WarmupPlateau
+from mlbench_worker.optim import build_optimizer
+from mlbench_worker.optim.powersgd import PowerSGDAggregator
+
+sys.path.insert(0, str(Path(__file__).parent))
+import optim_ranks
+
+SCRIPT = Path(__file__).parent / "optim_ranks.py"
 
 
-def test_gradients_accumulate_into_one_flat_buffer_and_match_plain_sgd() -> None:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
-    reference = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
-    reference.load_state_dict(model.state_dict())
-    hp = {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}
-    opt = build_optimizer("centralized_sgd", model.parameters(), SingleComm(), hp)
-    ref = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
-    agg = opt.aggregator
-    assert isinstance(agg, ByModelAllReduce) and len(agg._flats) == 1
-    flat = agg._flats[0]
-    for step in range(3):
-        x = torch.randn(16, 8)
-        model(x).pow(2).mean().backward()
-        reference(x).pow(2).mean().backward()
-        first = model[0]
-        assert isinstance(first, torch.nn.Linear) and first.weight.grad is not None
-        assert first.weight.grad.data_ptr() == flat.data_ptr()  # a view, no copy per step
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_gloo(out: Path) -> None:
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), str(out)], env=env))
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+
+
+def _reference(case: dict[str, Any]) -> torch.Tensor:
+    """One process, whole global batch, the stock torch optimizer (no aggregation at all)."""
+    model = optim_ranks.make_model()
+    hp = dict(case)
+    name = hp.pop("optimizer")
+    params = list(model.parameters())
+    if name == "centralized_adam":
+        betas = hp.get("adam_betas", [0.9, 0.999])
+        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=hp["lr"], betas=(betas[0], betas[1]))
+    else:
+        momentum = hp.get("momentum", 0.0)
+        opt = torch.optim.SGD(
+            params,
+            lr=hp["lr"],
+            momentum=momentum,
+            nesterov=hp.get("nesterov", False),
+            weight_decay=hp.get("weight_decay", 0.0),
+        )
+    xs, ys = optim_ranks.global_batch()
+    for step in range(optim_ranks.STEPS):
+        torch.nn.functional.cross_entropy(model(xs[step]), ys[step]).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+@pytest.mark.slow
+def test_two_ranks_stay_in_sync_and_match_single_process(tmp_path: Path) -> None:
+    _run_gloo(tmp_path)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for name, case in optim_ranks.CASES.items():
+        a, b = torch.tensor(ranks[0][name]), torch.tensor(ranks[1][name])
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{name}: ranks diverged")
+        if name == "powersgd_rank1":
+            single = torch.tensor(_single_powersgd(case))
+            torch.testing.assert_close(a, single, rtol=1e-4, atol=1e-5, msg=name)
+            assert not torch.allclose(a, _reference(case), atol=1e-4), "rank-1 PowerSGD should not be exact"
+        else:
+            torch.testing.assert_close(a, _reference(case), rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _single_powersgd(case: dict[str, Any]) -> list[float]:
+    """PowerSGD in one process on the whole global batch."""
+    model = optim_ranks.make_model()
+    hp = dict(case)
+    opt = build_optimizer(hp.pop("optimizer"), model.parameters(), SingleComm(), hp)
+    xs, ys = optim_ranks.global_batch()
+    for step in range(optim_ranks.STEPS):
+        torch.nn.functional.cross_entropy(model(xs[step]), ys[step]).backward()
         opt.aggregate()
         opt.step()
         opt.zero_grad()
-        ref.step()
-        ref.zero_grad()
-        assert float(flat.abs().sum()) == 0.0, step
-    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        assert torch.allclose(p, q, atol=1e-6)
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
-def test_grads_replaced_by_someone_else_are_rebound() -> None:
-    model = torch.nn.Linear(3, 1)
-    opt = build_optimizer("centralized_sgd", model.parameters(), SingleComm(), {"lr": 0.1})
-    model.zero_grad(set_to_none=True)  # torch's default elsewhere
-    model(torch.ones(1, 3)).sum().backward()
-    opt.aggregate()
-    agg = opt.aggregator
-    assert isinstance(agg, ByModelAllReduce) and model.weight.grad is not None
-    assert model.weight.grad.data_ptr() == agg._flats[0].data_ptr()
-    assert torch.equal(model.weight.grad, torch.ones(1, 3))
+def test_powersgd_compresses_matrices_and_keeps_vectors_exact() -> None:
+    first, second = torch.nn.Linear(64, 32), torch.nn.Linear(32, 10)
+    model = torch.nn.Sequential(first, second)
+    agg = PowerSGDAggregator(SingleComm(), list(model.parameters()), rank=2)
+    # (32x64) and (10x32) are compressed to rank 2; the two bias vectors are sent as they are.
+    assert agg.elements_per_step() == 2 * (32 + 64) + 2 * (10 + 32) + 32 + 10
+    assert agg.full_elements() == 32 * 64 + 32 + 10 * 32 + 10
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    assert first.bias.grad is not None and first.weight.grad is not None
+    bias_grad, weight_grad = first.bias.grad.clone(), first.weight.grad.clone()
+    agg.aggregate()
+    torch.testing.assert_close(first.bias.grad, bias_grad)
+    assert int(torch.linalg.matrix_rank(first.weight.grad)) <= 2
+    # Error feedback: what was not transmitted is remembered exactly.
+    torch.testing.assert_close(agg.matrices[0].error + first.weight.grad, weight_grad)
 
 
-def test_unknown_optimizer_is_a_clear_error() -> None:
-    assert "centralized_sgd" in OPTIMIZERS
-    with pytest.raises(ValueError, match="unknown optimizer 'adamw'"):
-        build_optimizer("adamw", torch.nn.Linear(1, 1).parameters(), SingleComm(), {"lr": 1.0})
+def test_powersgd_error_feedback_recovers_a_constant_gradient_over_steps() -> None:
+    param = torch.nn.Parameter(torch.zeros(20, 30))
+    agg = PowerSGDAggregator(SingleComm(), [param], rank=1)
+    target = torch.randn(20, 30)
+    sent = torch.zeros(20, 30)
+    steps = 60
+    for _ in range(steps):
+        param.grad = target.clone()
+        agg.aggregate()
+        sent += param.grad
+    # The running sum of transmitted gradients tracks steps * target up to the bounded memory.
+    rel = float((sent / steps - target).norm() / target.norm())
+    assert rel < 0.2
 
 
-def test_warmup_is_linear_per_step_from_base_to_scaled_lr() -> None:
-    sched = WarmupPlateau(base_lr=0.02, target_lr=0.08, warmup_epochs=2, steps_per_epoch=10)
-    lrs = [sched.on_step(s) for s in range(25)]
-    assert lrs[0] == pytest.approx(0.02 + 0.06 / 20)
-    assert lrs[19] == pytest.approx(0.08) and lrs[24] == pytest.approx(0.08)
-    assert all(a < b for a, b in itertools.pairwise(lrs[:20]))
-    assert WarmupPlateau(base_lr=0.02, target_lr=0.02, warmup_epochs=0, steps_per_epoch=10).on_step(0) == 0.02
-
-
-def test_plateau_halves_after_more_than_patience_bad_epochs() -> None:
-    sched = WarmupPlateau(
-        base_lr=0.1, target_lr=0.1, warmup_epochs=0, steps_per_epoch=10, patience=2, factor=0.5
-    )
-    assert sched.on_validation(1.0, 10) == 0.1
-    assert sched.on_validation(0.995, 20) == 0.1  # not better by more than the 0.01 threshold
-    assert sched.on_validation(1.2, 30) == 0.1
-    assert sched.on_validation(1.1, 40) == 0.05  # third epoch without improvement
-    assert sched.on_step(41) == 0.05
-    assert sched.on_validation(0.5, 50) == 0.05
-
-
-def test_channels_last_weights_get_gradients_with_their_own_layout() -> None:
-    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    opt = build_optimizer("centralized_sgd", conv.parameters(), SingleComm(), {"lr": 0.1})
-    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
-    conv(x).sum().backward()
-    opt.aggregate()
-    assert conv.weight.grad is not None and conv.weight.grad.stride() == conv.weight.stride()
-    agg = opt.aggregator
-    assert isinstance(agg, ByModelAllReduce)
-    assert conv.weight.grad.data_ptr() == agg._flats[0].data_ptr()  # still inside the flat buffer
+def test_unknown_optimizer_and_bad_rank_are_clear_errors() -> None:
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
+        build_optimizer("lamb", model.parameters(), SingleComm(), {"lr": 0.1})
+    with pytest.raises(ValueError, match="powersgd_rank must be >= 1"):
+        build_optimizer("power_sgd", model.parameters(), SingleComm(), {"lr": 0.1, "powersgd_rank": 0})

@@ -10,11 +10,28 @@ process group at all). All collectives are in place on the given tensor, like
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 
 ReduceOp = Literal["sum", "avg", "max", "min"]
+
+
+class Pending:
+    """A started collective; ``wait()`` blocks until its result is in the tensor."""
+
+    def __init__(self, work: Any = None, then: Callable[[], Any] | None = None) -> None:
+        self._work = work
+        self._then = then
+
+    def wait(self) -> None:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        if self._then is not None:
+            then, self._then = self._then, None
+            then()
 
 
 class Comm(abc.ABC):
@@ -29,6 +46,15 @@ class Comm(abc.ABC):
     @abc.abstractmethod
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> None:
         """Reduce ``tensor`` over all ranks, in place; every rank ends with the result."""
+
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> Pending:
+        """Start ``all_reduce`` and return at once; the result is there after ``wait()``.
+
+        Every rank must start its collectives in the same order. Backends without non-blocking
+        collectives complete the reduction before returning.
+        """
+        self.all_reduce(tensor, op)
+        return Pending()
 
     @abc.abstractmethod
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
@@ -111,6 +137,13 @@ class TorchComm(Comm):
             return
         self._dist.all_reduce(tensor, op=self._ops[op])
 
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> Pending:
+        if op == "avg" and not self._native_avg:
+            work = self._dist.all_reduce(tensor, op=self._ops["sum"], async_op=True)
+            return Pending(work, lambda: tensor.div_(self.world_size))
+        reduce_op = self._dist.ReduceOp.AVG if op == "avg" else self._ops[op]
+        return Pending(self._dist.all_reduce(tensor, op=reduce_op, async_op=True))
+
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         self._dist.broadcast(tensor, src=src)
 
@@ -186,6 +219,14 @@ class MpiComm(Comm):
             host.div_(self.world_size)
         if host is not tensor:
             tensor.copy_(host)
+
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> Pending:
+        if tensor.device.type != "cpu" or not tensor.is_contiguous() or not self.supports_dtype(tensor.dtype):
+            return super().all_reduce_async(tensor, op)
+        request = self._comm.Iallreduce(self._mpi.IN_PLACE, tensor.detach().numpy(), op=self._ops[op])
+        if op == "avg":
+            return Pending(request, lambda: tensor.div_(self.world_size))
+        return Pending(request)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         array, host = self._host_array(tensor)

@@ -79,5 +79,8 @@ def centralized_sgd(
     options: dict[str, Any] = {}
     if hp.get("bucket_mb"):
         options["bucket_mb"] = float(hp["bucket_mb"])
-    aggregator = make_aggregator(str(hp.get("aggregation", "by_model")), comm, plist, **options)
+    aggregation = str(hp.get("aggregation", "by_model"))
+    if aggregation == "by_model" and hp.get("overlap_comm"):
+        options["overlap"] = True  # one backward per step only (see ByModelAllReduce)
+    aggregator = make_aggregator(aggregation, comm, plist, **options)
     return CentralizedOptimizer(sgd, aggregator)
