@@ -10,12 +10,13 @@ Ctrl-C (or SIGTERM) cancels every active run before returning, so no rank outliv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -554,7 +555,6 @@ def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
 
 def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: Any = None) -> int:
     """Everything ``mlbench apply`` does; returns the exit code (1 when a run failed)."""
-    from mlbench_tui.results.report import render_results
 
     out = out or sys.stdout
     printer = ProgressPrinter(err, quiet=options.quiet)
@@ -575,10 +575,37 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
         printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
         printer.note("watch with: mlbench status   (or mlbench tui)")
         return 0
+    with _metrics_server(planned) as (client, server_url):
+        return _apply_planned(planned, options, client, server_url, printer, out)
+
+
+@contextlib.contextmanager
+def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
+    """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
+    targets, otherwise the local one (reused, or started embedded in this process)."""
+    if any(item.plan.target.get("kind") == "kubernetes" for item in planned):
+        from mlbench_tui.infra.incluster import server_for_plans
+
+        with server_for_plans([item.plan for item in planned]) as endpoint:
+            if endpoint is not None:
+                yield endpoint.client(), endpoint.url
+                return
     from mlbench_tui.server.serve import ensure_server
 
     server = ensure_server()
-    client = server.client()
+    yield server.client(), server.url
+
+
+def _apply_planned(
+    planned: Sequence[PlannedRun],
+    options: ApplyOptions,
+    client: MlbenchClient,
+    server_url: str,
+    printer: ProgressPrinter,
+    out: Any,
+) -> int:
+    from mlbench_tui.results.report import render_results
+
     mark_unchanged(planned, client, force=options.force)
     printer.note(plan_summary(planned))
     if all(item.skipped for item in planned):
@@ -590,7 +617,7 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
             file=out,
         )
         return 0
-    runner = Runner(client, printer, server_url=server.url)
+    runner = Runner(client, printer, server_url=server_url)
     try:
         summaries = runner.run_all(planned, parallel=options.parallel)
     except KeyboardInterrupt:
