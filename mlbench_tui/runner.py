@@ -118,10 +118,16 @@ def render_dry_run(dry: DryRun) -> str:
     for command in dry.commands:
         lines.append(shlex.join(command))
     if dry.manifests:
-        import json
+        import io
 
+        from ruamel.yaml import YAML
+
+        yaml = YAML()
+        yaml.default_flow_style = False
         for manifest in dry.manifests:
-            lines.append(json.dumps(manifest, indent=2, sort_keys=True))
+            buf = io.StringIO()
+            yaml.dump(manifest, buf)
+            lines.extend(["---", buf.getvalue().rstrip()])
     return "\n".join(lines)
 
 

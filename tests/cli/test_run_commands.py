@@ -99,6 +99,9 @@ def test_dry_run_prints_exact_commands_without_running(
     assert "export OMP_NUM_THREADS=1" in result.stdout
     assert "MLBENCH_RUN_TOKEN='<write token>'" in result.stdout
     assert not (Path(os.environ["MLBENCH_HOME"]) / "mlbench.db").exists()
+    kind = mlbench("apply", "--dry-run", str(Path(__file__).parents[2] / "specs" / "smoke-kind.yaml"))
+    assert kind.returncode == 0, kind.stderr
+    assert "kind: Job" in kind.stdout and "completionMode: Indexed" in kind.stdout
 
 
 def test_bad_input_is_a_clean_error(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
