@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 MAX_TIME_GRACE_S = 120.0
 DETACH_READY_S = 60.0
+DESCRIBE_PATIENCE_S = 60.0
 LOG_BATCH_LINES = 200  # x 16 KiB per line at most stays well under the server's 8 MiB body limit
 PLAN_HEADER = "plan: "
 REDACTED = "<write token>"
@@ -70,6 +71,7 @@ class ActiveRun:
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
     deleted: bool = False
+    describe_failures: int = 0
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -208,7 +210,6 @@ class Runner:
         plan = item.plan
         created = self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
         run_id, token = created.run.id, created.write_token
-        executor = executor_for(plan, self.executors)
         progress = RunProgress(
             name=plan.name,
             goal=plan.goal.model_dump() if plan.goal else None,
@@ -217,6 +218,7 @@ class Runner:
         )
         launch = LaunchContext(run_id=run_id, server_url=self.server_url, write_token=token)
         try:
+            executor = executor_for(plan, self.executors)
             handle = executor.submit(plan, launch)
         except MlbenchError as exc:
             self.client.update_run(
@@ -231,13 +233,25 @@ class Runner:
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
         active = ActiveRun(item, run_id, token, handle, progress, executor)
         tailer_for = getattr(executor, "log_tailer", None)
-        active.tailer = tailer_for(run_id) if callable(tailer_for) else None
+        try:
+            active.tailer = tailer_for(run_id) if callable(tailer_for) else None
+        except MlbenchError as exc:  # the run goes on; its logs stay where the executor keeps them
+            self.printer.note(f"{plan.name}: logs will not be stored: {exc.message}")
         return active
 
     def poll(self, active: ActiveRun) -> bool:
         """Ship new log lines, refresh progress; True when the run has ended."""
         self._ship_logs(active, final=False)
-        status = active.executor.describe(active.handle)
+        try:
+            status = active.executor.describe(active.handle)
+        except MlbenchError as exc:
+            # A cluster API can fail for a moment; keep watching unless it stays down.
+            active.describe_failures += 1
+            if active.describe_failures * self.poll_s < DESCRIBE_PATIENCE_S:
+                return False
+            self.printer.note(f"{active.progress.name}: cannot watch the run any more: {exc.message}")
+            raise
+        active.describe_failures = 0
         self._read_progress(active)
         self._update_ranks(active, status)
         self.printer.update(active.progress)
@@ -259,7 +273,10 @@ class Runner:
         from mlbench_tui.store.api_models import RunUpdate
 
         self._ship_logs(active, final=True)
-        status = active.executor.describe(active.handle)
+        try:
+            status = active.executor.describe(active.handle)
+        except MlbenchError:
+            status = None
         self._launched.pop(active.run_id, None)
         state = status.state if status is not None else RunState.UNKNOWN
         message = status.message if status is not None else "the executor lost track of the run"
