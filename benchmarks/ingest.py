@@ -24,7 +24,6 @@ it never touches the project's pins.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import multiprocessing as mp
 import os
@@ -70,46 +69,86 @@ class Target:
     kind: str  # "ours" | "mlflow"
     run_id: str
 
-    def batch_body(self, client: int, seq: int, n: int) -> bytes:
-        now = time.time()
-        base = seq * n
-        if self.kind == "ours":
-            metrics = [{"name": "train_loss", "value": 0.5, "step": base + i, "t": now} for i in range(n)]
-            return json.dumps({"rank": client, "seq": seq, "metrics": metrics}).encode()
-        ms = int(now * 1000)
-        metrics = [
-            {"key": f"train_loss_{client}", "value": 0.5, "step": base + i, "timestamp": ms} for i in range(n)
-        ]
-        return json.dumps({"run_id": self.run_id, "metrics": metrics}).encode()
+    def template(self, client: int, n: int) -> bytes:
+        """The JSON body of one call with ``@SEQ@`` where the call number goes.
 
-    def single_body(self, client: int, seq: int) -> bytes:
+        Bodies are made by substituting the call number into a pre-encoded template, so the load
+        generator costs next to nothing and the servers, not the client, are measured. Every
+        call is distinct: ours by batch ``seq`` (the server dedupes on it), MLflow's by timestamp
+        (part of its metric key).
+        """
+        now = time.time()
         if self.kind == "ours":
-            return self.batch_body(client, seq, 1)
-        return json.dumps(
-            {
+            metrics = [{"name": "train_loss", "value": 0.5, "step": i, "t": now} for i in range(n)]
+            body = json.dumps({"rank": client, "seq": 123456789, "metrics": metrics})
+            return body.replace("123456789", "@SEQ@").encode()
+        if n == 1:
+            single = {
                 "run_id": self.run_id,
                 "key": f"single_{client}",
                 "value": 0.5,
-                "step": seq,
-                "timestamp": int(time.time() * 1000),
+                "step": 0,
+                "timestamp": 0,
             }
-        ).encode()
+            return json.dumps(single).replace('"timestamp": 0', '"timestamp": @SEQ@').encode()
+        metrics = [{"key": f"train_loss_{client}", "value": 0.5, "step": i, "timestamp": 0} for i in range(n)]
+        body = json.dumps({"run_id": self.run_id, "metrics": metrics})
+        return body.replace('"timestamp": 0', '"timestamp": @SEQ@').encode()
+
+    def batch_body(self, client: int, seq: int, n: int) -> bytes:
+        return self.template(client, n).replace(b"@SEQ@", str(seq).encode())
+
+    def single_body(self, client: int, seq: int) -> bytes:
+        return self.batch_body(client, seq, 1)
 
 
 class Conn:
-    """A keep-alive HTTP/1.1 connection that POSTs JSON and checks for 200."""
+    """A minimal keep-alive HTTP/1.1 client (raw socket) that POSTs JSON and checks for 200.
+
+    A load generator should cost far less than the server it measures; ``http.client`` spends
+    about as much CPU per request as a fast server does, so requests are written as bytes.
+    """
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.conn = http.client.HTTPConnection(target.host, target.port, timeout=60)
-        self.headers = {"Content-Type": "application/json", **target.headers}
+        self.sock = socket.create_connection((target.host, target.port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in target.headers.items())
+        self.head = f"Host: {target.host}:{target.port}\r\nContent-Type: application/json\r\n{extra}".encode()
+        self.buf = b""
 
     def post(self, path: str, body: bytes) -> None:
-        self.conn.request("POST", path, body=body, headers=self.headers)
-        resp = self.conn.getresponse()
-        data = resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"{self.target.name} answered {resp.status}: {data[:200]!r}")
+        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+            path.encode(),
+            self.head,
+            len(body),
+            body,
+        )
+        self.sock.sendall(request)
+        while b"\r\n\r\n" not in self.buf:
+            self._recv()
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+            elif name.strip().lower() == b"transfer-encoding":
+                raise RuntimeError(f"{self.target.name}: chunked answers are not supported here")
+        while len(rest) < length:
+            self._recv()
+            rest = self.buf.partition(b"\r\n\r\n")[2]
+        data, self.buf = rest[:length], rest[length:]
+        if status != 200:
+            raise RuntimeError(f"{self.target.name} answered {status}: {data[:200]!r}")
+
+    def _recv(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise RuntimeError(f"{self.target.name} closed the connection")
+        self.buf += chunk
 
 
 def _client_loop(
@@ -121,6 +160,7 @@ def _client_loop(
     """
     conn = Conn(target)
     path = target.batch_path if n > 1 or target.kind == "ours" else target.single_path
+    template = target.template(client, n)
     while time.time() < start_at:
         time.sleep(0.001)
     end = time.perf_counter() + seconds
@@ -135,7 +175,7 @@ def _client_loop(
             if now < next_at:
                 time.sleep(next_at - now)
             next_at += interval
-        body = target.batch_body(client, seq, n) if n > 1 else target.single_body(client, seq)
+        body = template.replace(b"@SEQ@", b"%d" % seq)
         t0 = time.perf_counter()
         conn.post(path, body)
         lat.append(time.perf_counter() - t0)
