@@ -238,3 +238,33 @@ def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
     assert "interrupted: cancelling active runs" in err
     assert not processes.marked_pids(run_id)
     assert not [pid for pid in pids if processes.is_alive(pid)]
+
+
+def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
+    """apply dies with SIGKILL (no chance to clean up): its ranks keep running, and a later
+    ``mlbench cancel`` from another process still finds and stops every one of them."""
+    spec = _spec(tmp_path, "orphan", repetitions=1_000_000, max_exp=4, num_sizes=8)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlbench_tui", "apply", "-q", str(spec)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ,
+    )
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    run_id = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and run_id is None:
+        for launch in runs.glob("r-*/launch.json"):
+            if len(processes.marked_pids(launch.parent.name)) >= 3:
+                run_id = launch.parent.name
+        time.sleep(0.3)
+    proc.kill()
+    proc.wait(10)
+    assert run_id is not None, "the run never got going"
+    pids = processes.marked_pids(run_id)
+    assert len(pids) >= 3  # the ranks outlived their apply
+    assert "state:    running" in mlbench("status", run_id).stdout
+    assert mlbench("cancel", run_id).returncode == 0
+    assert not processes.marked_pids(run_id)
+    assert not [pid for pid in pids if processes.is_alive(pid)]
+    assert "state:    cancelled" in mlbench("status", run_id).stdout
