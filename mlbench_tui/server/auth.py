@@ -111,12 +111,15 @@ class Authorizer:
 
     def write_run_token(self, token: str | None, run_id: str) -> bool | None:
         """``write_run`` for an already extracted bearer token."""
+        writer = self.store.writer
+        if writer is not None and not writer.has_run(run_id):
+            return None  # unknown run: 404 without touching the database
         if token is None:
             raise AuthError(
                 401, "missing_token", "writing needs the run's write token (Authorization: Bearer)"
             )
         if self.is_admin(token):
-            return True if self.store.writer is None or self.store.writer.has_run(run_id) else None
+            return True
         ok = self.store.check_run_token(run_id, token)
         if ok is None or ok:
             return ok
