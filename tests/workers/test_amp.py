@@ -27,6 +27,11 @@ def _step(
 
 
 def test_scaler_takes_the_tasks_parameters() -> None:
+    from mlbench_tui.spec.tasks import TASKS
+
+    assert {k: TASKS["4a"].defaults[k] for k in GNMT_HP} == GNMT_HP  # the catalog's 4a loss scaling
+    transformer = make_scaler(dict(TASKS["4b"].defaults), "amp", CPU)
+    assert transformer.get_scale() == 128.0 and transformer.get_growth_interval() == 2000
     scaler = make_scaler(GNMT_HP, "fp16", CPU)
     assert scaler.is_enabled()
     assert scaler.get_scale() == 1024.0
