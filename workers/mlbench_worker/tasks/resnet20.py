@@ -4,7 +4,9 @@ Per ANCHORS/MLBench: batch 128 per worker; LR 0.02 scaled to 0.02*k with a linea
 warm-up over log2(k) epochs, then reduce-on-plateau of the validation loss (patience 2, factor
 0.5); SGD momentum 0.9, nesterov, weight decay 1e-4; cross-entropy; gradients averaged with
 all-reduce over the whole model (CentralizedSGD); disjoint data per worker. Options:
-``channels_last``; precision ``bf16`` autocast on CPU or GPU, ``fp16``/``amp`` on GPU.
+``channels_last``; precision ``bf16`` autocast on CPU or GPU, ``fp16``/``amp`` on GPU;
+``overlap_comm`` (off, as in MLBench, so ``agg`` is the whole all-reduce) starts bucket
+all-reduces during backward like DDP, and ``agg`` then measures only the exposed communication.
 Synthetic data options: ``train_samples`` (4096: with 2 ranks and batch 128 the light goal
 comes after ~3 epochs, ~48 steps, once BatchNorm's running statistics have settled),
 ``val_samples`` (512), ``noise`` (48.0), ``seed`` (0). ``download`` caches in ``data.path``
