@@ -17,15 +17,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from textual.message import Message
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail
-from mlbench_tui.tui.messages import ConnectionChanged, Point, RunBatch, RunChanged, RunGone, RunsUpdated
+from mlbench_tui.tui.messages import (
+    ConnectionChanged,
+    RunBatch,
+    RunChanged,
+    RunGone,
+    RunsUpdated,
+    SeriesDelta,
+)
 
 CHART_POINTS = 2000  # buckets per series fetched when a run screen opens (min/max kept)
+COMPACT_ABOVE = 64  # a series delta longer than this is sent to the screen as buckets...
+COMPACT_BUCKETS = 16  # ...this many per update (min/max/last kept): UI work stays flat under load
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 5.0)
 QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepalives are every 15 s)
 
@@ -84,6 +93,32 @@ def sleep_until(deadline: float, cancelled: Cancelled, wake: threading.Event | N
                 return
         else:
             time.sleep(min(left, 0.1))
+
+
+def compact(delta: SeriesDelta, buckets: int) -> SeriesDelta:
+    """``delta`` as ``buckets`` equal-count buckets: last step/epoch/time/value, and min/max.
+
+    A run reporting thousands of points per second then costs the screen the same as a slow one;
+    the extremes survive, so a spike still shows on the chart.
+    """
+    n = len(delta)
+    out = SeriesDelta(delta.name, delta.rank, mins=[], maxs=[])
+    assert out.mins is not None and out.maxs is not None
+    values = delta.values
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if hi <= lo:
+            continue
+        raw = values[lo:hi]
+        chunk = [v for v in raw if v is not None] if None in raw else cast("list[float]", raw)
+        last = hi - 1
+        out.steps.append(delta.steps[last])
+        out.epochs.append(delta.epochs[last])
+        out.ts.append(delta.ts[last])
+        out.values.append(values[last])
+        out.mins.append(min(chunk) if chunk else None)
+        out.maxs.append(max(chunk) if chunk else None)
+    return out
 
 
 class RunsFeed:
@@ -250,6 +285,7 @@ class RunFeed:
         self.cursors = {"metrics": 0, "logs": 0, "events": 0}
         self.wake = threading.Event()
         self._loaded = False
+        self.loads = 0  # how many times the run was (re)loaded: 1 plus resyncs and reconnects
 
     def run(self, cancelled: Cancelled) -> None:
         backoff = Backoff()
@@ -279,20 +315,16 @@ class RunFeed:
 
     def _load(self, client: Any) -> None:
         """The first batch: the run, metric names, every series downsampled (later: only the run)."""
+        self.loads += 1
         batch = RunBatch(initial=not self._loaded)
         batch.run = client.get_run(self.run_id)
         batch.names = client.metric_names(self.run_id)
         if not self._loaded:
             page = client.metrics(self.run_id, points=self.chart_points)
             self.cursors["metrics"] = page.cursor
-            for s in page.series:
-                mins = s.min or s.value
-                maxs = s.max or s.value
-                batch.points.extend(
-                    Point(s.name, s.rank, step, epoch, t, value, lo, hi)
-                    for step, epoch, t, value, lo, hi in zip(
-                        s.step, s.epoch, s.t, s.value, mins, maxs, strict=True
-                    )
+            for m in page.series:
+                batch.series[(m.name, m.rank)] = SeriesDelta(
+                    m.name, m.rank, list(m.step), list(m.epoch), list(m.t), list(m.value), m.min, m.max
                 )
         self.post(RunChanged(self.run_id, batch))
         self._loaded = True
@@ -340,6 +372,9 @@ class RunFeed:
 
     def _flush(self, batch: RunBatch) -> None:
         if not batch.is_empty():
+            for key, delta in batch.series.items():
+                if len(delta) > COMPACT_ABOVE:
+                    batch.series[key] = compact(delta, COMPACT_BUCKETS)
             self.post(RunChanged(self.run_id, batch))
 
     def _apply(self, event: Any, batch: RunBatch) -> bool:
@@ -350,17 +385,16 @@ class RunFeed:
         elif kind == "rank":
             batch.ranks.append(RankInfo.model_validate(data))
         elif kind == "metrics":
+            series = batch.series
             for p in data.get("points", ()):
-                batch.points.append(
-                    Point(
-                        p["name"],
-                        int(p["rank"]),
-                        p.get("step"),
-                        p.get("epoch"),
-                        float(p["t"]),
-                        p.get("value"),
-                    )
-                )
+                key = (p["name"], p["rank"])
+                delta = series.get(key)
+                if delta is None:
+                    delta = series[key] = SeriesDelta(p["name"], int(p["rank"]))
+                delta.steps.append(p.get("step"))
+                delta.epochs.append(p.get("epoch"))
+                delta.ts.append(p["t"])
+                delta.values.append(p.get("value"))
             self.cursors["metrics"] = max(self.cursors["metrics"], int(data.get("cursor") or 0))
         elif kind == "logs":
             batch.lines.extend(LogLineOut.model_validate(line) for line in data.get("lines", ()))
@@ -373,3 +407,20 @@ class RunFeed:
         elif kind == "resync":
             raise _Resync()
         return False
+
+
+def fetch_history(
+    address: ServerAddress, run_id: str, names: list[str], points: int = CHART_POINTS
+) -> RunBatch:
+    """Every point so far of ``names``, downsampled to ``points`` buckets per series (for new charts)."""
+    client = address.client()
+    try:
+        page = client.metrics(run_id, names, points=points)
+    finally:
+        client.close()
+    batch = RunBatch()
+    for m in page.series:
+        batch.series[(m.name, m.rank)] = SeriesDelta(
+            m.name, m.rank, list(m.step), list(m.epoch), list(m.t), list(m.value), m.min, m.max
+        )
+    return batch

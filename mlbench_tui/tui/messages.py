@@ -15,18 +15,54 @@ from textual.message import Message
 from mlbench_tui.store.api_models import EventOut, LogLineOut, MetricName, RankInfo, RunDetail, RunInfo
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One metric value (or one downsampled bucket, with its min and max) of one rank."""
+@dataclass(slots=True)
+class SeriesDelta:
+    """New points of one metric of one rank, as columns (no object per point: this is the hot path).
+
+    ``mins``/``maxs`` are set when the points are downsampled buckets (spikes kept)."""
 
     name: str
     rank: int
-    step: int | None
-    epoch: float | None
-    t: float
-    value: float | None
-    vmin: float | None = None
-    vmax: float | None = None
+    steps: list[int | None] = field(default_factory=list)
+    epochs: list[float | None] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+    mins: list[float | None] | None = None
+    maxs: list[float | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def last(self) -> tuple[int | None, float | None, float | None]:
+        """(last step, last epoch, last finite value) seen in this delta."""
+        value = next((v for v in reversed(self.values) if v is not None), None)
+        step = next((s for s in reversed(self.steps) if s is not None), None)
+        epoch = next((e for e in reversed(self.epochs) if e is not None), None)
+        return step, epoch, value
+
+    def xy(self) -> list[tuple[float, float]]:
+        """Chart points: x is the step (else the epoch, else the time); buckets add min and max."""
+        out: list[tuple[float, float]] = []
+        mins, maxs = self.mins, self.maxs
+        for i, value in enumerate(self.values):
+            if value is None:
+                continue
+            step = self.steps[i]
+            x = (
+                float(step)
+                if step is not None
+                else self.epochs[i]
+                if self.epochs[i] is not None
+                else self.ts[i]
+            )
+            assert x is not None
+            if mins is not None and maxs is not None:
+                lo, hi = mins[i], maxs[i]
+                if lo is not None and hi is not None and lo != hi:
+                    out.append((x, lo))
+                    out.append((x, hi))
+            out.append((x, value))
+        return out
 
 
 class RunsUpdated(Message):
@@ -44,17 +80,24 @@ class RunBatch:
 
     run: RunDetail | None = None
     ranks: list[RankInfo] = field(default_factory=list)
-    points: list[Point] = field(default_factory=list)
+    series: dict[tuple[str, int], SeriesDelta] = field(default_factory=dict)
     lines: list[LogLineOut] = field(default_factory=list)
     events: list[EventOut] = field(default_factory=list)
     names: list[MetricName] | None = None
     initial: bool = False  # the first batch after opening (or after a resync): replaces, not appends
 
+    def delta(self, name: str, rank: int) -> SeriesDelta:
+        key = (name, rank)
+        found = self.series.get(key)
+        if found is None:
+            found = self.series[key] = SeriesDelta(name, rank)
+        return found
+
     def is_empty(self) -> bool:
         return (
             self.run is None
             and not self.ranks
-            and not self.points
+            and not self.series
             and not self.lines
             and not self.events
             and self.names is None

@@ -7,7 +7,6 @@ per-rank views, goal metric points, environment and failures. Widgets get the de
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,9 +23,9 @@ from textual.worker import get_current_worker
 
 from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
 from mlbench_tui.tui.actions import bindings
-from mlbench_tui.tui.feed import RunFeed
+from mlbench_tui.tui.feed import RunFeed, fetch_history
 from mlbench_tui.tui.goal import format_duration, goal_label, goal_status
-from mlbench_tui.tui.messages import Point, RunChanged, RunGone
+from mlbench_tui.tui.messages import RunChanged, RunGone, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
@@ -34,12 +33,12 @@ from mlbench_tui.tui.widgets.goal_progress import GoalProgress
 from mlbench_tui.tui.widgets.log_view import LogEntry, LogView
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.rank_table import RankTable, RankView
+from mlbench_tui.tui.widgets.status_line import StatusLine
 
 if TYPE_CHECKING:
     from mlbench_tui.tui.app import MlbenchApp
 
 MAX_RANK_SERIES = 6
-HISTORY_PER_METRIC = 50_000
 TOTALS = {
     "time_compute": "compute",
     "time_communication": "comm",
@@ -57,14 +56,6 @@ def default_charts(task: str, goal_metric: str | None) -> list[str]:
         charts.append(goal_metric)
     charts.append("step_time")
     return charts
-
-
-def chart_x(point: Point) -> float | None:
-    if point.step is not None:
-        return float(point.step)
-    if point.epoch is not None:
-        return float(point.epoch)
-    return point.t
 
 
 class RunDetailScreen(Screen[None]):
@@ -88,16 +79,15 @@ class RunDetailScreen(Screen[None]):
         self.stop: dict[str, Any] | None = None
         self.feed: RunFeed | None = None
         self.gone = False
-        # Recent points per metric, replayed into a chart added later (metric picker).
-        self._history: dict[str, deque[Point]] = {}
         self._metric_ranks: dict[str, set[int]] = {}
+        self._charts_built = False
 
     @property
     def mlbench(self) -> MlbenchApp:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
+        yield StatusLine(id="title")
         yield ConnectionBanner(id="banner")
         yield GoalProgress(id="goal")
         with TabbedContent(id="tabs", initial="overview"):
@@ -152,15 +142,15 @@ class RunDetailScreen(Screen[None]):
             view.host = rank.host or rank.pod or view.host
         if batch.names is not None:
             self.metric_names = batch.names
-        if batch.points:
-            self._add_points(batch.points)
+        if batch.series:
+            self._add_series(batch.series.values())
         if batch.events:
             self._add_events(batch.events)
         if batch.lines:
             self.query_one(LogView).add_lines(
                 LogEntry(line.rank, line.stream, line.t, line.text) for line in batch.lines
             )
-        if batch.run is not None or batch.ranks or batch.points:
+        if batch.run is not None or batch.ranks or batch.series:
             self.query_one(RankTable).update_ranks(list(self.ranks.values()))
         self._update_goal()
         if batch.run is not None or batch.events:
@@ -185,51 +175,40 @@ class RunDetailScreen(Screen[None]):
             self._build_charts()
         self._update_title()
 
-    def _add_points(self, points: Iterable[Point]) -> None:
+    def _add_series(self, deltas: Iterable[SeriesDelta], *, charts_only: bool = False) -> None:
+        """Fold new points in: O(series) for rank views and goal, O(points) only for charts."""
         goal_metric = str((self.run.goal or {}).get("metric", "")) if self.run else ""
-        per_chart: dict[tuple[str, int], list[tuple[float, float]]] = {}
-        for p in points:
-            history = self._history.get(p.name)
-            if history is None:
-                history = self._history[p.name] = deque(maxlen=HISTORY_PER_METRIC)
-                self._metric_ranks[p.name] = set()
-            history.append(p)
-            self._metric_ranks[p.name].add(p.rank)
-            if p.value is None:
+        for d in deltas:
+            if not len(d):
                 continue
-            view = self.ranks.get(p.rank)
-            if view is None:
-                view = self.ranks[p.rank] = RankView(p.rank)
-            if p.name == "step_time":
-                view.step_time = p.value
-                if p.step is not None:
-                    view.step = p.step
-            elif p.name in TOTALS:
-                setattr(view, TOTALS[p.name], p.value)
-            if (
-                p.step is not None
-                and (view.step is None or p.step > view.step)
-                and not p.name.startswith("allreduce")
-            ):
-                view.step = p.step
-            if p.epoch is not None and (view.epoch is None or p.epoch > view.epoch):
-                view.epoch = p.epoch
-            if p.name == goal_metric:
-                if self.goal_rank is None:
-                    self.goal_rank = p.rank
-                if p.rank == self.goal_rank:
-                    self.goal_points.append((p.t, p.value))
-            if p.name in self.chart_metrics and (p.name == "step_time" or p.rank == self._chart_rank(p.name)):
-                x = chart_x(p)
-                if x is None:
-                    continue
-                pts = per_chart.setdefault((p.name, p.rank), [])
-                if p.vmin is not None and p.vmax is not None and p.vmin != p.vmax:
-                    pts.append((x, p.vmin))
-                    pts.append((x, p.vmax))
-                pts.append((x, p.value))
-        for (name, rank), pts in per_chart.items():
-            self._chart_points(name, rank, pts)
+            self._metric_ranks.setdefault(d.name, set()).add(d.rank)
+            if not charts_only:
+                view = self.ranks.get(d.rank)
+                if view is None:
+                    view = self.ranks[d.rank] = RankView(d.rank)
+                step, epoch, value = d.last()
+                if value is not None:
+                    if d.name == "step_time":
+                        view.step_time = value
+                    elif d.name in TOTALS:
+                        setattr(view, TOTALS[d.name], value)
+                if (
+                    step is not None
+                    and not d.name.startswith("allreduce")
+                    and (view.step is None or step > view.step)
+                ):
+                    view.step = step
+                if epoch is not None and (view.epoch is None or epoch > view.epoch):
+                    view.epoch = epoch
+                if d.name == goal_metric:
+                    if self.goal_rank is None:
+                        self.goal_rank = d.rank
+                    if d.rank == self.goal_rank:
+                        self.goal_points.extend(
+                            (t, v) for t, v in zip(d.ts, d.values, strict=True) if v is not None
+                        )
+            if d.name in self.chart_metrics and (d.name == "step_time" or d.rank == self._chart_rank(d.name)):
+                self._chart_points(d.name, d.rank, d.xy())
 
     def _chart_rank(self, name: str) -> int:
         """Charts show rank 0 (global metrics are equal on every rank), or the lowest rank seen."""
@@ -274,22 +253,19 @@ class RunDetailScreen(Screen[None]):
             charts.append(chart)
         grid.mount_all(charts)
         grid.styles.grid_size_rows = max(1, math.ceil(len(charts) / 2))
-        # Replay what we already have for these metrics.
-        replay = [p for name in self.chart_metrics for p in self._history.get(name, ())]
-        if replay:
-            self.call_after_refresh(self._replay, replay)
+        if self.run is not None and self._charts_built:
+            self._load_history(list(self.chart_metrics))
+        self._charts_built = True
 
-    def _replay(self, points: list[Point]) -> None:
-        per_chart: dict[tuple[str, int], list[tuple[float, float]]] = {}
-        for p in points:
-            if p.value is None or not (p.name == "step_time" or p.rank == self._chart_rank(p.name)):
-                continue
-            x = chart_x(p)
-            if x is not None:
-                per_chart.setdefault((p.name, p.rank), []).append((x, p.value))
-        for (name, rank), pts in per_chart.items():
-            pts.sort(key=lambda xy: xy[0])
-            self._chart_points(name, rank, pts)
+    @work(thread=True, exclusive=True, group="chart-history", exit_on_error=False)
+    def _load_history(self, names: list[str]) -> None:
+        """New charts start with the run's whole history (downsampled by the server)."""
+        try:
+            batch = fetch_history(self.mlbench.address, self.run_id, names)
+        except Exception as exc:
+            self.app.call_from_thread(self.notify, f"cannot load chart history: {exc}", severity="warning")
+            return
+        self.app.call_from_thread(self._add_series, list(batch.series.values()), charts_only=True)
 
     # -- painting ---------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -309,7 +285,7 @@ class RunDetailScreen(Screen[None]):
         status = goal_status(self.run.goal, self.goal_points)
         result = self.run.result or {}
         tta = result.get("time_to_accuracy_s")
-        self.query_one(GoalProgress).show(
+        self.query_one(GoalProgress).show_goal(
             status,
             state=str(getattr(self.run.state, "value", self.run.state)),
             elapsed_s=self._elapsed(),
@@ -331,7 +307,7 @@ class RunDetailScreen(Screen[None]):
             )
         if self.gone:
             title.append("   (deleted)", style="bold red")
-        self.query_one("#title", Static).update(title)
+        self.query_one("#title", StatusLine).show(title)
 
     def _update_overview(self) -> None:
         if self.run is None:
@@ -361,7 +337,7 @@ class RunDetailScreen(Screen[None]):
     def action_pick_metrics(self) -> None:
         from mlbench_tui.tui.screens.metric_picker import MetricPickerScreen
 
-        names = sorted({m.name for m in self.metric_names} | set(self._history))
+        names = sorted({m.name for m in self.metric_names} | set(self._metric_ranks))
 
         def picked(chosen: list[str] | None) -> None:
             if chosen is not None and chosen != self.chart_metrics:

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input
 from textual.worker import get_current_worker
 
 from mlbench_tui.store.api_models import RunInfo
@@ -20,6 +20,7 @@ from mlbench_tui.tui.rows import SORT_KEYS, STATES, RunRow, run_row, sort_rows
 from mlbench_tui.tui.screens import run_commands
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.runs_table import RunsTable
+from mlbench_tui.tui.widgets.status_line import StatusLine
 
 if TYPE_CHECKING:
     from mlbench_tui.tui.app import MlbenchApp
@@ -49,10 +50,10 @@ class RunsScreen(Screen[None]):
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
+        yield StatusLine(id="title")
         yield ConnectionBanner(id="banner")
         yield Input(placeholder="filter runs: words match name, spec, task, backend, state", id="filter")
-        yield Static(id="runs-status")
+        yield StatusLine(id="runs-status")
         yield RunsTable(id="runs")
         yield Footer()
 
@@ -112,7 +113,7 @@ class RunsScreen(Screen[None]):
         if running:
             title.append(f"  ({running} running)", style="green")
         title.append(f"   {self.mlbench.server_url}", style="grey50")
-        self.query_one("#title", Static).update(title)
+        self.query_one("#title", StatusLine).show(title)
 
     def _update_status(self) -> None:
         status = Text()
@@ -126,7 +127,7 @@ class RunsScreen(Screen[None]):
             status.append("   no run matches the filters (esc clears them)", style="yellow")
         elif not self.loaded:
             status.append("   loading…", style="grey50")
-        self.query_one("#runs-status", Static).update(status)
+        self.query_one("#runs-status", StatusLine).show(status)
 
     # -- filter input -----------------------------------------------------------------------
     @on(Input.Changed, "#filter")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from mlbench_tui.tui.goal import GoalStatus, format_duration
 from mlbench_tui.tui.widgets.bars import progress_bar
+from mlbench_tui.tui.widgets.status_line import StatusLine
 
 
 def goal_text(
@@ -34,9 +34,9 @@ def goal_text(
             text.append("  latest ", style="grey50")
             text.append(f"{status.latest:.4g}")
         if status.reached:
-            text.append("   ✔ goal reached", style="bold green")
+            text.append("   ✔ reached", style="bold green")
             if time_to_goal_s is not None:
-                text.append(f" in {format_duration(time_to_goal_s)} of training", style="green")
+                text.append(f" in {format_duration(time_to_goal_s)} training", style="green")
     text.append("   elapsed ", style="grey50")
     text.append(format_duration(elapsed_s))
     if status is not None and not status.reached and state in ("running", "pending"):
@@ -45,10 +45,10 @@ def goal_text(
     return text
 
 
-class GoalProgress(Static):
-    """Shows ``goal_text``; the run screen calls ``show`` whenever the run or its goal metric moves."""
+class GoalProgress(StatusLine):
+    """Shows ``goal_text``; the run screen calls ``show_goal`` whenever the run or its goal metric moves."""
 
-    def show(
+    def show_goal(
         self,
         status: GoalStatus | None,
         *,
@@ -56,7 +56,7 @@ class GoalProgress(Static):
         elapsed_s: float | None,
         time_to_goal_s: float | None = None,
     ) -> None:
-        width = max(10, min(40, (self.size.width or 100) // 4))
-        self.update(
+        width = max(10, min(30, (self.size.width or 100) // 5))
+        self.show(
             goal_text(status, state=state, elapsed_s=elapsed_s, time_to_goal_s=time_to_goal_s, width=width)
         )

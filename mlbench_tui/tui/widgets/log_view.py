@@ -17,7 +17,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.reactive import reactive
-from textual.widgets import RichLog, Static
+from textual.widgets import RichLog
+
+from mlbench_tui.tui.widgets.status_line import StatusLine
 
 MAX_LINES = 20_000
 RANK_STYLES = ("cyan", "magenta", "green", "yellow", "dodger_blue1", "orchid", "spring_green1", "orange1")
@@ -61,7 +63,7 @@ class LogView(Vertical):
         self.shown = 0  # lines currently written to the RichLog
 
     def compose(self) -> ComposeResult:
-        yield Static(id="log-status")
+        yield StatusLine(id="log-status")
         yield RichLog(max_lines=MAX_LINES, wrap=False, auto_scroll=True, id="log")
 
     def on_mount(self) -> None:
@@ -185,4 +187,4 @@ class LogView(Vertical):
         status.append("   wrap: ", style="bold")
         status.append("on" if self.wrap else "off")
         status.append(f"   {self.shown}/{len(self.entries)} lines", style="grey50")
-        self.query_one("#log-status", Static).update(status)
+        self.query_one("#log-status", StatusLine).show(status)
