@@ -15,4 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "task_steps": "benchmarks.task_steps",
     "powersgd": "benchmarks.powersgd",
     "translation": "benchmarks.translation",
+    "tui_chart": "benchmarks.tui_chart",
+    "tui_ingest": "benchmarks.tui_ingest",
+    "tui_startup": "benchmarks.tui_startup",
 }
