@@ -69,40 +69,50 @@ def comm_dtype(comm: Comm, precision: str) -> torch.dtype:
 
 
 class ReducedPrecisionAllReduce(Aggregator):
-    """Average fp32 gradients over ranks through one flat buffer of ``dtype`` (by model)."""
+    """Average fp32 gradients over ranks through one flat buffer of ``dtype`` (by model).
+
+    Like ``ByModelAllReduce``, every ``p.grad`` is a view of one flat fp32 tensor, so backward
+    accumulates straight into it and the step is three vectorised passes (scale, cast, cast
+    back) around a single all-reduce, with no per-parameter copies.
+    """
 
     def __init__(self, comm: Comm, params: Sequence[torch.nn.Parameter], *, dtype: torch.dtype) -> None:
         super().__init__(comm, params)
+        if any(p.dtype != torch.float32 for p in self.params):
+            raise TypeError("reduced-precision all-reduce expects fp32 parameters (autocast keeps them fp32)")
         self.dtype = dtype
         total = sum(p.numel() for p in self.params)
         device = self.params[0].device if self.params else torch.device("cpu")
+        self.flat = torch.zeros(total, dtype=torch.float32, device=device)
         self.buffer = torch.zeros(total, dtype=dtype, device=device)
+        self._views: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        offset = 0
+        for p in self.params:
+            view = self.flat[offset : offset + p.numel()].view_as(p)
+            if p.grad is not None:
+                view.copy_(p.grad)
+            p.grad = view
+            self._views.append((p, view))
+            offset += p.numel()
+
+    def _rebind(self) -> None:
+        for p, view in self._views:
+            if p.grad is not view:
+                if p.grad is None:
+                    view.zero_()
+                else:
+                    view.copy_(p.grad)
+                p.grad = view
 
     def aggregate(self) -> None:
+        self._rebind()
         if self.comm.world_size == 1:
             return
-        scale = 1.0 / self.comm.world_size
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            chunk = self.buffer[offset : offset + n]
-            if p.grad is None:
-                chunk.zero_()
-            else:
-                chunk.copy_(p.grad.reshape(-1).mul(scale))
-            offset += n
+        self.flat.mul_(1.0 / self.comm.world_size)  # pre-divide: the low-precision sum cannot overflow
+        self.buffer.copy_(self.flat)
         self.comm.all_reduce(self.buffer, "sum")
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            values = self.buffer[offset : offset + n].view_as(p)
-            if p.grad is None:
-                p.grad = values.to(p.dtype)
-            else:
-                p.grad.copy_(values)
-            offset += n
+        self.flat.copy_(self.buffer)
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            if p.grad is not None:
-                p.grad.zero_()
+        self._rebind()
+        self.flat.zero_()
