@@ -132,6 +132,7 @@ class RunsFeed:
         self.status = status
         self.interval = interval
         self.wake = threading.Event()
+        self.paused = threading.Event()  # set while nobody looks at the run list (another screen on top)
         self._goal_points: dict[str, list[tuple[float, float]]] = {}
         self._goal_cursor: dict[str, int] = {}
         self._finished: set[str] = set()
@@ -142,6 +143,9 @@ class RunsFeed:
         connected: bool | None = None
         try:
             while not cancelled():
+                if self.paused.is_set():
+                    sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
+                    continue
                 try:
                     runs = client.list_runs()
                     if connected:  # the first list is painted before any per-run request

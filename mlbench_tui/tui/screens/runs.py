@@ -78,6 +78,18 @@ class RunsScreen(Screen[None]):
         if self.feed is not None:
             self.feed.wake.set()
 
+    def on_screen_suspend(self) -> None:
+        """Another screen covers the list: stop polling (its own feed keeps the view live).
+
+        Not while the store is empty: the first-run screen waits on this list for the first run."""
+        if self.feed is not None and self.runs:
+            self.feed.paused.set()
+
+    def on_screen_resume(self) -> None:
+        if self.feed is not None and self.feed.paused.is_set():
+            self.feed.paused.clear()
+            self.feed.wake.set()
+
     def on_runs_updated(self, message: RunsUpdated) -> None:
         self.runs = {r.id: r for r in message.runs}
         self.goal_points = message.goal_points
