@@ -1,4 +1,5 @@
-"""The Comm layer gives the same answers on torch.distributed (gloo) and mpi4py (Open MPI)."""
+"""The Comm layer gives the same answers on torch.distributed (gloo) and mpi4py (Open MPI); gradient
+averaging (blocking or overlapped) and collective stop decisions work on both."""
 
 from __future__ import annotations
 
@@ -62,6 +63,15 @@ for g in mean:
     comm.all_reduce(g, "avg")
 out["overlap_equal"] = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[True], grads[False]))
 out["mean_equal"] = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[True], mean))
+# stop decisions are rank 0's on every rank, even when clocks and local values disagree
+import time
+from mlbench_worker.config import GoalConfig
+from mlbench_worker.goals import StopController
+start = time.time() - (100 if r == 1 else 0)  # rank 1's clock says the budget is spent
+stop = StopController(comm, GoalConfig("val_global_Prec@1", 70.0), 50.0, start=start)
+out["decisions"] = [int(stop.decide()), int(stop.decide({"val_global_Prec@1": 80.0 if r == 1 else 60.0}))]
+rank0 = StopController(comm, GoalConfig("val_global_Prec@1", 70.0), None)
+out["decisions"].append(int(rank0.decide({"val_global_Prec@1": 75.0 if r == 0 else 10.0})))
 comm.barrier()
 with open(f"{sys.argv[1]}/rank{r}.json", "w") as fh:
     json.dump(out, fh)
@@ -92,6 +102,7 @@ def test_collectives_agree_across_backends(backend: str, tmp_path: Path) -> None
         assert out["fp16"] is (backend == "gloo")  # MLBench skipped fp16 on MPI too
         assert out["buckets_True"] == out["buckets_False"] > 1
         assert out["overlap_equal"] and out["mean_equal"]
+        assert out["decisions"] == [0, 0, 1]  # CONTINUE, CONTINUE, GOAL: rank 0's view everywhere
         assert (
             out["started_in_backward_True"] == out["buckets_True"] and out["started_in_backward_False"] == 0
         )
