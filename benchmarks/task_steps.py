@@ -106,7 +106,7 @@ def bench_logreg(args: argparse.Namespace) -> None:
     batch, l2, lr = 128, 2.5e-6, 4.0
     ctx = _context(
         "2a",
-        {"batch_size": batch, "lr": lr * 2, "base_lr": lr, "l2": l2},
+        {"batch_size": batch, "lr": lr * 2, "base_lr": lr, "l2": l2, "overlap_comm": args.overlap},
         {"source": "synthetic", "options": {"train_samples": 8192, "val_samples": 64}},
     )
     ours = LogRegTrainer(ctx)
@@ -169,7 +169,7 @@ def bench_awd(args: argparse.Namespace) -> None:
     tokens = batch * (bptt * 4 + 2) * 2
     ctx = _context(
         "3a",
-        {"batch_size": batch, "lr": 30.0, "base_lr": 30.0},
+        {"batch_size": batch, "lr": 30.0, "base_lr": 30.0, "overlap_comm": args.overlap},
         {"source": "synthetic", "options": {"train_tokens": tokens, "val_tokens": 100, "vocab_size": vocab}},
     )
     ours = AWDLSTMTrainer(ctx)
@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ranks", type=int, default=2, help="gloo ranks (1 isolates compute from communication)"
     )
+    parser.add_argument(
+        "--overlap", action="store_true", help="ours: overlap_comm (bucket all-reduces in backward)"
+    )
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank_worker:
@@ -277,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.executable, str(Path(__file__).resolve()), "--rank-worker", "--task", args.task,
         "--rounds", str(args.rounds), "--steps", str(args.steps), "--threads", str(args.threads),
         "--awd-batch", str(args.awd_batch), "--awd-vocab", str(args.awd_vocab),
+        *(["--overlap"] if args.overlap else []),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     return subprocess.run(argv_rank, env=env, check=False).returncode

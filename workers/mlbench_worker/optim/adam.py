@@ -35,5 +35,8 @@ def centralized_adam(
     options: dict[str, Any] = {}
     if hp.get("bucket_mb"):
         options["bucket_mb"] = float(hp["bucket_mb"])
-    aggregator = make_aggregator(str(hp.get("aggregation", "by_model")), comm, plist, **options)
+    aggregation = str(hp.get("aggregation", "by_model"))
+    if aggregation == "by_model" and hp.get("overlap_comm"):
+        options["overlap"] = True  # all-reduce buckets during backward (one backward per step)
+    aggregator = make_aggregator(aggregation, comm, plist, **options)
     return CentralizedOptimizer(adam, aggregator)
