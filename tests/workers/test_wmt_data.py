@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -204,3 +205,47 @@ def test_mlbench_data_prepare_reports_a_corrupt_download_without_a_traceback(tmp
     )
     assert proc.returncode != 0
     assert "197785698" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path) -> None:
+    import torch
+    from mlbench_worker.comm import SingleComm
+    from mlbench_worker.config import parse_config
+    from mlbench_worker.context import Rendezvous, RunContext
+    from mlbench_worker.tasks import transformer
+    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.translation.trainer import TranslationTrainer
+
+    class Quiet:
+        def metric(self, *args: object, **kw: object) -> None: ...
+        def log(self, text: str, stream: str = "stdout") -> None: ...
+        def event(self, kind: str, payload: dict[str, object]) -> None: ...
+        def flush(self, timeout: float | None = None) -> bool:
+            return True
+
+        def close(self, timeout: float = 10.0) -> None: ...
+
+    config = parse_config(
+        {
+            "run_id": "r",
+            "task": "4b",
+            "backend": "gloo",
+            "world_size": 1,
+            "data": {"source": "path", "path": str(prepared)},
+            "hyperparameters": {"global_batch_tokens": 400, "max_len": 30, "beam_size": 2},
+        }
+    )
+    ctx = RunContext(
+        config, Rendezvous(0, 1, 0, None, None, "single"), SingleComm(), torch.device("cpu"), Quiet()
+    )
+    # real data trains the reference model; shrink it through the task's own builder for speed
+    tiny = {"d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1}
+    task = dataclasses.replace(
+        transformer.TASK, build_model=lambda vocab, _sizes: transformer.build_model(vocab, tiny)
+    )
+    trainer = TranslationTrainer(ctx, task)
+    assert trainer.corpus.name == "wmt16" and len(trainer.test_refs) == len(trainer.test_data) <= 30
+    result = trainer.train_step(next(iter(trainer.train_batches(1))), Tracker())
+    assert float(result.loss) > 0 and result.samples > 0
+    metrics = trainer.validate()
+    assert 0.0 <= metrics["val_global_BLEU-Score"] <= 100.0 and metrics["val_global_loss"] > 0
