@@ -120,3 +120,20 @@ def test_rendezvous_from_each_launcher(env: dict[str, str], expected: tuple[int,
 def test_indexed_job_without_world_size_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="WORLD_SIZE or PET_NNODES"):
         detect_rendezvous({"JOB_COMPLETION_INDEX": "0"})
+
+
+def test_unknown_task_is_a_clean_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"run_id": "r", "task": "9z", "backend": "gloo", "world_size": 1}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlbench_worker", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert (
+        "error: this worker has no task '9z' (it has: 0a, 1a" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )

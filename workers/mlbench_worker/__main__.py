@@ -65,7 +65,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         select_device,
     )
     from mlbench_worker.fingerprint import fingerprint
-    from mlbench_worker.tasks import load_task
+    from mlbench_worker.tasks import UnknownTaskError, load_task
 
     comm: Comm | None = None
     rank = rdv.rank
@@ -102,13 +102,14 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         what = "lost a peer" if peer else "failed"
         reporter.event("run_stop", {"status": "failed", "reason": f"rank {rank} {what}: {summary}"})
         reporter.close(timeout=10.0)
-        if isinstance(exc, ConfigError):
+        user_error = isinstance(exc, (ConfigError, UnknownTaskError))
+        if user_error:
             print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         else:
             print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
         if comm is not None:
             comm.abort(1)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if user_error else 1
 
 
 def main(argv: list[str] | None = None) -> int:
