@@ -28,14 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert
+from sqlalchemy import Connection, Engine, column, create_engine, event, insert, table
 from sqlalchemy.pool import NullPool, QueuePool
 
 from mlbench_tui.errors import StoreError
 from mlbench_tui.store import migrations
-from mlbench_tui.store.tables import Event, LogLine, Metric
 
-INGEST_TABLES = {"metrics": Metric.__table__, "logs": LogLine.__table__, "events": Event.__table__}  # type: ignore[attr-defined]
+# Columns of the ingest tables in insert order. They mirror the SQLModel tables in ``tables.py``
+# (a test pins it); using Core's lightweight ``table()`` here keeps sqlmodel and the ORM out of
+# the server's import path, which is what makes ``mlbench server`` start quickly.
+INGEST_COLUMNS: dict[str, tuple[str, ...]] = {
+    "metrics": ("id", "run_id", "rank", "name", "step", "epoch", "t", "value"),
+    "logs": ("id", "run_id", "rank", "stream", "seq", "t", "text"),
+    "events": ("id", "run_id", "rank", "kind", "payload", "t"),
+}
 
 # A group transaction stops growing at this many rows or requests, to bound ack latency.
 MAX_GROUP_ROWS = 50_000
@@ -188,9 +194,10 @@ class Writer:
         )
         self.listeners: list[Callable[[list[Change]], None]] = []
         self._conn = engine.connect()
-        for kind, table in INGEST_TABLES.items():
-            self._insert_sql[kind] = str(insert(table).compile(dialect=engine.dialect))
-            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {table.name}").scalar()
+        for kind, columns in INGEST_COLUMNS.items():
+            core_table = table(kind, *(column(name) for name in columns))
+            self._insert_sql[kind] = str(insert(core_table).compile(dialect=engine.dialect))
+            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {kind}").scalar()
             self._next_id[kind] = int(top or 0) + 1
         self._conn.rollback()
         self._lock = threading.Lock()

@@ -106,3 +106,20 @@ def test_store_from_a_newer_mlbench_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StoreError, match="newer mlbench"):
         Store(path)
+
+
+def test_ingest_columns_mirror_the_table_models() -> None:
+    from mlbench_tui.store.db import INGEST_COLUMNS
+
+    by_name = {t.name: t for t in TABLES}
+    for kind, columns in INGEST_COLUMNS.items():
+        assert columns == tuple(c.name for c in by_name[kind].columns), kind
+
+
+def test_server_import_path_avoids_sqlmodel() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, mlbench_tui.server.app, mlbench_tui.server.serve; print('sqlmodel' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
