@@ -45,15 +45,24 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from mlbench_tui.tui.server_process import LocalServer, find_or_start, release
 
     local: LocalServer | None = None
+    started: list[LocalServer] = []
+    relocate = None
     if args.server:
         url = args.server.rstrip("/")
         token = args.token or os.environ.get("MLBENCH_READ_TOKEN") or os.environ.get("MLBENCH_TOKEN")
         admin = os.environ.get("MLBENCH_TOKEN")
     else:
         local = find_or_start(args.db)
+        started.append(local)
         url = local.info.url
         token = args.token or local.info.read_token or None
         admin = local.info.admin_token or None
+
+        def relocate() -> tuple[str, str | None, str | None]:
+            """The local server went away (the apply that embedded it ended): find or start one."""
+            found = find_or_start(args.db)
+            started.append(found)
+            return found.info.url, args.token or found.info.read_token or None, found.info.admin_token or None
 
     from mlbench_tui.tui.app import MlbenchApp
 
@@ -64,13 +73,15 @@ def cmd_tui(args: argparse.Namespace) -> int:
         keymap=settings.keymap,
         spec_path=specs,
         error_log=settings.paths.state_dir / "tui-errors.log",
+        relocate=relocate,
     )
     try:
         app.run()
     finally:
-        note = release(local) if local is not None else None
-        if note:
-            print(note, file=sys.stderr)
+        for server in started:
+            note = release(server)
+            if note:
+                print(note, file=sys.stderr)
     if app.fatal_message:
         print(app.fatal_message, file=sys.stderr)
         return 1

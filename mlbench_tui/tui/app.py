@@ -50,17 +50,21 @@ class MlbenchApp(App[None]):
         update_interval: float = 0.25,
         launcher: Launcher | None = None,
         error_log: Path | None = None,
+        relocate: Callable[[], tuple[str, str | None, str | None]] | None = None,
     ) -> None:
         super().__init__()
-        self.server_url = server_url.rstrip("/")
-        self.address = ServerAddress(self.server_url, token)
-        self.admin_address = ServerAddress(self.server_url, admin_token or token)
+        self._set_server(server_url, token, admin_token)
         self.user_keymap = dict(keymap or {})
         self.spec_path = spec_path
         self.clock = clock
         self.runs_interval = runs_interval
         self.update_interval = update_interval
         self.launcher = launcher or Launcher(self.server_url, admin_token or token)
+        self._own_launcher = launcher is None
+        # Local mode: how to find (or start) a server for the same store when ours goes away.
+        self.relocate = relocate
+        self._relocating = False
+        self._relocated_at = 0.0
         self.error_log = error_log
         self.resolved_keymap, self.unknown_keys = resolve_keymap(self.user_keymap)
         self.first_paint: float | None = None  # wall time the runs table was first painted with data
@@ -80,6 +84,11 @@ class MlbenchApp(App[None]):
             )
         self.push_screen(RunsScreen())
 
+    def _set_server(self, url: str, token: str | None, admin_token: str | None) -> None:
+        self.server_url = url.rstrip("/")
+        self.address = ServerAddress(self.server_url, token)
+        self.admin_address = ServerAddress(self.server_url, admin_token or token)
+
     # -- connection state -------------------------------------------------------------------
     def on_connection_changed(self, message: ConnectionChanged) -> None:
         if message.connected:
@@ -91,6 +100,38 @@ class MlbenchApp(App[None]):
             retry = f" (retry in {message.retry_in:g}s)" if message.retry_in else ""
             self.connection_detail = f"{message.detail}{retry}"
             self.connected = False
+            self._maybe_relocate()
+
+    def _maybe_relocate(self) -> None:
+        """Local mode: the server we used is gone (e.g. ``mlbench apply`` ended and took its
+        embedded server with it); find or start another on the same store, at most every 5 s."""
+        if self.relocate is None or self._relocating or time.monotonic() - self._relocated_at < 5.0:
+            return
+        self._relocating = True
+        self._relocated_at = time.monotonic()
+        relocate = self.relocate
+
+        def find() -> None:
+            try:
+                url, token, admin = relocate()
+            except Exception:
+                self.call_from_thread(self._relocated, None)
+                return
+            self.call_from_thread(self._relocated, (url, token, admin))
+
+        self.run_worker(find, thread=True, group="relocate", exit_on_error=False)
+
+    def _relocated(self, found: tuple[str, str | None, str | None] | None) -> None:
+        self._relocating = False
+        if found is None:
+            return
+        url, token, admin = found
+        if url.rstrip("/") != self.server_url:
+            self._set_server(url, token, admin)
+            if self._own_launcher:
+                self.launcher = Launcher(self.server_url, admin or token)
+            self.notify(f"switched to the local server at {self.server_url}", timeout=5)
+        self.action_refresh_now()
 
     def post_status(self, message: Message) -> None:
         """Thread-safe: feeds call this to report the connection state to the app."""

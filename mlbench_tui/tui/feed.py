@@ -40,6 +40,7 @@ QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepa
 
 Post = Callable[[Message], object]
 Cancelled = Callable[[], bool]
+AddressSource = Callable[[], "ServerAddress"]  # read at every (re)connect: the server may move
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class RunsFeed:
 
     MAX_GOAL_RUNS = 50
 
-    def __init__(self, address: ServerAddress, post: Post, status: Post, *, interval: float = 1.0) -> None:
+    def __init__(self, address: AddressSource, post: Post, status: Post, *, interval: float = 1.0) -> None:
         self.address = address
         self.post = post
         self.status = status
@@ -139,7 +140,7 @@ class RunsFeed:
 
     def run(self, cancelled: Cancelled) -> None:
         backoff = Backoff()
-        client = self.address.client()
+        client = self.address().client()
         connected: bool | None = None
         try:
             while not cancelled():
@@ -155,6 +156,8 @@ class RunsFeed:
                     connected = False
                     self.status(ConnectionChanged(False, _describe(exc), delay))
                     sleep_until(time.monotonic() + delay, cancelled, self.wake)
+                    client.close()
+                    client = self.address().client()
                     continue
                 backoff.reset()
                 if connected is not True:
@@ -272,7 +275,7 @@ class RunFeed:
 
     def __init__(
         self,
-        address: ServerAddress,
+        address: AddressSource,
         run_id: str,
         post: Post,
         status: Post,
@@ -295,14 +298,15 @@ class RunFeed:
         backoff = Backoff()
         was_down = False
         while not cancelled():
-            client = self.address.client()
+            address = self.address()
+            client = address.client()
             try:
                 self._load(client)
                 if was_down:
                     self.status(ConnectionChanged(True))
                     was_down = False
                 backoff.reset()
-                self._follow(client, cancelled)
+                self._follow(address, client, cancelled)
                 return
             except _Resync:
                 continue
@@ -333,9 +337,9 @@ class RunFeed:
         self.post(RunChanged(self.run_id, batch))
         self._loaded = True
 
-    def _follow(self, client: Any, cancelled: Cancelled) -> None:
+    def _follow(self, address: ServerAddress, client: Any, cancelled: Cancelled) -> None:
         params = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
-        reader = _StreamReader(self.address, self.run_id, params)
+        reader = _StreamReader(address, self.run_id, params)
         try:
             self._drain(reader, client, cancelled)
         finally:

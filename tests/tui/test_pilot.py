@@ -288,3 +288,26 @@ async def test_help_palette_and_keymap(server: EmbeddedServer) -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)
+
+
+async def test_local_mode_moves_to_a_new_server_when_its_server_ends(store_copy: Path) -> None:
+    first = EmbeddedServer(store_copy, record=False).start()
+    second: list[EmbeddedServer] = []
+
+    def relocate() -> tuple[str, str | None, str | None]:
+        srv = EmbeddedServer(store_copy, record=False).start()
+        second.append(srv)
+        return srv.url, srv.info.read_token, srv.info.admin_token
+
+    app = make_app(first, runs_interval=0.2, relocate=relocate)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _runs_loaded(pilot, app)
+            before = _names(app)
+            first.stop()  # e.g. the `mlbench apply` that embedded it finished
+            await wait_for(pilot, lambda: second and app.server_url == second[0].url, what="relocated")
+            await wait_for(pilot, lambda: app.connected, what="connected to the new server")
+            assert _names(app) == before
+    finally:
+        for srv in second:
+            srv.stop()

@@ -26,6 +26,7 @@ SIZE = (140, 42)
 
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

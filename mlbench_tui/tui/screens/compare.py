@@ -169,6 +169,8 @@ class CompareScreen(Screen[None]):
                     delay = backoff.next()
                     self.mlbench.post_status(ConnectionChanged(False, str(exc), delay))
                     sleep_until(time.monotonic() + delay, lambda: worker.is_cancelled)
+                    client.close()
+                    client = self.mlbench.address.client()  # the app may have found another server
                     continue
                 if backoff.attempt:
                     self.mlbench.post_status(ConnectionChanged(True))

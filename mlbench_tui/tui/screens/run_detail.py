@@ -108,7 +108,7 @@ class RunDetailScreen(Screen[None]):
         self._update_title()
         self.query_one("#log-search", Input).display = False
         self.feed = RunFeed(
-            self.mlbench.address,
+            lambda: self.mlbench.address,
             self.run_id,
             self.post_message,
             self.mlbench.post_status,

@@ -66,7 +66,9 @@ class RunsScreen(Screen[None]):
     # -- data -------------------------------------------------------------------------------
     def start_feed(self) -> None:
         app = self.mlbench
-        self.feed = RunsFeed(app.address, self.post_message, app.post_status, interval=app.runs_interval)
+        self.feed = RunsFeed(
+            lambda: app.address, self.post_message, app.post_status, interval=app.runs_interval
+        )
         self._run_feed(self.feed)
 
     @work(thread=True, exclusive=True, group="runs-feed", exit_on_error=False)
