@@ -186,6 +186,24 @@ class MlbenchApp(App[None]):
                 yield command
 
     # -- errors -----------------------------------------------------------------------------
+    def report_error(self, what: str, error: BaseException) -> None:
+        """A handler could not apply some data: keep running, say so once, log the traceback."""
+        self._log_traceback(error)
+        where = f" (details in {self.error_log})" if self.error_log is not None else ""
+        self.notify(f"{what}: {type(error).__name__}: {error}{where}", severity="error", timeout=8)
+
+    def _log_traceback(self, error: BaseException) -> bool:
+        if self.error_log is None:
+            return False
+        try:
+            self.error_log.parent.mkdir(parents=True, exist_ok=True)
+            with self.error_log.open("a", encoding="utf-8") as fh:
+                fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                fh.write("".join(traceback.format_exception(error)))
+        except OSError:
+            return False
+        return True
+
     def _handle_exception(self, error: Exception) -> None:
         """Log an unexpected error's traceback to a file and exit with a one-line message.
 
@@ -196,16 +214,7 @@ class MlbenchApp(App[None]):
         if self._exception is None:
             self._exception = error
             self._exception_event.set()
-        where = ""
-        if self.error_log is not None:
-            try:
-                self.error_log.parent.mkdir(parents=True, exist_ok=True)
-                with self.error_log.open("a", encoding="utf-8") as fh:
-                    fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-                    fh.write("".join(traceback.format_exception(error)))
-                where = f" (details in {self.error_log})"
-            except OSError:
-                pass
+        where = f" (details in {self.error_log})" if self._log_traceback(error) else ""
         self.fatal_message = (
             f"mlbench tui stopped on an internal error: {type(error).__name__}: {error}{where}"
         )

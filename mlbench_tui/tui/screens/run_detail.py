@@ -133,6 +133,12 @@ class RunDetailScreen(Screen[None]):
         self._update_title()
 
     def on_run_changed(self, message: RunChanged) -> None:
+        try:
+            self._apply_batch(message)
+        except Exception as exc:  # bad data from a server must not take the UI down
+            self.mlbench.report_error("could not show an update of this run", exc)
+
+    def _apply_batch(self, message: RunChanged) -> None:
         batch = message.batch
         if batch.run is not None:
             self._set_run(batch.run)

@@ -93,6 +93,12 @@ class RunsScreen(Screen[None]):
             self.feed.wake.set()
 
     def on_runs_updated(self, message: RunsUpdated) -> None:
+        try:
+            self._apply_runs(message)
+        except Exception as exc:  # bad data from a server must not take the UI down
+            self.mlbench.report_error("could not show the run list", exc)
+
+    def _apply_runs(self, message: RunsUpdated) -> None:
         self.runs = {r.id: r for r in message.runs}
         self.goal_points = message.goal_points
         self.marked &= set(self.runs)
