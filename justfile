@@ -6,7 +6,7 @@ default:
 
 # Create .venv and install everything for development (./dev does this for you).
 setup:
-    @echo "environment ready: $(python --version), mlbench $(mlbench --version)"
+    @echo "environment ready: $(python --version), $(mlbench --version)"
 
 # Run the quick-start benchmark end to end on local processes: 2 gloo ranks train ResNet-20 on
 # synthetic CIFAR-10 until 70% top-1, with live progress, then print the results table.
@@ -36,6 +36,7 @@ fmt:
 
 typecheck:
     mypy
+    mypy --explicit-package-bases infra
 
 # Regenerate the committed JSON Schema for specs.
 schema:
