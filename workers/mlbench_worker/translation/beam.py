@@ -70,7 +70,7 @@ def beam_search(
         cand = scores.unsqueeze(1) + logp  # (n, V)
         cand_len = torch.where(finished, lengths, torch.full_like(lengths, t + 1))
         normed = cand / length_penalty(cand_len, alpha).unsqueeze(1)
-        top_normed, top = normed.view(batch, beam * vocab).topk(beam, dim=1)
+        _, top = normed.view(batch, beam * vocab).topk(beam, dim=1)
         origin = (top // vocab) + torch.arange(batch, device=device).unsqueeze(1) * beam
         origin = origin.view(-1)
         new_tokens = (top % vocab).view(-1)
@@ -83,7 +83,6 @@ def beam_search(
             break
         state = model.reorder(state, origin)
         tokens = new_tokens
-        del top_normed
     final = (scores / length_penalty(lengths, alpha)).view(batch, beam)
     best = final.argmax(dim=1) + torch.arange(batch, device=device) * beam
     out: list[list[int]] = []
