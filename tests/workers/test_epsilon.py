@@ -100,3 +100,22 @@ def test_synthetic_is_epsilon_shaped_and_linearly_learnable() -> None:
     w = train.x[train.y == 1].mean(0) - train.x[train.y == 0].mean(0)
     accuracy = float(((val.x @ w > 0).astype(np.uint8) == val.y).mean())
     assert accuracy > 0.85
+
+
+def test_parallel_parsing_matches_serial_and_reports_the_bad_line(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    x = np.round(rng.standard_normal((1100, 6)), 4).astype(np.float32)
+    y = rng.integers(0, 2, 1100).astype(np.uint8)
+    src = tmp_path / "many.txt"
+    src.write_text(_libsvm_lines(x, y))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert epsilon.convert_libsvm(src, tmp_path / "a", "train", n_features=6, workers=1) == 1100
+    assert epsilon.convert_libsvm(src, tmp_path / "b", "train", n_features=6, workers=2) == 1100
+    for name in ("train.x.f32", "train.y.u8"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    lines = src.read_text().splitlines()
+    lines[1050] = "+1 7:0.5"
+    src.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match="line 1051: feature index outside"):
+        epsilon.convert_libsvm(src, tmp_path / "b", "train", n_features=6, workers=2)

@@ -15,10 +15,13 @@ runs without the 15 GB download.
 from __future__ import annotations
 
 import bz2
+import collections
+import itertools
 import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -36,7 +39,7 @@ REMOTES: Mapping[str, RemoteFile] = {
     "val": RemoteFile(f"{BASE_URL}/epsilon_normalized.t.bz2", "epsilon_normalized.t.bz2"),
 }
 OFFICIAL_ROWS = {"train": 400_000, "val": 100_000}
-_CHUNK_ROWS = 2048
+_CHUNK_ROWS = 512
 
 
 @dataclass(frozen=True)
@@ -81,28 +84,57 @@ def _open_text(path: Path) -> IO[str]:
     return path.open("r", encoding="ascii")
 
 
-def convert_libsvm(source: Path, out_dir: Path, split: str, n_features: int = N_FEATURES) -> int:
+def _parse_chunk(job: tuple[list[str], int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Parse consecutive lines (the first numbered ``first``) into a float32 block and labels."""
+    lines, first, n_features = job
+    block = np.zeros((len(lines), n_features), dtype=np.float32)
+    labels = np.zeros(len(lines), dtype=np.uint8)
+    filled = 0
+    for offset, line in enumerate(lines):
+        if line.strip():
+            labels[filled] = _parse_line(line, first + offset, n_features, block[filled])
+            filled += 1
+    return block[:filled], labels[:filled]
+
+
+def _chunks(text: IO[str], n_features: int) -> Iterator[tuple[list[str], int, int]]:
+    lineno = 1
+    while True:
+        lines = list(itertools.islice(text, _CHUNK_ROWS))
+        if not lines:
+            return
+        yield lines, lineno, n_features
+        lineno += len(lines)
+
+
+def _parsed(text: IO[str], n_features: int, workers: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Parsed chunks in file order; with ``workers > 1`` the float parsing (the slow part) runs in
+    a process pool with a bounded number of chunks in flight while this process decompresses."""
+    if workers <= 1:
+        yield from map(_parse_chunk, _chunks(text, n_features))
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending: collections.deque[Future[tuple[np.ndarray, np.ndarray]]] = collections.deque()
+        for job in _chunks(text, n_features):
+            pending.append(pool.submit(_parse_chunk, job))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def convert_libsvm(
+    source: Path, out_dir: Path, split: str, n_features: int = N_FEATURES, *, workers: int = 1
+) -> int:
     """Convert one LIBSVM file (plain or ``.bz2``) into ``<split>.x.f32`` / ``<split>.y.u8``; return rows."""
     x_tmp, y_tmp = out_dir / f".{split}.x.f32.part", out_dir / f".{split}.y.u8.part"
     rows = 0
-    block = np.zeros((_CHUNK_ROWS, n_features), dtype=np.float32)
-    labels = np.zeros(_CHUNK_ROWS, dtype=np.uint8)
-    filled = 0
     try:
         with _open_text(source) as text, x_tmp.open("wb") as xf, y_tmp.open("wb") as yf:
-            for lineno, line in enumerate(text, start=1):
-                if not line.strip():
-                    continue
-                labels[filled] = _parse_line(line, lineno, n_features, block[filled])
-                filled += 1
-                if filled == _CHUNK_ROWS:
-                    xf.write(block.astype("<f4", copy=False).tobytes())
-                    yf.write(labels.tobytes())
-                    rows += filled
-                    filled = 0
-            xf.write(block[:filled].astype("<f4", copy=False).tobytes())
-            yf.write(labels[:filled].tobytes())
-            rows += filled
+            for block, labels in _parsed(text, n_features, workers):
+                xf.write(block.astype("<f4", copy=False).tobytes())
+                yf.write(labels.tobytes())
+                rows += len(labels)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         x_tmp.unlink(missing_ok=True)
         y_tmp.unlink(missing_ok=True)
@@ -123,12 +155,16 @@ def is_prepared(directory: Path) -> bool:
     return (Path(directory) / "meta.json").exists()
 
 
-def prepare(directory: str | os.PathLike[str], *, force: bool = False, quiet: bool = False) -> Path:
+def prepare(
+    directory: str | os.PathLike[str], *, force: bool = False, quiet: bool = False, workers: int | None = None
+) -> Path:
     """Download (unless present and verified) and convert epsilon into ``directory``; return it.
 
     Archives already in ``directory`` are used as they are (after verification), so air-gapped
-    machines can copy the two ``.bz2`` files in by hand.
+    machines can copy the two ``.bz2`` files in by hand. Parsing uses ``workers`` processes
+    (default: the CPU count).
     """
+    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
     out = Path(directory).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     if is_prepared(out) and not force:
@@ -140,7 +176,7 @@ def prepare(directory: str | os.PathLike[str], *, force: bool = False, quiet: bo
         archive = fetch(remote, out, progress=progress)
         if not quiet:
             print(f"epsilon: converting {archive.name}", file=sys.stderr, flush=True)
-        rows = convert_libsvm(archive, out, split)
+        rows = convert_libsvm(archive, out, split, workers=workers)
         splits[split] = {"rows": rows, "source": remote.filename}
         if rows != OFFICIAL_ROWS[split] and not quiet:
             print(
