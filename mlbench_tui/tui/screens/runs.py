@@ -104,7 +104,7 @@ class RunsScreen(Screen[None]):
         self.marked &= set(self.runs)
         self.loaded = True
         self._rebuild()
-        if not self.runs and not self.first_run_shown:
+        if not self.runs and not self.first_run_shown and self.app.screen is self:
             from mlbench_tui.tui.screens.first_run import FirstRunScreen
 
             self.first_run_shown = True
