@@ -28,6 +28,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import re
 import shutil
 import socket
 import sqlite3
@@ -70,33 +71,39 @@ class Target:
     run_id: str
 
     def template(self, client: int, n: int) -> bytes:
-        """The JSON body of one call with ``@SEQ@`` where the call number goes.
+        """The JSON body of one call with ``@SEQ@`` where the call number (from 1) goes.
 
         Bodies are made by substituting the call number into a pre-encoded template, so the load
-        generator costs next to nothing and the servers, not the client, are measured. Every
-        call is distinct: ours by batch ``seq`` (the server dedupes on it), MLflow's by timestamp
-        (part of its metric key).
+        generator costs next to nothing and the servers, not the client, are measured. As in
+        training, steps grow monotonically: step = call * 1000 + i. Every call is distinct:
+        ours by batch ``seq`` (the server dedupes on it), MLflow's by timestamp and step (its key).
         """
         now = time.time()
+        steps = [f"@STEP{i:03d}@" for i in range(n)]
         if self.kind == "ours":
-            metrics = [{"name": "train_loss", "value": 0.5, "step": i, "t": now} for i in range(n)]
-            body = json.dumps({"rank": client, "seq": 123456789, "metrics": metrics})
-            return body.replace("123456789", "@SEQ@").encode()
-        if n == 1:
-            single = {
-                "run_id": self.run_id,
-                "key": f"single_{client}",
-                "value": 0.5,
-                "step": 0,
-                "timestamp": 0,
-            }
-            return json.dumps(single).replace('"timestamp": 0', '"timestamp": @SEQ@').encode()
-        metrics = [{"key": f"train_loss_{client}", "value": 0.5, "step": i, "timestamp": 0} for i in range(n)]
-        body = json.dumps({"run_id": self.run_id, "metrics": metrics})
-        return body.replace('"timestamp": 0', '"timestamp": @SEQ@').encode()
+            metrics = [{"name": "train_loss", "value": 0.5, "step": st, "t": now} for st in steps]
+            body = json.dumps({"rank": client, "seq": "@CALL@", "metrics": metrics})
+        elif n == 1:
+            body = json.dumps(
+                {
+                    "run_id": self.run_id,
+                    "key": f"single_{client}",
+                    "value": 0.5,
+                    "step": steps[0],
+                    "timestamp": "@CALL@",
+                }
+            )
+        else:
+            metrics = [
+                {"key": f"train_loss_{client}", "value": 0.5, "step": st, "timestamp": "@CALL@"}
+                for st in steps
+            ]
+            body = json.dumps({"run_id": self.run_id, "metrics": metrics})
+        body = re.sub(r'"@STEP(\d{3})@"', r"@SEQ@\1", body).replace('"@CALL@"', "@SEQ@")
+        return body.encode()
 
     def batch_body(self, client: int, seq: int, n: int) -> bytes:
-        return self.template(client, n).replace(b"@SEQ@", str(seq).encode())
+        return self.template(client, n).replace(b"@SEQ@", b"%d" % (seq + 1))
 
     def single_body(self, client: int, seq: int) -> bytes:
         return self.batch_body(client, seq, 1)
@@ -175,7 +182,7 @@ def _client_loop(
             if now < next_at:
                 time.sleep(next_at - now)
             next_at += interval
-        body = template.replace(b"@SEQ@", b"%d" % seq)
+        body = template.replace(b"@SEQ@", b"%d" % (seq + 1))
         t0 = time.perf_counter()
         conn.post(path, body)
         lat.append(time.perf_counter() - t0)

@@ -108,6 +108,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
             yield
         finally:
             if store.writer is not None:
+                await store.writer.drain()
                 store.writer.attach_loop(None)
             hub.close_all()
 

@@ -205,6 +205,8 @@ class Writer:
         self._inline_thread: int | None = None
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
+        self._commit_in_flight = False
+        self._committer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlbench-store-commit")
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -236,21 +238,91 @@ class Writer:
             self._put(job)
             return
         self._pending.append(job)
+        self._schedule_drain(loop)
+
+    def _schedule_drain(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._drain_scheduled:
             self._drain_scheduled = True
             loop.call_soon(self._drain_inline)
 
     def _drain_inline(self) -> None:
+        """Write the pending requests in the loop; the COMMIT (I/O) runs in a helper thread.
+
+        While a commit is in flight the loop keeps parsing requests into ``_pending``; they form
+        the next group as soon as the commit is done (pipelined group commit). Futures resolve
+        only after their group's commit returned.
+        """
         self._drain_scheduled = False
-        while self._pending:
-            jobs: list[_Job] = []
-            rows = 0
-            while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
-                job = self._pending.popleft()
-                jobs.append(job)
-                rows += job.size()
-            with self._lock:
-                self._run_group(jobs)
+        loop = self._inline_loop
+        if self._commit_in_flight or not self._pending or loop is None:
+            return
+        if not self._lock.acquire(blocking=False):  # the writer thread is busy with a sync job
+            loop.call_later(0.001, self._schedule_drain, loop)
+            return
+        jobs: list[_Job] = []
+        rows = 0
+        while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
+            job = self._pending.popleft()
+            jobs.append(job)
+            rows += job.size()
+        saved = (dict(self._next_id), set(self._runs))
+        results: list[tuple[Any, BaseException | None]] = []
+        changes: list[Change] = []
+        try:
+            trans = self._conn.begin()
+            try:
+                for job in jobs:
+                    results.append(self._apply(job, changes))
+            except BaseException:
+                trans.rollback()
+                raise
+        except Exception:
+            self._next_id, self._runs = saved
+            try:
+                for job in jobs:  # isolate the failing request: one transaction each
+                    self._run_group([job])
+            finally:
+                self._lock.release()
+            if self._pending:
+                self._schedule_drain(loop)
+            return
+        self._commit_in_flight = True
+        done = loop.run_in_executor(self._committer, trans.commit)
+        done.add_done_callback(lambda f: self._after_commit(f, loop, trans, jobs, results, changes, saved))
+
+    def _after_commit(
+        self,
+        done: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+        trans: Any,
+        jobs: list[_Job],
+        results: list[tuple[Any, BaseException | None]],
+        changes: list[Change],
+        saved: tuple[dict[str, int], set[str]],
+    ) -> None:
+        self._commit_in_flight = False
+        exc = done.exception()
+        try:
+            if exc is not None:
+                self._next_id, self._runs = saved
+                with contextlib.suppress(Exception):
+                    trans.rollback()
+                self._resolve(jobs, [(None, exc)] * len(jobs), self._inline_thread)
+                return
+        finally:
+            self._lock.release()
+            if self._pending:
+                self._schedule_drain(loop)
+        self._resolve(jobs, results, self._inline_thread)
+        if changes:
+            for listener in list(self.listeners):
+                with contextlib.suppress(Exception):
+                    listener(changes)
+
+    async def drain(self) -> None:
+        """Wait until the loop's pending writes are committed (server shutdown)."""
+        while self._pending or self._commit_in_flight:
+            await asyncio.sleep(0.005)
 
     def ingest(
         self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
@@ -292,6 +364,7 @@ class Writer:
         self._closed = True
         self._queue.put(_STOP)
         self._thread.join(timeout)
+        self._committer.shutdown(wait=True)
         with contextlib.suppress(Exception):
             self._conn.close()
 
