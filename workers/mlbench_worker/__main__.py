@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker.config import ConfigError, WorkerConfig, load_config
 
@@ -139,5 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     return run_rank(config, rdv, reporter)
 
 
+def end_process(status: int) -> NoReturn:
+    """Exit now; after a clean end, skip the interpreter's teardown that launchers wait on.
+
+    A clean end (status 0) has closed the reporter and the process group, so nothing is left
+    to flush; tearing down torch's modules would still take seconds per rank, which torchrun
+    and mpiexec (and the run's status) wait for.
+    """
+    if status != 0:
+        sys.exit(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

@@ -250,5 +250,11 @@ class MpiComm(Comm):
     def abort(self, code: int) -> None:
         self._comm.Abort(code)
 
+    def close(self) -> None:
+        # Explicit, so the process may end without the interpreter's teardown (mpi4py would
+        # otherwise finalize at exit); mpiexec counts a rank that never finalized as failed.
+        if not self._mpi.Is_finalized():
+            self._mpi.Finalize()
+
     def version(self) -> str:
         return self._mpi.Get_library_version().strip().splitlines()[0]
