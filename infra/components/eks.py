@@ -22,7 +22,14 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from mlbench_tui.infra.providers import BENCH_POOL_LABEL, GPU_LABEL, GPU_TAINT, SYSTEM_POOL_LABEL
+from mlbench_tui.infra.providers import (
+    BENCH_POOL_LABEL,
+    GPU_LABEL,
+    GPU_TAINT,
+    SYSTEM_POOL_LABEL,
+    BenchPoolSize,
+    ClusterConfigError,
+)
 
 CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
@@ -30,12 +37,8 @@ GPU_AMI_TYPES = ("AL2023_x86_64_NVIDIA", "AL2_x86_64_GPU", "BOTTLEROCKET_x86_64_
 CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
 
 
-class ClusterConfigError(ValueError):
-    """The component's arguments are inconsistent (bad counts, zones, sizes)."""
-
-
 @dataclass(frozen=True)
-class EksClusterArgs:
+class EksClusterArgs(BenchPoolSize):
     """Everything the EKS cluster needs; validated on construction.
 
     ``gpu_count`` is the number of GPUs the instance type has (0: a CPU benchmark pool); it
@@ -65,18 +68,7 @@ class EksClusterArgs:
     def __post_init__(self) -> None:
         if not self.cluster_name or not self.region:
             raise ClusterConfigError("cluster_name and region are required")
-        if self.node_count < 1:
-            raise ClusterConfigError(f"node_count must be at least 1 (got {self.node_count})")
-        if self.autoscaling_min < 0:
-            raise ClusterConfigError(f"min_nodes must be >= 0 (got {self.autoscaling_min})")
-        if self.autoscaling_min > self.autoscaling_max:
-            raise ClusterConfigError(
-                f"min_nodes ({self.autoscaling_min}) is greater than max_nodes ({self.autoscaling_max})"
-            )
-        if not self.autoscaling_min <= self.node_count <= self.autoscaling_max:
-            raise ClusterConfigError(
-                f"node_count {self.node_count} is outside {self.autoscaling_min}..{self.autoscaling_max}"
-            )
+        self.check_pool_size()
         if not 0 <= self.gpu_count <= 16:
             raise ClusterConfigError(f"gpu_count must be 0..16 (got {self.gpu_count})")
         if self.ami_type is not None and self.gpu_count and self.ami_type not in GPU_AMI_TYPES:
@@ -93,14 +85,6 @@ class EksClusterArgs:
         if self.disk_size_gb < 20:
             raise ClusterConfigError(f"disk_size_gb must be at least 20 (got {self.disk_size_gb})")
         ipaddress.ip_network(self.vpc_cidr)
-
-    @property
-    def autoscaling_min(self) -> int:
-        return self.node_count if self.min_nodes is None else self.min_nodes
-
-    @property
-    def autoscaling_max(self) -> int:
-        return max(self.node_count, self.autoscaling_min) if self.max_nodes is None else self.max_nodes
 
     @property
     def resolved_ami_type(self) -> str:

@@ -17,18 +17,21 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from mlbench_tui.infra.providers import BENCH_POOL_LABEL, GPU_LABEL, GPU_TAINT, SYSTEM_POOL_LABEL
+from mlbench_tui.infra.providers import (
+    BENCH_POOL_LABEL,
+    GPU_LABEL,
+    GPU_TAINT,
+    SYSTEM_POOL_LABEL,
+    BenchPoolSize,
+    ClusterConfigError,
+)
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 GPU_DRIVER_VERSIONS = ("DEFAULT", "LATEST", "INSTALLATION_DISABLED")
 
 
-class ClusterConfigError(ValueError):
-    """The component's arguments are inconsistent (bad counts, GPU spec, sizes)."""
-
-
 @dataclass(frozen=True)
-class GkeClusterArgs:
+class GkeClusterArgs(BenchPoolSize):
     """Everything the GKE cluster needs; validated on construction.
 
     ``location`` is a zone (zonal cluster) or a region (regional cluster; node counts then apply
@@ -60,18 +63,7 @@ class GkeClusterArgs:
     def __post_init__(self) -> None:
         if not self.cluster_name or not self.project or not self.location:
             raise ClusterConfigError("cluster_name, project and location are required")
-        if self.node_count < 1:
-            raise ClusterConfigError(f"node_count must be at least 1 (got {self.node_count})")
-        if self.autoscaling_min < 0:
-            raise ClusterConfigError(f"min_nodes must be >= 0 (got {self.autoscaling_min})")
-        if self.autoscaling_min > self.autoscaling_max:
-            raise ClusterConfigError(
-                f"min_nodes ({self.autoscaling_min}) is greater than max_nodes ({self.autoscaling_max})"
-            )
-        if not self.autoscaling_min <= self.node_count <= self.autoscaling_max:
-            raise ClusterConfigError(
-                f"node_count {self.node_count} is outside {self.autoscaling_min}..{self.autoscaling_max}"
-            )
+        self.check_pool_size()
         if self.accelerator_type is None and self.accelerator_count != 0:
             raise ClusterConfigError("accelerator_count needs an accelerator_type")
         if self.accelerator_type is not None and not 1 <= self.accelerator_count <= 16:
@@ -86,14 +78,6 @@ class GkeClusterArgs:
             raise ClusterConfigError(f"disk_size_gb must be at least 20 (got {self.disk_size_gb})")
         if self.system_node_count < 1:
             raise ClusterConfigError("system_node_count must be at least 1")
-
-    @property
-    def autoscaling_min(self) -> int:
-        return self.node_count if self.min_nodes is None else self.min_nodes
-
-    @property
-    def autoscaling_max(self) -> int:
-        return max(self.node_count, self.autoscaling_min) if self.max_nodes is None else self.max_nodes
 
     @property
     def region(self) -> str:

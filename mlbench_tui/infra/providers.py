@@ -277,3 +277,42 @@ GPU_TOLERATIONS: tuple[dict[str, str], ...] = (
     {"key": "mlbench.io/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
 )
+
+
+class ClusterConfigError(ValueError):
+    """A cluster program's arguments are inconsistent (bad counts, zones, GPU spec, sizes)."""
+
+
+class BenchPoolSize:
+    """The size of a cluster program's benchmark pool, mixed into its argument dataclass.
+
+    ``node_count`` nodes, or autoscaling between ``min_nodes`` and ``max_nodes`` when given
+    (each defaults to a fixed-size pool); the GKE and EKS programs read and check it alike.
+    """
+
+    node_count: int
+    min_nodes: int | None
+    max_nodes: int | None
+
+    @property
+    def autoscaling_min(self) -> int:
+        return self.node_count if self.min_nodes is None else self.min_nodes
+
+    @property
+    def autoscaling_max(self) -> int:
+        return max(self.node_count, self.autoscaling_min) if self.max_nodes is None else self.max_nodes
+
+    def check_pool_size(self) -> None:
+        """Raise ``ClusterConfigError`` unless min <= node_count <= max and node_count >= 1."""
+        if self.node_count < 1:
+            raise ClusterConfigError(f"node_count must be at least 1 (got {self.node_count})")
+        if self.autoscaling_min < 0:
+            raise ClusterConfigError(f"min_nodes must be >= 0 (got {self.autoscaling_min})")
+        if self.autoscaling_min > self.autoscaling_max:
+            raise ClusterConfigError(
+                f"min_nodes ({self.autoscaling_min}) is greater than max_nodes ({self.autoscaling_max})"
+            )
+        if not self.autoscaling_min <= self.node_count <= self.autoscaling_max:
+            raise ClusterConfigError(
+                f"node_count {self.node_count} is outside {self.autoscaling_min}..{self.autoscaling_max}"
+            )
