@@ -121,6 +121,26 @@ def _assume_role_policy(service: str) -> str:
     )
 
 
+def _service_role(
+    prefix: str,
+    service: str,
+    policies: tuple[str, ...],
+    tags: dict[str, str],
+    opts: pulumi.ResourceOptions,
+) -> tuple[aws.iam.Role, list[aws.iam.RolePolicyAttachment]]:
+    """An IAM role ``service`` may assume (``<prefix>-role``) with AWS-managed ``policies`` attached."""
+    role = aws.iam.Role(
+        f"{prefix}-role", assume_role_policy=_assume_role_policy(service), tags=tags, opts=opts
+    )
+    attachments = [
+        aws.iam.RolePolicyAttachment(
+            f"{prefix}-{policy}", role=role.name, policy_arn=f"arn:aws:iam::aws:policy/{policy}", opts=opts
+        )
+        for policy in policies
+    ]
+    return role, attachments
+
+
 def _kubeconfig(name: str, region: str, endpoint: str, ca_data: str) -> str:
     """A kubeconfig that authenticates through ``aws eks get-token`` (no static credentials)."""
     return f"""apiVersion: v1
@@ -215,36 +235,12 @@ class EksCluster(pulumi.ComponentResource):
             )
             self.subnets.append(subnet)
 
-        self.cluster_role = aws.iam.Role(
-            f"{name}-cluster-role",
-            assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
-            tags=tags,
-            opts=child,
+        self.cluster_role, self.cluster_policies = _service_role(
+            f"{name}-cluster", "eks.amazonaws.com", CLUSTER_POLICIES, tags, child
         )
-        self.cluster_policies = [
-            aws.iam.RolePolicyAttachment(
-                f"{name}-cluster-{policy}",
-                role=self.cluster_role.name,
-                policy_arn=f"arn:aws:iam::aws:policy/{policy}",
-                opts=child,
-            )
-            for policy in CLUSTER_POLICIES
-        ]
-        self.node_role = aws.iam.Role(
-            f"{name}-node-role",
-            assume_role_policy=_assume_role_policy("ec2.amazonaws.com"),
-            tags=tags,
-            opts=child,
+        self.node_role, self.node_policies = _service_role(
+            f"{name}-node", "ec2.amazonaws.com", NODE_POLICIES, tags, child
         )
-        self.node_policies = [
-            aws.iam.RolePolicyAttachment(
-                f"{name}-node-{policy}",
-                role=self.node_role.name,
-                policy_arn=f"arn:aws:iam::aws:policy/{policy}",
-                opts=child,
-            )
-            for policy in NODE_POLICIES
-        ]
 
         subnet_ids = [subnet.id for subnet in self.subnets]
         self.cluster = aws.eks.Cluster(
