@@ -326,7 +326,8 @@ class PulumiProvider:
     def check(self, request: ClusterRequest) -> list[Missing]:
         raise NotImplementedError
 
-    def stack_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
+    def cloud_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
+        """The stack config keys only this cloud's program reads (location, machine, GPU type)."""
         raise NotImplementedError
 
     def after_create(self, context: str, shape: NodeShape, progress: Progress) -> None:
@@ -347,6 +348,19 @@ class PulumiProvider:
 
     def shape(self, request: ClusterRequest) -> NodeShape:
         return resolve_shape(self.name, request.gpu, request.machine_type)
+
+    def stack_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
+        """The stack's config (Pulumi.yaml): the pool keys every program reads, then the cloud's."""
+        return {
+            "clusterName": f"mlbench-{request.name}",
+            "gpuCount": str(shape.gpu_count),
+            "nodes": str(request.nodes),
+            "minNodes": str(request.autoscaling_min),
+            "maxNodes": str(request.autoscaling_max),
+            "spot": "true" if request.spot else "false",
+            "diskSizeGb": str(request.disk_gb),
+            **self.cloud_config(request, shape),
+        }
 
     def _stack(self, stack_name: str, *, create: bool) -> Any:
         from pulumi import automation as auto
@@ -496,21 +510,14 @@ class GcpProvider(PulumiProvider):
         region, zone = gcp_location(request)
         return {"region": region, "zone": zone, "project": gcp_project(request.project)}
 
-    def stack_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
+    def cloud_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
         region, zone = gcp_location(request)
         project = gcp_project(request.project) or ""
         config = {
             "gcp:project": project,
             "project": project,
-            "clusterName": f"mlbench-{request.name}",
             "machineType": shape.machine_type,
             "gpuType": shape.accelerator or "none",
-            "gpuCount": str(shape.gpu_count),
-            "nodes": str(request.nodes),
-            "minNodes": str(request.autoscaling_min),
-            "maxNodes": str(request.autoscaling_max),
-            "spot": "true" if request.spot else "false",
-            "diskSizeGb": str(request.disk_gb),
         }
         if region:
             config["region"] = region
@@ -539,20 +546,13 @@ class AwsProvider(PulumiProvider):
     def describe(self, request: ClusterRequest) -> dict[str, str | None]:
         return {"region": aws_region(request.region), "zone": request.zone, "project": None}
 
-    def stack_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
+    def cloud_config(self, request: ClusterRequest, shape: NodeShape) -> dict[str, str]:
         region = aws_region(request.region)
         config = {
             "aws:region": region,
             "region": region,
-            "clusterName": f"mlbench-{request.name}",
             "instanceType": shape.machine_type,
             "gpuType": shape.gpu_model or "none",
-            "gpuCount": str(shape.gpu_count),
-            "nodes": str(request.nodes),
-            "minNodes": str(request.autoscaling_min),
-            "maxNodes": str(request.autoscaling_max),
-            "spot": "true" if request.spot else "false",
-            "diskSizeGb": str(request.disk_gb),
         }
         if request.zone:
             config["zone"] = request.zone
