@@ -5,8 +5,10 @@ plain PyTorch loop over the same model and batches (ratio ours/plain >= 1.0), an
 the step spent in communication (the ``agg`` phase) at 2 ranks is reported.
 
 - ours: ``TranslationTrainer.train_step``: tracker stamps for every phase, label-smoothed loss,
-  ``GradScaler`` (disabled in fp32/bf16), one flat all-reduce of the gradients (in bf16 when
-  ``--precision bf16``), clipping (4a), Adam, the capped scale update.
+  ``GradScaler`` (disabled in fp32/bf16), gradients all-reduced in fp32 buckets started during
+  backward, or with ``--precision bf16`` in one bf16 all-reduce after it, clipping (4a), Adam,
+  the capped scale update. Its communication share is the exposed ``agg`` time (what backward
+  did not hide).
 - plain: the textbook loop: ``DistributedDataParallel`` (bucketed all-reduce overlapped with
   backward, fp32), ``F.cross_entropy(label_smoothing=0.1, ignore_index=PAD)``, clipping (4a),
   Adam, ``loss.item()``; autocast to bf16 when asked.

@@ -6,8 +6,8 @@ schedule, how batches are sized and the length limits) and hands it to ``Transla
 rank (gradient accumulation) so the global batch is reached on any number of workers: each
 micro-batch's summed loss is divided by the target tokens of the whole step on this rank, so
 the accumulated gradient equals the gradient of the step's batch taken at once. Then:
-all-reduce (``agg``: fp32 buckets started during backward when there is one backward per step,
-or one fp16/bf16 all-reduce where the backend can), unscale, clip, ``GradScaler.step``
+all-reduce (``agg``: one fp16/bf16 all-reduce where the backend can; fp32 on GPU in buckets
+started during backward when there is one backward per step), unscale, clip, ``GradScaler.step``
 and the capped scale update (``opt_step``). Validation decodes this rank's share of the test set
 with beam search and sums sacrebleu's statistics over ranks: ``val_global_BLEU-Score`` is the
 corpus BLEU of the whole test set.
@@ -162,13 +162,18 @@ class TranslationTrainer(Trainer):
         )
 
     def _build_optimizer(self, hp: dict[str, Any]) -> CentralizedOptimizer:
-        """Adam on averaged gradients: fp32 buckets all-reduced during backward (one backward per
-        step, like DDP) or, in fp16/bf16 runs, one reduced-precision all-reduce after it."""
+        """Adam on averaged gradients, all-reduced in fp16/bf16 where the run and backend allow.
+
+        fp32 gradients on GPU go in 25 MB buckets started during backward (one backward per step,
+        like DDP: the host thread is idle while kernels run). On CPU the same cores would do
+        both, so one flat all-reduce after backward is as fast; ``overlap_comm`` overrides.
+        """
         self.comm_dtype = comm_dtype(self.ctx.comm, self.precision)
-        overlap = (
-            self.comm_dtype is torch.float32 and self.update_freq == 1 and bool(hp.get("overlap_comm", True))
-        )
+        wanted = bool(hp.get("overlap_comm", self.device.type == "cuda"))
+        overlap = self.comm_dtype is torch.float32 and self.update_freq == 1 and wanted
         hp = {**hp, "lr": self.schedule(0), "overlap_comm": overlap}
+        if overlap:
+            hp.setdefault("bucket_mb", 25.0)
         base = build_optimizer(str(hp.get("optimizer", "centralized_adam")), self.params, self.ctx.comm, hp)
         if self.comm_dtype is torch.float32:
             return base
