@@ -36,6 +36,14 @@ class RunState(StrEnum):
 _HANDLE_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+-]*)://(?P<where>[^/]*)/(?P<run_id>[A-Za-z0-9._-]+)$")
 
 
+def log_filter(regex: str | None) -> re.Pattern[str] | None:
+    """The compiled ``regex`` argument of ``log_iter`` (None keeps every line)."""
+    try:
+        return re.compile(regex) if regex else None
+    except re.error as exc:
+        raise ExecutorError(f"invalid regular expression {regex!r}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class RunHandle:
     """Where a run lives: executor scheme, location (host or namespace) and run id."""

@@ -29,6 +29,7 @@ from mlbench_tui.executors.api import (
     RunHandle,
     RunState,
     RunStatus,
+    log_filter,
 )
 from mlbench_tui.plan import RunPlan
 
@@ -436,10 +437,7 @@ class KubernetesExecutor(Executor):
     ) -> Iterator[str]:
         """Log lines of one rank's pod (or of every rank, prefixed ``[rank N]``)."""
         handle = _resolve(handle)
-        try:
-            pattern = re.compile(regex) if regex else None
-        except re.error as exc:
-            raise ExecutorError(f"invalid regular expression {regex!r}: {exc}") from None
+        pattern = log_filter(regex)
         status = self.describe(handle)
         if status is None:
             raise ExecutorError(f"unknown run {handle}")

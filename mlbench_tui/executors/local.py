@@ -36,6 +36,7 @@ from mlbench_tui.executors.api import (
     RunHandle,
     RunState,
     RunStatus,
+    log_filter,
 )
 from mlbench_tui.plan import RunPlan, worker_config
 
@@ -406,10 +407,7 @@ class LocalExecutor(Executor):
         resolved = self._resolve(handle)
         if self.describe(resolved) is None:
             raise ExecutorError(f"unknown run {resolved}")
-        try:
-            pattern = re.compile(regex) if regex else None
-        except re.error as exc:
-            raise ExecutorError(f"invalid regular expression {regex!r}: {exc}") from None
+        pattern = log_filter(regex)
         tailer = RankLogTailer(self.log_dir(resolved.run_id), ranks=None if rank is None else [rank])
         while True:
             done = not follow or self._finished(resolved)
