@@ -146,6 +146,53 @@ class Change:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
 
 
+class Checkpointer:
+    """Moves the WAL into the database file from its own thread and connection.
+
+    SQLite's automatic checkpoint runs inside a writer's COMMIT and fsyncs there, which stalls
+    every request waiting on that commit (tens of milliseconds on a busy disk). The writer turns
+    it off and this thread runs PASSIVE checkpoints instead, which never block the writer.
+    """
+
+    def __init__(self, path: Path, interval: float = 0.5, min_bytes: int = 4 * 1024 * 1024) -> None:
+        self.path = path
+        self.wal = path.with_name(path.name + "-wal")
+        self.interval = interval
+        self.min_bytes = min_bytes
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mlbench-store-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    if self.wal.stat().st_size < self.min_bytes:
+                        continue
+                except OSError:
+                    continue
+                if conn is None:
+                    conn = _raw_connect(self.path)
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        """Stop the thread and fold the whole WAL into the database (clean shutdown)."""
+        self._stop.set()
+        self._thread.join(10)
+        with contextlib.suppress(sqlite3.Error, OSError):
+            conn = _raw_connect(self.path)
+            try:
+                conn.execute("PRAGMA busy_timeout=1000")  # never hold up shutdown for long
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.close()
+
+
 class NotFound(StoreError):
     """The run does not exist (HTTP 404)."""
 
@@ -183,7 +230,7 @@ _STOP = object()
 class Writer:
     """The single writer thread: group commit, ack after commit, change notifications."""
 
-    def __init__(self, engine: Engine, known_runs: Iterable[str]) -> None:
+    def __init__(self, engine: Engine, known_runs: Iterable[str], path: Path | None = None) -> None:
         self._engine = engine
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._runs: set[str] = set(known_runs)
@@ -194,6 +241,8 @@ class Writer:
         )
         self.listeners: list[Callable[[list[Change]], None]] = []
         self._conn = engine.connect()
+        self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")  # the Checkpointer does it (see there)
+        self._conn.commit()
         for kind, columns in INGEST_COLUMNS.items():
             core_table = table(kind, *(column(name) for name in columns))
             self._insert_sql[kind] = str(insert(core_table).compile(dialect=engine.dialect))
@@ -207,6 +256,7 @@ class Writer:
         self._drain_scheduled = False
         self._commit_in_flight = False
         self._committer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlbench-store-commit")
+        self._checkpointer = Checkpointer(path) if path is not None else None
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -365,6 +415,8 @@ class Writer:
         self._queue.put(_STOP)
         self._thread.join(timeout)
         self._committer.shutdown(wait=True)
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with contextlib.suppress(Exception):
             self._conn.close()
 

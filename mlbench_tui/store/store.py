@@ -74,7 +74,7 @@ class Store:
             if write:
                 with self.engine.connect() as conn:
                     ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM runs")]
-                self.writer = Writer(self.engine, ids)
+                self.writer = Writer(self.engine, ids, self.path)
                 self.writer.listeners.append(self._forget_deleted)
         except BaseException:
             if self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,3 +197,19 @@ def test_recent_cursor_reads_match_full_reads(store: Store) -> None:
     fast = store.read(lambda c: queries.metrics(c, a.id, since=cursor, recent=True))
     slow = store.read(lambda c: queries.metrics(c, a.id, since=cursor))
     assert fast == slow and [s.name for s in fast.series] == ["loss", "lr"]
+
+
+def test_wal_is_checkpointed_in_the_background_and_truncated_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    store = Store(path)
+    run, _ = store.create_run(RunCreate(name="wal"))
+    for seq in range(60):  # ~6 MB of WAL: more than the checkpointer's threshold
+        store.ingest_metrics(run.id, 0, seq, [("loss", seq * 1000 + i, None, 1.0, 0.5) for i in range(1000)])
+    deadline = time.monotonic() + 10
+    while path.stat().st_size < 1_000_000 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert path.stat().st_size >= 1_000_000, "the WAL was not folded into the database while open"
+    store.close()
+    wal = path.with_name("wal.db-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM metrics").fetchone() == (60_000,)
