@@ -220,6 +220,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not records:
         _progress("no clusters; create one with `mlbench cluster create gcp|aws|kind NAME`")
         return 0
+    from mlbench_tui.commands.spec import render_table
     from mlbench_tui.infra import kubeconfig
 
     current = ""
@@ -228,7 +229,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     except Exception:  # a broken kubeconfig must not hide the list
         current = ""
     header = ("", "NAME", "PROVIDER", "STATUS", "LOCATION", "NODES", "GPU", "MACHINE", "SPOT", "CONTEXT")
-    rows = [header]
+    rows = []
     for r in records:
         location = r.zone or r.region or "-"
         rows.append(
@@ -245,9 +246,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 r.context,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    sys.stdout.write(render_table(header, rows))
     return 0
 
 
