@@ -22,6 +22,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from mlbench_tui.infra.kubeconfig import exec_kubeconfig
 from mlbench_tui.infra.providers import (
     BENCH_POOL_LABEL,
     GPU_LABEL,
@@ -143,29 +144,15 @@ def _service_role(
 
 def _kubeconfig(name: str, region: str, endpoint: str, ca_data: str) -> str:
     """A kubeconfig that authenticates through ``aws eks get-token`` (no static credentials)."""
-    return f"""apiVersion: v1
-kind: Config
-clusters:
-- name: {name}
-  cluster:
-    server: {endpoint}
-    certificate-authority-data: {ca_data}
-contexts:
-- name: {name}
-  context:
-    cluster: {name}
-    user: {name}
-current-context: {name}
-users:
-- name: {name}
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1beta1
-      command: aws
-      args: [--region, {region}, eks, get-token, --cluster-name, {name}, --output, json]
-      installHint: Install the AWS CLI v2 (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html).
-      interactiveMode: Never
-"""
+    return exec_kubeconfig(
+        name,
+        endpoint,
+        ca_data,
+        command="aws",
+        args=("--region", region, "eks", "get-token", "--cluster-name", name, "--output", "json"),
+        install_hint="Install the AWS CLI v2 "
+        "(https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html).",
+    )
 
 
 class EksCluster(pulumi.ComponentResource):

@@ -17,6 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from mlbench_tui.infra.kubeconfig import exec_kubeconfig
 from mlbench_tui.infra.providers import (
     BENCH_POOL_LABEL,
     GPU_LABEL,
@@ -118,29 +119,15 @@ def _sizing(args: GkeClusterArgs) -> dict[str, Any]:
 
 def _kubeconfig(name: str, endpoint: str, ca_data: str) -> str:
     """A kubeconfig that authenticates through gke-gcloud-auth-plugin (no static credentials)."""
-    return f"""apiVersion: v1
-kind: Config
-clusters:
-- name: {name}
-  cluster:
-    server: https://{endpoint}
-    certificate-authority-data: {ca_data}
-contexts:
-- name: {name}
-  context:
-    cluster: {name}
-    user: {name}
-current-context: {name}
-users:
-- name: {name}
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1beta1
-      command: gke-gcloud-auth-plugin
-      installHint: Install gke-gcloud-auth-plugin with 'gcloud components install gke-gcloud-auth-plugin'.
-      provideClusterInfo: true
-      interactiveMode: Never
-"""
+    return exec_kubeconfig(
+        name,
+        f"https://{endpoint}",
+        ca_data,
+        command="gke-gcloud-auth-plugin",
+        install_hint="Install gke-gcloud-auth-plugin with "
+        "'gcloud components install gke-gcloud-auth-plugin'.",
+        provide_cluster_info=True,
+    )
 
 
 class GkeCluster(pulumi.ComponentResource):

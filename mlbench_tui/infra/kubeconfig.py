@@ -25,6 +25,46 @@ def kubeconfig_path() -> Path:
     return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
 
 
+def exec_kubeconfig(
+    name: str,
+    server: str,
+    ca_data: str,
+    *,
+    command: str,
+    install_hint: str,
+    args: tuple[str, ...] = (),
+    provide_cluster_info: bool = False,
+) -> str:
+    """A one-context kubeconfig whose user authenticates through an exec plugin (no static secret).
+
+    ``name`` names the cluster, user and context alike; the cluster programs export this text.
+    """
+    args_line = f"      args: [{', '.join(args)}]\n" if args else ""
+    info_line = "      provideClusterInfo: true\n" if provide_cluster_info else ""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca_data}
+contexts:
+- name: {name}
+  context:
+    cluster: {name}
+    user: {name}
+current-context: {name}
+users:
+- name: {name}
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: {command}
+{args_line}      installHint: {install_hint}
+{info_line}      interactiveMode: Never
+"""
+
+
 def _yaml() -> Any:
     from ruamel.yaml import YAML
 
