@@ -45,19 +45,24 @@ def _ps_table() -> dict[int, tuple[str, int, str]]:
     return table
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process start time in clock ticks since boot (guards against pid reuse); None if gone."""
-    if not HAS_PROC:
-        entry = _ps_table().get(pid)
-        return None if entry is None else zlib.crc32(entry[2].encode())
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` from field 3 (state) on; None when the process is gone."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process start time in clock ticks since boot (guards against pid reuse); None if gone."""
+    if not HAS_PROC:
+        entry = _ps_table().get(pid)
+        return None if entry is None else zlib.crc32(entry[2].encode())
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])
+        return None if fields is None else int(fields[19])
     except (IndexError, ValueError):
         return None
 
@@ -78,12 +83,8 @@ def _state_and_ppid(pid: int) -> tuple[str, int] | None:
     if not HAS_PROC:
         entry = _ps_table().get(pid)
         return None if entry is None else (entry[0], entry[1])
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
+    fields = _stat_fields(pid)
+    return None if fields is None else (fields[0], int(fields[1]))
 
 
 def is_alive(pid: int, ticks: int | None = None) -> bool:
