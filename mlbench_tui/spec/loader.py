@@ -362,6 +362,16 @@ def _document_texts(text: str, starts: list[int]) -> list[str]:
     return out
 
 
+def _empty_file(file: str) -> SpecIssue:
+    return SpecIssue(
+        file,
+        1,
+        1,
+        "file is empty (no YAML document): expected a Benchmark spec",
+        "run `mlbench init` to write one",
+    )
+
+
 def collect_text(
     text: str, file: str = "<string>", environ: Mapping[str, str] | None = None
 ) -> tuple[list[LoadedSpec], list[SpecIssue]]:
@@ -371,15 +381,7 @@ def collect_text(
 
     env = os.environ if environ is None else environ
     if not text.strip():
-        return [], [
-            SpecIssue(
-                file,
-                1,
-                1,
-                "file is empty (no YAML document): expected a Benchmark spec",
-                "run `mlbench init` to write one",
-            )
-        ]
+        return [], [_empty_file(file)]
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     docs: list[Any] = []
@@ -419,15 +421,7 @@ def collect_text(
         starts.append(conv.positions.start[0])
         converted.append((index, data, conv))
     if not converted and not issues:
-        return [], [
-            SpecIssue(
-                file,
-                1,
-                1,
-                "file is empty (no YAML document): expected a Benchmark spec",
-                "run `mlbench init` to write one",
-            )
-        ]
+        return [], [_empty_file(file)]
     texts = _document_texts(text, starts)
     for (index, data, conv), doc_text in zip(converted, texts, strict=True):
         spec, doc_issues = validate_document(data, file, conv.positions, conv.failed_locs)
