@@ -10,6 +10,7 @@ server on the same file is refused by the store's lock file.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -329,6 +330,10 @@ def serve_foreground(
             started=time.time(),
         )
         server = make_server(store, auth, log_level="warning")
+        # Move everything loaded so far out of the cyclic GC's way: fewer, shorter GC pauses
+        # in the request path (tail latency) for a process that only serves.
+        gc.collect()
+        gc.freeze()
 
         def early_exit(_sig: int, _frame: Any) -> None:  # a signal before uvicorn took over
             server.should_exit = True
