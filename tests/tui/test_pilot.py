@@ -270,7 +270,11 @@ async def test_empty_store_shows_the_first_run_screen(empty_server: EmbeddedServ
         client = empty_server.info.client()
         client.create_run(RunCreate(name="first-run", task="0a", backend="gloo", workers=2))
         client.close()
-        await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and _names(app) == ["first-run"])
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, RunsScreen) and _names(app) == ["first-run"],
+            what="the new run",
+        )
 
 
 async def test_help_palette_and_keymap(server: EmbeddedServer) -> None:
