@@ -24,6 +24,7 @@ it never touches the project's pins.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -369,6 +370,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+    # MLflow runs in its own session; its helpers (job runner, huey consumers) may outlive it.
+    with contextlib.suppress(PermissionError, ProcessLookupError):
+        os.killpg(proc.pid, 9)
 
 
 # ----------------------------------------------------------------------------- ceiling
