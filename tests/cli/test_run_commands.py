@@ -66,6 +66,18 @@ def _spec(
     return path
 
 
+def _running_local_run(timeout: float = 60.0) -> str | None:
+    """The id of the local run whose launcher and both ranks are up (None if none comes up)."""
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for launch in runs.glob("r-*/launch.json"):
+            if len(processes.marked_pids(launch.parent.name)) >= 3:  # torchrun + 2 ranks
+                return launch.parent.name
+        time.sleep(0.3)
+    return None
+
+
 @dataclass
 class Result:
     returncode: int
@@ -218,14 +230,7 @@ def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
         text=True,
         env=os.environ,
     )
-    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
-    run_id = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and run_id is None:
-        for launch in runs.glob("r-*/launch.json"):
-            if len(processes.marked_pids(launch.parent.name)) >= 3:  # torchrun + 2 ranks
-                run_id = launch.parent.name
-        time.sleep(0.3)
+    run_id = _running_local_run()
     try:
         assert run_id is not None, "the run never got going"
         pids = processes.marked_pids(run_id)
@@ -250,14 +255,7 @@ def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Re
         stderr=subprocess.DEVNULL,
         env=os.environ,
     )
-    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
-    run_id = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and run_id is None:
-        for launch in runs.glob("r-*/launch.json"):
-            if len(processes.marked_pids(launch.parent.name)) >= 3:
-                run_id = launch.parent.name
-        time.sleep(0.3)
+    run_id = _running_local_run()
     proc.kill()
     proc.wait(10)
     assert run_id is not None, "the run never got going"
