@@ -99,6 +99,14 @@ class _Emulator(k8s.KubernetesEmulator):
             self.resources[resource] = kmock.ResourceInfo(namespaced=resource != "v1/namespaces")
         self[kmock.resource("v1/pods"), kmock.subresource("log")] << self._serve_log
 
+    def _create(self, key: Any, body: dict[str, Any]) -> None:
+        """Store a new object under ``key`` (a new life of it when it was deleted before)."""
+        self._stamp(body)
+        if key in self._objects:
+            self._objects[key].create(body)
+        else:
+            self._objects[key] = body
+
     def _stamp(self, obj: dict[str, Any]) -> None:
         if obj.get("kind") == "Secret" and "stringData" in obj:  # as the API server stores Secrets
             encoded = {
@@ -148,11 +156,7 @@ class _Emulator(k8s.KubernetesEmulator):
         ]
         async with self._lock:
             if key not in self._objects or self._objects[key].deleted:
-                self._stamp(body)
-                if key in self._objects:
-                    self._objects[key].create(body)
-                else:
-                    self._objects[key] = body
+                self._create(key, body)
                 raw = self._objects[key].last.raw
                 await self._buses[request.resource].put({"type": "ADDED", "object": raw})
                 return aiohttp.web.json_response(raw, status=201)
@@ -267,11 +271,7 @@ class _Emulator(k8s.KubernetesEmulator):
             else:
                 body = copy.deepcopy(obj)
                 body.setdefault("metadata", {}).update({"name": name, "namespace": namespace})
-                self._stamp(body)
-                if key in self._objects:
-                    self._objects[key].create(body)
-                else:
-                    self._objects[key] = body
+                self._create(key, body)
                 event = "ADDED"
             await self._buses[res].put({"type": event, "object": self._objects[key].raw})
 
