@@ -162,11 +162,6 @@ def remove_context(name: str, *, path: Path | None = None) -> bool:
     return True
 
 
-def has_context(name: str, *, path: Path | None = None) -> bool:
-    target = path or kubeconfig_path()
-    return target.exists() and any(entry.get("name") == name for entry in _load(target).get("contexts") or [])
-
-
 def current_context(*, path: Path | None = None) -> str | None:
     """The current context of the kubeconfig file, or None."""
     target = path or kubeconfig_path()

@@ -27,17 +27,6 @@ class MetricPoint:
     epoch: float | None = None
     t: float | None = None
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MetricPoint:
-        return cls(
-            name=str(data["name"]),
-            value=float(data["value"]),
-            rank=int(data.get("rank") or 0),
-            step=None if data.get("step") is None else int(data["step"]),
-            epoch=None if data.get("epoch") is None else float(data["epoch"]),
-            t=None if data.get("t") is None else float(data["t"]),
-        )
-
 
 @dataclass(frozen=True)
 class EventRecord:
@@ -47,16 +36,6 @@ class EventRecord:
     payload: Mapping[str, Any] = field(default_factory=dict)
     rank: int = 0
     t: float | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EventRecord:
-        payload = data.get("payload") or {}
-        return cls(
-            kind=str(data["kind"]),
-            payload=payload if isinstance(payload, Mapping) else {},
-            rank=int(data.get("rank") or 0),
-            t=None if data.get("t") is None else float(data["t"]),
-        )
 
 
 @dataclass(frozen=True)
