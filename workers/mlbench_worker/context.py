@@ -13,7 +13,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -204,6 +204,17 @@ class RunContext:
     def elapsed(self) -> float:
         """Seconds since ``run_start`` (or since the context was made)."""
         return time.time() - self.started_at
+
+    def on_local_rank0(self, prepare: Callable[[], object]) -> None:
+        """Run ``prepare`` (a download, an unpacking into a shared directory) on local rank 0
+        while the other ranks wait; they are released even when it fails."""
+        if self.rendezvous.local_rank == 0:
+            try:
+                prepare()
+            finally:
+                self.comm.barrier()
+        else:
+            self.comm.barrier()
 
 
 def python_version() -> str:

@@ -16,7 +16,6 @@ comes after ~3 epochs, ~48 steps, once BatchNorm's running statistics have settl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,18 +24,12 @@ from torch import nn
 
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import cifar10
-from mlbench_worker.data.fetch import DatasetError
+from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.models.resnet import resnet20
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import ClassificationTrainer, run_training
-
-
-def default_data_dir() -> Path:
-    """Where downloaded datasets are cached when the spec gives no path."""
-    env = os.environ.get("MLBENCH_DATA_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"
 
 
 def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
@@ -54,15 +47,13 @@ def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
         assert data.path is not None  # checked by the config parser
         return cifar10.load_batches(Path(data.path))
     root = Path(data.path) if data.path else default_data_dir() / "cifar10"
-    if ctx.rendezvous.local_rank == 0:
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            ctx.log(f"fetching CIFAR-10 into {root}", all_ranks=True)
-            cifar10.download(root)
-        finally:
-            ctx.comm.barrier()  # release the other ranks even when the download failed
-    else:
-        ctx.comm.barrier()
+
+    def fetch() -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        ctx.log(f"fetching CIFAR-10 into {root}", all_ranks=True)
+        cifar10.download(root)
+
+    ctx.on_local_rank0(fetch)
     try:
         return cifar10.load_batches(root)
     except DatasetError as exc:
