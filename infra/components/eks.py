@@ -30,6 +30,7 @@ from mlbench_tui.infra.providers import (
     SYSTEM_POOL_LABEL,
     BenchPoolSize,
     ClusterConfigError,
+    bench_pool_config,
 )
 
 CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)
@@ -344,11 +345,7 @@ def args_from_config(config: pulumi.Config) -> EksClusterArgs:
         instance_type=config.get("instanceType") or "g4dn.xlarge",
         gpu_count=1 if gpu_count is None else gpu_count,
         gpu_model=config.get("gpuType") or "T4",
-        node_count=config.get_int("nodes") or 1,
-        min_nodes=config.get_int("minNodes"),
-        max_nodes=config.get_int("maxNodes"),
-        spot=config.get_bool("spot") or False,
-        disk_size_gb=config.get_int("diskSizeGb") or 100,
+        **bench_pool_config(config),
         ami_type=config.get("amiType"),
         availability_zones=list(zones) if isinstance(zones, list) else None,
         gpu_zone=config.get("zone"),

@@ -25,6 +25,7 @@ from mlbench_tui.infra.providers import (
     SYSTEM_POOL_LABEL,
     BenchPoolSize,
     ClusterConfigError,
+    bench_pool_config,
 )
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -292,11 +293,7 @@ def args_from_config(config: pulumi.Config, project: str | None = None) -> GkeCl
         machine_type=config.get("machineType") or "n1-standard-4",
         accelerator_type=None if accelerator in (None, "", "none") else accelerator,
         accelerator_count=config.get_int("gpuCount") or (0 if accelerator in (None, "", "none") else 1),
-        node_count=config.get_int("nodes") or 1,
-        min_nodes=config.get_int("minNodes"),
-        max_nodes=config.get_int("maxNodes"),
-        spot=config.get_bool("spot") or False,
-        disk_size_gb=config.get_int("diskSizeGb") or 100,
+        **bench_pool_config(config),
         gpu_driver_version=config.get("gpuDriverVersion") or "LATEST",
     )
 

@@ -283,6 +283,18 @@ class ClusterConfigError(ValueError):
     """A cluster program's arguments are inconsistent (bad counts, zones, GPU spec, sizes)."""
 
 
+def bench_pool_config(config: Any) -> dict[str, Any]:
+    """The benchmark pool's arguments from a stack's ``pulumi.Config``: the keys every cloud's
+    program reads, as ``PulumiProvider.stack_config`` writes them (documented in each Pulumi.yaml)."""
+    return {
+        "node_count": config.get_int("nodes") or 1,
+        "min_nodes": config.get_int("minNodes"),
+        "max_nodes": config.get_int("maxNodes"),
+        "spot": config.get_bool("spot") or False,
+        "disk_size_gb": config.get_int("diskSizeGb") or 100,
+    }
+
+
 class BenchPoolSize:
     """The size of a cluster program's benchmark pool, mixed into its argument dataclass.
 
