@@ -123,18 +123,21 @@ class Tracker:
         """Neither training nor validation (reporting, goal checks, the end of the run)."""
         self._switch(None)
 
+    def _running(self, mode: str) -> float:
+        """Seconds of the interval still open in ``mode`` (0 in any other mode)."""
+        if self._mode != mode or self._mode_since is None:
+            return 0.0
+        return time.perf_counter() - self._mode_since
+
     @property
     def train_time(self) -> float:
         """Cumulative training seconds so far, including the running interval."""
-        extra = time.perf_counter() - self._mode_since if self._mode == "train" and self._mode_since else 0.0
-        return self._train_s + extra
+        return self._train_s + self._running("train")
 
     @property
     def validation_time(self) -> float:
         """Cumulative validation seconds so far, including the running interval."""
-        running = self._mode == "validation" and self._mode_since
-        extra = time.perf_counter() - self._mode_since if running and self._mode_since else 0.0
-        return self._val_s + extra
+        return self._val_s + self._running("validation")
 
     # -- results -------------------------------------------------------------------------------
     def phase_times(self) -> dict[str, float]:
