@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mlbench_worker.data import wmt
+from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError
 
 EN_WORDS = ["the", "house", "is", "small", "big", "green", "red", "old", "new", "a", "cat", "dog", "sees"]
@@ -176,7 +176,7 @@ def test_open_prepared_explains_an_unprepared_directory(tmp_path: Path) -> None:
 
 
 def test_synthetic_targets_are_the_mapped_reversed_sources() -> None:
-    corpus = wmt.synthetic({"train_samples": 50, "val_samples": 10, "vocab_words": 6}, seed=3)
+    corpus = toy_translation.synthetic({"train_samples": 50, "val_samples": 10, "vocab_words": 6}, seed=3)
     words = 6
     mapping: dict[int, int] = {}
     for i in range(len(corpus.train)):
@@ -187,7 +187,7 @@ def test_synthetic_targets_are_the_mapped_reversed_sources() -> None:
     assert len(set(mapping.values())) == len(mapping) <= words
     assert corpus.references[0] == corpus.detokenize(corpus.test.pair(0)[1].tolist())
     with pytest.raises(DatasetError):
-        wmt.synthetic({"mode": "shuffle"}, seed=0)
+        toy_translation.synthetic({"mode": "shuffle"}, seed=0)
 
 
 def test_mlbench_data_prepare_reports_a_corrupt_download_without_a_traceback(tmp_path: Path) -> None:

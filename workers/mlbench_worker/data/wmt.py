@@ -19,8 +19,7 @@ evaluation set both references report BLEU on), each verified against published 
    of the offsets, so one preparation serves every setting).
 4. ``test.ref.de`` keeps the raw references for sacrebleu; ``meta.json`` is written last.
 
-``synthetic`` is a learnable toy translation for smoke runs: the target is the source reversed
-(or copied) with every word mapped to its partner word, over a small vocabulary.
+The ``synthetic`` source (``mlbench_worker.data.toy_translation``) builds the same ``Corpus``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import json
 import os
 import re
 import tarfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -347,14 +346,15 @@ class _SplitWriter:
         return np.asarray(self.src_lens, dtype=np.int64), np.asarray(self.tgt_lens, dtype=np.int64)
 
 
-def _offsets(lens: np.ndarray) -> np.ndarray:
+def offsets(lens: np.ndarray) -> np.ndarray:
+    """Offsets (n+1, starting at 0) of consecutive runs of the given lengths."""
     off = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
     return off
 
 
-def _write_offsets(path: Path, lens: np.ndarray) -> None:
-    _offsets(lens).astype("<i8").tofile(path)
+def _writeoffsets(path: Path, lens: np.ndarray) -> None:
+    offsets(lens).astype("<i8").tofile(path)
 
 
 def bucket_order(src_lens: np.ndarray, tgt_lens: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -370,10 +370,10 @@ def _reorder_split(
     """Rewrite a split's token files in ``order`` (through memory maps: bounded memory)."""
     for side, lens in (("src", src_lens), ("tgt", tgt_lens)):
         path = directory / f"{split}.{side}.i32"
-        off = _offsets(lens)
+        off = offsets(lens)
         old = np.memmap(path, dtype="<i4", mode="r") if off[-1] else np.zeros(0, dtype="<i4")
         new_lens = lens[order]
-        new_off = _offsets(new_lens)
+        new_off = offsets(new_lens)
         tmp = path.with_suffix(".i32.tmp")
         out = np.memmap(tmp, dtype="<i4", mode="w+", shape=(max(1, int(new_off[-1])),))
         for j, i in enumerate(order):
@@ -383,7 +383,7 @@ def _reorder_split(
         os.replace(tmp, path)
         if new_off[-1] == 0:
             path.write_bytes(b"")
-        _write_offsets(directory / f"{split}.{side}.off.i64", new_lens)
+        _writeoffsets(directory / f"{split}.{side}.off.i64", new_lens)
 
 
 def binarise(
@@ -464,8 +464,8 @@ def binarise(
     for s, t in zip(sp.encode(list(test_src)), sp.encode(list(test_ref)), strict=True):
         test_writer.add([*s, EOS], [*t, EOS])
     t_src, t_tgt = test_writer.close()
-    _write_offsets(directory / "test.src.off.i64", t_src)
-    _write_offsets(directory / "test.tgt.off.i64", t_tgt)
+    _writeoffsets(directory / "test.src.off.i64", t_src)
+    _writeoffsets(directory / "test.tgt.off.i64", t_tgt)
     (directory / "test.ref.de").write_text("".join(r + "\n" for r in test_ref), encoding="utf-8")
     meta = {
         "format": FORMAT,
@@ -566,63 +566,3 @@ def open_prepared(directory: Path | str) -> Corpus:
         return str(sp.decode([int(i) for i in ids if int(i) > EOS]))
 
     return Corpus(train, test, refs, int(meta["vocab_size"]), detokenize, str(meta.get("name", "wmt")))
-
-
-# --------------------------------------------------------------------------- synthetic source
-
-
-def synthetic(options: Mapping[str, Any], seed: int) -> Corpus:
-    """A toy translation a small model learns in seconds: reverse (or copy) and map each word.
-
-    Source sentences are uniform random words ``s0..s{V-1}`` of ``min_len..max_len`` words;
-    the target is the mapped word ``t{perm[i]}`` for each source word, in reverse order
-    (``mode: reverse``, default) or the same order (``mode: copy``). Options: ``train_samples``
-    (4000), ``val_samples`` (200), ``vocab_words`` (20), ``min_len`` (3), ``max_len`` (8),
-    ``mode``.
-    """
-    n_train = int(options.get("train_samples", 4000))
-    n_val = int(options.get("val_samples", 200))
-    words = int(options.get("vocab_words", 20))
-    lo, hi = int(options.get("min_len", 3)), int(options.get("max_len", 8))
-    mode = str(options.get("mode", "reverse"))
-    if n_train < 1 or n_val < 1 or words < 2 or not 1 <= lo <= hi or mode not in ("reverse", "copy"):
-        raise DatasetError(
-            "synthetic translation needs train/val_samples >= 1, vocab_words >= 2, "
-            "1 <= min_len <= max_len and mode 'reverse' or 'copy'"
-        )
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(words)
-    first = len(SPECIALS)  # source words are ids first.., target words first+words..
-    vocab = [*SPECIALS, *(f"s{i}" for i in range(words)), *(f"t{i}" for i in range(words))]
-
-    def make(n: int) -> Split:
-        lens = rng.integers(lo, hi + 1, size=n)
-        src_parts, tgt_parts = [], []
-        for length in lens:
-            w = rng.integers(0, words, size=int(length))
-            t = perm[w][::-1] if mode == "reverse" else perm[w]
-            src_parts.append(np.append(w + first, EOS))
-            tgt_parts.append(np.append(t + first + words, EOS))
-        return Split(
-            np.concatenate(src_parts).astype(np.int32),
-            _offsets(lens + 1),
-            np.concatenate(tgt_parts).astype(np.int32),
-            _offsets(lens + 1),
-        )
-
-    train, test = make(n_train), make(n_val)
-
-    def detokenize(ids: Sequence[int]) -> str:
-        return " ".join(vocab[int(i)] for i in ids if EOS < int(i) < len(vocab))
-
-    refs = tuple(detokenize(test.pair(i)[1].tolist()) for i in range(len(test)))
-    return Corpus(train, test, refs, len(vocab), detokenize, "synthetic")
-
-
-def load(source: str, path: str | None, options: Mapping[str, Any], seed: int, *, name: str) -> Corpus:
-    """The corpus for a worker config's ``data`` section."""
-    if source == "synthetic":
-        return synthetic(options, seed)
-    if not path:
-        raise DatasetError(f"data source {source!r} needs data.path (the prepared {name} directory)")
-    return open_prepared(path)

@@ -11,7 +11,7 @@ training pairs up to ``max_len_train`` = 75 tokens, evaluation on pairs up to ``
 ``loss_scale_max`` 8192.
 
 Data: ``path`` / ``download`` (``mlbench data prepare wmt16``) or ``synthetic``
-(``mlbench_worker.data.wmt.synthetic``). Synthetic runs are smoke tests, never official results,
+(``mlbench_worker.data.toy_translation``). Synthetic runs are smoke tests, never official results,
 so their ``data.options`` may also shrink the model: ``hidden_size``, ``num_layers``,
 ``dropout``, and set its initialisation (``init_weight``, ``embedding_init_std``: a tiny model
 with the reference's uniform(-0.1, 0.1) embeddings learns its attention too slowly for a smoke

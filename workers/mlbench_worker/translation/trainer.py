@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from mlbench_worker.context import RunContext
-from mlbench_worker.data import wmt
+from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.centralized import CentralizedOptimizer
@@ -66,7 +66,7 @@ def load_corpus(ctx: RunContext, dataset: str) -> wmt.Corpus:
     """The corpus from the configured source; ``download`` prepares it once per node (local rank 0)."""
     data = ctx.config.data
     if data.source == "synthetic":
-        return wmt.synthetic(data.options, seed=int(data.options.get("seed", ctx.config.seed)))
+        return toy_translation.synthetic(data.options, seed=int(data.options.get("seed", ctx.config.seed)))
     if data.source == "path":
         assert data.path is not None
         return wmt.open_prepared(data.path)
