@@ -131,8 +131,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
                 }
             ),
             backends=ALL_BACKENDS,
-            precisions=("fp32", "bf16", "fp16", "amp"),
-            frameworks=("pytorch", "tensorflow"),
+            precisions=ALL_PRECISIONS,
+            frameworks=ALL_FRAMEWORKS,
             lr_scaling="linear",
             choices=_ro({"optimizer": _OPTIMIZERS, "aggregation": ("by_model", "by_layer")}),
             notes="batch_size is per worker; lr = 0.02*k with linear warm-up over log2(k) epochs; "
@@ -258,7 +258,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
                 }
             ),
             backends=ALL_BACKENDS,
-            precisions=("fp32", "bf16", "fp16", "amp"),
+            precisions=ALL_PRECISIONS,
             notes="global_batch_size in sentences is split over workers x update_freq (gradient "
             "accumulation); exponential warm-up to lr over warmup_steps, x decay_factor from "
             "decay_start of training every decay_interval, at most decay_steps times.",
@@ -289,7 +289,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             ),
             overridable=frozenset({"global_batch_tokens", "update_freq", "lr", "warmup_steps", "max_epochs"}),
             backends=ALL_BACKENDS,
-            precisions=("fp32", "bf16", "fp16", "amp"),
+            precisions=ALL_PRECISIONS,
             notes="global_batch_tokens (2^17) is split over workers x update_freq; linear warm-up "
             "to lr over warmup_steps, then inverse-sqrt decay.",
         ),
