@@ -26,7 +26,6 @@ from mlbench_tui.plan import RunPlan, worker_config
 
 # Names and paths shared with the executor and the in-cluster server.
 LABEL_RUN_ID = "mlbench.io/run-id"
-LABEL_RANK = "mlbench.io/rank"
 ANNOTATION_RUN_ID = "mlbench.io/run-id"
 ANNOTATION_MANIFEST_HASH = "mlbench.io/manifest-hash"
 ANNOTATION_TOKEN = "mlbench.io/token"
