@@ -110,24 +110,19 @@ def goal_outcome(
     reached_event = next((e for e in events if e.kind == "goal_reached"), None)
     train_series = _series(metrics, "time_train")
     val_series = _series(metrics, "time_validation")
-    if reached_event is not None:
+    if reached_event is not None:  # the worker's own record of when the goal was reached
         p = reached_event.payload
-        epoch = _float(p.get("epoch"))
-        return GoalOutcome(
-            metric=metric,
-            target=target,
-            direction=direction,
-            reached=True,
-            best_value=best if best is not None else _float(p.get("value")),
-            last_value=last,
-            epochs=epoch,
-            steps=_int(p.get("step")),
-            train_time_s=_float(p.get("train_time_s")) or _last_at_or_before(train_series, epoch),
-            val_time_s=_float(p.get("val_time_s")) or _last_at_or_before(val_series, epoch),
-        )
-    first = next((p for p in series if meets(p.value, target, direction)), None)
-    if first is None:
-        return GoalOutcome(metric, target, direction, False, best, last)
+        epochs, steps = _float(p.get("epoch")), _int(p.get("step"))
+        train_s, val_s = _float(p.get("train_time_s")), _float(p.get("val_time_s"))
+        if best is None:
+            best = _float(p.get("value"))
+    else:  # no event (an older worker, or a lost one): the first value that meets the target
+        first = next((p for p in series if meets(p.value, target, direction)), None)
+        if first is None:
+            return GoalOutcome(metric, target, direction, False, best, last)
+        epochs, steps = first.epoch, first.step
+        train_s = _epoch_time(events, epochs, "train_time_s")
+        val_s = _epoch_time(events, epochs, "val_time_s")
     return GoalOutcome(
         metric=metric,
         target=target,
@@ -135,12 +130,10 @@ def goal_outcome(
         reached=True,
         best_value=best,
         last_value=last,
-        epochs=first.epoch,
-        steps=first.step,
-        train_time_s=_epoch_time(events, first.epoch, "train_time_s")
-        or _last_at_or_before(train_series, first.epoch),
-        val_time_s=_epoch_time(events, first.epoch, "val_time_s")
-        or _last_at_or_before(val_series, first.epoch),
+        epochs=epochs,
+        steps=steps,
+        train_time_s=train_s or _last_at_or_before(train_series, epochs),
+        val_time_s=val_s or _last_at_or_before(val_series, epochs),
     )
 
 
