@@ -10,6 +10,7 @@ engine and ``mlbench_worker`` and are pinned by a contract test.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from typing import TYPE_CHECKING, Any, Literal
@@ -148,7 +149,7 @@ def _effective_hyperparameters(spec: BenchmarkSpec, backend: str, workers: int) 
 
 
 def expand(spec: BenchmarkSpec) -> list[RunPlan]:
-    """All runs of a spec, in order: for each backend, each world size, each repeat.
+    """All runs of a spec, in order: for each framework, backend, world size and repeat.
 
     Pure and deterministic (no clock, no environment, no machine facts), so the same spec always
     yields the same plans and the same hash. Names are ``<name>-<backend>-<workers>w`` with
@@ -177,35 +178,31 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
     target = body.target.model_dump(mode="json", exclude_none=True)
     plans: list[RunPlan] = []
-    for backend in body.backend:
-        for workers in body.workers:
-            hp = _effective_hyperparameters(spec, backend, workers)
-            for repeat in range(body.repeats):
-                name = f"{spec.metadata.name}-{backend}-{workers}w"
-                if body.repeats > 1:
-                    name += f"-r{repeat}"
-                plans.append(
-                    RunPlan(
-                        name=name,
-                        spec_name=spec.metadata.name,
-                        spec_hash=digest,
-                        task=task.id,
-                        task_name=task.name,
-                        framework=body.framework,
-                        backend=backend,
-                        workers=workers,
-                        repeat=repeat,
-                        repeats=body.repeats,
-                        seed=body.seed,
-                        goal=goal,
-                        max_time_s=body.max_time,
-                        resources=resources,
-                        data=data,
-                        hyperparameters=dict(hp),
-                        env=dict(env),
-                        target=dict(target),
-                        price_per_hour=body.price_per_hour,
-                        labels=dict(spec.metadata.labels),
-                    )
+    for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):
+        hp = _effective_hyperparameters(spec, backend, workers)
+        for repeat in range(body.repeats):
+            plans.append(
+                RunPlan(
+                    name=spec.metadata.name + spec.run_suffix(framework, backend, workers, repeat),
+                    spec_name=spec.metadata.name,
+                    spec_hash=digest,
+                    task=task.id,
+                    task_name=task.name,
+                    framework=framework,
+                    backend=backend,
+                    workers=workers,
+                    repeat=repeat,
+                    repeats=body.repeats,
+                    seed=body.seed,
+                    goal=goal,
+                    max_time_s=body.max_time,
+                    resources=resources,
+                    data=data,
+                    hyperparameters=dict(hp),
+                    env=dict(env),
+                    target=dict(target),
+                    price_per_hour=body.price_per_hour,
+                    labels=dict(spec.metadata.labels),
                 )
+            )
     return plans

@@ -67,6 +67,29 @@ def test_sweep_order_names_and_repeats() -> None:
     ]
 
 
+def test_framework_sweep_compares_pytorch_and_tensorflow_in_one_spec() -> None:
+    plans = expand(make({"task": "1a", "framework": ["pytorch", "tensorflow"], "workers": [1, 2]}))
+    assert [(p.name, p.framework) for p in plans] == [
+        ("bench-pt-gloo-1w", "pytorch"),
+        ("bench-pt-gloo-2w", "pytorch"),
+        ("bench-tf-gloo-1w", "tensorflow"),
+        ("bench-tf-gloo-2w", "tensorflow"),
+    ]
+    assert worker_config(plans[2], "r-1")["framework"] == "tensorflow"
+    # a single framework keeps the short names
+    (plan,) = expand(make({"task": "1a", "framework": "tensorflow"}))
+    assert (plan.name, plan.framework) == ("bench-gloo-1w", "tensorflow")
+
+
+def test_tensorflow_refuses_what_its_implementation_cannot_run() -> None:
+    with pytest.raises(SpecError) as err:
+        make({"task": "1a", "framework": ["pytorch", "tensorflow"], "hardware": {"precision": "amp"}})
+    assert "tensorflow implementation runs precision fp32 or bf16, not amp" in err.value.render()
+    with pytest.raises(SpecError) as err:
+        make({"task": "2a", "framework": ["pytorch", "tensorflow"]})
+    assert "task 2a (logreg-epsilon) has no tensorflow implementation" in err.value.render()
+
+
 def test_linear_lr_scaling_and_warmup_for_1a() -> None:
     plans = expand(make({"task": "1a", "workers": [1, 2, 8], "hyperparameters": {"lr": 0.1}}))
     assert [p.hyperparameters["lr"] for p in plans] == pytest.approx([0.1, 0.2, 0.8])

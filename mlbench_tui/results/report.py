@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from mlbench_tui.results.scoring import cost_to_target, score_configs
+from mlbench_tui.results.scoring import config_key, cost_to_target, score_configs
 from mlbench_tui.results.time_to_accuracy import (
     EventRecord,
     MetricPoint,
@@ -99,6 +99,7 @@ def summarize_run(
         "spec_hash": plan.get("spec_hash"),
         "task": plan.get("task"),
         "task_name": plan.get("task_name"),
+        "framework": plan.get("framework") or "pytorch",
         "backend": plan.get("backend"),
         "workers": int(plan.get("workers") or 1),
         "repeat": int(plan.get("repeat") or 0),
@@ -177,24 +178,22 @@ def _goal_text(summary: Mapping[str, Any]) -> str:
 
 def results_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """One row per run, with speedup/efficiency against the 1-worker runs among ``summaries``."""
-    scores = {(s.spec_name, s.backend, s.workers): s for s in score_configs(summaries)}
+    scores = {(s.spec_name, s.framework, s.backend, s.workers): s for s in score_configs(summaries)}
+    several_frameworks = len({config_key(s)[1] for s in summaries}) > 1
     rows = []
     for summary in summaries:
-        score = scores.get(
-            (
-                str(summary.get("spec_name", "")),
-                str(summary.get("backend", "")),
-                int(summary.get("workers", 1)),
-            )
-        )
+        score = scores.get(config_key(summary))
         split = summary.get("time_split") or {}
         # Against the 1-worker runs shown here, else the one stored when the run finished.
         speedup, efficiency = summary.get("speedup"), summary.get("efficiency")
         if score is not None and score.speedup is not None:
             speedup, efficiency = score.speedup, score.efficiency
+        row = {"RUN": str(summary.get("name") or "-")}
+        if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
+            row["FRAMEWORK"] = config_key(summary)[1]
         rows.append(
-            {
-                "RUN": str(summary.get("name") or "-"),
+            row
+            | {
                 "STATE": str(summary.get("state") or "-"),
                 "RESULT": _goal_text(summary),
                 "REACHED": {True: "yes", False: "no"}.get(summary.get("reached"), "-"),  # type: ignore[arg-type]
@@ -232,7 +231,7 @@ def render_results(summaries: Sequence[Mapping[str, Any]]) -> str:
     if repeated:
         score_rows = [
             {
-                "CONFIG": f"{s.spec_name} {s.backend} {s.workers}w",
+                "CONFIG": f"{s.spec_name} {s.framework} {s.backend} {s.workers}w",
                 "RUNS": str(s.runs),
                 "REACHED": str(s.reached),
                 "OLYMPIC MEAN": _fmt(s.time_to_accuracy_s, "s"),

@@ -35,6 +35,7 @@ class ConfigScore:
     """The score of one configuration (spec, backend, workers) over its repeats."""
 
     spec_name: str
+    framework: str
     backend: str
     workers: int
     runs: int
@@ -50,23 +51,25 @@ class ConfigScore:
         return dict(self.__dict__)
 
 
-def _key(summary: Mapping[str, Any]) -> tuple[str, str, int]:
+def config_key(summary: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    """What makes runs repeats of one configuration: spec, framework, backend and world size."""
     return (
         str(summary.get("spec_name", "")),
+        str(summary.get("framework") or "pytorch"),
         str(summary.get("backend", "")),
         int(summary.get("workers", 1)),
     )
 
 
 def score_configs(summaries: Iterable[Mapping[str, Any]]) -> list[ConfigScore]:
-    """Group run summaries by (spec, backend, workers), score each group over its repeats, and
-    add speedup (``T(1 worker) / T(k)``) and efficiency (``speedup / k``) where the same spec and
-    backend has a 1-worker score."""
-    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    """Group run summaries by (spec, framework, backend, workers), score each group over its
+    repeats, and add speedup (``T(1 worker) / T(k)``) and efficiency (``speedup / k``) where the
+    same spec, framework and backend has a 1-worker score."""
+    groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
     for summary in summaries:
-        groups.setdefault(_key(summary), []).append(summary)
+        groups.setdefault(config_key(summary), []).append(summary)
     scores: list[ConfigScore] = []
-    for (spec_name, backend, workers), members in sorted(groups.items()):
+    for (spec_name, framework, backend, workers), members in sorted(groups.items()):
         times = [
             float(m["time_to_accuracy_s"])
             for m in members
@@ -75,6 +78,7 @@ def score_configs(summaries: Iterable[Mapping[str, Any]]) -> list[ConfigScore]:
         scores.append(
             ConfigScore(
                 spec_name=spec_name,
+                framework=framework,
                 backend=backend,
                 workers=workers,
                 runs=len(members),
@@ -85,10 +89,10 @@ def score_configs(summaries: Iterable[Mapping[str, Any]]) -> list[ConfigScore]:
                 max_s=max(times) if times else None,
             )
         )
-    baseline = {(s.spec_name, s.backend): s.time_to_accuracy_s for s in scores if s.workers == 1}
+    baseline = {(s.spec_name, s.framework, s.backend): s.time_to_accuracy_s for s in scores if s.workers == 1}
     result = []
     for score in scores:
-        base = baseline.get((score.spec_name, score.backend))
+        base = baseline.get((score.spec_name, score.framework, score.backend))
         if base and score.time_to_accuracy_s:
             speedup = base / score.time_to_accuracy_s
             score = ConfigScore(

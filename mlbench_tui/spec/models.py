@@ -32,6 +32,7 @@ from mlbench_tui.spec.shortforms import (
     BackendSweep,
     CpuQuantity,
     Duration,
+    FrameworkSweep,
     MemoryQuantity,
     WorkersSweep,
     parse_cpu,
@@ -385,9 +386,10 @@ class BenchmarkBody(StrictModel):
     """What to run, on what, where, and until when."""
 
     task: TaskKey = Field(description="Official task id or name: " + ", ".join(TASK_KEYS) + ".")
-    framework: Literal["pytorch", "tensorflow"] = Field(
-        default="pytorch",
-        description="Implementation to run: pytorch, or tensorflow where the task has one (1a).",
+    framework: FrameworkSweep = Field(
+        default_factory=lambda: ["pytorch"],
+        description="Implementation to run: pytorch, or tensorflow where the task has one (1a), "
+        "or a list to compare them: [pytorch, tensorflow].",
     )
     goal: Goal | None = Field(
         default=None,
@@ -447,6 +449,9 @@ class BenchmarkBody(StrictModel):
         return value
 
 
+FRAMEWORK_TAGS: dict[str, str] = {"pytorch": "pt", "tensorflow": "tf"}
+
+
 class BenchmarkSpec(StrictModel):
     """A benchmark spec document: ``apiVersion: mlbench/v1``, ``kind: Benchmark``."""
 
@@ -467,6 +472,18 @@ class BenchmarkSpec(StrictModel):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    def run_suffix(self, framework: str, backend: str, workers: int, repeat: int | None = None) -> str:
+        """What follows metadata.name in a run name: ``[-tf|-pt]-<backend>-<workers>w[-r<i>]``.
+
+        The framework appears only when the spec compares frameworks, so single-framework run
+        names stay ``<name>-<backend>-<workers>w``; ``repeat`` None gives the longest suffix.
+        """
+        suffix = f"-{FRAMEWORK_TAGS[framework]}" if len(self.spec.framework) > 1 else ""
+        suffix += f"-{backend}-{workers}w"
+        if self.spec.repeats > 1:
+            suffix += f"-r{self.spec.repeats - 1 if repeat is None else repeat}"
+        return suffix
 
     def normalized(self) -> dict[str, Any]:
         """The spec as plain JSON data, short forms expanded; the input of the spec hash."""

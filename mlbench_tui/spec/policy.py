@@ -51,21 +51,38 @@ def _backend_loc(spec: BenchmarkSpec, index: int) -> Loc:
     return ("spec", "backend", index) if len(spec.spec.backend) > 1 else ("spec", "backend")
 
 
+def _framework_loc(spec: BenchmarkSpec, index: int) -> Loc:
+    return ("spec", "framework", index) if len(spec.spec.framework) > 1 else ("spec", "framework")
+
+
+TF_PRECISIONS = ("fp32", "bf16")  # what the TensorFlow implementation runs; fp16/amp are PyTorch-only
+
+
 def _framework_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
     body = spec.spec
-    if body.framework not in task.frameworks:
-        yield PolicyIssue(
-            ("spec", "framework"),
-            f"task {task.id} ({task.name}) has no {body.framework} implementation: "
-            f"use framework {' or '.join(task.frameworks)}",
-        )
-    if body.framework == "tensorflow":
-        for i, backend in enumerate(body.backend):
+    for i, framework in enumerate(body.framework):
+        loc = _framework_loc(spec, i)
+        if framework not in task.frameworks:
+            yield PolicyIssue(
+                loc,
+                f"task {task.id} ({task.name}) has no {framework} implementation: "
+                f"use framework {' or '.join(task.frameworks)}",
+            )
+            continue
+        if framework != "tensorflow":
+            continue
+        for j, backend in enumerate(body.backend):
             if backend == "mpi":
                 yield PolicyIssue(
-                    _backend_loc(spec, i),
+                    _backend_loc(spec, j),
                     "the tensorflow implementation does not run on mpi: use backend gloo (or nccl on GPUs)",
                 )
+        if body.hardware.precision not in TF_PRECISIONS:
+            yield PolicyIssue(
+                ("spec", "hardware", "precision"),
+                f"the tensorflow implementation runs precision {' or '.join(TF_PRECISIONS)}, "
+                f"not {body.hardware.precision}: change spec.hardware.precision or drop tensorflow",
+            )
 
 
 def _backend_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
@@ -110,9 +127,9 @@ MAX_RUN_NAME = 63  # run names become Kubernetes object names and DNS labels
 
 def _name_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
     body = spec.spec
-    suffix = max(len(f"-{b}-{w}w") for b in body.backend for w in body.workers)
-    if body.repeats > 1:
-        suffix += len(f"-r{body.repeats - 1}")
+    suffix = max(
+        len(spec.run_suffix(f, b, w)) for f in body.framework for b in body.backend for w in body.workers
+    )
     longest = len(spec.metadata.name) + suffix
     if longest > MAX_RUN_NAME:
         yield PolicyIssue(

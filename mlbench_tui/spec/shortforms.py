@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
+FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
 
 _DURATION_RE = re.compile(
     r"^\s*(?:(?P<d>\d+(?:\.\d+)?)d)?\s*(?:(?P<h>\d+(?:\.\d+)?)h)?\s*"
@@ -135,18 +137,47 @@ def _worker_count(value: Any) -> int:
     return value
 
 
-def _backend_name(value: Any) -> str:
-    if not isinstance(value, str) or value not in BACKENDS:
-        raise PydanticCustomError(
-            "literal_error",
-            "unknown backend {value}: expected one of {expected}",
+def _choice(kind: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    """A validator for one name out of ``allowed`` (a backend, a framework), with a did-you-mean."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise PydanticCustomError(
+                "literal_error",
+                "unknown {kind} {value}: expected one of {expected}",
+                {
+                    "kind": kind,
+                    "value": show_value(value),
+                    "raw": value if isinstance(value, str) else "",
+                    "expected": ", ".join(repr(a) for a in allowed),
+                },
+            )
+        return value
+
+    return check
+
+
+def _name_sweep(kind: str, allowed: tuple[str, ...], examples: list[Any]) -> Any:
+    """A field that takes one name or a list of distinct names to sweep over."""
+    return Annotated[
+        list[Annotated[str, BeforeValidator(_choice(kind, allowed))]],
+        BeforeValidator(_as_list(kind)),
+        AfterValidator(_unique(kind)),
+        WithJsonSchema(
             {
-                "value": show_value(value),
-                "raw": value if isinstance(value, str) else "",
-                "expected": "'gloo', 'nccl', 'mpi'",
-            },
-        )
-    return value
+                "anyOf": [
+                    {"type": "string", "enum": list(allowed)},
+                    {
+                        "type": "array",
+                        "items": {"type": "string", "enum": list(allowed)},
+                        "minItems": 1,
+                        "uniqueItems": True,
+                    },
+                ],
+                "examples": examples,
+            }
+        ),
+    ]
 
 
 Duration = Annotated[
@@ -207,25 +238,8 @@ WorkersSweep = Annotated[
         }
     ),
 ]
-BackendSweep = Annotated[
-    list[Annotated[str, BeforeValidator(_backend_name)]],
-    BeforeValidator(_as_list("backend")),
-    AfterValidator(_unique("backend")),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "enum": list(BACKENDS)},
-                {
-                    "type": "array",
-                    "items": {"type": "string", "enum": list(BACKENDS)},
-                    "minItems": 1,
-                    "uniqueItems": True,
-                },
-            ],
-            "examples": ["gloo", ["gloo", "mpi"]],
-        }
-    ),
-]
+BackendSweep = _name_sweep("backend", BACKENDS, ["gloo", ["gloo", "mpi"]])
+FrameworkSweep = _name_sweep("framework", FRAMEWORKS, ["pytorch", ["pytorch", "tensorflow"]])
 
 
 def parse_gpu(value: Any) -> Any:

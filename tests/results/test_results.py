@@ -128,6 +128,35 @@ def test_speedup_and_efficiency_versus_one_worker_and_repeats() -> None:
     assert scores[1].speedup == pytest.approx(1.0)
 
 
+def test_frameworks_of_one_spec_are_scored_apart_and_named_in_the_table() -> None:
+    rows = [
+        {
+            "name": f"s-{tag}-gloo-{w}w",
+            "spec_name": "s",
+            "framework": fw,
+            "backend": "gloo",
+            "workers": w,
+            "state": "succeeded",
+            "reached": True,
+            "time_to_accuracy_s": t,
+        }
+        for tag, fw, w, t in (
+            ("pt", "pytorch", 1, 100.0),
+            ("pt", "pytorch", 2, 50.0),
+            ("tf", "tensorflow", 1, 300.0),
+            ("tf", "tensorflow", 2, 200.0),
+        )
+    ]
+    scores = {(s.framework, s.workers): s for s in score_configs(rows)}
+    assert scores["pytorch", 2].speedup == pytest.approx(2.0)  # against PyTorch's own 1-worker run
+    assert scores["tensorflow", 2].speedup == pytest.approx(1.5)
+    table = render_results(rows)
+    assert table.splitlines()[0].split()[:2] == ["RUN", "FRAMEWORK"]
+    assert "s-tf-gloo-2w  tensorflow" in table
+    # one framework: no FRAMEWORK column
+    assert "FRAMEWORK" not in render_results(rows[:2])
+
+
 def test_cost_to_target() -> None:
     assert cost_to_target(1800.0, 2.0) == pytest.approx(1.0)
     assert cost_to_target(1800.0, None) is None
