@@ -231,7 +231,8 @@ def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path)
             "task": "4b",
             "backend": "gloo",
             "world_size": 1,
-            "data": {"source": "path", "path": str(prepared)},
+            # download into an already prepared directory: verified and reused, nothing fetched
+            "data": {"source": "download", "path": str(prepared)},
             "hyperparameters": {"global_batch_tokens": 400, "max_len": 30, "beam_size": 2},
         }
     )

@@ -71,14 +71,12 @@ def load_corpus(ctx: RunContext, dataset: str) -> wmt.Corpus:
         assert data.path is not None
         return wmt.open_prepared(data.path)
     root = Path(data.path) if data.path else default_data_dir() / dataset
-    if ctx.rendezvous.local_rank == 0:
-        try:
-            ctx.log(f"preparing {dataset} in {root}", all_ranks=True)
-            wmt.prepare(root, name=dataset)
-        finally:
-            ctx.comm.barrier()
-    else:
-        ctx.comm.barrier()
+
+    def prepare() -> None:
+        ctx.log(f"preparing {dataset} in {root}", all_ranks=True)
+        wmt.prepare(root, name=dataset)
+
+    ctx.on_local_rank0(prepare)
     try:
         return wmt.open_prepared(root)
     except DatasetError as exc:
