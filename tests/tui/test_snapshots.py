@@ -125,7 +125,8 @@ def test_compare_screen(snap_compare: Any, fixed_server: EmbeddedServer) -> None
         await _until(pilot, lambda: getattr(app.screen, "loaded", False))
         await pilot.press("o")  # sort by name: 1w, 2w, allreduce
         await pilot.press("down", "space", "space", "c")
-        await _until(pilot, lambda: getattr(app.screen, "rows", None))
+        # the runs screen has ``rows`` too: wait for the compare screen itself to have its rows
+        await _until(pilot, lambda: type(app.screen).__name__ == "CompareScreen" and app.screen.rows)
         await pilot.pause(0.2)
 
     assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
