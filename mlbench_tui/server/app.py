@@ -26,7 +26,15 @@ from mlbench_tui import __version__
 from mlbench_tui.errors import StoreError, UsageError
 from mlbench_tui.server.auth import AuthConfig, AuthError, Authorizer, bearer
 from mlbench_tui.server.ingest import ApiError, IngestFastPath, Ingestor, clean_errors
-from mlbench_tui.server.stream import Hub, encode_change, follow, sse
+from mlbench_tui.server.stream import (
+    MAX_COALESCE_S,
+    MIN_COALESCE_S,
+    Hub,
+    encode_change,
+    encode_summary,
+    follow,
+    sse,
+)
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     MAX_BODY_BYTES,
@@ -43,6 +51,7 @@ from mlbench_tui.store.api_models import (
     MetricBatch,
     MetricName,
     MetricsPage,
+    MetricsSummary,
     RankInfo,
     RankUpdate,
     RunCreate,
@@ -381,18 +390,29 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         metrics_since: Annotated[int | None, Query(ge=0, le=2**62)] = None,
         logs_since: Annotated[int | None, Query(ge=0, le=2**62)] = None,
         events_since: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+        coalesce: Annotated[
+            float | None,
+            Query(
+                ge=MIN_COALESCE_S,
+                le=MAX_COALESCE_S,
+                description="Seconds: send one metrics_summary event per interval instead of every"
+                " metrics batch (per metric and rank: last point, min and max; see MetricsSummary).",
+            ),
+        ] = None,
     ) -> StreamingResponse:
         """Live stream of one run: ``run``, ``rank``, ``metrics``, ``logs``, ``events``, ``run_deleted``.
 
         With ``*_since`` cursors the stream first replays what was stored after them, so a client
-        that read a page and then subscribes misses nothing.
+        that read a page and then subscribes misses nothing. With ``coalesce`` metrics come as
+        ``metrics_summary`` events (``MetricsSummary``), the replay included: a live view that only
+        draws min/max/last per update costs the server one summary per interval, not every point.
         """
         authz.read(request)
         check_run(run_id)
-        sub = hub.subscribe(run_id)
+        sub = hub.subscribe(run_id, coalesce)
         try:
             backlog, cursors = await asyncio.to_thread(
-                _backlog, store, run_id, metrics_since, logs_since, events_since
+                _backlog, store, run_id, metrics_since, logs_since, events_since, coalesce is not None
             )
         except BaseException:
             hub.unsubscribe(sub)
@@ -419,7 +439,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         )
         components = schema.setdefault("components", {})
         schemas = components.setdefault("schemas", {})
-        for model in (MetricBatch, LogBatch, EventBatch):
+        for model in (MetricBatch, LogBatch, EventBatch, MetricsSummary):
             doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, sub_schema in doc.pop("$defs", {}).items():
                 schemas.setdefault(name, sub_schema)
@@ -436,7 +456,12 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _backlog(
-    store: Store, run_id: str, metrics_since: int | None, logs_since: int | None, events_since: int | None
+    store: Store,
+    run_id: str,
+    metrics_since: int | None,
+    logs_since: int | None,
+    events_since: int | None,
+    summary: bool = False,
 ) -> tuple[list[bytes], dict[str, int]]:
     """SSE chunks for what was stored after the given cursors, plus the run itself."""
     out: list[bytes] = []
@@ -453,7 +478,10 @@ def _backlog(
                 (run_id, metrics_since, MAX_PAGE),
             ).fetchall()
             if rows:
-                encoded = encode_change(Change("metrics", run_id, [tuple(r) for r in rows]))
+                plain = [tuple(r) for r in rows]
+                encoded = (
+                    encode_summary([plain]) if summary else encode_change(Change("metrics", run_id, plain))
+                )
                 assert encoded is not None
                 out.append(encoded[2])
             cursors["metrics"] = rows[-1][0] if rows else metrics_since

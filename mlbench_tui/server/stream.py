@@ -5,13 +5,20 @@ to ``Hub.publish`` (one call per group transaction). The hub hops once onto the 
 encodes each change to SSE bytes once, and fans them out to the subscribers of that run (or of
 the run list). No database query per client per tick. A subscriber that falls behind gets a
 ``resync`` event and should refetch from its cursors.
+
+A subscriber may ask for coalesced metrics (``coalesce`` seconds): instead of one ``metrics``
+event per committed batch it gets one ``metrics_summary`` event per interval with, per (name,
+rank), the last point and the min/max since the previous summary. The committed rows are only
+appended (by reference) to the run's pending list and summarised once per interval for all such
+subscribers; nothing is kept when no coalesced subscriber listens. Logs, events and run changes
+are sent as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +28,8 @@ from mlbench_tui.store.db import Change
 
 QUEUE_MAX = 2048
 KEEPALIVE_S = 15.0
+MIN_COALESCE_S = 0.05
+MAX_COALESCE_S = 60.0
 
 _METRIC_KEYS = ("id", "run_id", "rank", "name", "step", "epoch", "t", "value")
 _LOG_KEYS = ("id", "run_id", "rank", "stream", "seq", "t", "text")
@@ -44,6 +53,56 @@ def _rows(keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[dict[str, 
             item["payload"] = orjson.loads(item["payload"])
         out.append(item)
     return out
+
+
+def summarise(chunks: Iterable[list[tuple[Any, ...]]]) -> tuple[int, list[dict[str, Any]]]:
+    """(cursor, series) of metric rows: per (name, rank) one bucket with the last point and min/max.
+
+    ``series`` items have the shape of ``MetricSeries`` (one element per column), so a client
+    folds them in like a downsampled page; the cursor is the highest row id summarised.
+    """
+    groups: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    cursor = 0
+    for rows in chunks:
+        if not rows:
+            continue
+        for row in rows:
+            key = (row[3], row[2])
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [row]
+            else:
+                group.append(row)
+        cursor = max(cursor, rows[-1][0])
+    series = []
+    for (name, rank), group in groups.items():
+        values = [row[7] for row in group]
+        if None in values:
+            values = [v for v in values if v is not None]
+        last = group[-1]
+        lo, hi = (min(values), max(values)) if values else (None, None)
+        series.append(
+            {
+                "name": name,
+                "rank": rank,
+                "step": [last[4]],
+                "epoch": [last[5]],
+                "t": [last[6]],
+                "value": [last[7]],
+                "min": [lo],
+                "max": [hi],
+                "count": len(group),
+            }
+        )
+    return cursor, series
+
+
+def encode_summary(chunks: Iterable[list[tuple[Any, ...]]]) -> tuple[str, int, bytes] | None:
+    """The ``metrics_summary`` event of metric rows (None when there are none)."""
+    cursor, series = summarise(chunks)
+    if not series:
+        return None
+    return "metrics", cursor, sse("metrics_summary", {"cursor": cursor, "series": series})
 
 
 def encode_change(change: Change) -> tuple[str, int, bytes] | None:
@@ -75,6 +134,7 @@ class Subscriber:
     """One open stream: a bounded queue of (kind, cursor, bytes)."""
 
     run_id: str | None
+    coalesce: float | None = None  # seconds between metric summaries; None: every batch as it comes
     queue: asyncio.Queue[tuple[str, int, bytes] | None] = field(
         default_factory=lambda: asyncio.Queue(maxsize=QUEUE_MAX)
     )
@@ -87,6 +147,17 @@ class Subscriber:
             self.lagged = True
 
 
+@dataclass(eq=False)
+class _Coalescer:
+    """Metric rows of one run waiting for the next summary of the subscribers sharing ``interval``."""
+
+    run_id: str
+    interval: float
+    subs: set[Subscriber] = field(default_factory=set)
+    pending: list[list[tuple[Any, ...]]] = field(default_factory=list)
+    handle: asyncio.TimerHandle | None = None
+
+
 class Hub:
     """Fan-out of committed changes to stream subscribers; lives on the server's event loop."""
 
@@ -94,6 +165,8 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_run: dict[str, set[Subscriber]] = {}
         self._runs_list: set[Subscriber] = set()
+        self._per_row: dict[str, int] = {}  # run -> subscribers taking every metrics batch
+        self._coalescers: dict[str, dict[float, _Coalescer]] = {}
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -118,6 +191,19 @@ class Hub:
 
     def _dispatch(self, changes: list[Change]) -> None:
         for change in changes:
+            if change.kind == "metrics":
+                coalescers = self._coalescers.get(change.run_id)
+                if coalescers:
+                    for co in coalescers.values():
+                        self._pend(co, change.rows)
+                if not self._per_row.get(change.run_id):
+                    continue
+                encoded = encode_change(change)
+                if encoded is not None:
+                    for sub in self._by_run.get(change.run_id, ()):
+                        if sub.coalesce is None:
+                            sub.offer(encoded)
+                continue
             encoded = encode_change(change)
             if encoded is None:
                 continue
@@ -127,12 +213,34 @@ class Hub:
                 for sub in self._runs_list:
                     sub.offer(encoded)
 
-    def subscribe(self, run_id: str | None) -> Subscriber:
-        sub = Subscriber(run_id)
+    def _pend(self, co: _Coalescer, rows: list[tuple[Any, ...]]) -> None:
+        co.pending.append(rows)  # by reference: the summary is computed once per interval
+        if co.handle is None and self._loop is not None:
+            co.handle = self._loop.call_later(co.interval, self._summarise, co)
+
+    def _summarise(self, co: _Coalescer) -> None:
+        co.handle = None
+        pending, co.pending = co.pending, []
+        encoded = encode_summary(pending)
+        if encoded is not None:
+            for sub in co.subs:
+                sub.offer(encoded)
+
+    def subscribe(self, run_id: str | None, coalesce: float | None = None) -> Subscriber:
+        """A new stream; ``coalesce`` (run streams only) asks for one metrics summary per interval."""
+        sub = Subscriber(run_id, coalesce if run_id is not None else None)
         if run_id is None:
             self._runs_list.add(sub)
+            return sub
+        self._by_run.setdefault(run_id, set()).add(sub)
+        if sub.coalesce is None:
+            self._per_row[run_id] = self._per_row.get(run_id, 0) + 1
         else:
-            self._by_run.setdefault(run_id, set()).add(sub)
+            by_interval = self._coalescers.setdefault(run_id, {})
+            co = by_interval.get(sub.coalesce)
+            if co is None:
+                co = by_interval[sub.coalesce] = _Coalescer(run_id, sub.coalesce)
+            co.subs.add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
@@ -140,10 +248,28 @@ class Hub:
             self._runs_list.discard(sub)
             return
         subs = self._by_run.get(sub.run_id)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self._by_run[sub.run_id]
+        if subs is None or sub not in subs:
+            return
+        subs.discard(sub)
+        if not subs:
+            del self._by_run[sub.run_id]
+        if sub.coalesce is None:
+            left = self._per_row.get(sub.run_id, 0) - 1
+            if left > 0:
+                self._per_row[sub.run_id] = left
+            else:
+                self._per_row.pop(sub.run_id, None)
+            return
+        by_interval = self._coalescers.get(sub.run_id, {})
+        co = by_interval.get(sub.coalesce)
+        if co is not None:
+            co.subs.discard(sub)
+            if not co.subs:
+                if co.handle is not None:
+                    co.handle.cancel()
+                del by_interval[sub.coalesce]
+                if not by_interval:
+                    self._coalescers.pop(sub.run_id, None)
 
     def close_all(self) -> None:
         """Ask every open stream to end (server shutdown)."""

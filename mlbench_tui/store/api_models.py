@@ -244,6 +244,22 @@ class MetricsPage(BaseModel):
     downsampled: bool = False
 
 
+class SeriesSummary(MetricSeries):
+    """One metric of one rank since the previous summary, as a one-bucket ``MetricSeries``:
+    the last point (step, epoch, t, value) with the min/max of its finite values."""
+
+    count: int = Field(
+        description="Points summarised (the first summary after a replay may count a few twice)."
+    )
+
+
+class MetricsSummary(BaseModel):
+    """Data of a ``metrics_summary`` event on a run stream opened with ``coalesce``."""
+
+    cursor: int = Field(description="Highest metric id summarised; pass as metrics_since to resume.")
+    series: list[SeriesSummary]
+
+
 class MetricName(BaseModel):
     name: str
     ranks: list[int]

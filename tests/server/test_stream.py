@@ -1,0 +1,104 @@
+"""Coalesced run streams: one min/max/last summary per interval instead of every metrics batch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from mlbench_tui.server.client import MlbenchClient, ServerHTTPError
+from mlbench_tui.server.stream import summarise
+from mlbench_tui.store.api_models import MetricsSummary, RunCreate
+
+from .conftest import ServerProcess
+
+
+def _row(i: int, name: str, rank: int, value: float | None, step: int) -> tuple[Any, ...]:
+    return (i, "r-x", rank, name, step, None, 100.0 + i, value)
+
+
+def test_summarise_keeps_extremes_last_point_and_cursor() -> None:
+    first = [_row(1, "loss", 0, 3.0, 0), _row(2, "loss", 0, 9.0, 1), _row(3, "lr", 0, 0.1, 1)]
+    second = [_row(4, "loss", 0, None, 2), _row(5, "loss", 0, 2.0, 3), _row(6, "loss", 1, None, 3)]
+    cursor, series = summarise([first, [], second])
+    assert cursor == 6
+    by_key = {
+        (s["name"], s["rank"]): MetricsSummary.model_validate({"cursor": 6, "series": [s]}).series[0]
+        for s in series
+    }
+    loss = by_key[("loss", 0)]
+    assert (loss.min, loss.max, loss.value, loss.step, loss.t, loss.count) == (
+        [2.0],
+        [9.0],
+        [2.0],
+        [3],
+        [105.0],
+        4,
+    )
+    assert by_key[("lr", 0)].value == [0.1] and by_key[("lr", 0)].count == 1
+    assert by_key[("loss", 1)].min == [None] and by_key[("loss", 1)].value == [None]
+
+
+@pytest.mark.slow
+def test_coalesced_stream_summarises_while_plain_stream_gets_every_point(server: ServerProcess) -> None:
+    admin = server.admin()
+    created = admin.create_run(RunCreate(name="coalesce", workers=2, task="1a"))
+    run_id, writer = created.run.id, MlbenchClient(server.url, created.write_token)
+    writer.post_metrics(run_id, [{"name": "loss", "value": 7.0, "step": 0}])  # replayed as a summary
+    got: dict[str, list[tuple[str, Any]]] = {"plain": [], "summary": []}
+    ready = {k: threading.Event() for k in got}
+
+    def listen(key: str, coalesce: float | None) -> None:
+        for event in MlbenchClient(server.url).stream(run_id, metrics_since=0, coalesce=coalesce):
+            got[key].append((event.kind, event.data))
+            ready[key].set()
+            if event.kind == "run_deleted":
+                return
+
+    threads = [
+        threading.Thread(target=listen, args=("plain", None), daemon=True),
+        threading.Thread(target=listen, args=("summary", 0.2), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    assert all(e.wait(10) for e in ready.values())
+    for rank in (0, 1):  # a spike in the middle of a batch must survive the summary
+        values = [1.0, 50.0, 0.5] if rank == 0 else [2.0, 2.0, -1.0]
+        writer.post_metrics(
+            run_id, [{"name": "loss", "value": v, "step": 1 + i} for i, v in enumerate(values)], rank=rank
+        )
+    writer.post_logs(run_id, ["hello"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sum(k == "metrics_summary" for k, _ in got["summary"]) < 2:
+        time.sleep(0.05)
+    admin.delete_run(run_id)
+    for t in threads:
+        t.join(10)
+
+    plain_kinds = [k for k, _ in got["plain"]]
+    assert "metrics_summary" not in plain_kinds
+    steps = [(p["rank"], p["step"]) for k, d in got["plain"] if k == "metrics" for p in d["points"]]
+    assert steps == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]
+
+    kinds = [k for k, _ in got["summary"]]
+    assert kinds[0] == "run" and kinds[-1] == "run_deleted" and "metrics" not in kinds and "logs" in kinds
+    summaries = [MetricsSummary.model_validate(d) for k, d in got["summary"] if k == "metrics_summary"]
+    replay, live = summaries[0], summaries[1]
+    assert [(s.rank, s.value) for s in replay.series] == [(0, [7.0])]
+    by_rank = {s.rank: s for s in live.series}
+    assert (by_rank[0].min, by_rank[0].max, by_rank[0].value, by_rank[0].step) == ([0.5], [50.0], [0.5], [3])
+    assert (by_rank[1].min, by_rank[1].max, by_rank[1].value) == ([-1.0], [2.0], [-1.0])
+    assert live.cursor == max(int(d["cursor"]) for k, d in got["plain"] if k == "metrics")
+
+
+@pytest.mark.slow
+def test_coalesce_interval_is_validated_and_documented(server: ServerProcess) -> None:
+    run_id = server.admin().create_run(RunCreate(name="coalesce-bad", workers=1, task="1a")).run.id
+    with pytest.raises(ServerHTTPError) as err:
+        next(MlbenchClient(server.url).stream(run_id, coalesce=0.001))
+    assert err.value.status == 422
+    doc = MlbenchClient(server.url)._http.get("/openapi.json").json()
+    params = {p["name"] for p in doc["paths"]["/v1/runs/{run_id}/stream"]["get"]["parameters"]}
+    assert "coalesce" in params and "MetricsSummary" in doc["components"]["schemas"]
