@@ -4,8 +4,11 @@
 ``RunFeed`` loads one run, then follows its Server-Sent Event stream; a daemon thread reads the
 stream into a queue and the feed drains that queue every ``interval`` seconds into ONE
 ``RunChanged`` message, so the UI gets at most 1/interval updates per second however fast the
-run reports. Both survive a server that goes away: they report the disconnection (the app shows
-a banner), retry with exponential backoff, and resume from their cursors without losing data.
+run reports. The stream is opened with ``coalesce=interval``: the server sends per metric and
+rank one min/max/last bucket per interval instead of every point, which is all the charts can
+show and keeps a busy run's ingest from paying for encoding, sending and parsing every row.
+Both survive a server that goes away: they report the disconnection (the app shows a banner),
+retry with exponential backoff, and resume from their cursors without losing data.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ CHART_POINTS = 2000  # buckets per series fetched when a run screen opens (min/m
 COMPACT_ABOVE = 64  # a series delta longer than this is sent to the screen as buckets...
 COMPACT_BUCKETS = 16  # ...this many per update (min/max/last kept): UI work stays flat under load
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 5.0)
+MIN_COALESCE_S = 0.05  # the server's lower bound for ``coalesce`` (shorter intervals: every point)
 QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepalives are every 15 s)
 
 Post = Callable[[Message], object]
@@ -106,20 +110,45 @@ def compact(delta: SeriesDelta, buckets: int) -> SeriesDelta:
     out = SeriesDelta(delta.name, delta.rank, mins=[], maxs=[])
     assert out.mins is not None and out.maxs is not None
     values = delta.values
+    lows = delta.mins if delta.mins is not None else values
+    highs = delta.maxs if delta.maxs is not None else values
     for b in range(buckets):
         lo, hi = b * n // buckets, (b + 1) * n // buckets
         if hi <= lo:
             continue
-        raw = values[lo:hi]
-        chunk = [v for v in raw if v is not None] if None in raw else cast("list[float]", raw)
         last = hi - 1
         out.steps.append(delta.steps[last])
         out.epochs.append(delta.epochs[last])
         out.ts.append(delta.ts[last])
         out.values.append(values[last])
-        out.mins.append(min(chunk) if chunk else None)
-        out.maxs.append(max(chunk) if chunk else None)
+        out.mins.append(_extreme(min, lows[lo:hi]))
+        out.maxs.append(_extreme(max, highs[lo:hi]))
     return out
+
+
+def _extreme(pick: Callable[[list[float]], float], raw: list[float | None]) -> float | None:
+    chunk = [v for v in raw if v is not None] if None in raw else cast("list[float]", raw)
+    return pick(chunk) if chunk else None
+
+
+def add_bucket(
+    delta: SeriesDelta,
+    step: int | None,
+    epoch: float | None,
+    t: float,
+    value: float | None,
+    low: float | None,
+    high: float | None,
+) -> None:
+    """Append one min/max/last bucket to ``delta`` (its plain points become one-point buckets)."""
+    if delta.mins is None or delta.maxs is None:
+        delta.mins, delta.maxs = list(delta.values), list(delta.values)
+    delta.steps.append(step)
+    delta.epochs.append(epoch)
+    delta.ts.append(t)
+    delta.values.append(value)
+    delta.mins.append(low)
+    delta.maxs.append(high)
 
 
 class RunsFeed:
@@ -168,7 +197,7 @@ class RunsFeed:
                     self._goal_points.pop(gone, None)
                     self._goal_cursor.pop(gone, None)
                 self.post(RunsUpdated(runs, {k: list(v) for k, v in self._goal_points.items()}))
-                if self._pending_goal_runs(runs):
+                if any(run.id not in self._goal_cursor for run in self._pending_goal_runs(runs)):
                     # Fill in goal progress right after the first paint, then on the normal beat.
                     sleep_until(time.monotonic() + min(self.interval, 0.05), cancelled, self.wake)
                 else:
@@ -221,7 +250,7 @@ class _StreamReader:
 
     END = object()
 
-    def __init__(self, address: ServerAddress, run_id: str, params: dict[str, int]) -> None:
+    def __init__(self, address: ServerAddress, run_id: str, params: dict[str, float]) -> None:
         import httpx
 
         headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
@@ -282,6 +311,7 @@ class RunFeed:
         *,
         interval: float = 0.25,
         chart_points: int = CHART_POINTS,
+        coalesce: bool = True,
     ) -> None:
         self.address = address
         self.run_id = run_id
@@ -289,6 +319,7 @@ class RunFeed:
         self.status = status
         self.interval = interval
         self.chart_points = chart_points
+        self.coalesce = coalesce and interval >= MIN_COALESCE_S  # metric summaries, not every point
         self.cursors = {"metrics": 0, "logs": 0, "events": 0}
         self.wake = threading.Event()
         self._loaded = False
@@ -338,7 +369,9 @@ class RunFeed:
         self._loaded = True
 
     def _follow(self, address: ServerAddress, client: Any, cancelled: Cancelled) -> None:
-        params = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
+        params: dict[str, float] = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
+        if self.coalesce:
+            params["coalesce"] = self.interval
         reader = _StreamReader(address, self.run_id, params)
         try:
             self._drain(reader, client, cancelled)
@@ -403,6 +436,13 @@ class RunFeed:
                 delta.epochs.append(p.get("epoch"))
                 delta.ts.append(p["t"])
                 delta.values.append(p.get("value"))
+            self.cursors["metrics"] = max(self.cursors["metrics"], int(data.get("cursor") or 0))
+        elif kind == "metrics_summary":
+            for s in data.get("series", ()):
+                name, rank = s["name"], int(s["rank"])
+                delta = batch.delta(name, rank)
+                for i, t in enumerate(s["t"]):
+                    add_bucket(delta, s["step"][i], s["epoch"][i], t, s["value"][i], s["min"][i], s["max"][i])
             self.cursors["metrics"] = max(self.cursors["metrics"], int(data.get("cursor") or 0))
         elif kind == "logs":
             batch.lines.extend(LogLineOut.model_validate(line) for line in data.get("lines", ()))

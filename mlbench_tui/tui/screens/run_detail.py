@@ -47,6 +47,21 @@ TOTALS = {
 }
 
 
+def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
+    """(t, value) of a delta for goal progress; a bucket adds its min and max before its last value,
+    so the best value stays exact when the server summarises several points into one."""
+    if d.mins is None or d.maxs is None:
+        return [(t, v) for t, v in zip(d.ts, d.values, strict=True) if v is not None]
+    out: list[tuple[float, float]] = []
+    for t, v, lo, hi in zip(d.ts, d.values, d.mins, d.maxs, strict=True):
+        if lo is not None and hi is not None and lo != hi:
+            out.append((t, lo))
+            out.append((t, hi))
+        if v is not None:
+            out.append((t, v))
+    return out
+
+
 def default_charts(task: str, goal_metric: str | None) -> list[str]:
     """Metrics charted when a run opens: loss, the goal metric, step time; bandwidth for 0a."""
     if task == "0a":
@@ -210,9 +225,7 @@ class RunDetailScreen(Screen[None]):
                     if self.goal_rank is None:
                         self.goal_rank = d.rank
                     if d.rank == self.goal_rank:
-                        self.goal_points.extend(
-                            (t, v) for t, v in zip(d.ts, d.values, strict=True) if v is not None
-                        )
+                        self.goal_points.extend(_goal_points(d))
             if d.name in self.chart_metrics and (d.name == "step_time" or d.rank == self._chart_rank(d.name)):
                 self._chart_points(d.name, d.rank, d.xy())
 
