@@ -1,0 +1,78 @@
+"""The feeds' polling and streaming against a real embedded server (no Textual app needed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from textual.message import Message
+
+from mlbench_tui.server.serve import EmbeddedServer
+from mlbench_tui.store.api_models import RunCreate
+from mlbench_tui.tui.feed import RunFeed, RunsFeed, ServerAddress
+from mlbench_tui.tui.messages import RunChanged, RunsUpdated
+
+GOAL = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
+
+
+def _running_goal_run(srv: EmbeddedServer) -> tuple[str, str]:
+    client = srv.info.client()
+    created = client.create_run(RunCreate(name="goal-run", task="1a", workers=2, goal=GOAL))
+    client.update_run(created.run.id, state="running")
+    client.close()
+    return created.run.id, created.write_token
+
+
+def _follow(feed: RunsFeed | RunFeed, seconds: float) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join(10)
+
+
+def test_runs_feed_polls_on_its_beat_while_a_goal_run_is_going(empty_server: EmbeddedServer) -> None:
+    run_id, token = _running_goal_run(empty_server)
+    writer = empty_server.info.client()
+    writer.post_metrics(run_id, [{"name": "val_global_Prec@1", "value": 42.0, "step": 1}], token=token)
+    posted: list[Message] = []
+    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
+    feed = RunsFeed(lambda: address, posted.append, lambda _m: None, interval=0.5)
+    _follow(feed, 1.6)
+    updates = [m for m in posted if isinstance(m, RunsUpdated)]
+    # the first list, its goal points right after, then one per 0.5 s: not a poll every 50 ms
+    assert 2 <= len(updates) <= 6, len(updates)
+    assert [v for _, v in updates[-1].goal_points[run_id]] == [42.0]
+    writer.close()
+
+
+def test_run_feed_gets_one_bucket_per_series_per_update(empty_server: EmbeddedServer) -> None:
+    run_id, token = _running_goal_run(empty_server)
+    posted: list[Message] = []
+    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
+    feed = RunFeed(lambda: address, run_id, posted.append, lambda _m: None, interval=0.25)
+    stop = threading.Event()
+    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+    thread.start()
+    writer = empty_server.info.client()
+    deadline = time.monotonic() + 5
+    while not posted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    values = [1.0, 9.0, 0.25, 0.5]  # one batch with a spike: the bucket keeps it
+    writer.post_metrics(
+        run_id, [{"name": "train_loss", "value": v, "step": i} for i, v in enumerate(values)], token=token
+    )
+    while time.monotonic() < deadline and not any(
+        isinstance(m, RunChanged) and m.batch.series for m in posted[1:]
+    ):
+        time.sleep(0.02)
+    stop.set()
+    thread.join(10)
+    writer.close()
+    deltas = [d for m in posted[1:] if isinstance(m, RunChanged) for d in m.batch.series.values()]
+    assert len(deltas) == 1
+    delta = deltas[0]
+    assert (delta.name, delta.rank, delta.steps, delta.values) == ("train_loss", 0, [3], [0.5])
+    assert (delta.mins, delta.maxs) == ([0.25], [9.0])
+    assert delta.xy() == [(3.0, 0.25), (3.0, 9.0), (3.0, 0.5)]
