@@ -38,7 +38,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("provider", metavar="PROVIDER", help="gcp, aws or kind")
     p.add_argument("name", metavar="NAME", help="cluster name (lowercase letters, digits, '-')")
-    p.add_argument("--nodes", type=int, default=1, metavar="N", help="benchmark pool nodes (default 1)")
+    p.add_argument(
+        "--nodes",
+        "--workers",
+        dest="nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="benchmark pool nodes; for kind, worker nodes (default 1)",
+    )
     p.add_argument(
         "--gpu",
         metavar="NxMODEL",

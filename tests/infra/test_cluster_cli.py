@@ -202,3 +202,10 @@ def test_list_and_use(
     assert main(["cluster", "list", "-o", "json"]) == 0
     out = capsys.readouterr().out
     assert '"context": "mlbench-gcp-other"' in out
+
+
+def test_kind_create_takes_workers_as_the_node_count() -> None:
+    from mlbench_tui.cli import build_parser
+
+    args = build_parser().parse_args(["cluster", "create", "kind", "smoke", "--workers", "3"])
+    assert (args.provider, args.name, args.nodes) == ("kind", "smoke", 3)
