@@ -15,8 +15,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.executors import manifests

@@ -7,7 +7,6 @@ the executor only ever talks HTTP to it through the real kubernetes client.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.kube_api import MPIJOBS, KubeApi, kube_api, make_launch, make_plan, pod
 
 from mlbench_tui.errors import ExecutorError

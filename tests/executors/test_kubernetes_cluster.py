@@ -6,16 +6,12 @@ developers with a KIND cluster set it."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.executors import manifests

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.errors import ExecutorError

@@ -5,18 +5,15 @@ Kubernetes API mock."""
 from __future__ import annotations
 
 import stat
-import sys
 from pathlib import Path
 
 import pytest
+from support.kube_api import kube_api
 
 from mlbench_tui.errors import InfraError, UsageError
 from mlbench_tui.infra import automation, device_plugin, providers
 from mlbench_tui.infra.prices import resolve_shape
 from mlbench_tui.infra.providers import ClusterRequest, GpuSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.kube_api import kube_api
 
 
 @pytest.fixture

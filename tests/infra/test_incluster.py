@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.kube_api import KubeApi, kube_api
 
 from mlbench_tui.errors import InfraError

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +12,7 @@ from mlbench_worker.config import parse_config
 from mlbench_worker.context import Rendezvous, RunContext
 from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.tracker import Tracker
+from support.smoke import apply_one
 
 SMOKE_DATA = {
     "source": "synthetic",
@@ -133,20 +130,6 @@ spec:
 
 @pytest.mark.slow
 def test_two_ranks_reach_the_light_perplexity_goal_through_mlbench_apply(tmp_path: Path) -> None:
-    spec = tmp_path / "awd.yaml"
-    spec.write_text(SPEC)
-
-    def mlbench(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mlbench_tui", *args],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=os.environ,
-        )
-
-    result = mlbench("apply", str(spec))
-    assert result.returncode == 0, result.stderr
-    (run,) = json.loads(mlbench("results", str(spec), "-o", "json").stdout)["runs"]
+    run = apply_one(tmp_path, SPEC)
     assert run["state"] == "succeeded" and run["reached"] is True, run["stop_reason"]
     assert run["task"] == "3a" and run["best_value"] <= 90.0

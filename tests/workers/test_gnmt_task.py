@@ -3,35 +3,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from mlbench_worker.models.gnmt import GNMT, GNMTConfig
-
-
-def _apply(tmp_path: Path, spec: str) -> dict[str, Any]:
-    path = tmp_path / "spec.yaml"
-    path.write_text(spec)
-
-    def mlbench(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mlbench_tui", *args],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=os.environ,
-        )
-
-    result = mlbench("apply", str(path))
-    assert result.returncode == 0, result.stderr
-    (run,) = json.loads(mlbench("results", str(path), "-o", "json").stdout)["runs"]
-    return dict(run)
+from support.smoke import apply_one
 
 
 def test_reference_model_has_the_mlperf_layout() -> None:
@@ -83,6 +60,6 @@ spec:
 
 @pytest.mark.slow
 def test_two_ranks_reach_the_light_bleu_goal_through_mlbench_apply(tmp_path: Path) -> None:
-    run = _apply(tmp_path, SPEC)
+    run = apply_one(tmp_path, SPEC)
     assert run["state"] == "succeeded" and run["reached"] is True, run["stop_reason"]
     assert run["task"] == "4a" and run["best_value"] >= 20.0

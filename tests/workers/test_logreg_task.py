@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +12,7 @@ from mlbench_worker.config import parse_config
 from mlbench_worker.context import Rendezvous, RunContext
 from mlbench_worker.tasks import load_task
 from mlbench_worker.tasks.logreg import LogRegTrainer, RegularizedBCE
+from support.smoke import apply_one
 
 
 class RecordingReporter:
@@ -133,23 +130,9 @@ spec:
 """
 
 
-def mlbench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mlbench_tui", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=os.environ,
-    )
-
-
 @pytest.mark.slow
 def test_two_ranks_reach_the_light_goal_through_mlbench_apply(tmp_path: Path) -> None:
-    spec = tmp_path / "logreg.yaml"
-    spec.write_text(SPEC)
-    result = mlbench("apply", str(spec))
-    assert result.returncode == 0, result.stderr
-    (run,) = json.loads(mlbench("results", str(spec), "-o", "json").stdout)["runs"]
+    run = apply_one(tmp_path, SPEC, timeout=180)
     assert run["state"] == "succeeded" and run["reached"] is True
     assert run["task"] == "2a" and run["workers"] == 2
     assert run["best_value"] >= 80.0

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from mlbench_worker.config import ConfigError
 from mlbench_worker.tasks.tf_resnet20 import tf_config
+from support.smoke import apply_one
 
 from mlbench_tui.executors import tf_launch
 
@@ -53,7 +52,6 @@ def test_launcher_stops_the_others_when_one_worker_fails(tmp_path: Path) -> None
 
 
 def test_executors_give_tensorflow_plans_a_cluster(tmp_path: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from support.kube_api import make_launch, make_plan
 
     from mlbench_tui.executors import manifests
@@ -104,21 +102,7 @@ spec:
 def test_two_tensorflow_workers_reach_a_relaxed_goal_through_mlbench_apply(tmp_path: Path) -> None:
     if importlib.util.find_spec("tensorflow") is None:  # without importing it here (slow)
         pytest.skip("the tensorflow extra is not installed")
-    spec = tmp_path / "tf.yaml"
-    spec.write_text(SPEC)
-
-    def mlbench(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mlbench_tui", *args],
-            capture_output=True,
-            text=True,
-            timeout=280,
-            env=os.environ,
-        )
-
-    result = mlbench("apply", str(spec))
-    assert result.returncode == 0, result.stderr + mlbench("logs", "tf-smoke-gloo-2w").stdout[-3000:]
-    (run,) = json.loads(mlbench("results", str(spec), "-o", "json").stdout)["runs"]
+    run = apply_one(tmp_path, SPEC, timeout=280)
     assert run["state"] == "succeeded" and run["reached"] is True, run["stop_reason"]
     assert run["fingerprint"]["framework"] == "tensorflow" and run["fingerprint"]["tensorflow"]
     assert run["time_split"]["communication"] > 0 and run["time_split"]["compute"] > 0
