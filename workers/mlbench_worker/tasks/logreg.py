@@ -29,7 +29,7 @@ from mlbench_worker.models.logreg import LogisticRegression
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.training import ClassificationTrainer, run_training
+from mlbench_worker.tasks.training import ClassificationTrainer, WarmupPlateauHooks, run_training
 
 
 class RegularizedBCE(nn.Module):
@@ -72,7 +72,7 @@ def load_epsilon(ctx: RunContext) -> dict[str, epsilon.LinearSplit]:
         raise DatasetError(f"{exc} (the preparation on local rank 0 failed; see its log)") from None
 
 
-class LogRegTrainer(ClassificationTrainer):
+class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
     """Logistic regression on this rank's epsilon shard."""
 
     def __init__(self, ctx: RunContext) -> None:
@@ -134,17 +134,6 @@ class LogRegTrainer(ClassificationTrainer):
 
     def predictions_correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return ((output > 0).to(target.dtype) == target).sum()
-
-    def before_step(self, step: int) -> None:
-        lr = self.schedule.on_step(step)
-        if lr != self.optimizer.lr:
-            self.optimizer.set_lr(lr)
-
-    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
-        lr = self.schedule.on_validation(metrics["val_global_loss"], step)
-        if lr != self.optimizer.lr:
-            self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
-            self.optimizer.set_lr(lr)
 
 
 def run(ctx: RunContext) -> Outcome:

@@ -29,7 +29,7 @@ from mlbench_worker.models.resnet import resnet20
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.training import ClassificationTrainer, run_training
+from mlbench_worker.tasks.training import ClassificationTrainer, WarmupPlateauHooks, run_training
 
 
 def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
@@ -60,7 +60,7 @@ def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
         raise DatasetError(f"{exc} (the download on local rank 0 failed; see its log)") from None
 
 
-class ResNet20Trainer(ClassificationTrainer):
+class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
     """ResNet-20 on this rank's CIFAR-10 shard."""
 
     def __init__(self, ctx: RunContext) -> None:
@@ -116,17 +116,6 @@ class ResNet20Trainer(ClassificationTrainer):
 
     def val_batches(self) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         return cifar10.val_batches(self.val_set, self.augmenter, max(self.batch_size, 256))
-
-    def before_step(self, step: int) -> None:
-        lr = self.schedule.on_step(step)
-        if lr != self.optimizer.lr:
-            self.optimizer.set_lr(lr)
-
-    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
-        lr = self.schedule.on_validation(metrics["val_global_loss"], step)
-        if lr != self.optimizer.lr:
-            self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
-            self.optimizer.set_lr(lr)
 
 
 def run(ctx: RunContext) -> Outcome:

@@ -22,6 +22,7 @@ from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault
 from mlbench_worker.goals import Stop, StopController
 from mlbench_worker.optim import CentralizedOptimizer
+from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tracker import Tracker
 
@@ -150,6 +151,26 @@ class ClassificationTrainer(Trainer):
                 sums[1] += self.predictions_correct(output, target).double()
                 sums[2] += n
         return global_classification_metrics(self.ctx, sums)
+
+
+class WarmupPlateauHooks:
+    """Trainer hooks for a ``WarmupPlateau`` schedule (tasks 1a, 2a): warm-up per step, and
+    reduce-on-plateau of the global validation loss after each validation."""
+
+    ctx: RunContext
+    optimizer: CentralizedOptimizer
+    schedule: WarmupPlateau
+
+    def before_step(self, step: int) -> None:
+        lr = self.schedule.on_step(step)
+        if lr != self.optimizer.lr:
+            self.optimizer.set_lr(lr)
+
+    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
+        lr = self.schedule.on_validation(metrics["val_global_loss"], step)
+        if lr != self.optimizer.lr:
+            self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
+            self.optimizer.set_lr(lr)
 
 
 def global_classification_metrics(ctx: RunContext, sums: torch.Tensor) -> dict[str, float]:
