@@ -91,9 +91,9 @@ def rank_main(args: argparse.Namespace) -> None:
     step_counter = [0]
 
     def our_step() -> None:
-        item = next(ours_batches)
+        item, record = next(ours_batches)
         ours.before_step(step_counter[0])
-        ours.train_step(item, tracker)
+        ours.train_step(item, record)
         step_counter[0] += 1
 
     def peer_step() -> None:

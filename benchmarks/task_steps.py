@@ -128,9 +128,9 @@ def bench_logreg(args: argparse.Namespace) -> None:
     step = [0]
 
     def our_step() -> None:
-        item = next(ours_iter)
+        item, record = next(ours_iter)
         ours.before_step(step[0])
-        ours.train_step(item, tracker)
+        ours.train_step(item, record)
         step[0] += 1
 
     def plain_step() -> None:
@@ -215,9 +215,9 @@ def bench_awd(args: argparse.Namespace) -> None:
     def our_step() -> None:
         item = windows[counter[0] % len(windows)]
         counter[0] += 1
-        tracker.batch_start()
-        tracker.record("batch_load")
-        ours.train_step(item, tracker)
+        record = tracker.begin()
+        record("batch_load")
+        ours.train_step(item, record)
 
     def plain_step() -> None:
         inputs, target, seq_len = windows[counter[0] % len(windows)]

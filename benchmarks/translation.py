@@ -139,10 +139,10 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     def our_step() -> None:
         step = batches[counter["ours"] % len(batches)]
         counter["ours"] += 1
-        tracker.batch_start()
-        tracker.record("batch_load")
+        record = tracker.begin()
+        record("batch_load")
         ours.before_step(counter["ours"])
-        result = ours.train_step(step, tracker)
+        result = ours.train_step(step, record)
         float(result.loss)
         tokens_per_step.append(result.samples)
 

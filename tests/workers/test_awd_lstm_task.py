@@ -70,7 +70,7 @@ def test_step_lr_follows_warmup_and_sequence_length() -> None:
     assert torch.equal(inputs[1:], target[:-1])  # targets are the inputs shifted by one token
     trainer.before_step(trainer.warmup_steps // 2 - 1)
     assert trainer.lr == pytest.approx(45.0)
-    trainer.train_step(batches[0], Tracker())
+    trainer.train_step(batches[0], Tracker().record)
     assert trainer.optimizer.lr == pytest.approx(45.0 * seq_len / 10)
     trainer.before_step(trainer.warmup_steps)
     assert trainer.lr == 60.0
@@ -85,7 +85,7 @@ def test_switches_to_averaged_sgd_after_nonmono_epochs_and_validates_the_average
     assert trainer.asgd
     tracker = Tracker()
     for batch in list(trainer.train_batches(6))[:3]:
-        trainer.train_step(batch, tracker)
+        trainer.train_step(batch, tracker.record)
     assert trainer.averaged_steps == 3
     current = [p.detach().clone() for p in trainer.params]
     assert trainer.averaged is not None

@@ -65,3 +65,69 @@ def test_train_and_validation_time_are_separate_and_pause_stops_both() -> None:
     _busy(0.01)
     assert tracker.train_time >= train + 0.01  # includes the running interval
     assert tracker.validation_time == val
+
+
+class _FakeClock:
+    """A deterministic ``perf_counter``: tests advance it by the phase durations they script."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _scripted_batches(tracker: Tracker, clock: _FakeClock, n: int) -> dict[str, float]:
+    """Run ``n`` batches through ``begin`` with known phase durations; returns the true totals.
+    ``agg`` alternates 10/30 us so a sampler that aliased with a period of 2 would be biased."""
+    truth = dict.fromkeys(PHASES, 0.0)
+    for i in range(n):
+        record = tracker.begin()
+        for phase, seconds in (("batch_load", 5e-6), ("fwd_pass", 40e-6), ("agg", 10e-6 if i % 2 else 30e-6)):
+            clock.now += seconds
+            truth[phase] += seconds
+            record(phase)
+        clock.now += 7e-6  # between batches: no phase
+    return truth
+
+
+def test_micro_steps_are_sampled_and_phase_totals_stay_unbiased(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock()
+    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
+    tracker = Tracker(torch.device("cpu"), seed=3)
+    truth = _scripted_batches(tracker, clock, 20_000)
+    # a 75 us step: the stamps (~5 us) would cost ~7%; sampling brings them under 0.1%
+    assert tracker.sample_every == 64 and tracker.batches == 20_000  # the cap
+    assert 20_000 / 80 < tracker.stamped < 20_000 / 50
+    estimate = tracker.phase_times()
+    for phase in ("batch_load", "fwd_pass", "agg"):
+        assert estimate[phase] == pytest.approx(truth[phase], rel=0.05)
+    assert estimate["backprop"] == 0.0
+
+
+def test_steps_that_dwarf_the_stamps_are_all_stamped_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock()
+    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
+    tracker = Tracker(torch.device("cpu"))
+    for _ in range(200):
+        record = tracker.begin()
+        clock.now += 0.05  # a 50 ms step (ResNet-20 on CPU is slower still)
+        record("fwd_pass")
+    assert tracker.sample_every == 1 and tracker.stamped == tracker.batches == 200
+    assert tracker.phase_times()["fwd_pass"] == pytest.approx(10.0)
+
+
+def test_fixed_sampling_and_an_abandoned_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock()
+    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
+    every_batch = Tracker(sample_every=1)
+    truth = _scripted_batches(every_batch, clock, 101)
+    assert every_batch.stamped == 101 and every_batch.phase_times() == pytest.approx(truth)
+    every_batch.begin()  # the loader then turns out to be exhausted
+    every_batch.abandon()
+    assert every_batch.batches == every_batch.stamped == 101
+    sampled = Tracker(sample_every=4, seed=1)
+    _scripted_batches(sampled, clock, 4000)
+    assert 800 < sampled.stamped < 1200 and sampled.sample_every == 4
+    with pytest.raises(ValueError, match="sample_every"):
+        Tracker(sample_every=0)

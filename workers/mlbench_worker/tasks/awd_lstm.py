@@ -36,7 +36,7 @@ from mlbench_worker.models.awd_lstm import AWDLSTM, AWDLSTMConfig, Hidden, ar_ta
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import StepResult, Trainer, autocast_for, run_training
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.tracker import Record
 
 EVAL_BATCH_SIZE = 10
 _MODEL_KEYS = ("emb_size", "hidden_size", "num_layers")
@@ -164,23 +164,23 @@ class AWDLSTMTrainer(Trainer):
         elif step == self.warmup_steps:
             self.current_lr = self.target_lr
 
-    def train_step(self, batch: Batch, tracker: Tracker) -> StepResult:
+    def train_step(self, batch: Batch, record: Record) -> StepResult:
         inputs, target, seq_len = batch
         self.optimizer.set_lr(self.current_lr * seq_len / self.bptt)
         with self.autocast():
             logits, hidden, raw, dropped = self.model(inputs, detach_hidden(self.hidden))
-        tracker.record("fwd_pass")
+        record("fwd_pass")
         with self.autocast():
             raw_loss = F.cross_entropy(logits.float(), target.reshape(-1))
             loss = raw_loss + ar_tar_penalty(raw.float(), dropped.float(), self.alpha, self.beta)
-        tracker.record("comp_loss")
+        record("comp_loss")
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        tracker.record("backprop")
+        record("backprop")
         self.optimizer.aggregate()
-        tracker.record("agg")
+        record("agg")
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer.optimizer)
         if self.clip > 0:
@@ -193,7 +193,7 @@ class AWDLSTMTrainer(Trainer):
         self.optimizer.zero_grad()
         if self.averaged is not None:
             self._update_average()
-        tracker.record("opt_step")
+        record("opt_step")
         self.hidden = hidden
         return StepResult(raw_loss.detach(), int(target.numel()))
 

@@ -24,7 +24,7 @@ from mlbench_worker.goals import Stop, StopController
 from mlbench_worker.optim import CentralizedOptimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.tracker import Record, Tracker
 
 
 @dataclass
@@ -51,9 +51,10 @@ class Trainer(abc.ABC):
         """This rank's training batches for ``epoch`` (1-based); the same count on every rank."""
 
     @abc.abstractmethod
-    def train_step(self, batch: Any, tracker: Tracker) -> StepResult:
+    def train_step(self, batch: Any, record: Record) -> StepResult:
         """Forward, loss, backward, ``optimizer.aggregate()``, ``optimizer.step()`` and the batch
-        metrics, calling ``tracker.record(phase)`` after each phase."""
+        metrics, calling ``record(phase)`` as each phase ends (``Tracker.begin`` gives it: the
+        tracker's ``record``, or a no-op on batches the tracker does not sample)."""
 
     @abc.abstractmethod
     def validate(self) -> dict[str, float]:
@@ -111,31 +112,31 @@ class ClassificationTrainer(Trainer):
         """Number of correct top-1 predictions (binary tasks override this)."""
         return (output.argmax(dim=1) == target).sum()
 
-    def train_step(self, batch: Any, tracker: Tracker) -> StepResult:
+    def train_step(self, batch: Any, record: Record) -> StepResult:
         inputs, target = batch
         with self.autocast():
             output = self.model(inputs)
-        tracker.record("fwd_pass")
+        record("fwd_pass")
         with self.autocast():
             loss = self.loss_fn(output, target)
-        tracker.record("comp_loss")
+        record("comp_loss")
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        tracker.record("backprop")
+        record("backprop")
         self.optimizer.aggregate()
-        tracker.record("agg")
+        record("agg")
         if self.scaler is not None:
             self.scaler.step(self.optimizer.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad()
-        tracker.record("opt_step")
+        record("opt_step")
         with torch.no_grad():
             correct = self.predictions_correct(output.detach(), target)
-        tracker.record("comp_metrics")
+        record("comp_metrics")
         return StepResult(loss.detach(), int(target.shape[0]), correct)
 
     def validate(self) -> dict[str, float]:
@@ -206,17 +207,21 @@ class _Window:
         self.steps += 1
 
 
-def _iterate(batches: Iterable[Any], tracker: Tracker) -> Iterator[Any]:
-    """Yield batches with ``batch_start`` stamped before the loader does its work."""
+def _iterate(batches: Iterable[Any], tracker: Tracker) -> Iterator[tuple[Any, Record]]:
+    """Yield ``(batch, record)``: the batch is begun on the tracker before the loader does its
+    work, and ``record`` (the tracker's, or a no-op on batches it does not sample) takes the
+    batch's phase names."""
     iterator = iter(batches)
+    begin = tracker.begin
     while True:
-        tracker.batch_start()
+        record = begin()
         try:
             batch = next(iterator)
         except StopIteration:
+            tracker.abandon()
             return
-        tracker.record("batch_load")
-        yield batch
+        record("batch_load")
+        yield batch, record
 
 
 def run_training(
@@ -225,7 +230,7 @@ def run_training(
     """Train until the goal, ``max_time`` or ``max_epochs``; every rank returns the same outcome."""
     config = ctx.config
     reporter = ctx.reporter
-    tracker = tracker or Tracker(ctx.device)
+    tracker = tracker or Tracker(ctx.device, seed=config.seed * 1009 + ctx.rank)
     report_every = max(1, int(ctx.hp("report_every_steps", 10)))
     check_every = max(1, int(ctx.hp("stop_check_every_steps", 20)))
     ctx.mark_run_start()
@@ -243,10 +248,10 @@ def run_training(
         tracker.train()
         stopped = Stop.CONTINUE
         window.reset(time.perf_counter())
-        for batch in _iterate(trainer.train_batches(epoch), tracker):
+        for batch, record in _iterate(trainer.train_batches(epoch), tracker):
             maybe_inject_fault(ctx.rank, step)
             trainer.before_step(step)
-            result = trainer.train_step(batch, tracker)
+            result = trainer.train_step(batch, record)
             step += 1
             window.add(result)
             if step % report_every == 0:

@@ -31,7 +31,7 @@ from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.centralized import CentralizedOptimizer
 from mlbench_worker.tasks.training import StepResult, Trainer, autocast_for
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.tracker import Record
 from mlbench_worker.translation.amp import ReducedPrecisionAllReduce, ScaleCap, comm_dtype, make_scaler
 from mlbench_worker.translation.batching import Batch, BatchPlan, collate
 from mlbench_worker.translation.beam import beam_search
@@ -185,7 +185,7 @@ class TranslationTrainer(Trainer):
     def before_step(self, step: int) -> None:
         self.optimizer.set_lr(self.schedule(step))
 
-    def accumulate(self, micro: list[Batch], tracker: Tracker) -> tuple[torch.Tensor, int]:
+    def accumulate(self, micro: list[Batch], record: Record) -> tuple[torch.Tensor, int]:
         """Forward and backward of every micro-batch of one step; returns (summed NLL, tokens)."""
         total = sum(b.tokens for b in micro)
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -193,26 +193,26 @@ class TranslationTrainer(Trainer):
             b = mb.to(self.device)
             with self.autocast():
                 logits = self.model(b.src, b.src_lens, b.tgt_in)
-            tracker.record("fwd_pass")
+            record("fwd_pass")
             loss, nll = label_smoothed_loss(logits, b.tgt_out, self.label_smoothing)
             loss = loss / max(1, total)
             nll_sum += nll.double()
-            tracker.record("comp_loss")
+            record("comp_loss")
             self.scaler.scale(loss).backward()
-            tracker.record("backprop")
+            record("backprop")
         return nll_sum, total
 
-    def train_step(self, batch: list[Batch], tracker: Tracker) -> StepResult:
-        nll_sum, tokens = self.accumulate(batch, tracker)
+    def train_step(self, batch: list[Batch], record: Record) -> StepResult:
+        nll_sum, tokens = self.accumulate(batch, record)
         self.optimizer.aggregate()
-        tracker.record("agg")
+        record("agg")
         self.scaler.unscale_(self.optimizer.optimizer)
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
         self.scaler.step(self.optimizer.optimizer)
         self.scale_cap.update()
         self.optimizer.zero_grad()
-        tracker.record("opt_step")
+        record("opt_step")
         return StepResult(nll_sum / max(1, tokens), tokens)
 
     # -- validation ---------------------------------------------------------------------------
