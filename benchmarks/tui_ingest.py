@@ -54,7 +54,11 @@ class Watching(MlbenchApp):
     ready = False
 
     def on_mount(self):
-        super().on_mount()
+        # Textual runs MlbenchApp.on_mount (which pushes the runs screen) after this handler:
+        # open the run on top of the runs screen once that has happened, as a user would.
+        self.call_next(self._open)
+
+    def _open(self):
         self.detail = RunDetailScreen(sys.argv[2])
         self.push_screen(self.detail)
         self.set_interval(0.1, self._check)
@@ -127,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     opened: list[float] = []
     received: list[int] = []
     tui_cpu: list[float] = []
+    tui_busy: list[float] = []  # TUI CPU seconds per second while the load generator runs
     loads: list[int] = []
     server_cpu_closed: list[float] = []
     server_cpu_open: list[float] = []
@@ -158,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("the TUI did not start", file=sys.stderr)
                 return 1
             time.sleep(1.0)  # let it settle on the live charts
-            c0 = _proc_cpu(server.pid)
+            c0, t0, w0 = _proc_cpu(server.pid), _proc_cpu(tui.pid), time.monotonic()
             opened.append(_loadgen(url, run_id, token, args.seconds, env))
             server_cpu_open.append((_proc_cpu(server.pid) - c0) / (opened[-1] * args.seconds) * 1e6)
+            tui_busy.append((_proc_cpu(tui.pid) - t0) / (time.monotonic() - w0))
             out, _ = tui.communicate("", timeout=60)
             stats = dict(
                 line.split() for line in out.splitlines() if line.startswith(("cpu", "points", "loads"))
@@ -180,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"points charted by the TUI per open phase: {received}")
     print(f"run loads by the TUI per open phase (1 = no resync): {loads}")
     print(f"TUI process CPU per open phase (incl. start-up): {', '.join(f'{x:.2f} s' for x in tui_cpu)}")
+    print(f"TUI process CPU while following the run: {', '.join(f'{x:.1%}' for x in tui_busy)} of one core")
     print(
         f"server CPU per metric: closed {statistics.median(server_cpu_closed):.1f} us, "
         f"open {statistics.median(server_cpu_open):.1f} us"

@@ -31,8 +31,7 @@ import sys, time
 from mlbench_tui.tui.app import MlbenchApp
 
 class Timed(MlbenchApp):
-    def on_mount(self):
-        super().on_mount()
+    def on_mount(self):  # MlbenchApp.on_mount runs too (Textual calls every class's handler)
         self.set_interval(0.002, self._check)
 
     def _check(self):

@@ -249,6 +249,25 @@ async def test_live_updates_are_batched(server: EmbeddedServer) -> None:
     client.close()
 
 
+async def test_runs_list_under_a_run_screen_stops_polling(server: EmbeddedServer) -> None:
+    """A run opened before the list first loaded: the list loads once below it, then waits.
+
+    Textual repaints the top screen wherever the screen below changes, so a list that kept
+    polling under a live run screen would cost a full redraw of the run screen every second.
+    """
+    app = make_app(server, runs_interval=0.1)
+    async with app.run_test(size=(140, 40)) as pilot:
+        runs = app.screen
+        assert isinstance(runs, RunsScreen) and not runs.loaded
+        run_id = server.info.client().list_runs()[0].id
+        app.push_screen(RunDetailScreen(run_id))
+        await wait_for(pilot, lambda: runs.loaded, what="the list below the run screen")
+        assert runs.feed is not None
+        await wait_for(pilot, runs.feed.paused.is_set, what="the covered list pauses")
+        await pilot.press("escape")
+        assert app.screen is runs and not runs.feed.paused.is_set()
+
+
 async def test_server_gone_shows_banner_and_reconnects(store_copy: Path) -> None:
     srv = EmbeddedServer(store_copy, record=False).start()
     port = int(srv.url.rsplit(":", 1)[1])

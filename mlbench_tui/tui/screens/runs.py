@@ -104,6 +104,11 @@ class RunsScreen(Screen[None]):
         self.marked &= set(self.runs)
         self.loaded = True
         self._rebuild()
+        if self.runs and self.feed is not None and self.app.screen is not self:
+            # Opened straight onto another screen (a run): the list is painted once, then waits.
+            # Textual repaints the screen on top wherever the one below changes, so a list that
+            # kept updating underneath would cost a full redraw of the run screen every second.
+            self.feed.paused.set()
         if not self.runs and not self.first_run_shown and self.app.screen is self:
             from mlbench_tui.tui.screens.first_run import FirstRunScreen
 
