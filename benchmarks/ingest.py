@@ -379,19 +379,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 # ----------------------------------------------------------------------------- ceiling
 
 
+# The store's metric layout (migration 0003): rows refer to an interned (run, name) series.
 SCHEMA = """
-CREATE TABLE metrics (id INTEGER NOT NULL PRIMARY KEY, run_id VARCHAR NOT NULL, rank INTEGER NOT NULL,
-    name VARCHAR NOT NULL, step INTEGER, epoch FLOAT, t FLOAT NOT NULL, value FLOAT);
-CREATE INDEX ix_metrics_run_name_step ON metrics (run_id, name, step);
+CREATE TABLE metrics (id INTEGER NOT NULL PRIMARY KEY, series INTEGER NOT NULL, rank INTEGER NOT NULL,
+    step INTEGER, epoch FLOAT, t FLOAT NOT NULL, value FLOAT);
+CREATE INDEX ix_metrics_series_step ON metrics (series, step);
 """
 
 
 def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tuple[float, float]:
     """Rows/s of the store's writer and of plain ``sqlite3.executemany``, in interleaved slices.
 
-    Raw: WAL, synchronous=NORMAL, one transaction per batch, ids supplied. Ours: the store's
-    writer (SQLAlchemy Core executemany, batch receipt, id assignment, ack after commit). The two
-    alternate in short slices so a change in machine load hits both alike.
+    Raw: the same table layout, WAL, synchronous=NORMAL, one ``executemany`` and transaction per
+    batch, ids and series ids supplied. Ours: the store's writer (series lookup, batch receipt, id
+    assignment, Core executemany, ack after commit). The two alternate in short slices so a
+    change in machine load hits both alike.
     """
     from mlbench_tui.store.api_models import RunCreate
     from mlbench_tui.store.store import Store
@@ -413,12 +415,9 @@ def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tupl
             start = time.perf_counter()
             while time.perf_counter() - start < slice_s:
                 now = time.time()
-                rows = [
-                    (next_id + i + 1, "r-000000000000", 0, "train_loss", next_id + i, None, now, 0.5)
-                    for i in range(batch)
-                ]
+                rows = [(next_id + i + 1, 1, 0, next_id + i, None, now, 0.5) for i in range(batch)]
                 db.execute("BEGIN")
-                db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                 db.execute("COMMIT")
                 next_id += batch
                 raw_rows += batch
@@ -426,7 +425,7 @@ def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tupl
             start = time.perf_counter()
             while time.perf_counter() - start < slice_s:
                 now = time.time()
-                ours = [(run.id, 0, "train_loss", seq * batch + i, None, now, 0.5) for i in range(batch)]
+                ours = [("train_loss", seq * batch + i, None, now, 0.5) for i in range(batch)]
                 writer.ingest("metrics", run.id, 0, "", seq, ours)
                 seq += 1
                 ours_rows += batch

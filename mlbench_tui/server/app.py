@@ -1,8 +1,8 @@
 """The HTTP API (``/v1``): runs, batched ingest from workers, cursor reads, live streams.
 
-Ingest routes are the hot path: they read the body once, validate it with pydantic's JSON
-parser (``model_validate_json``), hand positional rows to the store's writer and answer only
-after the group transaction committed. Everything else is ordinary FastAPI. Every rejection is
+Ingest routes are the hot path (see ``ingest.py``): they read the body once, validate it against
+the wire models, hand positional rows to the store's writer and answer only after the group
+transaction committed. Everything else is ordinary FastAPI. Every rejection is
 a 4xx with a JSON body ``{"error": reason, "detail": ...}``; tokens never appear in answers or logs.
 """
 
@@ -99,8 +99,12 @@ def _schema_body(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-def create_app(store: Store, auth: AuthConfig) -> FastAPI:
-    """The ASGI app over ``store``; the caller owns the store's lifetime."""
+def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
+    """The ASGI app over ``store``; the caller owns the store's lifetime.
+
+    The outermost layer is ``IngestFastPath``, which answers the three ingest routes itself and
+    hands everything else (and the lifespan) to the FastAPI app, its ``app`` attribute.
+    """
     hub = Hub()
     authz = Authorizer(auth, store)
     ingestor = Ingestor(store, authz)
@@ -128,7 +132,6 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         lifespan=lifespan,
         responses=_ERRORS,
     )
-    app.add_middleware(IngestFastPath, ingestor=ingestor)
     app.state.store = store
     app.state.hub = hub
     app.state.auth = auth
@@ -449,7 +452,7 @@ def create_app(store: Store, auth: AuthConfig) -> FastAPI:
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
-    return app
+    return IngestFastPath(app, ingestor)
 
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -473,8 +476,9 @@ def _backlog(
         out.append(sse("run", detail.model_dump(mode="json")))
         if metrics_since is not None:
             rows = conn.exec_driver_sql(
-                "SELECT id, run_id, rank, name, step, epoch, t, value FROM metrics"
-                " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+                "SELECT m.id, s.run_id, m.rank, s.name, m.step, m.epoch, m.t, m.value"
+                " FROM series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+                " WHERE s.run_id = ? AND m.id > ? ORDER BY m.id LIMIT ?",
                 (run_id, metrics_since, MAX_PAGE),
             ).fetchall()
             if rows:

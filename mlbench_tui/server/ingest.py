@@ -1,29 +1,89 @@
 """The ingest hot path: ``POST /v1/runs/{id}/{metrics,logs,events}:batch``.
 
 ``Ingestor`` turns one request (token, body) into positional rows for the store's writer and
-returns the acknowledgement after commit. ``IngestFastPath`` is a thin ASGI layer in front of
-FastAPI that serves exactly these three routes without FastAPI's routing, dependency and
-middleware machinery (a few hundred microseconds per request on a small machine); the FastAPI
-routes of the same paths stay for the OpenAPI document and behave identically (same ``Ingestor``).
+returns the acknowledgement after commit. ``IngestFastPath`` is the outermost ASGI layer: it
+serves exactly these three routes without FastAPI's routing, dependency and middleware machinery
+(a few hundred microseconds per request on a small machine); everything else goes on to FastAPI,
+whose routes of the same paths stay for the OpenAPI document and behave identically (same
+``Ingestor``).
+
+Metric batches, the bulk of the traffic, are decoded by a msgspec mirror of the wire model
+``MetricBatch`` (about 4x cheaper than pydantic). The mirror is stricter than pydantic (no lax
+coercions such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then
+accepts it or produces the usual 422 reasons, so the API answers exactly as the wire model says.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 import time
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlbench_tui.errors import StoreError, UsageError
 from mlbench_tui.server.auth import AuthError, Authorizer
-from mlbench_tui.store.api_models import MAX_BODY_BYTES, MAX_PAYLOAD_BYTES, EventBatch, LogBatch, MetricBatch
-from mlbench_tui.store.db import NotFound
+from mlbench_tui.store.api_models import (
+    MAX_BATCH_ITEMS,
+    MAX_BODY_BYTES,
+    MAX_NAME_LEN,
+    MAX_PAYLOAD_BYTES,
+    MAX_RANK,
+    EventBatch,
+    LogBatch,
+    MetricBatch,
+)
+from mlbench_tui.store.db import Change, NotFound, Writer
 from mlbench_tui.store.store import Store, dumps_json
 
 MODELS: dict[str, type[BaseModel]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
 _PREFIX = "/v1/runs/"
 _SUFFIXES = {"metrics:batch": "metrics", "logs:batch": "logs", "events:batch": "events"}
+
+
+# ---- msgspec mirror of api_models.MetricBatch (a test pins that it never accepts more)
+
+_Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
+_SESSION = re.compile(r"[A-Za-z0-9._-]*")  # api_models.Session
+_CONTROL = re.compile(r"[\x00-\x1f]")  # api_models.Name allows none
+
+
+class _FastMetric(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LEN)]  # + _CONTROL check
+    value: _Finite | None
+    step: Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | None = None
+    epoch: _Finite | None = None
+    t: _Finite | None = None
+
+
+class _FastMetricBatch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    rank: Annotated[int, msgspec.Meta(ge=0, le=MAX_RANK)]
+    seq: Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+    metrics: Annotated[list[_FastMetric], msgspec.Meta(min_length=1, max_length=MAX_BATCH_ITEMS)]
+    session: Annotated[str, msgspec.Meta(max_length=64)] = ""  # + _SESSION check
+
+
+_FAST_METRICS = msgspec.json.Decoder(_FastMetricBatch)
+
+
+def fast_metric_batch(body: bytes) -> Any | None:
+    """The batch decoded by the msgspec mirror, or None where pydantic must decide."""
+    try:
+        batch = _FAST_METRICS.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if batch.session and _SESSION.fullmatch(batch.session) is None:
+        return None
+    return batch
+
+
+def valid_name(name: str) -> bool:
+    """``api_models.Name``'s pattern (the mirror already checked the length)."""
+    return _CONTROL.search(name) is None
 
 
 class ApiError(Exception):
@@ -72,24 +132,32 @@ class Ingestor:
     def __init__(self, store: Store, authz: Authorizer) -> None:
         self.store = store
         self.authz = authz
+        # run -> {metric name: series id} for names that passed the wire model's checks
+        self._names: dict[str, dict[str, int]] = {}
+        if store.writer is not None:
+            store.writer.listeners.append(self._forget_deleted)
+
+    def _forget_deleted(self, changes: list[Change]) -> None:
+        for change in changes:
+            if change.kind == "run_deleted":
+                self._names.pop(change.run_id, None)
 
     async def handle(self, run_id: str, kind: str, token: str | None, body: bytes) -> bytes:
         """Store the batch in ``body``; returns the JSON acknowledgement (after commit)."""
         if self.authz.write_run_token(token, run_id) is None:
             raise NotFound(f"run {run_id} not found")
-        try:
-            batch: Any = MODELS[kind].model_validate_json(body)
-        except ValidationError as exc:
-            raise ApiError(422, "invalid_request", clean_errors(exc.errors(include_url=False))) from None
+        writer = self.store.writer
+        if writer is None:
+            raise StoreError("store is read-only")
+        if kind == "metrics":
+            rank, session, seq, params = self._metric_params(writer, run_id, body)
+            accepted, duplicate = await writer.ingest_metrics_async(run_id, rank, session, seq, params)
+            return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
+        batch: Any = _validate(MODELS[kind], body)
         now = time.time()
         rank = batch.rank
         rows: list[tuple[Any, ...]]
-        if kind == "metrics":
-            rows = [
-                (run_id, rank, m.name, m.step, m.epoch, now if m.t is None else m.t, m.value)
-                for m in batch.metrics
-            ]
-        elif kind == "logs":
+        if kind == "logs":
             rows = [
                 (run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text)
                 for ln in batch.lines
@@ -98,21 +166,53 @@ class Ingestor:
             rows = [
                 (run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events
             ]
-        writer = self.store.writer
-        if writer is None:
-            raise StoreError("store is read-only")
         accepted, duplicate = await writer.ingest_async(kind, run_id, rank, batch.session, batch.seq, rows)
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
+
+    def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
+        """(rank, session, seq, insert parameters) of a metric batch; ApiError 422 when invalid.
+
+        Names are checked once per run and then found in ``_names`` with their series id, so a
+        steady stream of batches costs one dict lookup per metric beyond decoding.
+        """
+        batch: Any = fast_metric_batch(body)
+        if batch is None:
+            batch = _validate(MetricBatch, body)
+        ids = self._names.get(run_id)
+        if ids is None:
+            ids = self._names[run_id] = {}
+        now = time.time()
+        rank = batch.rank
+        params: list[Any] = []
+        add = params.extend
+        for m in batch.metrics:
+            name = m.name
+            sid = ids.get(name)
+            if sid is None:
+                if not valid_name(name):
+                    _validate(MetricBatch, body)  # raises with pydantic's reasons
+                    raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")  # not reached
+                sid = ids[name] = writer.series_id(run_id, name)
+            t = m.t
+            add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
+        return rank, batch.session, batch.seq, params
+
+
+def _validate(model: type[BaseModel], body: bytes) -> Any:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", clean_errors(exc.errors(include_url=False))) from None
 
 
 class IngestFastPath:
     """ASGI middleware answering the three ingest routes directly; everything else goes on to ``app``."""
 
-    def __init__(self, app: Any, ingestor: Ingestor) -> None:
+    def __init__(self, app: ASGIApp, ingestor: Ingestor) -> None:
         self.app = app
         self.ingestor = ingestor
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             path: str = scope["path"]
             if path.startswith(_PREFIX) and path.endswith(":batch"):
@@ -123,7 +223,7 @@ class IngestFastPath:
                     return
         await self.app(scope, receive, send)
 
-    async def _serve(self, kind: str, run_id: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _serve(self, kind: str, run_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         token: str | None = None
         length: int | None = None
         for name, value in scope["headers"]:
@@ -155,7 +255,7 @@ class IngestFastPath:
         await send({"type": "http.response.body", "body": content})
 
 
-async def _read_body(receive: Any) -> bytes:
+async def _read_body(receive: Receive) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:

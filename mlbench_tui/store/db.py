@@ -7,9 +7,12 @@ and only then resolves each request's future, so an acknowledged batch is on dis
 only an operating-system crash or power loss can lose the last transactions.
 
 Bulk ingest uses SQLAlchemy Core ``executemany`` with positional rows (``exec_driver_sql`` on the
-compiled ``insert()``), about the speed of raw ``sqlite3.executemany``. The writer assigns row
-ids itself, so ids are read cursors and live-stream positions without a round trip. An advisory
-lock file (``<db>.lock``) keeps a second writer process off the same store.
+compiled ``insert()``). Metric rows of a whole group go in as multi-row ``VALUES`` chunks
+(``executemany`` over chunks of ``METRIC_CHUNK`` rows): SQLite then runs one statement per 32 rows
+instead of one per row, which is what lifts the group past a plain per-row ``executemany``. The
+writer assigns row ids and series ids itself, so ids are read cursors and live-stream positions
+without a round trip. An advisory lock file (``<db>.lock``) keeps a second writer process off the
+same store.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import os
 import queue
 import sqlite3
@@ -38,7 +42,7 @@ from mlbench_tui.store import migrations
 # (a test pins it); using Core's lightweight ``table()`` here keeps sqlmodel and the ORM out of
 # the server's import path, which is what makes ``mlbench server`` start quickly.
 INGEST_COLUMNS: dict[str, tuple[str, ...]] = {
-    "metrics": ("id", "run_id", "rank", "name", "step", "epoch", "t", "value"),
+    "metrics": ("id", "series", "rank", "step", "epoch", "t", "value"),
     "logs": ("id", "run_id", "rank", "stream", "seq", "t", "text"),
     "events": ("id", "run_id", "rank", "kind", "payload", "t"),
 }
@@ -46,6 +50,11 @@ INGEST_COLUMNS: dict[str, tuple[str, ...]] = {
 # A group transaction stops growing at this many rows or requests, to bound ack latency.
 MAX_GROUP_ROWS = 50_000
 MAX_GROUP_JOBS = 512
+
+# Metric rows are inserted in multi-row VALUES statements of these sizes (largest first); each
+# row binds 6 values (series, rank, step, epoch, t, value) and the chunk binds its first id.
+METRIC_CHUNKS = (32, 8, 2, 1)
+METRIC_WIDTH = 6
 
 
 def default_db_path() -> Path:
@@ -137,13 +146,57 @@ class _FileLock:
 # ------------------------------------------------------------------------------------- jobs
 
 
-@dataclass
 class Change:
-    """What one committed job changed, for live streams: ``rows`` are full rows incl. ids."""
+    """What one committed job changed, for live streams: ``rows`` are full rows incl. ids.
 
-    kind: str  # "metrics" | "logs" | "events" | "run" | "run_deleted" | "rank"
-    run_id: str
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    Metric rows ``(id, run_id, rank, name, step, epoch, t, value)`` are built on first access
+    (``build``), so a group nobody streams costs nothing beyond its insert.
+    """
+
+    __slots__ = ("_build", "_rows", "kind", "run_id")
+
+    def __init__(
+        self,
+        kind: str,  # "metrics" | "logs" | "events" | "run" | "run_deleted" | "rank"
+        run_id: str,
+        rows: list[tuple[Any, ...]] | None = None,
+        *,
+        build: Callable[[], list[tuple[Any, ...]]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.run_id = run_id
+        self._rows = rows if rows is not None or build is not None else []
+        self._build = build
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            build, self._build = self._build, None
+            self._rows = build() if build is not None else []
+        return self._rows
+
+    def __repr__(self) -> str:
+        return f"Change({self.kind!r}, {self.run_id!r}, {len(self.rows)} rows)"
+
+
+def _metric_rows(start: int, run_id: str, params: list[Any], names: dict[int, str]) -> list[tuple[Any, ...]]:
+    """Full metric rows of one stored batch from its insert parameters (see ``Change``)."""
+    it = iter(params)
+    return [
+        (start + i, run_id, rank, names.get(series, ""), step, epoch, t, value)
+        for i, (series, rank, step, epoch, t, value) in enumerate(zip(it, it, it, it, it, it, strict=True))
+    ]
+
+
+def _chunk_sql(rows: int) -> str:
+    """``INSERT INTO metrics ... VALUES`` of ``rows`` rows; ?1 is the first id, the rest count up."""
+    values = []
+    for i in range(rows):
+        b = 2 + METRIC_WIDTH * i
+        row_id = "?1" if i == 0 else f"?1+{i}"
+        values.append(f"({row_id},?{b},?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5})")
+    columns = ", ".join(INGEST_COLUMNS["metrics"])
+    return f"INSERT INTO metrics ({columns}) VALUES {','.join(values)}"
 
 
 class Checkpointer:
@@ -208,7 +261,7 @@ class _Job:
 
 @dataclass
 class _IngestJob(_Job):
-    kind: str = "metrics"
+    kind: str = "logs"
     run_id: str = ""
     rank: int = 0
     session: str = ""
@@ -220,11 +273,34 @@ class _IngestJob(_Job):
 
 
 @dataclass
+class _MetricJob(_Job):
+    run_id: str = ""
+    rank: int = 0
+    session: str = ""
+    seq: int = 0
+    params: list[Any] = field(default_factory=list)  # METRIC_WIDTH values per row, see metric_params
+
+    def size(self) -> int:
+        return len(self.params) // METRIC_WIDTH
+
+
+@dataclass
 class _CallJob(_Job):
     fn: Callable[[Connection], tuple[Any, list[Change]]] | None = None
 
 
 _STOP = object()
+
+
+@dataclass
+class _Group:
+    """What a group transaction changed in the writer's memory, to undo it on rollback."""
+
+    next_id: dict[str, int]
+    runs: set[str]
+    series_written: dict[int, tuple[str, str]] = field(default_factory=dict)
+    metric_params: list[Any] = field(default_factory=list)
+    metric_start: int = 0
 
 
 class Writer:
@@ -239,15 +315,33 @@ class Writer:
         self._receipt_sql = (
             "INSERT OR IGNORE INTO batches (run_id, rank, kind, session, seq) VALUES (?, ?, ?, ?, ?)"
         )
+        self._chunk_sql = {rows: _chunk_sql(rows) for rows in METRIC_CHUNKS}
         self.listeners: list[Callable[[list[Change]], None]] = []
         self._conn = engine.connect()
         self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")  # the Checkpointer does it (see there)
         self._conn.commit()
+        # The DB-API connection under ``_conn``, for the small per-batch receipt statement (the
+        # bulk rows go through Core). Same connection, so same transaction.
+        raw = self._conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
+        self._raw: sqlite3.Connection = raw
         for kind, columns in INGEST_COLUMNS.items():
             core_table = table(kind, *(column(name) for name in columns))
             self._insert_sql[kind] = str(insert(core_table).compile(dialect=engine.dialect))
             top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {kind}").scalar()
             self._next_id[kind] = int(top or 0) + 1
+        # Series ids per run and name. Ids are handed out when a batch is parsed (any thread);
+        # the series row is written by the first transaction that stores a row of it.
+        self._series: dict[str, dict[str, int]] = {}
+        self._series_names: dict[str, dict[int, str]] = {}
+        self._series_unwritten: dict[int, tuple[str, str]] = {}
+        self._series_lock = threading.Lock()
+        top_series = 0
+        for sid, run_id, name in self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"):
+            self._series.setdefault(run_id, {})[name] = sid
+            self._series_names.setdefault(run_id, {})[sid] = name
+            top_series = max(top_series, sid)
+        self._next_series = top_series + 1
         self._conn.rollback()
         self._lock = threading.Lock()
         self._inline_loop: asyncio.AbstractEventLoop | None = None
@@ -260,6 +354,52 @@ class Writer:
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
+
+    # ---- series (any thread)
+
+    def series_map(self, run_id: str) -> dict[str, int]:
+        """Known series ids of a run by metric name (read-only for callers; may be empty)."""
+        return self._series.get(run_id) or {}
+
+    def series_id(self, run_id: str, name: str) -> int:
+        """The series id of ``(run_id, name)``, handing out a new one for a name seen first.
+
+        The caller has validated ``name`` (the wire model's rules). A new series is written in
+        the transaction of the first batch that stores a row of it.
+        """
+        sid = self._series.get(run_id, {}).get(name)
+        if sid is not None:
+            return sid
+        with self._series_lock:
+            ids = self._series.setdefault(run_id, {})
+            sid = ids.get(name)
+            if sid is None:
+                sid = self._next_series
+                self._next_series += 1
+                self._series_unwritten[sid] = (run_id, name)
+                self._series_names.setdefault(run_id, {})[sid] = name
+                ids[name] = sid
+            return sid
+
+    def metric_params(self, run_id: str, rank: int, rows: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """Insert parameters of metric rows ``(name, step, epoch, t, value)`` of one rank."""
+        params: list[Any] = []
+        add = params.extend
+        ids = self.series_map(run_id)
+        for name, step, epoch, t, value in rows:
+            sid = ids.get(name)
+            if sid is None:
+                sid = self.series_id(run_id, name)
+                ids = self.series_map(run_id)
+            add((sid, rank, step, epoch, t, value))
+        return params
+
+    def _forget_series(self, run_id: str) -> None:
+        with self._series_lock:
+            self._series.pop(run_id, None)
+            self._series_names.pop(run_id, None)
+            for sid in [s for s, (r, _) in self._series_unwritten.items() if r == run_id]:
+                del self._series_unwritten[sid]
 
     # ---- submission (any thread)
 
@@ -277,10 +417,19 @@ class Writer:
     def ingest_async(
         self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
     ) -> asyncio.Future[Any]:
-        """Queue a batch from an event loop; resolves to ``(accepted, duplicate)`` after commit."""
+        """Queue a log or event batch from a loop; resolves to ``(accepted, duplicate)`` after commit."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._submit_async(_IngestJob(fut, loop, kind, run_id, rank, session, seq, rows), loop)
+        return fut
+
+    def ingest_metrics_async(
+        self, run_id: str, rank: int, session: str, seq: int, params: list[Any]
+    ) -> asyncio.Future[Any]:
+        """Queue a metric batch (``metric_params`` layout); resolves to ``(accepted, duplicate)``."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._submit_async(_MetricJob(fut, loop, run_id, rank, session, seq, params), loop)
         return fut
 
     def _submit_async(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
@@ -315,19 +464,20 @@ class Writer:
             job = self._pending.popleft()
             jobs.append(job)
             rows += job.size()
-        saved = (dict(self._next_id), set(self._runs))
+        group = self._new_group()
         results: list[tuple[Any, BaseException | None]] = []
         changes: list[Change] = []
         try:
             trans = self._conn.begin()
             try:
                 for job in jobs:
-                    results.append(self._apply(job, changes))
+                    results.append(self._apply(job, changes, group))
+                self._flush_metrics(group)
             except BaseException:
                 trans.rollback()
                 raise
         except Exception:
-            self._next_id, self._runs = saved
+            self._undo(group)
             try:
                 for job in jobs:  # isolate the failing request: one transaction each
                     self._run_group([job])
@@ -338,7 +488,7 @@ class Writer:
             return
         self._commit_in_flight = True
         done = loop.run_in_executor(self._committer, trans.commit)
-        done.add_done_callback(lambda f: self._after_commit(f, loop, trans, jobs, results, changes, saved))
+        done.add_done_callback(lambda f: self._after_commit(f, loop, trans, jobs, results, changes, group))
 
     def _after_commit(
         self,
@@ -348,26 +498,24 @@ class Writer:
         jobs: list[_Job],
         results: list[tuple[Any, BaseException | None]],
         changes: list[Change],
-        saved: tuple[dict[str, int], set[str]],
+        group: _Group,
     ) -> None:
         self._commit_in_flight = False
         exc = done.exception()
         try:
             if exc is not None:
-                self._next_id, self._runs = saved
+                self._undo(group)
                 with contextlib.suppress(Exception):
                     trans.rollback()
                 self._resolve(jobs, [(None, exc)] * len(jobs), self._inline_thread)
                 return
+            self._committed(changes)
         finally:
             self._lock.release()
             if self._pending:
                 self._schedule_drain(loop)
         self._resolve(jobs, results, self._inline_thread)
-        if changes:
-            for listener in list(self.listeners):
-                with contextlib.suppress(Exception):
-                    listener(changes)
+        self._notify(changes)
 
     async def drain(self) -> None:
         """Wait until the loop's pending writes are committed (server shutdown)."""
@@ -377,9 +525,18 @@ class Writer:
     def ingest(
         self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
     ) -> tuple[int, bool]:
-        """Blocking variant of ``ingest_async`` for threads."""
+        """Store one batch and wait for its commit (threads); returns ``(accepted, duplicate)``.
+
+        Metric rows are ``(name, step, epoch, t, value)``; log and event rows are full table rows
+        without the id.
+        """
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._put(_IngestJob(fut, None, kind, run_id, rank, session, seq, rows))
+        job: _Job
+        if kind == "metrics":
+            job = _MetricJob(fut, None, run_id, rank, session, seq, self.metric_params(run_id, rank, rows))
+        else:
+            job = _IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
+        self._put(job)
         result: tuple[int, bool] = fut.result()
         return result
 
@@ -444,35 +601,79 @@ class Writer:
                 self._run_group(jobs)
 
     def _run_group(self, jobs: list[_Job]) -> None:
-        saved_ids = dict(self._next_id)
-        saved_runs = set(self._runs)
+        group = self._new_group()
         results: list[tuple[Any, BaseException | None]] = []
         changes: list[Change] = []
         try:
             with self._conn.begin():
                 for job in jobs:
-                    results.append(self._apply(job, changes))
+                    results.append(self._apply(job, changes, group))
+                self._flush_metrics(group)
         except Exception as exc:
-            self._next_id = saved_ids
-            self._runs = saved_runs
+            self._undo(group)
             if len(jobs) == 1:
                 self._resolve(jobs, [(None, exc)], self._inline_thread)
                 return
             for job in jobs:  # isolate the failing request: retry one per transaction
                 self._run_group([job])
             return
+        self._committed(changes)
         self._resolve(jobs, results, self._inline_thread)
+        self._notify(changes)
+
+    def _new_group(self) -> _Group:
+        return _Group(dict(self._next_id), set(self._runs))
+
+    def _undo(self, group: _Group) -> None:
+        """Forget a rolled-back group: ids, runs, and series rows it would have written."""
+        self._next_id, self._runs = group.next_id, group.runs
+        group.metric_params = []
+        if group.series_written:
+            with self._series_lock:
+                self._series_unwritten.update(group.series_written)
+
+    def _committed(self, changes: list[Change]) -> None:
+        for change in changes:
+            if change.kind == "run_deleted":
+                self._forget_series(change.run_id)
+
+    def _notify(self, changes: list[Change]) -> None:
         if changes:
             for listener in list(self.listeners):
                 with contextlib.suppress(Exception):
                     listener(changes)
 
-    def _apply(self, job: _Job, changes: list[Change]) -> tuple[Any, BaseException | None]:
+    def _flush_metrics(self, group: _Group) -> None:
+        """Insert the group's buffered metric rows: ``executemany`` over multi-row VALUES chunks."""
+        params = group.metric_params
+        if not params:
+            return
+        group.metric_params = []
+        n = len(params) // METRIC_WIDTH
+        start = group.metric_start
+        done = 0
+        for size in METRIC_CHUNKS:
+            count = (n - done) // size
+            if not count:
+                continue
+            width = size * METRIC_WIDTH
+            base = done * METRIC_WIDTH
+            chunks = [
+                (start + done + k * size, *params[base + k * width : base + (k + 1) * width])
+                for k in range(count)
+            ]
+            self._conn.exec_driver_sql(self._chunk_sql[size], chunks)
+            done += count * size
+
+    def _apply(self, job: _Job, changes: list[Change], group: _Group) -> tuple[Any, BaseException | None]:
+        if isinstance(job, _MetricJob):
+            return self._apply_metrics(job, changes, group)
+        self._flush_metrics(group)  # keep metric rows ahead of anything that may delete them
         conn = self._conn
         if isinstance(job, _IngestJob):
             if job.run_id not in self._runs:
                 return None, NotFound(f"run {job.run_id} not found")
-            receipt = conn.exec_driver_sql(
+            receipt = self._raw.execute(
                 self._receipt_sql, (job.run_id, job.rank, job.kind, job.session, job.seq)
             )
             if receipt.rowcount == 0:
@@ -496,6 +697,36 @@ class Writer:
                 self._runs.discard(change.run_id)
         changes.extend(job_changes)
         return result, None
+
+    def _apply_metrics(
+        self, job: _MetricJob, changes: list[Change], group: _Group
+    ) -> tuple[Any, BaseException | None]:
+        if job.run_id not in self._runs:
+            return None, NotFound(f"run {job.run_id} not found")
+        key = (job.run_id, job.rank, "metrics", job.session, job.seq)
+        receipt = self._raw.execute(self._receipt_sql, key)
+        if receipt.rowcount == 0:
+            return (0, True), None
+        params = job.params
+        if self._series_unwritten:
+            self._write_series(set(params[::METRIC_WIDTH]), group)
+        n = len(params) // METRIC_WIDTH
+        start = self._next_id["metrics"]
+        self._next_id["metrics"] = start + n
+        if not group.metric_params:
+            group.metric_start = start
+        group.metric_params += params
+        names = self._series_names.get(job.run_id, {})
+        build = functools.partial(_metric_rows, start, job.run_id, params, names)
+        changes.append(Change("metrics", job.run_id, build=build))
+        return (n, False), None
+
+    def _write_series(self, sids: set[int], group: _Group) -> None:
+        with self._series_lock:
+            new = [(sid, self._series_unwritten.pop(sid)) for sid in sids if sid in self._series_unwritten]
+        for sid, (run_id, name) in new:
+            group.series_written[sid] = (run_id, name)
+            self._raw.execute("INSERT INTO series (id, run_id, name) VALUES (?, ?, ?)", (sid, run_id, name))
 
     @staticmethod
     def _resolve(

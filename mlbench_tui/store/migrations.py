@@ -97,6 +97,38 @@ CREATE TABLE IF NOT EXISTS batches (
 ALTER TABLE runs ADD COLUMN labels VARCHAR NOT NULL DEFAULT '{}';
 """
 
+# 0003: metric rows refer to an interned (run_id, name) series instead of repeating both strings;
+# the index becomes (series, step). Row ids (read cursors) are kept as they were. ``metrics_v``
+# spells rows out with run_id and name for ad-hoc readers (sqlite3 shell, exports).
+_M0003 = """
+CREATE TABLE series (
+    id INTEGER NOT NULL PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    name VARCHAR NOT NULL
+);
+INSERT INTO series (run_id, name) SELECT run_id, name FROM metrics GROUP BY run_id, name ORDER BY min(id);
+CREATE UNIQUE INDEX ix_series_run_name ON series (run_id, name);
+CREATE TABLE metrics_0003 (
+    id INTEGER NOT NULL PRIMARY KEY,
+    series INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    step INTEGER,
+    epoch FLOAT,
+    t FLOAT NOT NULL,
+    value FLOAT
+);
+INSERT INTO metrics_0003 (id, series, rank, step, epoch, t, value)
+    SELECT m.id, s.id, m.rank, m.step, m.epoch, m.t, m.value
+    FROM metrics AS m JOIN series AS s ON s.run_id = m.run_id AND s.name = m.name ORDER BY m.id;
+DROP TABLE metrics;
+ALTER TABLE metrics_0003 RENAME TO metrics;
+CREATE INDEX ix_metrics_series_step ON metrics (series, step);
+CREATE VIEW metrics_v AS
+    SELECT m.id AS id, s.run_id AS run_id, m.rank AS rank, s.name AS name, m.step AS step,
+        m.epoch AS epoch, m.t AS t, m.value AS value
+    FROM metrics AS m JOIN series AS s ON s.id = m.series
+"""
+
 Migration = tuple[str, Callable[[sqlite3.Connection], None]]
 
 
@@ -112,6 +144,7 @@ def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _script(_M0001)),
     ("0002_ranks_batches_labels", _script(_M0002)),
+    ("0003_metric_series", _script(_M0003)),
 ]
 
 

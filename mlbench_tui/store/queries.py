@@ -130,22 +130,24 @@ NameStats = dict[tuple[str, int], list[Any]]  # (name, rank) -> [count, last_ste
 def metric_name_stats(conn: Connection, run_id: str, after: int = 0, stats: NameStats | None = None) -> int:
     """Fold metric rows of a run with id > ``after`` into ``stats``; returns the new high-water id.
 
-    ``after == 0`` scans the run through its index; a later call only reads rows newer than
-    ``after`` (a rowid range scan, ``+run_id`` keeps the planner off the run index), which makes
-    a polled name list cost what was added since the last poll, not the size of the run.
+    ``after == 0`` scans the run's series through their index; a later call only reads rows newer
+    than ``after`` (a rowid range scan: ``CROSS JOIN`` keeps metrics as the outer loop), which
+    makes a polled name list cost what was added since the last poll, not the size of the run.
     """
     stats = {} if stats is None else stats
     top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metrics").scalar() or 0
     if after:
         sql = (
-            "SELECT name, rank, count(*), max(step), value FROM metrics"
-            " WHERE id > ? AND id <= ? AND +run_id = ? GROUP BY name, rank"
+            "SELECT s.name, m.rank, count(*), max(m.step), m.value"
+            " FROM metrics AS m CROSS JOIN series AS s ON s.id = m.series"
+            " WHERE m.id > ? AND m.id <= ? AND s.run_id = ? GROUP BY s.name, m.rank"
         )
         params: tuple[Any, ...] = (after, top, run_id)
     else:
         sql = (
-            "SELECT name, rank, count(*), max(step), value FROM metrics"
-            " WHERE run_id = ? AND id <= ? GROUP BY name, rank"
+            "SELECT s.name, m.rank, count(*), max(m.step), m.value"
+            " FROM series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+            " WHERE s.run_id = ? AND m.id <= ? GROUP BY s.name, m.rank"
         )
         params = (run_id, top)
     for name, rank, count, last_step, last_value in conn.exec_driver_sql(sql, params):
@@ -220,15 +222,22 @@ def metrics(
     the cursor lets the caller page on. ``recent`` says few rows (of all runs) are newer than
     ``since``: they are then read by rowid range instead of through the run's whole index.
     """
-    where = ["+run_id = ?" if recent and since else "run_id = ?", "id > ?"]
+    if recent and since:  # few new rows: walk them by id, look each one's series up
+        tables = "metrics AS m CROSS JOIN series AS s ON s.id = m.series"
+    else:  # the run's series first, then their rows through the (series, step) index
+        tables = "series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+    where = ["s.run_id = ?", "m.id > ?"]
     params: list[Any] = [run_id, since]
     if names:
-        where.append(f"name IN ({', '.join('?' * len(names))})")
+        where.append(f"s.name IN ({', '.join('?' * len(names))})")
         params.extend(names)
     if rank is not None:
-        where.append("rank = ?")
+        where.append("m.rank = ?")
         params.append(rank)
-    sql = f"SELECT id, rank, name, step, epoch, t, value FROM metrics WHERE {' AND '.join(where)} ORDER BY id"
+    sql = (
+        f"SELECT m.id, m.rank, s.name, m.step, m.epoch, m.t, m.value FROM {tables}"
+        f" WHERE {' AND '.join(where)} ORDER BY m.id"
+    )
     if points is None:
         sql += " LIMIT ?"
         params.append(limit)

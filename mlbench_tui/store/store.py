@@ -236,7 +236,10 @@ class Store:
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
             if not queries.run_exists(conn, run_id):
                 raise NotFound(f"run {run_id} not found")
-            for table in ("metrics", "logs", "events", "ranks", "batches", "runs"):
+            conn.exec_driver_sql(
+                "DELETE FROM metrics WHERE series IN (SELECT id FROM series WHERE run_id = ?)", (run_id,)
+            )
+            for table in ("series", "logs", "events", "ranks", "batches", "runs"):
                 column = "id" if table == "runs" else "run_id"
                 conn.exec_driver_sql(f"DELETE FROM {table} WHERE {column} = ?", (run_id,))
             return None, [Change("run_deleted", run_id)]
@@ -298,8 +301,7 @@ class Store:
         self, run_id: str, rank: int, seq: int, rows: list[tuple[Any, ...]], session: str = ""
     ) -> BatchAck:
         """Store metric rows ``(name, step, epoch, t, value)`` of one batch (blocking until committed)."""
-        full = [(run_id, rank, *row) for row in rows]
-        accepted, duplicate = self._w().ingest("metrics", run_id, rank, session, seq, full)
+        accepted, duplicate = self._w().ingest("metrics", run_id, rank, session, seq, rows)
         return BatchAck(accepted=accepted, duplicate=duplicate)
 
     def get_run(self, run_id: str) -> RunDetail:

@@ -2,7 +2,10 @@
 
 Times are unix seconds (REAL) so they sort and compare cheaply; JSON documents (plan, goal,
 result, labels, event payloads) are TEXT written with orjson by the store. Metrics are long and
-narrow, one row per value, indexed on ``(run_id, name, step)``. Row ids are assigned by the single
+narrow, one row per value: ``(series, rank, step, epoch, t, value)`` where a series stands for one
+``(run_id, name)`` pair of the ``series`` table, indexed on ``(series, step)``. Interning the run
+and name keeps rows and index entries small (the ingest ceiling is the index insert); the view
+``metrics_v`` spells rows out with ``run_id`` and ``name``. Row ids are assigned by the single
 writer (see ``db.py``), so they double as read cursors and live-stream positions.
 """
 
@@ -57,16 +60,26 @@ class RankRow(SQLModel, table=True):
     updated: float
 
 
+class Series(SQLModel, table=True):
+    """One metric of one run: the ``(run_id, name)`` pair that metric rows refer to by id."""
+
+    __tablename__ = "series"
+    __table_args__ = (Index("ix_series_run_name", "run_id", "name", unique=True),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str
+    name: str
+
+
 class Metric(SQLModel, table=True):
     """One metric value: long and narrow so any metric name needs no schema change."""
 
     __tablename__ = "metrics"
-    __table_args__ = (Index("ix_metrics_run_name_step", "run_id", "name", "step"),)
+    __table_args__ = (Index("ix_metrics_series_step", "series", "step"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    run_id: str
+    series: int = Field(description="``series.id``: the run and metric name of this value.")
     rank: int
-    name: str
     step: int | None = None
     epoch: float | None = None
     t: float
@@ -126,6 +139,7 @@ class SchemaMigration(SQLModel, table=True):
 TABLES = [
     Run.__table__,  # type: ignore[attr-defined]
     RankRow.__table__,  # type: ignore[attr-defined]
+    Series.__table__,  # type: ignore[attr-defined]
     Metric.__table__,  # type: ignore[attr-defined]
     LogLine.__table__,  # type: ignore[attr-defined]
     Event.__table__,  # type: ignore[attr-defined]

@@ -53,6 +53,15 @@ def _old_store(path: Path) -> None:
         " VALUES (?, 'r-0123456789ab', 0, 'loss', ?, 1.0, ?)",
         [(i + 1, i, 1.0 / (i + 1)) for i in range(5)],
     )
+    # a second metric and rank, and a run with the same metric name, interleaved by id
+    db.executemany(
+        "INSERT INTO metrics (id, run_id, rank, name, step, epoch, t, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (10, "r-0123456789ab", 1, "lr", 0, 0.5, 2.0, 0.1),
+            (11, "r-ba9876543210", 0, "loss", 7, None, 3.0, None),
+            (12, "r-0123456789ab", 1, "lr", 1, 1.0, 4.0, 0.05),
+        ],
+    )
     db.commit()
     db.close()
 
@@ -61,7 +70,7 @@ def test_older_store_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     _old_store(path)
     with Store(path) as store:
-        assert store.migrations_applied == ["0002_ranks_batches_labels"]
+        assert store.migrations_applied == ["0002_ranks_batches_labels", "0003_metric_series"]
         run = store.get_run("r-0123456789ab")
         assert (
             run.name == "old-run"
@@ -69,12 +78,35 @@ def test_older_store_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
             and run.goal == {"metric": "val_global_Prec@1", "target": 80}
         )
         page = store.read(lambda c: queries.metrics(c, run.id))
-        assert page.series[0].step == [0, 1, 2, 3, 4]
+        assert [(s.name, s.rank, s.step) for s in page.series] == [
+            ("loss", 0, [0, 1, 2, 3, 4]),
+            ("lr", 1, [0, 1]),
+        ]
+        assert page.series[1].epoch == [0.5, 1.0] and page.cursor == 12
+        # every row keeps its id (the read cursor) and reads back the same through metrics_v
+        db = sqlite3.connect(path)
+        assert db.execute(
+            "SELECT id, run_id, rank, name, step, epoch, t, value FROM metrics_v ORDER BY id"
+        ).fetchall() == [
+            *[(i + 1, "r-0123456789ab", 0, "loss", i, None, 1.0, 1.0 / (i + 1)) for i in range(5)],
+            (10, "r-0123456789ab", 1, "lr", 0, 0.5, 2.0, 0.1),
+            (11, "r-ba9876543210", 0, "loss", 7, None, 3.0, None),
+            (12, "r-0123456789ab", 1, "lr", 1, 1.0, 4.0, 0.05),
+        ]
+        assert db.execute("SELECT count(*) FROM series").fetchone() == (3,)
+        plan = " ".join(
+            str(row[-1])
+            for row in db.execute("EXPLAIN QUERY PLAN SELECT id FROM metrics WHERE series = 1 AND step > 2")
+        )
+        assert "ix_metrics_series_step" in plan
+        db.close()
         # features of the new schema work on the upgraded file
         assert store.ingest_metrics(run.id, 0, 1, [("loss", 5, None, 2.0, 0.1)]).accepted == 1
         assert store.ingest_metrics(run.id, 0, 1, [("loss", 5, None, 2.0, 0.1)]).duplicate
         assert store.update_rank(run.id, 0, RankUpdate(state="succeeded")).rank == 0
-        assert store.read(lambda c: queries.metrics(c, run.id, since=5)).series[0].value == [0.1]
+        assert store.read(lambda c: queries.metrics(c, run.id, since=12)).series[0].value == [0.1]
+        assert store.ingest_metrics(run.id, 0, 2, [("lr", 6, None, 2.0, 0.2)]).accepted == 1  # known series
+        assert store.read(lambda c: queries.metrics(c, run.id, names=["lr"], rank=0)).series[0].step == [6]
         assert store.check_run_token(run.id, "old-token") is True
     names = [r[0] for r in sqlite3.connect(path).execute("SELECT name FROM schema_migrations ORDER BY name")]
     assert names == [name for name, _ in MIGRATIONS]

@@ -118,7 +118,9 @@ def test_delete_removes_all_data_of_the_run_only(store: Store) -> None:
         store.ingest_metrics(run.id, 0, 1, [("loss", 1, None, 1.0, 1.0)])
     store.delete_run(a.id)
     db = sqlite3.connect(store.path)
-    assert db.execute("SELECT DISTINCT run_id FROM metrics").fetchall() == [(b.id,)]
+    assert db.execute("SELECT DISTINCT run_id FROM metrics_v").fetchall() == [(b.id,)]
+    assert db.execute("SELECT count(*) FROM metrics").fetchone() == (1,)
+    assert db.execute("SELECT run_id FROM series").fetchall() == [(b.id,)]
     assert db.execute("SELECT count(*) FROM ranks WHERE run_id = ?", (a.id,)).fetchone() == (0,)
     with pytest.raises(NotFound):
         store.get_run(a.id)
