@@ -40,6 +40,12 @@ _RUN_LIST = TypeAdapter(list[RunInfo])
 _NAMES = TypeAdapter(list[MetricName])
 
 
+class ServerTimeout(ServerError):
+    """The server did not answer within the client's timeout (it is up, but slow or busy)."""
+
+    timed_out = True
+
+
 class ServerHTTPError(ServerError):
     """The server answered with an error status; ``status`` and ``reason`` say which."""
 
@@ -66,6 +72,7 @@ class MlbenchClient:
         self.token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._timeout = timeout
         self._session = secrets.token_hex(6)
         self._seq = itertools.count()
 
@@ -97,7 +104,9 @@ class MlbenchClient:
         try:
             resp = self._http.request(method, path, content=content, params=clean, headers=headers)
         except httpx.TimeoutException as exc:
-            raise ServerError(f"mlbench server at {self.url} did not answer in time ({exc})") from None
+            raise ServerTimeout(
+                f"mlbench server at {self.url} did not answer within {self._timeout} s ({exc})"
+            ) from None
         except httpx.HTTPError as exc:
             raise ServerError(
                 f"cannot reach mlbench server at {self.url}: {exc}",

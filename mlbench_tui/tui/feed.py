@@ -31,6 +31,7 @@ from mlbench_tui.tui.messages import (
     RunBatch,
     RunChanged,
     RunGone,
+    RunSlow,
     RunsUpdated,
     SeriesDelta,
 )
@@ -312,6 +313,7 @@ class RunFeed:
         interval: float = 0.25,
         chart_points: int = CHART_POINTS,
         coalesce: bool = True,
+        history: Callable[[RunDetail], list[str]] | None = None,
     ) -> None:
         self.address = address
         self.run_id = run_id
@@ -319,6 +321,7 @@ class RunFeed:
         self.status = status
         self.interval = interval
         self.chart_points = chart_points
+        self.history = history  # the metrics whose history the screen shows (None: every metric)
         self.coalesce = coalesce and interval >= MIN_COALESCE_S  # metric summaries, not every point
         self.cursors = {"metrics": 0, "logs": 0, "events": 0}
         self.wake = threading.Event()
@@ -346,20 +349,30 @@ class RunFeed:
                     self.post(RunGone(self.run_id))
                     return
                 delay = backoff.next()
-                was_down = True
-                self.status(ConnectionChanged(False, _describe(exc), delay))
+                if getattr(exc, "timed_out", False) or (_status(exc) or 0) >= 500:
+                    # The server is up but slow (a big run under ingest) or failing this read:
+                    # the screen shows a loading state; the connection banner is for "gone".
+                    self.post(RunSlow(self.run_id, _describe(exc), delay))
+                else:
+                    was_down = True
+                    self.status(ConnectionChanged(False, _describe(exc), delay))
                 sleep_until(time.monotonic() + delay, cancelled, self.wake)
             finally:
                 client.close()
 
     def _load(self, client: Any) -> None:
-        """The first batch: the run, metric names, every series downsampled (later: only the run)."""
+        """The first batch: the run and the history of the metrics the screen shows, downsampled
+        by the server (later, after a reconnect: only the run; the stream resumes from the cursors).
+
+        Only what the screen shows is read: on a run with millions of rows, every series of the
+        run (or the full metric-name statistics) would cost the server seconds under ingest.
+        """
         self.loads += 1
         batch = RunBatch(initial=not self._loaded)
         batch.run = client.get_run(self.run_id)
-        batch.names = client.metric_names(self.run_id)
         if not self._loaded:
-            page = client.metrics(self.run_id, points=self.chart_points)
+            names = self.history(batch.run) if self.history is not None else None
+            page = client.metrics(self.run_id, names, points=self.chart_points)
             self.cursors["metrics"] = page.cursor
             for m in page.series:
                 batch.series[(m.name, m.rank)] = SeriesDelta(

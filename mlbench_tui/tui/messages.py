@@ -113,6 +113,17 @@ class RunChanged(Message):
         self.batch = batch
 
 
+class RunSlow(Message):
+    """Loading the run screen's data failed or timed out, the server being up: the feed retries
+    in ``retry_in`` seconds (the screen says so instead of staying blank)."""
+
+    def __init__(self, run_id: str, detail: str, retry_in: float) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.detail = detail
+        self.retry_in = retry_in
+
+
 class RunGone(Message):
     """The run was deleted (404) while it was open."""
 

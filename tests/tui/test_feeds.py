@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -10,7 +11,7 @@ from textual.message import Message
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.tui.feed import RunFeed, RunsFeed, ServerAddress
-from mlbench_tui.tui.messages import RunChanged, RunsUpdated
+from mlbench_tui.tui.messages import ConnectionChanged, RunChanged, RunSlow, RunsUpdated
 
 GOAL = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
 
@@ -76,3 +77,24 @@ def test_run_feed_gets_one_bucket_per_series_per_update(empty_server: EmbeddedSe
     assert (delta.name, delta.rank, delta.steps, delta.values) == ("train_loss", 0, [3], [0.5])
     assert (delta.mins, delta.maxs) == ([0.25], [9.0])
     assert delta.xy() == [(3.0, 0.25), (3.0, 9.0), (3.0, 0.5)]
+
+
+def test_run_feed_reports_a_slow_server_as_loading_and_retries() -> None:
+    """A server that accepts but does not answer in time: the run screen is told "slow, retrying",
+    the connection banner stays for servers that are gone."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.extend(listener.accept() for _ in range(2)), daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    posted: list[Message] = []
+    status: list[Message] = []
+    address = ServerAddress(url, "token", timeout=0.3)
+    feed = RunFeed(lambda: address, "r-000000000000", posted.append, status.append)
+    _follow(feed, 1.4)
+    slow = [m for m in posted if isinstance(m, RunSlow)]
+    assert len(slow) >= 2, posted  # retried after the backoff
+    assert "did not answer within 0.3 s" in slow[0].detail and slow[0].retry_in == 0.5
+    assert not [m for m in status if isinstance(m, ConnectionChanged) and not m.connected]
+    for conn in accepted:
+        conn[0].close()
+    listener.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, SelectionList
 
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
@@ -20,6 +20,7 @@ from mlbench_tui.tui.screens.compare import CompareScreen
 from mlbench_tui.tui.screens.confirm import ConfirmScreen
 from mlbench_tui.tui.screens.first_run import FirstRunScreen
 from mlbench_tui.tui.screens.help import HelpScreen
+from mlbench_tui.tui.screens.metric_picker import MetricPickerScreen
 from mlbench_tui.tui.screens.run_detail import RunDetailScreen
 from mlbench_tui.tui.screens.runs import RunsScreen
 from mlbench_tui.tui.widgets.log_view import LogView
@@ -132,6 +133,16 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         assert charts["val_global_Prec@1"].goal == 70.0
         assert len(charts["step_time"].series) == 2  # one series per rank
         assert len(charts["train_loss"].series["r0"]) > 0
+        assert "lr" not in screen._metric_ranks  # only the shown metrics' history was loaded
+
+        # the picker asks the server for every metric name; a new chart gets its history
+        await pilot.press("m")
+        picker = await wait_for(pilot, lambda: isinstance(app.screen, MetricPickerScreen) and app.screen)
+        assert {"lr", "phase_agg", "train_loss"} <= set(picker.names)
+        picker.query_one(SelectionList).select("lr")
+        await pilot.press("enter")
+        lr = await wait_for(pilot, lambda: screen._charts.get("lr"), what="the lr chart")
+        await wait_for(pilot, lambda: len(lr.series.get("r0", ())) == 9, what="lr history")
 
         # logs: search, only-matches, rank filter, follow, wrap, save
         await pilot.press("4", "slash")

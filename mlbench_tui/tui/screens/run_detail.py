@@ -25,7 +25,7 @@ from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import RunFeed, fetch_history
 from mlbench_tui.tui.goal import format_duration, goal_label, goal_status
-from mlbench_tui.tui.messages import RunChanged, RunGone, SeriesDelta
+from mlbench_tui.tui.messages import RunChanged, RunGone, RunSlow, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
@@ -62,6 +62,16 @@ def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
     return out
 
 
+def history_metrics(run: RunDetail) -> list[str]:
+    """The metrics whose history a run screen loads when it opens: its charts, the goal metric
+    (goal progress) and the tracker totals (rank table); the live stream brings the rest."""
+    goal = (run.goal or {}).get("metric")
+    names = default_charts(run.task, str(goal) if goal else None)
+    if goal and str(goal) not in names:
+        names.append(str(goal))
+    return names + [name for name in TOTALS if name not in names]
+
+
 def default_charts(task: str, goal_metric: str | None) -> list[str]:
     """Metrics charted when a run opens: loss, the goal metric, step time; bandwidth for 0a."""
     if task == "0a":
@@ -95,6 +105,7 @@ class RunDetailScreen(Screen[None]):
         self.feed: RunFeed | None = None
         self.gone = False
         self._metric_ranks: dict[str, set[int]] = {}
+        self._charts: dict[str, MetricChart] = {}  # metric name -> its chart, in grid order
         self._charts_built = False
 
     @property
@@ -105,6 +116,7 @@ class RunDetailScreen(Screen[None]):
         yield StatusLine(id="title")
         yield ConnectionBanner(id="banner")
         yield GoalProgress(id="goal")
+        yield StatusLine(id="loading")
         with TabbedContent(id="tabs", initial="overview"):
             with TabPane("Overview [1]", id="overview"), VerticalScroll():
                 yield Static(id="summary")
@@ -122,12 +134,14 @@ class RunDetailScreen(Screen[None]):
     def on_mount(self) -> None:
         self._update_title()
         self.query_one("#log-search", Input).display = False
+        self.query_one("#loading", StatusLine).show(Text("loading run…", style="grey50"))
         self.feed = RunFeed(
             lambda: self.mlbench.address,
             self.run_id,
             self.post_message,
             self.mlbench.post_status,
             interval=self.mlbench.update_interval,
+            history=history_metrics,
         )
         self._run_feed(self.feed)
         self.set_interval(1.0, self._tick)
@@ -147,6 +161,15 @@ class RunDetailScreen(Screen[None]):
         self.notify(f"run {self.run_name} was deleted", severity="warning")
         self._update_title()
 
+    def on_run_slow(self, message: RunSlow) -> None:
+        """A read timed out or failed on the server: say so (the feed retries), no traceback."""
+        text = Text("the server is slow to answer; ", style="yellow")
+        text.append(f"retrying in {message.retry_in:g} s", style="bold yellow")
+        text.append(f"   ({message.detail})", style="grey50")
+        loading = self.query_one("#loading", StatusLine)
+        loading.display = True
+        loading.show(text)
+
     def on_run_changed(self, message: RunChanged) -> None:
         try:
             self._apply_batch(message)
@@ -156,6 +179,9 @@ class RunDetailScreen(Screen[None]):
     def _apply_batch(self, message: RunChanged) -> None:
         batch = message.batch
         if batch.run is not None:
+            loading = self.query_one("#loading", StatusLine)
+            if loading.display:
+                loading.display = False
             self._set_run(batch.run)
         for rank in batch.ranks:
             view = self.ranks.setdefault(rank.rank, RankView(rank.rank))
@@ -237,9 +263,8 @@ class RunDetailScreen(Screen[None]):
     def _chart_points(self, name: str, rank: int, points: list[tuple[float, float]]) -> None:
         if name == "step_time" and rank >= MAX_RANK_SERIES:
             return
-        try:
-            chart = self.query_one(f"#chart-{_chart_id(name)}", MetricChart)
-        except Exception:
+        chart = self._charts.get(name)
+        if chart is None:
             return
         chart.add_points(f"r{rank}", points, label=f"rank {rank}" if name == "step_time" else name)
 
@@ -254,29 +279,37 @@ class RunDetailScreen(Screen[None]):
 
     # -- charts -----------------------------------------------------------------------------
     def _build_charts(self) -> None:
+        """Chart ``chart_metrics``: charts that stay keep their widget and data, dropped ones go,
+        new ones are added at the end and get their history from the server."""
         grid = self.query_one("#chart-grid", Grid)
-        grid.remove_children()
         goal = self.run.goal if self.run else None
-        charts = []
+        old, self._charts = self._charts, {}
+        added = []
         for name in self.chart_metrics:
-            is_goal = bool(goal) and goal.get("metric") == name  # type: ignore[union-attr]
-            log_x = name.startswith("allreduce_")
-            chart = MetricChart(
-                name,
-                goal=float(goal["target"]) if is_goal and goal else None,
-                x_label="size (elements)" if log_x else "step",
-                log_x=log_x,
-                id=f"chart-{_chart_id(name)}",
-                classes="chart",
-            )
-            charts.append(chart)
-        grid.mount_all(charts)
-        grid.styles.grid_size_rows = max(1, math.ceil(len(charts) / 2))
-        if self.run is not None and self._charts_built:
-            self._load_history(list(self.chart_metrics))
+            chart = old.pop(name, None)
+            if chart is None:
+                is_goal = bool(goal) and goal.get("metric") == name  # type: ignore[union-attr]
+                log_x = name.startswith("allreduce_")
+                chart = MetricChart(
+                    name,
+                    goal=float(goal["target"]) if is_goal and goal else None,
+                    x_label="size (elements)" if log_x else "step",
+                    log_x=log_x,
+                    id=f"chart-{_chart_id(name)}",
+                    classes="chart",
+                )
+                added.append(chart)
+            self._charts[name] = chart
+        for chart in old.values():
+            chart.remove()
+        if added:
+            grid.mount_all(added)
+        grid.styles.grid_size_rows = max(1, math.ceil(len(self._charts) / 2))
+        if self.run is not None and added and self._charts_built:  # the first ones come with the run
+            self._load_history([str(c.border_title) for c in added])
         self._charts_built = True
 
-    @work(thread=True, exclusive=True, group="chart-history", exit_on_error=False)
+    @work(thread=True, group="chart-history", exit_on_error=False)
     def _load_history(self, names: list[str]) -> None:
         """New charts start with the run's whole history (downsampled by the server)."""
         try:
@@ -284,7 +317,15 @@ class RunDetailScreen(Screen[None]):
         except Exception as exc:
             self.app.call_from_thread(self.notify, f"cannot load chart history: {exc}", severity="warning")
             return
-        self.app.call_from_thread(self._add_series, list(batch.series.values()), charts_only=True)
+        self.app.call_from_thread(self._show_history, names, list(batch.series.values()))
+
+    def _show_history(self, names: list[str], deltas: list[SeriesDelta]) -> None:
+        """History replaces what the stream drew meanwhile (points must come in x order)."""
+        for name in names:
+            chart = self._charts.get(name)
+            if chart is not None:
+                chart.clear()
+        self._add_series(deltas, charts_only=True)
 
     # -- painting ---------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -354,8 +395,30 @@ class RunDetailScreen(Screen[None]):
             run_commands.rerun(self.mlbench, self.run.id, self.run.name)
 
     def action_pick_metrics(self) -> None:
+        """Ask the server for the run's metric names (only now: on a big run they cost a scan),
+        then open the picker; with the server slow or gone, the names seen so far are offered."""
+        self._fetch_metric_names()
+
+    @work(thread=True, exclusive=True, group="metric-names", exit_on_error=False)
+    def _fetch_metric_names(self) -> None:
+        error = None
+        try:
+            client = self.mlbench.address.client()
+            try:
+                names = client.metric_names(self.run_id)
+            finally:
+                client.close()
+        except Exception as exc:
+            names, error = None, exc
+        self.app.call_from_thread(self._open_picker, names, error)
+
+    def _open_picker(self, fetched: list[MetricName] | None, error: BaseException | None) -> None:
         from mlbench_tui.tui.screens.metric_picker import MetricPickerScreen
 
+        if fetched is not None:
+            self.metric_names = fetched
+        elif error is not None:
+            self.notify(f"metric names: {error}; showing the ones seen so far", severity="warning")
         names = sorted({m.name for m in self.metric_names} | set(self._metric_ranks))
 
         def picked(chosen: list[str] | None) -> None:
@@ -364,7 +427,8 @@ class RunDetailScreen(Screen[None]):
                 self._build_charts()
                 self.action_show_tab("charts")
 
-        self.app.push_screen(MetricPickerScreen(names, self.chart_metrics), picked)
+        if self.app.screen is self:
+            self.app.push_screen(MetricPickerScreen(names, self.chart_metrics), picked)
 
     def _logs(self) -> LogView:
         return self.query_one(LogView)
