@@ -215,3 +215,44 @@ def test_wal_is_checkpointed_in_the_background_and_truncated_on_close(tmp_path: 
     wal = path.with_name("wal.db-wal")
     assert not wal.exists() or wal.stat().st_size == 0
     assert sqlite3.connect(path).execute("SELECT count(*) FROM metrics").fetchone() == (60_000,)
+
+
+def test_batches_of_any_size_store_every_row_once_with_consecutive_ids(store: Store) -> None:
+    """Rows go in as multi-row chunks of several sizes; each size and remainder must land exactly."""
+    run, _ = store.create_run(RunCreate(name="sizes", workers=2))
+    seen: list[tuple[object, ...]] = []
+    assert store.writer is not None
+    store.writer.listeners.append(
+        lambda changes: seen.extend(r for c in changes if c.kind == "metrics" for r in c.rows)
+    )
+    expected = []
+    for seq, n in enumerate([1, 2, 3, 7, 8, 9, 31, 32, 33, 77, 100, 257]):
+        rows = [(f"m{i % 3}", seq * 1000 + i, None if i % 2 else 0.5, 10.0 + i, float(i)) for i in range(n)]
+        assert store.ingest_metrics(run.id, seq % 2, seq, rows).accepted == n
+        expected += [(run.id, seq % 2, *row) for row in rows]
+    db = sqlite3.connect(store.path)
+    got = db.execute(
+        "SELECT id, run_id, rank, name, step, epoch, t, value FROM metrics_v ORDER BY id"
+    ).fetchall()
+    assert [r[0] for r in got] == list(range(1, len(expected) + 1))
+    assert [(r[1], r[2], r[3], r[4], r[6], r[7], r[5]) for r in got] == [
+        (e[0], e[1], e[2], e[3], e[5], e[6], e[4]) for e in expected
+    ]
+    assert seen == got  # live-stream rows: the same rows, ids included
+    assert db.execute("SELECT count(*) FROM series").fetchone() == (3,)  # one per (run, name)
+    page = store.read(lambda c: queries.metrics(c, run.id, names=["m1"], rank=1))
+    assert page.series[0].step == [e[3] for e in expected if e[2] == "m1" and e[1] == 1]
+
+
+def test_a_rolled_back_batch_leaves_its_new_series_to_the_next_one(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="rollback"))
+    big = 2**63  # not storable as an SQLite integer: the whole transaction fails
+    with pytest.raises(OverflowError):
+        store.ingest_metrics(run.id, 0, 1, [("fresh", 1, None, 1.0, 1.0), ("bad", big, None, 1.0, 1.0)])
+    assert store.ingest_metrics(run.id, 0, 1, [("fresh", 1, None, 1.0, 2.0)]).accepted == 1  # seq not taken
+    page = store.read(lambda c: queries.metrics(c, run.id))
+    assert [(s.name, s.value) for s in page.series] == [("fresh", [2.0])]
+    db = sqlite3.connect(store.path)
+    assert db.execute(
+        "SELECT count(*) FROM metrics AS m LEFT JOIN series AS s ON s.id = m.series WHERE s.id IS NULL"
+    ).fetchone() == (0,)
