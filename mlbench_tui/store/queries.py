@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import Connection
@@ -182,26 +182,83 @@ def metric_names(conn: Connection, run_id: str, stats: NameStats | None = None) 
     return sorted(merged.values(), key=lambda m: m.name)
 
 
-def _downsample(series: MetricSeries, points: int) -> MetricSeries:
-    """Equal-count buckets; each keeps the last point's step/t/value and the bucket min/max."""
-    n = len(series.value)
-    if n <= points:
-        finite = series.value
-        return series.model_copy(update={"min": list(finite), "max": list(finite)})
-    out: dict[str, list[Any]] = {k: [] for k in ("step", "value", "t", "epoch", "min", "max")}
-    for b in range(points):
-        lo, hi = b * n // points, (b + 1) * n // points
-        if hi <= lo:
-            continue
-        vals = [v for v in series.value[lo:hi] if v is not None]
-        last = hi - 1
-        out["step"].append(series.step[last])
-        out["value"].append(series.value[last])
-        out["t"].append(series.t[last])
-        out["epoch"].append(series.epoch[last])
-        out["min"].append(min(vals) if vals else None)
-        out["max"].append(max(vals) if vals else None)
-    return MetricSeries(name=series.name, rank=series.rank, **out)
+def _downsampled(
+    conn: Connection, run_id: str, names: Sequence[str], rank: int | None, since: int, points: int
+) -> MetricsPage:
+    """``metrics(points=...)`` in SQL: per series one index-only pass for its extent, then (when
+    it has more rows than ``points``) one grouped pass into equal-width step buckets per rank.
+
+    Python only sees the buckets, so opening a run of millions of rows costs the server about
+    as much as SQLite's scan of the series shown, not the rows' transfer and grouping in Python.
+    A bucket keeps the min/max of its values and its last row (the one with the highest id),
+    read back by rowid; rows without a step are bucketed by id.
+    """
+    where = "s.run_id = ?"
+    params: list[Any] = [run_id]
+    if names:
+        where += f" AND s.name IN ({', '.join('?' * len(names))})"
+        params.extend(names)
+    found = conn.exec_driver_sql(f"SELECT s.id, s.name FROM series AS s WHERE {where}", tuple(params))
+    cond, extra = "", cast("tuple[Any, ...]", ())
+    if since:
+        cond, extra = " AND id > ?", (since,)
+    if rank is not None:
+        cond, extra = cond + " AND rank = ?", (*extra, rank)
+    cursor = since
+    grouped: dict[tuple[str, int], dict[str, list[Any]]] = {}
+    for series_id, name in found.fetchall():
+        count, stepped, step_lo, step_hi = conn.exec_driver_sql(
+            f"SELECT count(*), count(step), min(step), max(step) FROM metrics WHERE series = ?{cond}",
+            (series_id, *extra),
+        ).one()
+        if count <= points:
+            sql = f"SELECT id, rank, step, epoch, t, value, value, value FROM metrics WHERE series = ?{cond}"
+            rows: list[tuple[Any, ...]] = [
+                tuple(row) for row in conn.exec_driver_sql(sql + " ORDER BY id", (series_id, *extra))
+            ]
+        else:
+            id_lo, id_hi = 0, 1
+            if stepped < count:  # some rows have no step: they are bucketed by id
+                id_lo, id_hi = conn.exec_driver_sql(
+                    f"SELECT min(id), max(id) FROM metrics WHERE series = ?{cond}", (series_id, *extra)
+                ).one()
+            bucket = "CASE WHEN step IS NULL THEN ? + (id - ?) * ? / ? ELSE (step - ?) * ? / ? END"
+            agg = conn.exec_driver_sql(
+                f"SELECT max(id), min(value), max(value) FROM metrics WHERE series = ?{cond}"
+                f" GROUP BY rank, {bucket}",
+                (
+                    series_id,
+                    *extra,
+                    points,
+                    id_lo,
+                    points,
+                    id_hi - id_lo + 1,
+                    step_lo or 0,
+                    points,
+                    (step_hi - step_lo + 1) if stepped else 1,
+                ),
+            ).fetchall()
+            extremes = {row[0]: (row[1], row[2]) for row in agg}
+            last = conn.exec_driver_sql(
+                "SELECT id, rank, step, epoch, t, value FROM metrics"
+                " WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+                (orjson.dumps(list(extremes)).decode(),),
+            ).fetchall()
+            rows = [(*row, *extremes[row[0]]) for row in last]
+        if rows:
+            cursor = max(cursor, rows[-1][0])
+        for _id, r, step, epoch, t, value, low, high in rows:
+            cols = grouped.get((name, r))
+            if cols is None:
+                cols = grouped[(name, r)] = {k: [] for k in ("step", "value", "t", "epoch", "min", "max")}
+            cols["step"].append(step)
+            cols["value"].append(value)
+            cols["t"].append(t)
+            cols["epoch"].append(epoch)
+            cols["min"].append(low)
+            cols["max"].append(high)
+    series = [MetricSeries(name=name, rank=r, **cols) for (name, r), cols in sorted(grouped.items())]
+    return MetricsPage(cursor=cursor, series=series, downsampled=True)
 
 
 def metrics(
@@ -217,11 +274,14 @@ def metrics(
 ) -> MetricsPage:
     """Metric points newer than ``since``, grouped in series per (name, rank).
 
-    With ``points`` each series is reduced to at most that many buckets (min/max/last kept) and
-    every row since the cursor is considered; otherwise at most ``limit`` rows are returned and
-    the cursor lets the caller page on. ``recent`` says few rows (of all runs) are newer than
-    ``since``: they are then read by rowid range instead of through the run's whole index.
+    With ``points`` each series is reduced in SQL to at most that many buckets per rank (equal
+    steps; min/max/last kept) and every row since the cursor is considered; otherwise at most
+    ``limit`` rows are returned and the cursor lets the caller page on. ``recent`` says few
+    rows (of all runs) are newer than ``since``: they are then read by rowid range instead of
+    through the run's whole index.
     """
+    if points is not None:
+        return _downsampled(conn, run_id, names, rank, since, points)
     if recent and since:  # few new rows: walk them by id, look each one's series up
         tables = "metrics AS m CROSS JOIN series AS s ON s.id = m.series"
     else:  # the run's series first, then their rows through the (series, step) index
@@ -236,11 +296,9 @@ def metrics(
         params.append(rank)
     sql = (
         f"SELECT m.id, m.rank, s.name, m.step, m.epoch, m.t, m.value FROM {tables}"
-        f" WHERE {' AND '.join(where)} ORDER BY m.id"
+        f" WHERE {' AND '.join(where)} ORDER BY m.id LIMIT ?"
     )
-    if points is None:
-        sql += " LIMIT ?"
-        params.append(limit)
+    params.append(limit)
     rows = conn.exec_driver_sql(sql, tuple(params)).fetchall()
     cursor = rows[-1][0] if rows else since
     grouped: dict[tuple[str, int], dict[str, list[Any]]] = {}
@@ -253,9 +311,7 @@ def metrics(
         cols["t"].append(t)
         cols["epoch"].append(epoch)
     series = [MetricSeries(name=name, rank=r, **cols) for (name, r), cols in sorted(grouped.items())]
-    if points is not None:
-        series = [_downsample(s, points) for s in series]
-    return MetricsPage(cursor=cursor, series=series, downsampled=points is not None)
+    return MetricsPage(cursor=cursor, series=series)
 
 
 def compile_regex(pattern: str | None) -> re.Pattern[str] | None:
