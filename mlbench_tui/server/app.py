@@ -26,6 +26,7 @@ from mlbench_tui import __version__
 from mlbench_tui.errors import StoreError, UsageError
 from mlbench_tui.server.auth import AuthConfig, AuthError, Authorizer, bearer
 from mlbench_tui.server.ingest import ApiError, IngestFastPath, Ingestor, clean_errors
+from mlbench_tui.server.reads import ReadAborted, ReadGate
 from mlbench_tui.server.stream import (
     MAX_COALESCE_S,
     MIN_COALESCE_S,
@@ -108,6 +109,7 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     hub = Hub()
     authz = Authorizer(auth, store)
     ingestor = Ingestor(store, authz)
+    reads = ReadGate(store.engine)
     if store.writer is not None:
         store.writer.listeners.append(hub.publish)
 
@@ -124,6 +126,7 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
                 await store.writer.drain()
                 store.writer.attach_loop(None)
             hub.close_all()
+            reads.close()
 
     app = FastAPI(
         title="mlbench-tui metrics API",
@@ -134,6 +137,7 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     )
     app.state.store = store
     app.state.hub = hub
+    app.state.reads = reads
     app.state.auth = auth
 
     # ------------------------------------------------------------------ errors
@@ -156,6 +160,10 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     @app.exception_handler(UsageError)
     async def _usage(_r: Request, exc: UsageError) -> JSONResponse:
         return _error(422, "invalid_request", exc.message)
+
+    @app.exception_handler(ReadAborted)
+    async def _read_aborted(_r: Request, exc: ReadAborted) -> JSONResponse:
+        return _error(503, exc.reason, exc.message)
 
     @app.exception_handler(StoreError)
     async def _store_error(_r: Request, exc: StoreError) -> JSONResponse:
@@ -204,8 +212,8 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
             raise StoreError("store is read-only")
         return await store.writer.call_async(fn)
 
-    def reader(fn: Callable[[Any], Any]) -> Any:
-        return store.read(fn)
+    async def reader(request: Request, fn: Callable[[Any], Any]) -> Any:
+        return await reads.run(request, fn)
 
     def check_run(run_id: str) -> None:
         if store.writer is not None and not store.writer.has_run(run_id):
@@ -236,19 +244,23 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         return _json(RunCreated(run=detail, write_token=token), status=201)
 
     @app.get("/v1/runs", response_model=list[RunInfo], tags=["runs"])
-    def list_runs(
+    async def list_runs(
         request: Request,
         state: Annotated[str | None, Query(max_length=32)] = None,
         spec_name: Annotated[str | None, Query(max_length=128)] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
     ) -> Response:
         authz.read(request)
-        return _json(reader(lambda c: queries.list_runs(c, state=state, spec_name=spec_name, limit=limit)))
+        return _json(
+            await reader(
+                request, lambda c: queries.list_runs(c, state=state, spec_name=spec_name, limit=limit)
+            )
+        )
 
     @app.get("/v1/runs/{run_id}", response_model=RunDetail, tags=["runs"])
-    def get_run(run_id: RunId, request: Request) -> Response:
+    async def get_run(run_id: RunId, request: Request) -> Response:
         authz.read(request)
-        detail = reader(lambda c: queries.get_run(c, run_id))
+        detail = await reader(request, lambda c: queries.get_run(c, run_id))
         if detail is None:
             raise NotFound(f"run {run_id} not found")
         return _json(detail)
@@ -316,7 +328,7 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     # ------------------------------------------------------------------ reads
 
     @app.get("/v1/runs/{run_id}/metrics", response_model=MetricsPage, tags=["reads"])
-    def read_metrics(
+    async def read_metrics(
         run_id: RunId,
         request: Request,
         name: Annotated[list[str] | None, Query(max_length=100)] = None,
@@ -329,21 +341,31 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         authz.read(request)
         check_run(run_id)
         recent = store.recent_metrics(since)
-        page = reader(
-            lambda c: queries.metrics(
-                c, run_id, names=name or (), rank=rank, since=since, points=points, limit=limit, recent=recent
-            )
+        # Encoded in the read worker too: a full page is tens of ms the event loop keeps for ingest.
+        return await reader(
+            request,
+            lambda c: _json(
+                queries.metrics(
+                    c,
+                    run_id,
+                    names=name or (),
+                    rank=rank,
+                    since=since,
+                    points=points,
+                    limit=limit,
+                    recent=recent,
+                )
+            ),
         )
-        return _json(page)
 
     @app.get("/v1/runs/{run_id}/metrics/names", response_model=list[MetricName], tags=["reads"])
-    def read_metric_names(run_id: RunId, request: Request) -> Response:
+    async def read_metric_names(run_id: RunId, request: Request) -> Response:
         authz.read(request)
         check_run(run_id)
-        return _json(store.metric_names(run_id))
+        return _json(await reader(request, lambda _c: store.metric_names(run_id)))
 
     @app.get("/v1/runs/{run_id}/logs", response_model=LogsPage, tags=["reads"])
-    def read_logs(
+    async def read_logs(
         run_id: RunId,
         request: Request,
         since: Annotated[int, Query(ge=0, le=2**62)] = 0,
@@ -355,16 +377,15 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         """Log lines since a cursor, oldest first, filtered by rank, stream and a Python regex."""
         authz.read(request)
         check_run(run_id)
-        return _json(
-            reader(
-                lambda c: queries.logs(
-                    c, run_id, since=since, rank=rank, regex=regex, stream=stream, limit=limit
-                )
-            )
+        return await reader(
+            request,
+            lambda c: _json(
+                queries.logs(c, run_id, since=since, rank=rank, regex=regex, stream=stream, limit=limit)
+            ),
         )
 
     @app.get("/v1/runs/{run_id}/events", response_model=EventsPage, tags=["reads"])
-    def read_events(
+    async def read_events(
         run_id: RunId,
         request: Request,
         since: Annotated[int, Query(ge=0, le=2**62)] = 0,
@@ -373,7 +394,9 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     ) -> Response:
         authz.read(request)
         check_run(run_id)
-        return _json(reader(lambda c: queries.events(c, run_id, since=since, kind=kind, limit=limit)))
+        return _json(
+            await reader(request, lambda c: queries.events(c, run_id, since=since, kind=kind, limit=limit))
+        )
 
     # ------------------------------------------------------------------ streams
 
