@@ -7,8 +7,10 @@ Goals (issue 3), all measured in one run on the same machine:
 * sequential client, 1 metric per call: >= 10x MLflow
 * the store's bulk ingest path vs a raw ``sqlite3.executemany`` ceiling: >= 0.7x
 * p99 latency of a 100-metric POST under load: <= 5 ms. "Load" is 15 background clients sending
-  100-metric batches at a steady total of half the server's measured 16-client capacity, while a
-  probe client sends one batch every 10 ms and records each latency.
+  100-metric batches at a steady total of half the server's measured 16-client capacity (their
+  send times spread evenly over the interval), while a probe client sends one batch every 10 ms
+  and records each latency. The same load sent in bursts (all 15 clients at the same moments)
+  is measured too and shown for information.
 
 Both servers run as separate processes on 127.0.0.1 and get identical traffic from the same
 minimal keep-alive HTTP/1.1 client (raw sockets, pre-encoded bodies), so the client costs the same
@@ -160,9 +162,16 @@ class Conn:
 
 
 def _client_loop(
-    target: Target, client: int, n: int, seconds: float, interval: float, start_at: float, seq0: int
+    target: Target,
+    client: int,
+    n: int,
+    seconds: float,
+    interval: float,
+    start_at: float,
+    seq0: int,
+    phase: float = 0.0,
 ) -> tuple[int, list[float]]:
-    """Send ``n``-metric batches for ``seconds`` (every ``interval`` s, or back to back).
+    """Send ``n``-metric batches for ``seconds`` (every ``interval`` s from ``phase`` on, or back to back).
 
     Returns (calls, latencies).
     """
@@ -174,7 +183,7 @@ def _client_loop(
     end = time.perf_counter() + seconds
     calls, lat = 0, []
     seq = seq0
-    next_at = time.perf_counter()
+    next_at = time.perf_counter() + phase
     while True:
         now = time.perf_counter()
         if now >= end:
@@ -192,13 +201,16 @@ def _client_loop(
     return calls, lat
 
 
-def _proc_entry(args: tuple[Target, list[int], int, float, float, float, int], out: Any) -> None:
-    target, clients, n, seconds, interval, start_at, seq0 = args
+def _proc_entry(
+    args: tuple[Target, list[int], int, float, float, float, int, int], out: Any, steady: bool
+) -> None:
+    target, clients, n, seconds, interval, start_at, seq0, total = args
     results: list[tuple[int, list[float]]] = []
     threads = []
 
     def run(c: int) -> None:
-        results.append(_client_loop(target, c, n, seconds, interval, start_at, seq0))
+        phase = interval * c / total if steady else 0.0
+        results.append(_client_loop(target, c, n, seconds, interval, start_at, seq0, phase))
 
     for c in clients:
         t = threading.Thread(target=run, args=(c,))
@@ -218,15 +230,23 @@ def load(
     interval: float = 0.0,
     procs: int = 4,
     seq0: int = 0,
+    steady: bool = True,
 ) -> tuple[float, list[float]]:
-    """Run ``clients`` clients (spread over ``procs`` processes); returns (metrics/s, latencies)."""
+    """Run ``clients`` clients (spread over ``procs`` processes); returns (metrics/s, latencies).
+
+    With an ``interval``, ``steady`` spreads the clients' send times evenly over the interval (a
+    steady total rate); otherwise they all send at the same moments (bursts of ``clients``).
+    """
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     procs = min(procs, clients)
     groups = [list(range(i, clients, procs)) for i in range(procs)]
     start_at = time.time() + 0.3
     workers = [
-        ctx.Process(target=_proc_entry, args=((target, g, n, seconds, interval, start_at, seq0), queue))
+        ctx.Process(
+            target=_proc_entry,
+            args=((target, g, n, seconds, interval, start_at, seq0, clients), queue, steady),
+        )
         for g in groups
     ]
     for w in workers:
@@ -236,6 +256,24 @@ def load(
         w.join()
     calls = sum(c for c, _ in results)
     return calls * n / seconds, [x for _, lat in results for x in lat]
+
+
+def latency_under_load(
+    target: Target, clients: int, capacity_rps: float, secs: float, procs: int, steady: bool, seq: int
+) -> list[float]:
+    """Latencies of a probe client (one 100-metric batch every 10 ms) while ``clients`` background
+    clients send 100-metric batches at half of ``capacity_rps`` in total (see ``load``'s ``steady``)."""
+    interval = clients / (0.5 * capacity_rps)
+    background = threading.Thread(
+        target=load,
+        args=(target, clients, 100, secs + 1.0),
+        kwargs={"interval": interval, "seq0": seq * 10**6, "procs": procs, "steady": steady},
+    )
+    background.start()
+    time.sleep(0.8)
+    _, probe = load(target, 1, 100, secs - 0.5, interval=0.01, procs=1, seq0=(seq + 1) * 10**6)
+    background.join()
+    return probe
 
 
 def sequential(target: Target, n: int, seconds: float, seq0: int) -> float:
@@ -499,19 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     ours_proc, ours = start_ours(workdir)
     try:
         ours_results = _peer_scenarios(ours, args.clients, args.procs, secs)
-        # p99 under load: background clients at half the measured capacity, plus a probe client.
+        # p99 under load: background clients at half the measured capacity, plus a probe client;
+        # the goal's load is steady, the burst run (all clients at once) is shown for information.
         capacity_rps = ours_results["conc16"] / 100
         bg_clients = args.clients - 1
-        interval = bg_clients / (0.5 * capacity_rps)
-        background = threading.Thread(
-            target=load,
-            args=(ours, bg_clients, 100, secs + 1.0),
-            kwargs={"interval": interval, "seq0": 3 * 10**6, "procs": args.procs},
-        )
-        background.start()
-        time.sleep(0.8)
-        _, probe = load(ours, 1, 100, secs - 0.5, interval=0.01, procs=1, seq0=4 * 10**6)
-        background.join()
+        probes = {
+            steady: latency_under_load(ours, bg_clients, capacity_rps, secs, args.procs, steady, seq)
+            for steady, seq in ((True, 3), (False, 5))
+        }
     finally:
         _stop(ours_proc)
 
@@ -536,14 +569,19 @@ def main(argv: list[str] | None = None) -> int:
     for key, label in labels.items():
         peer_value = peer_best.get(key, (None, 0))[0]
         print(_row(label, ours_results[key], peer_value, GOALS[key]), flush=True)
-    p50, p99 = _pct(probe, 0.50) * 1000, _pct(probe, 0.99) * 1000
-    mark = "ok" if p99 <= GOALS["p99_ms"] else "MISSED"
-    print(
-        f"{'100-metric POST latency under load':<34} p50 {p50:.2f} ms  p99 {p99:.2f} ms  "
-        f"(n={len(probe)}; background {bg_clients} clients at {0.5 * capacity_rps:,.0f} requests/s)"
-        f"   goal p99 <= {GOALS['p99_ms']:g} ms {mark}",
-        flush=True,
-    )
+    for steady, probe in probes.items():
+        p50, p99 = _pct(probe, 0.50) * 1000, _pct(probe, 0.99) * 1000
+        if steady:
+            label, goal = "100-metric POST latency under load", GOALS["p99_ms"]
+            verdict = f"   goal p99 <= {goal:g} ms {'ok' if p99 <= goal else 'MISSED'}"
+        else:
+            label, verdict = "  same load in bursts (info)", ""
+        print(
+            f"{label:<34} p50 {p50:.2f} ms  p99 {p99:.2f} ms  (n={len(probe)}; background {bg_clients}"
+            f" clients at {0.5 * capacity_rps:,.0f} requests/s{'' if steady else ', sent together'})"
+            + verdict,
+            flush=True,
+        )
     ours_store, raw = ceiling(workdir, 2 * secs, 1000)
     ratio = ours_store / raw
     mark = "ok" if ratio >= GOALS["ceiling"] else "MISSED"

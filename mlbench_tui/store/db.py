@@ -348,8 +348,6 @@ class Writer:
         self._inline_thread: int | None = None
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
-        self._commit_in_flight = False
-        self._committer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlbench-store-commit")
         self._checkpointer = Checkpointer(path) if path is not None else None
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
@@ -445,81 +443,36 @@ class Writer:
             loop.call_soon(self._drain_inline)
 
     def _drain_inline(self) -> None:
-        """Write the pending requests in the loop; the COMMIT (I/O) runs in a helper thread.
+        """Write and commit the loop's pending requests as one group transaction, in the loop.
 
-        While a commit is in flight the loop keeps parsing requests into ``_pending``; they form
-        the next group as soon as the commit is done (pipelined group commit). Futures resolve
-        only after their group's commit returned.
+        Requests that arrive meanwhile wait in their sockets and form the next group. The COMMIT
+        (a WAL append, ~0.1 ms) runs here too: in a helper thread it needed the GIL back twice
+        per group, and a thread waiting for the GIL of a busy event loop waits up to the switch
+        interval (5 ms); that wait was most of the ack latency under load.
         """
         self._drain_scheduled = False
         loop = self._inline_loop
-        if self._commit_in_flight or not self._pending or loop is None:
+        if not self._pending or loop is None:
             return
         if not self._lock.acquire(blocking=False):  # the writer thread is busy with a sync job
             loop.call_later(0.001, self._schedule_drain, loop)
             return
-        jobs: list[_Job] = []
-        rows = 0
-        while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
-            job = self._pending.popleft()
-            jobs.append(job)
-            rows += job.size()
-        group = self._new_group()
-        results: list[tuple[Any, BaseException | None]] = []
-        changes: list[Change] = []
         try:
-            trans = self._conn.begin()
-            try:
-                for job in jobs:
-                    results.append(self._apply(job, changes, group))
-                self._flush_metrics(group)
-            except BaseException:
-                trans.rollback()
-                raise
-        except Exception:
-            self._undo(group)
-            try:
-                for job in jobs:  # isolate the failing request: one transaction each
-                    self._run_group([job])
-            finally:
-                self._lock.release()
-            if self._pending:
-                self._schedule_drain(loop)
-            return
-        self._commit_in_flight = True
-        done = loop.run_in_executor(self._committer, trans.commit)
-        done.add_done_callback(lambda f: self._after_commit(f, loop, trans, jobs, results, changes, group))
-
-    def _after_commit(
-        self,
-        done: asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-        trans: Any,
-        jobs: list[_Job],
-        results: list[tuple[Any, BaseException | None]],
-        changes: list[Change],
-        group: _Group,
-    ) -> None:
-        self._commit_in_flight = False
-        exc = done.exception()
-        try:
-            if exc is not None:
-                self._undo(group)
-                with contextlib.suppress(Exception):
-                    trans.rollback()
-                self._resolve(jobs, [(None, exc)] * len(jobs), self._inline_thread)
-                return
-            self._committed(changes)
+            jobs: list[_Job] = []
+            rows = 0
+            while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
+                job = self._pending.popleft()
+                jobs.append(job)
+                rows += job.size()
+            self._run_group(jobs)
         finally:
             self._lock.release()
-            if self._pending:
-                self._schedule_drain(loop)
-        self._resolve(jobs, results, self._inline_thread)
-        self._notify(changes)
+        if self._pending:
+            self._schedule_drain(loop)
 
     async def drain(self) -> None:
         """Wait until the loop's pending writes are committed (server shutdown)."""
-        while self._pending or self._commit_in_flight:
+        while self._pending:
             await asyncio.sleep(0.005)
 
     def ingest(
@@ -571,7 +524,6 @@ class Writer:
         self._closed = True
         self._queue.put(_STOP)
         self._thread.join(timeout)
-        self._committer.shutdown(wait=True)
         if self._checkpointer is not None:
             self._checkpointer.close()
         with contextlib.suppress(Exception):
