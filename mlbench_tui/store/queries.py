@@ -146,7 +146,7 @@ def metric_name_stats(conn: Connection, run_id: str, after: int = 0, stats: Name
     else:
         sql = (
             "SELECT s.name, m.rank, count(*), max(m.step), m.value"
-            " FROM series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+            " FROM series AS s CROSS JOIN metrics AS m INDEXED BY ix_metrics_series_step ON m.series = s.id"
             " WHERE s.run_id = ? AND m.id <= ? GROUP BY s.name, m.rank"
         )
         params = (run_id, top)
@@ -285,7 +285,7 @@ def metrics(
     if recent and since:  # few new rows: walk them by id, look each one's series up
         tables = "metrics AS m CROSS JOIN series AS s ON s.id = m.series"
     else:  # the run's series first, then their rows through the (series, step) index
-        tables = "series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+        tables = "series AS s CROSS JOIN metrics AS m INDEXED BY ix_metrics_series_step ON m.series = s.id"
     where = ["s.run_id = ?", "m.id > ?"]
     params: list[Any] = [run_id, since]
     if names:

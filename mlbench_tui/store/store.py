@@ -237,7 +237,9 @@ class Store:
             if not queries.run_exists(conn, run_id):
                 raise NotFound(f"run {run_id} not found")
             conn.exec_driver_sql(
-                "DELETE FROM metrics WHERE series IN (SELECT id FROM series WHERE run_id = ?)", (run_id,)
+                "DELETE FROM metrics INDEXED BY ix_metrics_series_step"
+                " WHERE series IN (SELECT id FROM series WHERE run_id = ?)",
+                (run_id,),
             )
             for table in ("series", "logs", "events", "ranks", "batches", "runs"):
                 column = "id" if table == "runs" else "run_id"
