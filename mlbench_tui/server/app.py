@@ -106,7 +106,7 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     The outermost layer is ``IngestFastPath``, which answers the three ingest routes itself and
     hands everything else (and the lifespan) to the FastAPI app, its ``app`` attribute.
     """
-    hub = Hub()
+    hub = Hub(lambda run_id, after: store.read(lambda c: queries.metric_summary(c, run_id, after)))
     authz = Authorizer(auth, store)
     ingestor = Ingestor(store, authz)
     reads = ReadGate(store.engine)
@@ -443,6 +443,8 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         except BaseException:
             hub.unsubscribe(sub)
             raise
+        if coalesce is not None:
+            hub.start_summaries(sub, cursors["metrics"])
         return StreamingResponse(
             follow(hub, sub, backlog, cursors), media_type="text/event-stream", headers=_SSE_HEADERS
         )
@@ -497,7 +499,17 @@ def _backlog(
         if detail is None:
             raise NotFound(f"run {run_id} not found")
         out.append(sse("run", detail.model_dump(mode="json")))
-        if metrics_since is not None:
+        if summary:  # one summary of everything after the cursor; live summaries go on from there
+            if metrics_since is None:
+                top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metrics").scalar()
+                cursors["metrics"] = int(top or 0)
+            else:
+                cursor, series = queries.metric_summary(conn, run_id, metrics_since)
+                encoded = encode_summary(cursor, series)
+                if encoded is not None:
+                    out.append(encoded[2])
+                cursors["metrics"] = cursor
+        elif metrics_since is not None:
             rows = conn.exec_driver_sql(
                 "SELECT m.id, s.run_id, m.rank, s.name, m.step, m.epoch, m.t, m.value"
                 " FROM series AS s CROSS JOIN metrics AS m ON m.series = s.id"
@@ -506,9 +518,7 @@ def _backlog(
             ).fetchall()
             if rows:
                 plain = [tuple(r) for r in rows]
-                encoded = (
-                    encode_summary([plain]) if summary else encode_change(Change("metrics", run_id, plain))
-                )
+                encoded = encode_change(Change("metrics", run_id, plain))
                 assert encoded is not None
                 out.append(encoded[2])
             cursors["metrics"] = rows[-1][0] if rows else metrics_since

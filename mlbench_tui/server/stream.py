@@ -8,23 +8,30 @@ the run list). No database query per client per tick. A subscriber that falls be
 
 A subscriber may ask for coalesced metrics (``coalesce`` seconds): instead of one ``metrics``
 event per committed batch it gets one ``metrics_summary`` event per interval with, per (name,
-rank), the last point and the min/max since the previous summary. The committed rows are only
-appended (by reference) to the run's pending list and summarised once per interval for all such
-subscribers; nothing is kept when no coalesced subscriber listens. Logs, events and run changes
-are sent as they come.
+rank), the last point and the min/max since the previous summary. A committed metrics change
+only marks the run's coalescer dirty (its rows are not even built); once per interval the
+summary is read from the store in SQL (``queries.metric_summary``: a rowid range scan of the
+new rows, aggregated inside SQLite, off the event loop) and sent to all subscribers sharing
+that interval. Nothing is done for a run nobody watches, or while nothing changes. Logs,
+events and run changes are sent as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from mlbench_tui.store.db import Change
+
+log = logging.getLogger("mlbench.server")
 
 QUEUE_MAX = 2048
 KEEPALIVE_S = 15.0
@@ -55,51 +62,8 @@ def _rows(keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[dict[str, 
     return out
 
 
-def summarise(chunks: Iterable[list[tuple[Any, ...]]]) -> tuple[int, list[dict[str, Any]]]:
-    """(cursor, series) of metric rows: per (name, rank) one bucket with the last point and min/max.
-
-    ``series`` items have the shape of ``MetricSeries`` (one element per column), so a client
-    folds them in like a downsampled page; the cursor is the highest row id summarised.
-    """
-    groups: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
-    cursor = 0
-    for rows in chunks:
-        if not rows:
-            continue
-        for row in rows:
-            key = (row[3], row[2])
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [row]
-            else:
-                group.append(row)
-        cursor = max(cursor, rows[-1][0])
-    series = []
-    for (name, rank), group in groups.items():
-        values = [row[7] for row in group]
-        if None in values:
-            values = [v for v in values if v is not None]
-        last = group[-1]
-        lo, hi = (min(values), max(values)) if values else (None, None)
-        series.append(
-            {
-                "name": name,
-                "rank": rank,
-                "step": [last[4]],
-                "epoch": [last[5]],
-                "t": [last[6]],
-                "value": [last[7]],
-                "min": [lo],
-                "max": [hi],
-                "count": len(group),
-            }
-        )
-    return cursor, series
-
-
-def encode_summary(chunks: Iterable[list[tuple[Any, ...]]]) -> tuple[str, int, bytes] | None:
-    """The ``metrics_summary`` event of metric rows (None when there are none)."""
-    cursor, series = summarise(chunks)
+def encode_summary(cursor: int, series: list[dict[str, Any]]) -> tuple[str, int, bytes] | None:
+    """The ``metrics_summary`` event of ``queries.metric_summary``'s answer (None when empty)."""
     if not series:
         return None
     return "metrics", cursor, sse("metrics_summary", {"cursor": cursor, "series": series})
@@ -149,20 +113,31 @@ class Subscriber:
 
 @dataclass(eq=False)
 class _Coalescer:
-    """Metric rows of one run waiting for the next summary of the subscribers sharing ``interval``."""
+    """The summaries of one run for the subscribers sharing ``interval``: rows after ``cursor``
+    are summarised at the next tick when ``dirty`` (``cursor`` is None until the first
+    subscriber's replay has set where live summaries start)."""
 
     run_id: str
     interval: float
     subs: set[Subscriber] = field(default_factory=set)
-    pending: list[list[tuple[Any, ...]]] = field(default_factory=list)
+    cursor: int | None = None
+    dirty: bool = False
+    busy: bool = False  # a summary is being read
+    ticked: float = 0.0  # loop time of the last summary tick
     handle: asyncio.TimerHandle | None = None
+
+
+Summary = Callable[[str, int], tuple[int, list[dict[str, Any]]]]  # (run_id, after) -> (cursor, series)
 
 
 class Hub:
     """Fan-out of committed changes to stream subscribers; lives on the server's event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, summary: Summary) -> None:
+        self._summary = summary  # blocking (a store read): called in the summary thread
+        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlbench-summary")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._by_run: dict[str, set[Subscriber]] = {}
         self._runs_list: set[Subscriber] = set()
         self._per_row: dict[str, int] = {}  # run -> subscribers taking every metrics batch
@@ -170,13 +145,14 @@ class Hub:
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()
 
     @property
     def subscribers(self) -> int:
         return len(self._runs_list) + sum(len(s) for s in self._by_run.values())
 
     def publish(self, changes: list[Change]) -> None:
-        """Writer-thread entry: one hop to the loop per committed group, nothing if nobody listens."""
+        """Writer entry: one hop to the loop per committed group, nothing if nobody listens."""
         loop = self._loop
         if loop is None or (not self._runs_list and not self._by_run):
             return
@@ -186,6 +162,9 @@ class Hub:
             if c.run_id in self._by_run or (self._runs_list and c.kind in ("run", "run_deleted"))
         ]
         if wanted:
+            if threading.get_ident() == self._loop_thread:  # committed in the loop (inline writer)
+                loop.call_soon(self._dispatch, wanted)
+                return
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._dispatch, wanted)
 
@@ -195,7 +174,7 @@ class Hub:
                 coalescers = self._coalescers.get(change.run_id)
                 if coalescers:
                     for co in coalescers.values():
-                        self._pend(co, change.rows)
+                        self._mark(co)
                 if not self._per_row.get(change.run_id):
                     continue
                 encoded = encode_change(change)
@@ -213,18 +192,54 @@ class Hub:
                 for sub in self._runs_list:
                     sub.offer(encoded)
 
-    def _pend(self, co: _Coalescer, rows: list[tuple[Any, ...]]) -> None:
-        co.pending.append(rows)  # by reference: the summary is computed once per interval
-        if co.handle is None and self._loop is not None:
-            co.handle = self._loop.call_later(co.interval, self._summarise, co)
+    def _mark(self, co: _Coalescer, *, beat: bool = False) -> None:
+        """Schedule a summary ``interval`` after the first change; while the run keeps reporting
+        (``beat``) one interval after the previous tick, not after its read, so clients get a
+        steady 1/interval updates a second."""
+        co.dirty = True
+        if co.handle is None and not co.busy and self._loop is not None:
+            delay = co.interval - (self._loop.time() - co.ticked) if beat else co.interval
+            co.handle = self._loop.call_later(max(0.0, delay), self._summarise, co)
 
     def _summarise(self, co: _Coalescer) -> None:
+        """Interval tick: read the summary of the rows after the coalescer's cursor, off the loop."""
         co.handle = None
-        pending, co.pending = co.pending, []
-        encoded = encode_summary(pending)
-        if encoded is not None:
-            for sub in co.subs:
-                sub.offer(encoded)
+        loop = self._loop
+        if not co.subs or loop is None:
+            return
+        after = co.cursor
+        if after is None:  # the first subscriber's replay has not said where to start yet
+            co.handle = loop.call_later(co.interval, self._summarise, co)
+            return
+        co.dirty, co.busy, co.ticked = False, True, loop.time()
+        try:
+            done = loop.run_in_executor(self._reader, self._summary, co.run_id, after)
+        except RuntimeError:  # shutting down
+            co.busy = False
+            return
+        done.add_done_callback(lambda f: self._summarised(co, after, f))
+
+    def _summarised(self, co: _Coalescer, after: int, done: asyncio.Future[Any]) -> None:
+        co.busy = False
+        if done.cancelled() or done.exception() is not None:
+            if done.exception() is not None:
+                log.warning("metrics summary of run %s failed: %s", co.run_id, done.exception())
+        else:
+            cursor, series = done.result()
+            if co.cursor == after:
+                co.cursor = cursor
+            encoded = encode_summary(cursor, series)
+            if encoded is not None:
+                for sub in co.subs:
+                    sub.offer(encoded)
+        if co.dirty and co.subs:
+            self._mark(co, beat=True)
+
+    def start_summaries(self, sub: Subscriber, cursor: int) -> None:
+        """Live summaries for ``sub`` cover rows after ``cursor`` (its replay covered the rest)."""
+        co = self._coalescers.get(sub.run_id or "", {}).get(sub.coalesce or 0.0)
+        if co is not None and co.cursor is None:
+            co.cursor = cursor
 
     def subscribe(self, run_id: str | None, coalesce: float | None = None) -> Subscriber:
         """A new stream; ``coalesce`` (run streams only) asks for one metrics summary per interval."""
@@ -275,6 +290,7 @@ class Hub:
         """Ask every open stream to end (server shutdown)."""
         for sub in list(self._runs_list) + [s for subs in self._by_run.values() for s in subs]:
             sub.offer(None)
+        self._reader.shutdown(wait=False, cancel_futures=True)
 
 
 async def follow(

@@ -314,6 +314,40 @@ def metrics(
     return MetricsPage(cursor=cursor, series=series)
 
 
+def metric_summary(conn: Connection, run_id: str, after: int) -> tuple[int, list[dict[str, Any]]]:
+    """The run's metric rows with id > ``after`` as one bucket per (name, rank): the last row's
+    step/epoch/t/value, the min/max of the values and the count; and the highest id read.
+
+    Live streams call this a few times a second per watched run (``?coalesce=``), so it reads
+    the new rows by rowid range (``NOT INDEXED``: the cost is what was added since ``after``,
+    not the run's size) and aggregates inside SQLite. The items have ``MetricsSummary``'s shape.
+    """
+    scan = "metrics NOT INDEXED" if after else "metrics"  # from 0: through the run's series
+    rows = conn.exec_driver_sql(
+        "SELECT s.name, g.rank, g.top, g.lo, g.hi, g.n, m.step, m.epoch, m.t, m.value FROM"
+        " (SELECT series, rank, max(id) AS top, min(value) AS lo, max(value) AS hi, count(*) AS n"
+        f"  FROM {scan} WHERE id > ? AND series IN (SELECT id FROM series WHERE run_id = ?)"
+        "  GROUP BY series, rank) AS g"
+        " JOIN metrics AS m ON m.id = g.top JOIN series AS s ON s.id = g.series",
+        (after, run_id),
+    ).fetchall()
+    series = [
+        {
+            "name": name,
+            "rank": rank,
+            "step": [step],
+            "epoch": [epoch],
+            "t": [t],
+            "value": [value],
+            "min": [low],
+            "max": [high],
+            "count": count,
+        }
+        for name, rank, _top, low, high, count, step, epoch, t, value in sorted(rows, key=lambda r: r[:2])
+    ]
+    return max((row[2] for row in rows), default=after), series
+
+
 def compile_regex(pattern: str | None) -> re.Pattern[str] | None:
     if not pattern:
         return None

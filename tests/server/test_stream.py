@@ -4,41 +4,49 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlbench_tui.server.client import MlbenchClient, ServerHTTPError
-from mlbench_tui.server.stream import summarise
+from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MetricsSummary, RunCreate
+from mlbench_tui.store.store import Store
 
 from .conftest import ServerProcess
 
 
-def _row(i: int, name: str, rank: int, value: float | None, step: int) -> tuple[Any, ...]:
-    return (i, "r-x", rank, name, step, None, 100.0 + i, value)
-
-
-def test_summarise_keeps_extremes_last_point_and_cursor() -> None:
-    first = [_row(1, "loss", 0, 3.0, 0), _row(2, "loss", 0, 9.0, 1), _row(3, "lr", 0, 0.1, 1)]
-    second = [_row(4, "loss", 0, None, 2), _row(5, "loss", 0, 2.0, 3), _row(6, "loss", 1, None, 3)]
-    cursor, series = summarise([first, [], second])
-    assert cursor == 6
-    by_key = {
-        (s["name"], s["rank"]): MetricsSummary.model_validate({"cursor": 6, "series": [s]}).series[0]
-        for s in series
-    }
-    loss = by_key[("loss", 0)]
-    assert (loss.min, loss.max, loss.value, loss.step, loss.t, loss.count) == (
-        [2.0],
-        [9.0],
-        [2.0],
-        [3],
-        [105.0],
-        4,
-    )
-    assert by_key[("lr", 0)].value == [0.1] and by_key[("lr", 0)].count == 1
-    assert by_key[("loss", 1)].min == [None] and by_key[("loss", 1)].value == [None]
+def test_metric_summary_keeps_extremes_last_point_and_cursor(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        run, _ = store.create_run(RunCreate(name="r", workers=2))
+        other, _ = store.create_run(RunCreate(name="other"))
+        store.ingest_metrics(run.id, 0, 1, [("loss", 0, None, 100.0, 3.0), ("loss", 1, None, 101.0, 9.0)])
+        store.ingest_metrics(other.id, 0, 1, [("loss", 0, None, 100.0, 1000.0)])
+        start, first = store.read(lambda c: queries.metric_summary(c, run.id, 0))
+        assert [(s["name"], s["min"], s["max"], s["count"]) for s in first] == [("loss", [3.0], [9.0], 2)]
+        store.ingest_metrics(run.id, 0, 2, [("loss", 2, None, 102.0, None), ("lr", 2, None, 102.0, 0.1)])
+        store.ingest_metrics(run.id, 0, 3, [("loss", 3, None, 105.0, 2.0)])
+        store.ingest_metrics(run.id, 1, 1, [("loss", 3, None, 105.0, None)])
+        cursor, series = store.read(lambda c: queries.metric_summary(c, run.id, start))
+        top = store.read(lambda c: queries.metrics(c, run.id)).cursor
+        assert cursor == top
+        by_key = {
+            (s["name"], s["rank"]): MetricsSummary.model_validate({"cursor": cursor, "series": [s]}).series[0]
+            for s in series
+        }
+        loss = by_key[("loss", 0)]
+        assert (loss.min, loss.max, loss.value, loss.step, loss.t, loss.count) == (
+            [2.0],
+            [2.0],
+            [2.0],
+            [3],
+            [105.0],
+            2,
+        )
+        assert by_key[("lr", 0)].value == [0.1] and by_key[("lr", 0)].count == 1
+        assert by_key[("loss", 1)].min == [None] and by_key[("loss", 1)].value == [None]
+        assert store.read(lambda c: queries.metric_summary(c, run.id, cursor)) == (cursor, [])
 
 
 @pytest.mark.slow
