@@ -341,7 +341,7 @@ class Writer:
         # the series row is written by the first transaction that stores a row of it.
         self._series: dict[str, dict[str, int]] = {}
         self._series_names: dict[str, dict[int, str]] = {}
-        self._series_unwritten: dict[int, tuple[str, str]] = {}
+        self._series_unwritten: dict[str, dict[int, str]] = {}  # run -> {series id: name}
         self._series_lock = threading.Lock()
         top_series = 0
         for sid, run_id, name in self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"):
@@ -382,7 +382,7 @@ class Writer:
             if sid is None:
                 sid = self._next_series
                 self._next_series += 1
-                self._series_unwritten[sid] = (run_id, name)
+                self._series_unwritten.setdefault(run_id, {})[sid] = name
                 self._series_names.setdefault(run_id, {})[sid] = name
                 ids[name] = sid
             return sid
@@ -404,8 +404,7 @@ class Writer:
         with self._series_lock:
             self._series.pop(run_id, None)
             self._series_names.pop(run_id, None)
-            for sid in [s for s, (r, _) in self._series_unwritten.items() if r == run_id]:
-                del self._series_unwritten[sid]
+            self._series_unwritten.pop(run_id, None)
 
     # ---- submission (any thread)
 
@@ -505,6 +504,8 @@ class Writer:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         job: _Job
         if kind == "metrics":
+            if run_id not in self._runs:  # before handing out series ids for it
+                raise NotFound(f"run {run_id} not found")
             job = _MetricJob(fut, None, run_id, rank, session, seq, self.metric_params(run_id, rank, rows))
         else:
             job = _IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
@@ -601,7 +602,8 @@ class Writer:
         group.metric_params = []
         if group.series_written:
             with self._series_lock:
-                self._series_unwritten.update(group.series_written)
+                for sid, (run_id, name) in group.series_written.items():
+                    self._series_unwritten.setdefault(run_id, {})[sid] = name
 
     def _committed(self, changes: list[Change]) -> None:
         for change in changes:
@@ -679,8 +681,8 @@ class Writer:
         if receipt.rowcount == 0:
             return (0, True), None
         params = job.params
-        if self._series_unwritten:
-            self._write_series(set(params[::METRIC_WIDTH]), group)
+        if job.run_id in self._series_unwritten:  # a name of this run seen for the first time
+            self._write_series(job.run_id, set(params[::METRIC_WIDTH]), group)
         n = len(params) // METRIC_WIDTH
         start = self._next_id["metrics"]
         self._next_id["metrics"] = start + n
@@ -692,10 +694,13 @@ class Writer:
         changes.append(Change("metrics", job.run_id, build=build))
         return (n, False), None
 
-    def _write_series(self, sids: set[int], group: _Group) -> None:
+    def _write_series(self, run_id: str, sids: set[int], group: _Group) -> None:
         with self._series_lock:
-            new = [(sid, self._series_unwritten.pop(sid)) for sid in sids if sid in self._series_unwritten]
-        for sid, (run_id, name) in new:
+            pending = self._series_unwritten.get(run_id, {})
+            new = [(sid, pending.pop(sid)) for sid in sids if sid in pending]
+            if not pending:
+                self._series_unwritten.pop(run_id, None)
+        for sid, name in new:
             group.series_written[sid] = (run_id, name)
             self._raw.execute("INSERT INTO series (id, run_id, name) VALUES (?, ?, ?)", (sid, run_id, name))
 

@@ -10,6 +10,7 @@ import json
 import math
 import random
 import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,3 +142,28 @@ def test_batch_length_limit_matches() -> None:
     _same_as_pydantic(_batch(",".join([item] * MAX_BATCH_ITEMS)))
     over = _batch(",".join([item] * (MAX_BATCH_ITEMS + 1)))
     assert fast_metric_batch(over) is None and _pydantic(over) is None
+
+
+def test_rejected_batch_stores_nothing_and_its_valid_new_names_work_later(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from mlbench_tui.server.app import create_app
+    from mlbench_tui.server.auth import AuthConfig
+    from mlbench_tui.store import queries
+    from mlbench_tui.store.api_models import RunCreate
+    from mlbench_tui.store.store import Store
+
+    with Store(tmp_path / "s.db") as store:
+        run, token = store.create_run(RunCreate(name="names"))
+        app = create_app(store, AuthConfig(admin_token="admin", read_token="read"))
+        url, auth = f"/v1/runs/{run.id}/metrics:batch", {"Authorization": f"Bearer {token}"}
+        with TestClient(app) as client:
+            bad = client.post(
+                url, content=_batch('{"name":"fresh","value":1},{"name":"x\\u0001","value":2}'), headers=auth
+            )
+            assert bad.status_code == 422 and bad.json()["error"] == "invalid_request"
+            assert bad.json()["detail"][0]["loc"] == ["metrics", "1", "name"]  # pydantic's reason
+            ok = client.post(url, content=_batch('{"name":"fresh","value":3,"step":1}'), headers=auth)
+            assert ok.status_code == 200 and ok.json() == {"accepted": 1, "duplicate": False}
+        page = store.read(lambda c: queries.metrics(c, run.id))
+        assert [(s.name, s.value) for s in page.series] == [("fresh", [3.0])]
