@@ -226,7 +226,7 @@ def test_batches_of_any_size_store_every_row_once_with_consecutive_ids(store: St
         lambda changes: seen.extend(r for c in changes if c.kind == "metrics" for r in c.rows)
     )
     expected = []
-    for seq, n in enumerate([1, 2, 3, 7, 8, 9, 31, 32, 33, 77, 100, 257]):
+    for seq, n in enumerate([1, 2, 3, 7, 8, 9, 31, 32, 33, 77, 100, 127, 128, 129, 171, 257]):
         rows = [(f"m{i % 3}", seq * 1000 + i, None if i % 2 else 0.5, 10.0 + i, float(i)) for i in range(n)]
         assert store.ingest_metrics(run.id, seq % 2, seq, rows).accepted == n
         expected += [(run.id, seq % 2, *row) for row in rows]
