@@ -19,6 +19,7 @@ from textual.app import App, SystemCommand
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.theme import Theme
 
 from mlbench_tui.tui.actions import BY_ID, actions_for, bindings, display_key, resolve_keymap
 from mlbench_tui.tui.feed import ServerAddress
@@ -88,6 +89,12 @@ class MlbenchApp(App[None]):
         self.server_url = url.rstrip("/")
         self.address = ServerAddress(self.server_url, token)
         self.admin_address = ServerAddress(self.server_url, admin_token or token)
+
+    def get_theme(self, theme_name: str) -> Theme | None:
+        """Textual's lookup, without its copy of the theme registry per call: it runs for every
+        rendered line (through ``ansi_theme``), about a tenth of the TUI's CPU on a live run."""
+        theme = self._registered_themes.get(theme_name)
+        return theme if theme is not None else super().get_theme(theme_name)
 
     # -- connection state -------------------------------------------------------------------
     def on_connection_changed(self, message: ConnectionChanged) -> None:

@@ -107,6 +107,7 @@ class RunDetailScreen(Screen[None]):
         self._metric_ranks: dict[str, set[int]] = {}
         self._charts: dict[str, MetricChart] = {}  # metric name -> its chart, in grid order
         self._charts_built = False
+        self._ranks_stale = False
 
     @property
     def mlbench(self) -> MlbenchApp:
@@ -198,7 +199,7 @@ class RunDetailScreen(Screen[None]):
                 LogEntry(line.rank, line.stream, line.t, line.text) for line in batch.lines
             )
         if batch.run is not None or batch.ranks or batch.series:
-            self.query_one(RankTable).update_ranks(list(self.ranks.values()))
+            self._show_ranks()
         self._update_goal()
         if batch.run is not None or batch.events:
             self._update_overview()
@@ -378,8 +379,24 @@ class RunDetailScreen(Screen[None]):
         self.query_one("#environment", Static).update(environment_renderable(env))
 
     # -- actions ----------------------------------------------------------------------------
+    def _show_ranks(self, *, now: bool = False) -> None:
+        """Update the rank table, or only mark it stale while its tab is hidden (it is redrawn
+        when shown): a table nobody sees should not cost repaints 4 times a second."""
+        if now or self.query_one(TabbedContent).active == "ranks":
+            self._ranks_stale = False
+            self.query_one(RankTable).update_ranks(list(self.ranks.values()))
+        else:
+            self._ranks_stale = True
+
+    @on(TabbedContent.TabActivated, "#tabs")
+    def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "ranks" and self._ranks_stale:
+            self._show_ranks(now=True)
+
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
+        if tab == "ranks" and self._ranks_stale:
+            self._show_ranks(now=True)  # at once, not after the tab's activation message
 
     def action_cancel_run(self) -> None:
         if self.run is not None:

@@ -54,6 +54,7 @@ class MetricChart(Widget):
         self._strips: list[Strip] = []
         self._drawn_size = Size(0, 0)
         self._dirty = True
+        self._resolved: dict[str, Style] | None = None  # resolved component styles, see _chart_styles
 
     # -- data -------------------------------------------------------------------------------
     @property
@@ -99,15 +100,28 @@ class MetricChart(Widget):
             legend.append(f"{self._labels[key]}{value}")
         x_label = f"log10 {self.x_label}" if self.log_x else self.x_label
         rows = draw_chart(series, width, height, goal=self.goal, x_label=x_label, legend=legend)
-        styles = {
-            "": self.rich_style,
-            "goal": self.get_component_rich_style("chart--goal"),
-            "axis": self.get_component_rich_style("chart--axis"),
-            "label": self.get_component_rich_style("chart--label"),
-        }
-        for i in range(SERIES_STYLES):
-            styles[f"series-{i}"] = self.get_component_rich_style(f"chart--series-{i}")
+        styles = self._chart_styles()
         return [self._strip(row, styles, width) for row in rows[:height]]
+
+    def _chart_styles(self) -> dict[str, Style]:
+        """The chart's styles by name, resolved once: Textual drops its own style cache on every
+        ``refresh`` (4 a second per live chart); ours lasts until the CSS or theme changes."""
+        if self._resolved is None:
+            styles = {
+                "": self.rich_style,
+                "goal": self.get_component_rich_style("chart--goal"),
+                "axis": self.get_component_rich_style("chart--axis"),
+                "label": self.get_component_rich_style("chart--label"),
+            }
+            for i in range(SERIES_STYLES):
+                styles[f"series-{i}"] = self.get_component_rich_style(f"chart--series-{i}")
+            self._resolved = styles
+        return self._resolved
+
+    def notify_style_update(self) -> None:
+        self._resolved = None
+        self._dirty = True
+        super().notify_style_update()
 
     @staticmethod
     def _strip(row: list[Run], styles: Mapping[str, Style], width: int) -> Strip:
@@ -122,4 +136,4 @@ class MetricChart(Widget):
             self._dirty = False
         if y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(size.width, self.rich_style)
+        return Strip.blank(size.width, self._chart_styles()[""])

@@ -66,7 +66,7 @@ class RankTable(Vertical):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._rows: dict[int, tuple[object, ...]] = {}
+        self._rows: dict[int, tuple[Text, ...]] = {}  # rank -> the cells shown
         self.stragglers: set[int] = set()
 
     def compose(self) -> ComposeResult:
@@ -80,6 +80,8 @@ class RankTable(Vertical):
             table.add_column(column, key=column)
 
     def update_ranks(self, ranks: Sequence[RankView]) -> None:
+        """Show ``ranks``; only cells whose text or style changed are touched (a live run changes
+        a step and a step time per rank per update, and each ``update_cell`` costs a repaint)."""
         table: DataTable[Text | str] = self.query_one(DataTable)
         self.stragglers = find_stragglers({r.rank: r.step_time for r in ranks if r.step_time is not None})
         wanted = {r.rank for r in ranks}
@@ -88,28 +90,18 @@ class RankTable(Vertical):
                 table.remove_row(str(rank))
                 del self._rows[rank]
         for view in sorted(ranks, key=lambda r: r.rank):
-            cells = self._cells(view, view.rank in self.stragglers)
-            key = (
-                view.state,
-                view.host,
-                view.step,
-                view.epoch,
-                view.step_time,
-                view.compute,
-                view.comm,
-                view.data,
-                view.other,
-                view.rank in self.stragglers,
-            )
-            if view.rank not in self._rows:
+            cells = tuple(self._cells(view, view.rank in self.stragglers))
+            old = self._rows.get(view.rank)
+            if old is None:
                 table.add_row(*cells, key=str(view.rank))
-            elif self._rows[view.rank] != key:
-                for column, cell in zip(self.COLUMNS, cells, strict=True):
-                    table.update_cell(str(view.rank), column, cell)
-            self._rows[view.rank] = key
+            else:
+                for column, cell, before in zip(self.COLUMNS, cells, old, strict=True):
+                    if cell != before or cell.style != before.style:  # Text == ignores the base style
+                        table.update_cell(str(view.rank), column, cell)
+            self._rows[view.rank] = cells
 
     @staticmethod
-    def _cells(view: RankView, straggler: bool) -> list[Text | str]:
+    def _cells(view: RankView, straggler: bool) -> list[Text]:
         row_style = "bold red" if straggler else ""
         state = Text(view.state, style=STATE_STYLES.get(view.state, ""))
         if straggler:
