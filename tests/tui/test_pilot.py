@@ -257,6 +257,11 @@ async def test_live_updates_are_batched(server: EmbeddedServer) -> None:
             assert low == pytest.approx(math.exp(-3.9) + rank)
             assert (mine[-1].steps[-1], mine[-1].values[-1]) == (39, pytest.approx(math.exp(-3.9) + rank))
         assert "best 55" in str(screen.query_one("#goal").render())
+        # the rank table is not redrawn while its tab is hidden; showing it brings it up to date
+        table = screen.query_one(RankTable).query_one(DataTable)
+        assert screen._ranks_stale and table.row_count == 0
+        await pilot.press("2")
+        assert [str(table.get_cell(str(r), "step")) for r in (0, 1)] == ["40", "39"]
     client.close()
 
 
