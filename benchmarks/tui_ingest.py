@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 LOADGEN = """
-import sys, threading, time
+import resource, sys, threading, time
 from mlbench_tui.server.client import MlbenchClient
 url, run_id, token, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 counts = [0, 0]
@@ -44,6 +44,8 @@ threads = [threading.Thread(target=sender, args=(r,)) for r in range(2)]
 t0 = time.monotonic()
 for t in threads: t.start()
 for t in threads: t.join()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print((usage.ru_utime + usage.ru_stime) / sum(counts) * 1e6, flush=True)  # CPU us per metric
 print(sum(counts) / (time.monotonic() - t0), flush=True)
 """
 
@@ -97,7 +99,10 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _loadgen(url: str, run_id: str, token: str, seconds: float, env: dict[str, str]) -> float:
+def _loadgen(
+    url: str, run_id: str, token: str, seconds: float, env: dict[str, str], cpu: list[float] | None = None
+) -> float:
+    """Metrics per second the load generator got acknowledged; its CPU per metric goes to ``cpu``."""
     out = subprocess.run(
         [sys.executable, "-c", LOADGEN, url, run_id, token, str(seconds)],
         env=env,
@@ -106,7 +111,10 @@ def _loadgen(url: str, run_id: str, token: str, seconds: float, env: dict[str, s
         check=True,
         timeout=seconds + 60,
     )
-    return float(out.stdout.strip().splitlines()[-1])
+    lines = out.stdout.strip().splitlines()
+    if cpu is not None:
+        cpu.append(float(lines[-2]))
+    return float(lines[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     server_cpu_closed: list[float] = []
     server_cpu_open: list[float] = []
     load: list[float] = []  # 1-minute load average after each closed phase
+    loadgen_cpu_closed: list[float] = []  # us per metric
+    loadgen_cpu_open: list[float] = []
+    tui_per_metric: list[float] = []
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
@@ -151,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         _loadgen(url, run_id, token, 1.0, env)  # warm the server
         for i in range(args.repeats + 1):
             c0 = _proc_cpu(server.pid)
-            closed.append(_loadgen(url, run_id, token, args.seconds, env))
+            closed.append(_loadgen(url, run_id, token, args.seconds, env, loadgen_cpu_closed))
             server_cpu_closed.append((_proc_cpu(server.pid) - c0) / (closed[-1] * args.seconds) * 1e6)
             load.append(os.getloadavg()[0])
             if i == args.repeats:
@@ -170,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             time.sleep(1.0)  # let it settle on the live charts
             c0, t0, w0 = _proc_cpu(server.pid), _proc_cpu(tui.pid), time.monotonic()
-            opened.append(_loadgen(url, run_id, token, args.seconds, env))
+            opened.append(_loadgen(url, run_id, token, args.seconds, env, loadgen_cpu_open))
             server_cpu_open.append((_proc_cpu(server.pid) - c0) / (opened[-1] * args.seconds) * 1e6)
             tui_busy.append((_proc_cpu(tui.pid) - t0) / (time.monotonic() - w0))
+            tui_per_metric.append((_proc_cpu(tui.pid) - t0) / (opened[-1] * args.seconds) * 1e6)
             out, _ = tui.communicate("", timeout=60)
             stats = dict(
                 line.split() for line in out.splitlines() if line.startswith(("cpu", "points", "loads"))
@@ -198,6 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"server CPU per metric: closed {statistics.median(server_cpu_closed):.1f} us, "
         f"open {statistics.median(server_cpu_open):.1f} us"
+    )
+    closed_us = statistics.median(server_cpu_closed) + statistics.median(loadgen_cpu_closed)
+    open_us = (
+        statistics.median(server_cpu_open)
+        + statistics.median(loadgen_cpu_open)
+        + statistics.median(tui_per_metric)
+    )
+    print(
+        f"CPU per metric, server + load generator (+ TUI): closed {closed_us:.1f} us, open {open_us:.1f} us"
+        f" -> {closed_us / open_us:.3f}x when CPU-bound (robust to other load; supporting figure)"
     )
     print(f"open / mean of the closed phases around it: {', '.join(f'{x:.3f}' for x in pairs)}")
     print(
