@@ -510,9 +510,14 @@ def _backlog(
                     out.append(encoded[2])
                 cursors["metrics"] = cursor
         elif metrics_since is not None:
+            # A recent cursor (a client reconnecting): walk the new rows by id; otherwise the
+            # run's series through their index (as ``queries.metrics`` does).
+            if store.recent_metrics(metrics_since):
+                tables = "metrics AS m CROSS JOIN series AS s ON s.id = m.series"
+            else:
+                tables = "series AS s CROSS JOIN metrics AS m ON m.series = s.id"
             rows = conn.exec_driver_sql(
-                "SELECT m.id, s.run_id, m.rank, s.name, m.step, m.epoch, m.t, m.value"
-                " FROM series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+                f"SELECT m.id, s.run_id, m.rank, s.name, m.step, m.epoch, m.t, m.value FROM {tables}"
                 " WHERE s.run_id = ? AND m.id > ? ORDER BY m.id LIMIT ?",
                 (run_id, metrics_since, MAX_PAGE),
             ).fetchall()
