@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +92,20 @@ print("cpu", usage.ru_utime + usage.ru_stime, flush=True)
 print("points", getattr(app, "charted", 0), flush=True)
 print("loads", getattr(app, "loads", 0), flush=True)
 """
+
+
+READY_TIMEOUT_S = 30.0
+
+
+def _ready(tui: subprocess.Popen[str], timeout: float) -> bool:
+    """Whether the TUI printed "ready" (its run screen shows the run) within ``timeout``."""
+    assert tui.stdout is not None
+    line: list[str] = []
+    stdout = tui.stdout
+    reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return bool(line) and line[0].strip() == "ready"
 
 
 def _proc_cpu(pid: int) -> float:
@@ -176,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                 text=True,
             )
             assert tui.stdout is not None and tui.stdin is not None
-            if tui.stdout.readline().strip() != "ready":
-                print("the TUI did not start", file=sys.stderr)
+            if not _ready(tui, READY_TIMEOUT_S):
+                tui.kill()
+                print(f"the TUI did not show the run within {READY_TIMEOUT_S:g} s", file=sys.stderr)
                 return 1
             time.sleep(1.0)  # let it settle on the live charts
             c0, t0, w0 = _proc_cpu(server.pid), _proc_cpu(tui.pid), time.monotonic()
