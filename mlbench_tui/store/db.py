@@ -212,13 +212,31 @@ class Checkpointer:
     SQLite's automatic checkpoint runs inside a writer's COMMIT and fsyncs there, which stalls
     every request waiting on that commit (tens of milliseconds on a busy disk). The writer turns
     it off and this thread runs PASSIVE checkpoints instead, which never block the writer.
+
+    Under steady writes a PASSIVE checkpoint never quite catches up (frames keep arriving while
+    it copies), and SQLite starts the WAL over only after a complete one: the WAL would grow
+    without bound (hundreds of MB per minute of full-rate ingest) and every commit would extend
+    the file. So once the WAL holds ``restart_bytes``, the thread copies the rest with the writer
+    paused (``pause``, the writer's lock): only what arrived during the bulk copy, a few
+    milliseconds. The next write transaction then starts the WAL from its beginning.
     """
 
-    def __init__(self, path: Path, interval: float = 0.5, min_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        path: Path,
+        interval: float = 0.5,
+        min_bytes: int = 4 * 1024 * 1024,
+        *,
+        pause: threading.Lock | None = None,
+        restart_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         self.path = path
         self.wal = path.with_name(path.name + "-wal")
         self.interval = interval
         self.min_bytes = min_bytes
+        self.pause = pause
+        self.restart_bytes = restart_bytes
+        self.restarts = 0  # completed catch-ups with the writer paused
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mlbench-store-checkpoint", daemon=True)
         self._thread.start()
@@ -235,10 +253,25 @@ class Checkpointer:
                 if conn is None:
                     conn = _raw_connect(self.path)
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self._checkpoint(conn)
         finally:
             if conn is not None:
                 conn.close()
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if self.pause is None:
+            return
+        frame_bytes = int(conn.execute("PRAGMA page_size").fetchone()[0]) + 24
+        if frames * frame_bytes < self.restart_bytes:
+            return
+        # A write transaction restarts the WAL only if it begins with every frame copied, which a
+        # writer that never pauses does not see. With it paused, copy what is left: its next
+        # transaction begins on a fully copied WAL and writes from the start of the file again.
+        with self.pause:
+            _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if copied >= frames:
+            self.restarts += 1
 
     def close(self) -> None:
         """Stop the thread and fold the whole WAL into the database (clean shutdown)."""
@@ -356,7 +389,7 @@ class Writer:
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
         self._last_group = 0  # jobs in the loop's previous group: a busy server lingers (see there)
-        self._checkpointer = Checkpointer(path) if path is not None else None
+        self._checkpointer = Checkpointer(path, pause=self._lock) if path is not None else None
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()

@@ -256,3 +256,33 @@ def test_a_rolled_back_batch_leaves_its_new_series_to_the_next_one(store: Store)
     assert db.execute(
         "SELECT count(*) FROM metrics AS m LEFT JOIN series AS s ON s.id = m.series WHERE s.id IS NULL"
     ).fetchone() == (0,)
+
+
+def test_wal_starts_over_under_continuous_writes(tmp_path: Path) -> None:
+    """A writer that never pauses never sees a fully copied WAL; the checkpointer makes it so."""
+    store = Store(tmp_path / "busy.db")
+    try:
+        run, _ = store.create_run(RunCreate(name="busy"))
+        assert store.writer is not None and store.writer._checkpointer is not None
+        checkpointer = store.writer._checkpointer
+        checkpointer.interval, checkpointer.min_bytes, checkpointer.restart_bytes = 0.05, 0, 1024 * 1024
+        wal = tmp_path / "busy.db-wal"
+        seq = 0
+
+        def write(batches: int) -> None:
+            nonlocal seq
+            for _ in range(batches):
+                rows = [("loss", seq * 1000 + i, None, 1.0, 0.5) for i in range(1000)]
+                store.ingest_metrics(run.id, 0, seq, rows)
+                seq += 1
+
+        deadline = time.monotonic() + 20
+        while checkpointer.restarts < 2 and time.monotonic() < deadline:
+            write(10)
+        first = wal.stat().st_size
+        write(400)  # ~25 MB more WAL frames: without restarts the file grows by as much
+        assert checkpointer.restarts >= 3
+        assert wal.stat().st_size < first + 12 * 1024 * 1024, "the WAL kept growing"
+        assert store.read(lambda c: queries.metric_names(c, run.id))[0].count == seq * 1000
+    finally:
+        store.close()
