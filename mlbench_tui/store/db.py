@@ -25,6 +25,7 @@ import functools
 import os
 import queue
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -211,64 +212,69 @@ class Checkpointer:
 
     SQLite's automatic checkpoint runs inside a writer's COMMIT and fsyncs there, which stalls
     every request waiting on that commit (tens of milliseconds on a busy disk). The writer turns
-    it off and this thread runs PASSIVE checkpoints instead, which never block the writer.
+    it off and this thread checkpoints instead, once the WAL holds ``wal_bytes`` of frames (read
+    from the wal-index header, without touching the database): each checkpoint still disturbs
+    concurrent commits for a few milliseconds (its fsyncs), so fewer, larger ones keep that off
+    all but a handful of acks.
 
-    Under steady writes a PASSIVE checkpoint never quite catches up (frames keep arriving while
-    it copies), and SQLite starts the WAL over only after a complete one: the WAL would grow
-    without bound (hundreds of MB per minute of full-rate ingest) and every commit would extend
-    the file. So once the WAL holds ``restart_bytes``, the thread copies the rest with the writer
-    paused (``pause``, the writer's lock): only what arrived during the bulk copy, a few
-    milliseconds. The next write transaction then starts the WAL from its beginning.
+    A PASSIVE checkpoint copies the frames while the writer goes on, but never quite catches up
+    under steady writes, and SQLite starts the WAL over only after a complete one: the WAL
+    would grow without bound and every commit would extend the file. So the rest is copied with
+    the writer paused (``pause``, the writer's lock), a few milliseconds; its next transaction
+    then writes from the start of the WAL again.
     """
 
     def __init__(
         self,
         path: Path,
-        interval: float = 0.5,
-        min_bytes: int = 4 * 1024 * 1024,
+        interval: float = 0.25,
         *,
         pause: threading.Lock | None = None,
-        restart_bytes: int = 64 * 1024 * 1024,
+        wal_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.path = path
-        self.wal = path.with_name(path.name + "-wal")
+        self.shm = path.with_name(path.name + "-shm")
         self.interval = interval
-        self.min_bytes = min_bytes
         self.pause = pause
-        self.restart_bytes = restart_bytes
-        self.restarts = 0  # completed catch-ups with the writer paused
+        self.wal_bytes = wal_bytes
+        self.checkpoints = 0
+        self.restarts = 0  # checkpoints completed with the writer paused
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mlbench-store-checkpoint", daemon=True)
         self._thread.start()
+
+    def wal_size(self) -> int:
+        """Bytes of frames in the WAL, from the wal-index header (``mxFrame``, ``szPage``)."""
+        try:
+            with open(self.shm, "rb") as fh:
+                head = fh.read(24)
+        except OSError:
+            return 0
+        if len(head) < 24:
+            return 0
+        page, frames = struct.unpack_from("=HI", head, 14)  # szPage (1 means 65536), mxFrame
+        return int(frames) * ((65536 if page == 1 else int(page)) + 24)
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
             while not self._stop.wait(self.interval):
-                try:
-                    if self.wal.stat().st_size < self.min_bytes:
-                        continue
-                except OSError:
+                if self.wal_size() < self.wal_bytes:
                     continue
-                if conn is None:
-                    conn = _raw_connect(self.path)
                 with contextlib.suppress(sqlite3.Error):
+                    if conn is None:
+                        conn = _raw_connect(self.path)
                     self._checkpoint(conn)
         finally:
             if conn is not None:
                 conn.close()
 
     def _checkpoint(self, conn: sqlite3.Connection) -> None:
-        _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self.checkpoints += 1
         if self.pause is None:
             return
-        frame_bytes = int(conn.execute("PRAGMA page_size").fetchone()[0]) + 24
-        if frames * frame_bytes < self.restart_bytes:
-            return
-        # A write transaction restarts the WAL only if it begins with every frame copied, which a
-        # writer that never pauses does not see. With it paused, copy what is left: its next
-        # transaction begins on a fully copied WAL and writes from the start of the file again.
-        with self.pause:
+        with self.pause:  # no writes meanwhile: this one completes, the WAL starts over
             _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if copied >= frames:
             self.restarts += 1

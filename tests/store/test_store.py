@@ -204,6 +204,8 @@ def test_recent_cursor_reads_match_full_reads(store: Store) -> None:
 def test_wal_is_checkpointed_in_the_background_and_truncated_on_close(tmp_path: Path) -> None:
     path = tmp_path / "wal.db"
     store = Store(path)
+    assert store.writer is not None and store.writer._checkpointer is not None
+    store.writer._checkpointer.wal_bytes = 2 * 1024 * 1024
     run, _ = store.create_run(RunCreate(name="wal"))
     for seq in range(60):  # ~6 MB of WAL: more than the checkpointer's threshold
         store.ingest_metrics(run.id, 0, seq, [("loss", seq * 1000 + i, None, 1.0, 0.5) for i in range(1000)])
@@ -265,7 +267,7 @@ def test_wal_starts_over_under_continuous_writes(tmp_path: Path) -> None:
         run, _ = store.create_run(RunCreate(name="busy"))
         assert store.writer is not None and store.writer._checkpointer is not None
         checkpointer = store.writer._checkpointer
-        checkpointer.interval, checkpointer.min_bytes, checkpointer.restart_bytes = 0.05, 0, 1024 * 1024
+        checkpointer.interval, checkpointer.wal_bytes = 0.05, 1024 * 1024
         wal = tmp_path / "busy.db-wal"
         seq = 0
 
