@@ -106,7 +106,9 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
     The outermost layer is ``IngestFastPath``, which answers the three ingest routes itself and
     hands everything else (and the lifespan) to the FastAPI app, its ``app`` attribute.
     """
-    hub = Hub(lambda run_id, after: store.read(lambda c: queries.metric_summary(c, run_id, after)))
+    hub = Hub(
+        lambda run_id, after, names: store.read(lambda c: queries.metric_summary(c, run_id, after, names))
+    )
     authz = Authorizer(auth, store)
     ingestor = Ingestor(store, authz)
     reads = ReadGate(store.engine)
@@ -425,6 +427,13 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
                 " metrics batch (per metric and rank: last point, min and max; see MetricsSummary).",
             ),
         ] = None,
+        name: Annotated[
+            list[str] | None,
+            Query(
+                max_length=100,
+                description="With coalesce: summarise only these metrics (what the client shows).",
+            ),
+        ] = None,
     ) -> StreamingResponse:
         """Live stream of one run: ``run``, ``rank``, ``metrics``, ``logs``, ``events``, ``run_deleted``.
 
@@ -435,10 +444,17 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         """
         authz.read(request)
         check_run(run_id)
-        sub = hub.subscribe(run_id, coalesce)
+        sub = hub.subscribe(run_id, coalesce, tuple(name or ()))
         try:
             backlog, cursors = await asyncio.to_thread(
-                _backlog, store, run_id, metrics_since, logs_since, events_since, coalesce is not None
+                _backlog,
+                store,
+                run_id,
+                metrics_since,
+                logs_since,
+                events_since,
+                coalesce is not None,
+                sub.names,
             )
         except BaseException:
             hub.unsubscribe(sub)
@@ -490,6 +506,7 @@ def _backlog(
     logs_since: int | None,
     events_since: int | None,
     summary: bool = False,
+    names: tuple[str, ...] = (),
 ) -> tuple[list[bytes], dict[str, int]]:
     """SSE chunks for what was stored after the given cursors, plus the run itself."""
     out: list[bytes] = []
@@ -504,7 +521,7 @@ def _backlog(
                 top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metrics").scalar()
                 cursors["metrics"] = int(top or 0)
             else:
-                cursor, series = queries.metric_summary(conn, run_id, metrics_since)
+                cursor, series = queries.metric_summary(conn, run_id, metrics_since, names)
                 encoded = encode_summary(cursor, series)
                 if encoded is not None:
                     out.append(encoded[2])

@@ -280,12 +280,14 @@ class MlbenchClient:
         logs_since: int | None = None,
         events_since: int | None = None,
         coalesce: float | None = None,
+        names: Sequence[str] = (),
     ) -> Generator[StreamEvent, None, None]:
         """Iterate Server-Sent Events of one run (or of the run list when ``run_id`` is None).
 
         Blocks between events; close the generator (or break) to disconnect. Run streams begin
         with a ``run`` event; with ``*_since`` cursors they replay what was stored after them.
-        With ``coalesce`` (seconds) metrics come as one ``metrics_summary`` per interval.
+        With ``coalesce`` (seconds) metrics come as one ``metrics_summary`` per interval, of
+        ``names`` only when given.
         """
         path = "/v1/stream" if run_id is None else f"/v1/runs/{run_id}/stream"
         params: dict[str, float | None] = {
@@ -294,7 +296,9 @@ class MlbenchClient:
             "events_since": events_since,
             "coalesce": coalesce,
         }
-        clean = {k: v for k, v in params.items() if v is not None}
+        clean: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
+        if names:
+            clean["name"] = list(names)
         try:
             with self._http.stream("GET", path, params=clean, timeout=httpx.Timeout(10.0, read=None)) as resp:
                 if resp.status_code >= 400:

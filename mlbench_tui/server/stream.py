@@ -99,6 +99,7 @@ class Subscriber:
 
     run_id: str | None
     coalesce: float | None = None  # seconds between metric summaries; None: every batch as it comes
+    names: tuple[str, ...] = ()  # coalesced: only these metrics are summarised (empty: all)
     queue: asyncio.Queue[tuple[str, int, bytes] | None] = field(
         default_factory=lambda: asyncio.Queue(maxsize=QUEUE_MAX)
     )
@@ -119,6 +120,7 @@ class _Coalescer:
 
     run_id: str
     interval: float
+    names: tuple[str, ...] = ()
     subs: set[Subscriber] = field(default_factory=set)
     cursor: int | None = None
     dirty: bool = False
@@ -127,7 +129,8 @@ class _Coalescer:
     handle: asyncio.TimerHandle | None = None
 
 
-Summary = Callable[[str, int], tuple[int, list[dict[str, Any]]]]  # (run_id, after) -> (cursor, series)
+# (run_id, after, names) -> (cursor, series): see queries.metric_summary
+Summary = Callable[[str, int, tuple[str, ...]], tuple[int, list[dict[str, Any]]]]
 
 
 class Hub:
@@ -141,7 +144,7 @@ class Hub:
         self._by_run: dict[str, set[Subscriber]] = {}
         self._runs_list: set[Subscriber] = set()
         self._per_row: dict[str, int] = {}  # run -> subscribers taking every metrics batch
-        self._coalescers: dict[str, dict[float, _Coalescer]] = {}
+        self._coalescers: dict[str, dict[tuple[float, tuple[str, ...]], _Coalescer]] = {}
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -213,7 +216,7 @@ class Hub:
             return
         co.dirty, co.busy, co.ticked = False, True, loop.time()
         try:
-            done = loop.run_in_executor(self._reader, self._summary, co.run_id, after)
+            done = loop.run_in_executor(self._reader, self._summary, co.run_id, after, co.names)
         except RuntimeError:  # shutting down
             co.busy = False
             return
@@ -237,13 +240,18 @@ class Hub:
 
     def start_summaries(self, sub: Subscriber, cursor: int) -> None:
         """Live summaries for ``sub`` cover rows after ``cursor`` (its replay covered the rest)."""
-        co = self._coalescers.get(sub.run_id or "", {}).get(sub.coalesce or 0.0)
+        co = self._coalescers.get(sub.run_id or "", {}).get((sub.coalesce or 0.0, sub.names))
         if co is not None and co.cursor is None:
             co.cursor = cursor
 
-    def subscribe(self, run_id: str | None, coalesce: float | None = None) -> Subscriber:
-        """A new stream; ``coalesce`` (run streams only) asks for one metrics summary per interval."""
+    def subscribe(
+        self, run_id: str | None, coalesce: float | None = None, names: tuple[str, ...] = ()
+    ) -> Subscriber:
+        """A new stream; ``coalesce`` (run streams only) asks for one metrics summary per interval,
+        of the metrics in ``names`` only when given (what the client's visible widgets need)."""
         sub = Subscriber(run_id, coalesce if run_id is not None else None)
+        if sub.coalesce is not None:
+            sub.names = tuple(sorted(set(names)))
         if run_id is None:
             self._runs_list.add(sub)
             return sub
@@ -252,9 +260,10 @@ class Hub:
             self._per_row[run_id] = self._per_row.get(run_id, 0) + 1
         else:
             by_interval = self._coalescers.setdefault(run_id, {})
-            co = by_interval.get(sub.coalesce)
+            key = (sub.coalesce, sub.names)
+            co = by_interval.get(key)
             if co is None:
-                co = by_interval[sub.coalesce] = _Coalescer(run_id, sub.coalesce)
+                co = by_interval[key] = _Coalescer(run_id, sub.coalesce, sub.names)
             co.subs.add(sub)
         return sub
 
@@ -276,13 +285,14 @@ class Hub:
                 self._per_row.pop(sub.run_id, None)
             return
         by_interval = self._coalescers.get(sub.run_id, {})
-        co = by_interval.get(sub.coalesce)
+        key = (sub.coalesce, sub.names)
+        co = by_interval.get(key)
         if co is not None:
             co.subs.discard(sub)
             if not co.subs:
                 if co.handle is not None:
                     co.handle.cancel()
-                del by_interval[sub.coalesce]
+                del by_interval[key]
                 if not by_interval:
                     self._coalescers.pop(sub.run_id, None)
 

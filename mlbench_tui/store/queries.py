@@ -314,22 +314,30 @@ def metrics(
     return MetricsPage(cursor=cursor, series=series)
 
 
-def metric_summary(conn: Connection, run_id: str, after: int) -> tuple[int, list[dict[str, Any]]]:
+def metric_summary(
+    conn: Connection, run_id: str, after: int, names: Sequence[str] = ()
+) -> tuple[int, list[dict[str, Any]]]:
     """The run's metric rows with id > ``after`` as one bucket per (name, rank): the last row's
-    step/epoch/t/value, the min/max of the values and the count; and the highest id read.
+    step/epoch/t/value, the min/max of the values and the count (only for ``names`` when given);
+    and the store's highest id when read, the cursor to pass next time.
 
     Live streams call this a few times a second per watched run (``?coalesce=``), so it reads
     the new rows by rowid range (``NOT INDEXED``: the cost is what was added since ``after``,
     not the run's size) and aggregates inside SQLite. The items have ``MetricsSummary``'s shape.
     """
+    top = int(conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metrics").scalar() or 0)
+    if top <= after:
+        return after, []
     scan = "metrics NOT INDEXED" if after else "metrics"  # from 0: through the run's series
+    only = f" AND name IN ({', '.join('?' * len(names))})" if names else ""
     rows = conn.exec_driver_sql(
         "SELECT s.name, g.rank, g.top, g.lo, g.hi, g.n, m.step, m.epoch, m.t, m.value FROM"
         " (SELECT series, rank, max(id) AS top, min(value) AS lo, max(value) AS hi, count(*) AS n"
-        f"  FROM {scan} WHERE id > ? AND series IN (SELECT id FROM series WHERE run_id = ?)"
+        f"  FROM {scan} WHERE id > ? AND id <= ?"
+        f"  AND series IN (SELECT id FROM series WHERE run_id = ?{only})"
         "  GROUP BY series, rank) AS g"
         " JOIN metrics AS m ON m.id = g.top JOIN series AS s ON s.id = g.series",
-        (after, run_id),
+        (after, top, run_id, *names),
     ).fetchall()
     series = [
         {
@@ -345,7 +353,7 @@ def metric_summary(conn: Connection, run_id: str, after: int) -> tuple[int, list
         }
         for name, rank, _top, low, high, count, step, epoch, t, value in sorted(rows, key=lambda r: r[:2])
     ]
-    return max((row[2] for row in rows), default=after), series
+    return top, series
 
 
 def compile_regex(pattern: str | None) -> re.Pattern[str] | None:

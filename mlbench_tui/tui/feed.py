@@ -42,6 +42,7 @@ COMPACT_ABOVE = 64  # a series delta longer than this is sent to the screen as b
 COMPACT_BUCKETS = 16  # ...this many per update (min/max/last kept): UI work stays flat under load
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 5.0)
 MIN_COALESCE_S = 0.05  # the server's lower bound for ``coalesce`` (shorter intervals: every point)
+SWEEP_PREFIX = "allreduce_"  # metrics whose x is a message size: every point counts
 QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepalives are every 15 s)
 
 Post = Callable[[Message], object]
@@ -252,7 +253,7 @@ class _StreamReader:
 
     END = object()
 
-    def __init__(self, address: ServerAddress, run_id: str, params: dict[str, float]) -> None:
+    def __init__(self, address: ServerAddress, run_id: str, params: dict[str, Any]) -> None:
         import httpx
 
         headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
@@ -323,6 +324,10 @@ class RunFeed:
         self.interval = interval
         self.chart_points = chart_points
         self.history = history  # the metrics whose history the screen shows (None: every metric)
+        self.names: list[str] | None = None  # the metrics the stream summarises (None: all)
+        self._client: Any = None  # the feed's client while it follows the stream
+        self._exact_after = 0  # cursor of the sweep points read exactly so far
+        self._restart = threading.Event()
         self.coalesce = coalesce and interval >= MIN_COALESCE_S  # metric summaries, not every point
         self.cursors = {"metrics": 0, "logs": 0, "events": 0}
         self.wake = threading.Event()
@@ -373,6 +378,8 @@ class RunFeed:
         batch.run = client.get_run(self.run_id)
         if not self._loaded:
             names = self.history(batch.run) if self.history is not None else None
+            if self.names is None and names is not None:
+                self.names = names
             page = client.metrics(self.run_id, names, points=self.chart_points)
             self.cursors["metrics"] = page.cursor
             for m in page.series:
@@ -382,19 +389,55 @@ class RunFeed:
         self.post(RunChanged(self.run_id, batch))
         self._loaded = True
 
+    def show(self, names: list[str]) -> None:
+        """Summarise these metrics from now on (the screen shows new charts): reopens the stream
+        from the cursors, so nothing is lost and the server keeps summarising only what is shown."""
+        if self.coalesce and sorted(names) != sorted(self.names or ()):
+            self.names = list(names)
+            self._restart.set()
+
     def _follow(self, address: ServerAddress, client: Any, cancelled: Cancelled) -> None:
-        params: dict[str, float] = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
+        params: dict[str, Any] = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
         if self.coalesce:
             params["coalesce"] = self.interval
+            if self.names:
+                params["name"] = list(self.names)
+        self._restart.clear()
         reader = _StreamReader(address, self.run_id, params)
+        self._client = client
         try:
             self._drain(reader, client, cancelled)
         finally:
+            self._client = None
             reader.close()
+
+    def _exact_points(self, batch: RunBatch, series: Any, before: int) -> set[str]:
+        """Sweep metrics (all-reduce by message size) whose summary folded several points: read
+        those points instead (every size is its own point of the curve, not a step of a trend).
+        Returns the names read; on failure, none (their summary buckets are shown instead)."""
+        names = {
+            s["name"]
+            for s in series
+            if s["name"].startswith(SWEEP_PREFIX) and int(s.get("count") or 0) > len(s["t"])
+        }
+        if not names or self._client is None:
+            return set()
+        try:
+            page = self._client.metrics(self.run_id, sorted(names), since=max(before, self._exact_after))
+        except Exception:
+            return set()
+        self._exact_after = max(self._exact_after, page.cursor)
+        for m in page.series:
+            delta = batch.delta(m.name, m.rank)
+            for step, epoch, t, value in zip(m.step, m.epoch, m.t, m.value, strict=True):
+                add_bucket(delta, step, epoch, t, value, value, value)
+        return names
 
     def _drain(self, reader: _StreamReader, client: Any, cancelled: Cancelled) -> None:
         last_traffic = time.monotonic()
         while not cancelled():
+            if self._restart.is_set():  # the screen shows other metrics: reopen for them
+                raise _Resync()
             deadline = time.monotonic() + self.interval
             batch = RunBatch()
             try:
@@ -457,12 +500,16 @@ class RunFeed:
                 delta.values.append(p.get("value"))
             self.cursors["metrics"] = max(self.cursors["metrics"], int(data.get("cursor") or 0))
         elif kind == "metrics_summary":
+            before = self.cursors["metrics"]
+            self.cursors["metrics"] = max(before, int(data.get("cursor") or 0))
+            sweeps = self._exact_points(batch, data.get("series", ()), before)
             for s in data.get("series", ()):
                 name, rank = s["name"], int(s["rank"])
+                if name in sweeps:
+                    continue
                 delta = batch.delta(name, rank)
                 for i, t in enumerate(s["t"]):
                     add_bucket(delta, s["step"][i], s["epoch"][i], t, s["value"][i], s["min"][i], s["max"][i])
-            self.cursors["metrics"] = max(self.cursors["metrics"], int(data.get("cursor") or 0))
         elif kind == "logs":
             batch.lines.extend(LogLineOut.model_validate(line) for line in data.get("lines", ()))
             self.cursors["logs"] = max(self.cursors["logs"], int(data.get("cursor") or 0))

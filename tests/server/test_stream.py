@@ -47,6 +47,8 @@ def test_metric_summary_keeps_extremes_last_point_and_cursor(tmp_path: Path) -> 
         assert by_key[("lr", 0)].value == [0.1] and by_key[("lr", 0)].count == 1
         assert by_key[("loss", 1)].min == [None] and by_key[("loss", 1)].value == [None]
         assert store.read(lambda c: queries.metric_summary(c, run.id, cursor)) == (cursor, [])
+        only = store.read(lambda c: queries.metric_summary(c, run.id, start, ["lr", "absent"]))
+        assert only[0] == cursor and [s["name"] for s in only[1]] == ["lr"]
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Any
 
 from textual.message import Message
 
@@ -98,3 +99,77 @@ def test_run_feed_reports_a_slow_server_as_loading_and_retries() -> None:
     for conn in accepted:
         conn[0].close()
     listener.close()
+
+
+def test_run_feed_stream_carries_only_the_metrics_shown(empty_server: EmbeddedServer) -> None:
+    """The run screen's stream summarises the metrics it shows; showing another one reopens it."""
+    run_id, token = _running_goal_run(empty_server)
+    posted: list[Message] = []
+    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
+    feed = RunFeed(
+        lambda: address, run_id, posted.append, lambda _m: None, interval=0.1, history=lambda run: ["loss"]
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+    thread.start()
+    writer = empty_server.info.client()
+
+    def seen(name: str, value: float) -> bool:
+        return any(
+            d.name == name and value in d.values
+            for m in posted
+            if isinstance(m, RunChanged)
+            for d in m.batch.series.values()
+        )
+
+    def post_until_seen(name: str, value: float) -> bool:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            batch = [{"name": "loss", "value": value, "step": 1}, {"name": "lr", "value": value, "step": 1}]
+            writer.post_metrics(run_id, batch, token=token)
+            time.sleep(0.15)
+            if seen(name, value):
+                return True
+        return False
+
+    try:
+        assert post_until_seen("loss", 1.0) and not seen("lr", 1.0)  # lr is not shown: not sent
+        feed.show(["loss", "lr"])
+        assert post_until_seen("lr", 2.0)
+    finally:
+        stop.set()
+        thread.join(10)
+        writer.close()
+    assert feed.loads == 2  # the stream was reopened once for the new metric
+
+
+def test_run_feed_keeps_every_point_of_an_allreduce_sweep(empty_server: EmbeddedServer) -> None:
+    """A summary folds a trend metric into one bucket per update, but an all-reduce sweep (x is
+    the message size) needs each point of its curve: the feed reads those points exactly."""
+    run_id, token = _running_goal_run(empty_server)
+    posted: list[Message] = []
+    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
+    feed = RunFeed(lambda: address, run_id, posted.append, lambda _m: None, interval=0.25)
+    stop = threading.Event()
+    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+    thread.start()
+    writer = empty_server.info.client()
+    deadline = time.monotonic() + 5
+    while not posted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sizes = [2**i for i in range(12)]
+    batch = [{"name": "allreduce_fp32_busbw", "value": 0.1 * i, "step": n} for i, n in enumerate(sizes)]
+    batch += [{"name": "train_loss", "value": 1.0 / (i + 1), "step": i} for i in range(12)]
+    writer.post_metrics(run_id, batch, token=token)
+
+    def deltas(name: str) -> list[Any]:
+        changes = [m for m in posted[1:] if isinstance(m, RunChanged)]
+        return [d for m in changes for d in m.batch.series.values() if d.name == name]
+
+    while time.monotonic() < deadline and not (deltas("allreduce_fp32_busbw") and deltas("train_loss")):
+        time.sleep(0.02)
+    stop.set()
+    thread.join(10)
+    writer.close()
+    assert [s for d in deltas("allreduce_fp32_busbw") for s in d.steps] == sizes
+    assert [len(d) for d in deltas("train_loss")] == [1]

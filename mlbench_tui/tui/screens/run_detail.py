@@ -62,14 +62,16 @@ def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
     return out
 
 
-def history_metrics(run: RunDetail) -> list[str]:
-    """The metrics whose history a run screen loads when it opens: its charts, the goal metric
-    (goal progress) and the tracker totals (rank table); the live stream brings the rest."""
+def history_metrics(run: RunDetail, charts: list[str] | None = None) -> list[str]:
+    """The metrics a run screen shows: its charts (by default those of ``default_charts``), the
+    goal metric (goal progress), step time and the tracker totals (rank table). Their history is
+    loaded when the screen opens and the live stream summarises only them."""
     goal = (run.goal or {}).get("metric")
-    names = default_charts(run.task, str(goal) if goal else None)
-    if goal and str(goal) not in names:
-        names.append(str(goal))
-    return names + [name for name in TOTALS if name not in names]
+    names = list(charts) if charts is not None else default_charts(run.task, str(goal) if goal else None)
+    for name in ([str(goal)] if goal else []) + ["step_time", *TOTALS]:
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def default_charts(task: str, goal_metric: str | None) -> list[str]:
@@ -442,6 +444,8 @@ class RunDetailScreen(Screen[None]):
             if chosen is not None and chosen != self.chart_metrics:
                 self.chart_metrics = chosen
                 self._build_charts()
+                if self.feed is not None and self.run is not None:
+                    self.feed.show(history_metrics(self.run, chosen))
                 self.action_show_tab("charts")
 
         if self.app.screen is self:
