@@ -9,11 +9,11 @@ the run list). No database query per client per tick. A subscriber that falls be
 A subscriber may ask for coalesced metrics (``coalesce`` seconds): instead of one ``metrics``
 event per committed batch it gets one ``metrics_summary`` event per interval with, per (name,
 rank), the last point and the min/max since the previous summary. A committed metrics change
-only marks the run's coalescer dirty (its rows are not even built); once per interval the
-summary is read from the store in SQL (``queries.metric_summary``: a rowid range scan of the
-new rows, aggregated inside SQLite, off the event loop) and sent to all subscribers sharing
-that interval. Nothing is done for a run nobody watches, or while nothing changes. Logs,
-events and run changes are sent as they come.
+is only queued by reference (its insert parameters, ``Change.metric_params``: rows are never
+built) and once per interval ``summarise`` folds the queued batches for all subscribers sharing
+that interval and metric names. Replays, and changes without parameters, are summarised in SQL
+instead (``queries.metric_summary``, off the event loop). Nothing is done for a run nobody
+watches, or while nothing changes. Logs, events and run changes are sent as they come.
 """
 
 from __future__ import annotations
@@ -60,6 +60,81 @@ def _rows(keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[dict[str, 
             item["payload"] = orjson.loads(item["payload"])
         out.append(item)
     return out
+
+
+Chunk = tuple[int, list[Any], dict[int, str]]  # Change.metric_params: first id, parameters, names
+
+
+def summarise(chunks: list[Chunk], names: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]]]:
+    """(cursor, series) of stored metric batches: per (name, rank) the last point, the min/max of
+    the values and the count, in ``MetricsSummary``'s shape (only ``names`` when given); the
+    cursor is the highest row id folded in.
+
+    A batch is six values per row (series, rank, step, epoch, t, value). The work per row is
+    C-level slicing and zipping plus one pass per metric and rank present in the batch: about
+    half what the same summary costs in SQL, whose GROUP BY sorts every row.
+    """
+    wanted = set(names)
+    acc: dict[tuple[int, int], list[Any]] = {}  # (series, rank) -> [lo, hi, count, last 4, name]
+    cursor = 0
+    for start, params, series_names in chunks:
+        n = len(params) // 6
+        if not n:
+            continue
+        cursor = max(cursor, start + n - 1)
+        values = params[5::6]
+        ranks = params[1::6]
+        groups: Any
+        if len(set(ranks)) == 1:  # a batch comes from one rank: group on the series alone
+            sids = params[0::6]
+            by_sid = dict(zip(sids, range(n), strict=True))  # series -> index of its last row
+            if wanted:
+                by_sid = {sid: i for sid, i in by_sid.items() if series_names.get(sid) in wanted}
+            rank = ranks[0]
+            last = {(sid, rank): i for sid, i in by_sid.items()}
+            if len(by_sid) == 1 and len(set(sids)) == 1:
+                groups = ((next(iter(last)), values),)
+            else:
+                pairs = list(zip(sids, values, strict=True))
+                groups = (((sid, rank), [v for s, v in pairs if s == sid]) for sid in by_sid)
+        else:
+            keys = list(zip(params[0::6], ranks, strict=True))
+            last = dict(zip(keys, range(n), strict=True))
+            if wanted:
+                last = {key: i for key, i in last.items() if series_names.get(key[0]) in wanted}
+            groups = ((key, [v for k, v in zip(keys, values, strict=True) if k == key]) for key in last)
+        for key, group in groups:
+            count = len(group)
+            if None in group:
+                group = [v for v in group if v is not None]
+            lo, hi = (min(group), max(group)) if group else (None, None)
+            i = 6 * last[key]
+            entry = acc.get(key)
+            if entry is None:
+                acc[key] = [lo, hi, count, params[i + 2 : i + 6], series_names.get(key[0], "")]
+                continue
+            if lo is not None:
+                entry[0] = lo if entry[0] is None or lo < entry[0] else entry[0]
+                entry[1] = hi if entry[1] is None or hi > entry[1] else entry[1]
+            entry[2] += count
+            entry[3] = params[i + 2 : i + 6]
+    series = [
+        {
+            "name": name,
+            "rank": rank,
+            "step": [point[0]],
+            "epoch": [point[1]],
+            "t": [point[2]],
+            "value": [point[3]],
+            "min": [lo],
+            "max": [hi],
+            "count": count,
+        }
+        for (_sid, rank), (lo, hi, count, point, name) in sorted(
+            acc.items(), key=lambda item: (item[1][4], item[0][1])
+        )
+    ]
+    return cursor, series
 
 
 def encode_summary(cursor: int, series: list[dict[str, Any]]) -> tuple[str, int, bytes] | None:
@@ -123,6 +198,8 @@ class _Coalescer:
     names: tuple[str, ...] = ()
     subs: set[Subscriber] = field(default_factory=set)
     cursor: int | None = None
+    pending: list[Chunk] = field(default_factory=list)  # batches since the last tick, by reference
+    sql: bool = False  # a change came without parameters: read the next summary from the store
     dirty: bool = False
     busy: bool = False  # a summary is being read
     ticked: float = 0.0  # loop time of the last summary tick
@@ -176,7 +253,12 @@ class Hub:
             if change.kind == "metrics":
                 coalescers = self._coalescers.get(change.run_id)
                 if coalescers:
+                    chunk = change.metric_params
                     for co in coalescers.values():
+                        if chunk is None:
+                            co.sql = True
+                        else:
+                            co.pending.append(chunk)
                         self._mark(co)
                 if not self._per_row.get(change.run_id):
                     continue
@@ -205,7 +287,8 @@ class Hub:
             co.handle = self._loop.call_later(max(0.0, delay), self._summarise, co)
 
     def _summarise(self, co: _Coalescer) -> None:
-        """Interval tick: read the summary of the rows after the coalescer's cursor, off the loop."""
+        """Interval tick: fold the batches queued since the last one (or, when a change came
+        without parameters, read the summary of the rows after the cursor in SQL, off the loop)."""
         co.handle = None
         loop = self._loop
         if not co.subs or loop is None:
@@ -214,7 +297,19 @@ class Hub:
         if after is None:  # the first subscriber's replay has not said where to start yet
             co.handle = loop.call_later(co.interval, self._summarise, co)
             return
-        co.dirty, co.busy, co.ticked = False, True, loop.time()
+        co.dirty, co.ticked = False, loop.time()
+        pending, co.pending = co.pending, []
+        if not co.sql:
+            # Batches the replay already covered are skipped (a batch across it is kept whole).
+            fresh = [c for c in pending if c[0] + len(c[1]) // 6 - 1 > after]
+            cursor, series = summarise(fresh, co.names)
+            co.cursor = max(after, cursor)
+            encoded = encode_summary(co.cursor, series)
+            if encoded is not None:
+                for sub in co.subs:
+                    sub.offer(encoded)
+            return
+        co.sql, co.busy = False, True
         try:
             done = loop.run_in_executor(self._reader, self._summary, co.run_id, after, co.names)
         except RuntimeError:  # shutting down
@@ -229,8 +324,7 @@ class Hub:
                 log.warning("metrics summary of run %s failed: %s", co.run_id, done.exception())
         else:
             cursor, series = done.result()
-            if co.cursor == after:
-                co.cursor = cursor
+            co.cursor = max(co.cursor or 0, cursor)
             encoded = encode_summary(cursor, series)
             if encoded is not None:
                 for sub in co.subs:

@@ -179,9 +179,19 @@ class Change:
     @property
     def rows(self) -> list[tuple[Any, ...]]:
         if self._rows is None:
-            build, self._build = self._build, None
-            self._rows = build() if build is not None else []
+            self._rows = self._build() if self._build is not None else []
         return self._rows
+
+    @property
+    def metric_params(self) -> tuple[int, list[Any], dict[int, str]] | None:
+        """``(first id, insert parameters, series id -> name)`` of a metrics change: six values
+        per row (series, rank, step, epoch, t, value). Live summaries fold these in directly,
+        at a fraction of the cost of building ``rows``; None for changes made from rows."""
+        build = self._build
+        if isinstance(build, functools.partial) and build.func is _metric_rows:
+            start, _run_id, params, names = build.args
+            return start, params, names
+        return None
 
     def __repr__(self) -> str:
         return f"Change({self.kind!r}, {self.run_id!r}, {len(self.rows)} rows)"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mlbench_tui.server.client import MlbenchClient, ServerHTTPError
+from mlbench_tui.server.stream import summarise
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MetricsSummary, RunCreate
 from mlbench_tui.store.store import Store
@@ -49,6 +50,24 @@ def test_metric_summary_keeps_extremes_last_point_and_cursor(tmp_path: Path) -> 
         assert store.read(lambda c: queries.metric_summary(c, run.id, cursor)) == (cursor, [])
         only = store.read(lambda c: queries.metric_summary(c, run.id, start, ["lr", "absent"]))
         assert only[0] == cursor and [s["name"] for s in only[1]] == ["lr"]
+
+
+def test_summarise_folds_queued_batches() -> None:
+    names = {1: "loss", 2: "lr"}
+    first = (10, [1, 0, 0, None, 100.0, 3.0, 1, 0, 1, None, 101.0, 9.0, 2, 0, 1, None, 101.0, 0.1], names)
+    mixed = (13, [1, 0, 2, None, 102.0, None, 1, 0, 3, None, 105.0, 2.0, 1, 1, 3, None, 105.0, None], names)
+    cursor, series = summarise([first, (13, [], names), mixed])
+    assert cursor == 15
+    by_key = {
+        (s["name"], s["rank"]): MetricsSummary.model_validate({"cursor": cursor, "series": [s]}).series[0]
+        for s in series
+    }
+    assert list(by_key) == [("loss", 0), ("loss", 1), ("lr", 0)]
+    loss = by_key[("loss", 0)]
+    assert (loss.min, loss.max, loss.value, loss.step, loss.t) == ([2.0], [9.0], [2.0], [3], [105.0])
+    assert loss.count == 4 and by_key[("lr", 0)].value == [0.1] and by_key[("lr", 0)].count == 1
+    assert by_key[("loss", 1)].min == [None] and by_key[("loss", 1)].value == [None]
+    assert [s["name"] for s in summarise([first, mixed], ("lr",))[1]] == ["lr"]
 
 
 @pytest.mark.slow
