@@ -532,7 +532,9 @@ def _backlog(
             if store.recent_metrics(metrics_since):
                 tables = "metrics AS m CROSS JOIN series AS s ON s.id = m.series"
             else:
-                tables = "series AS s CROSS JOIN metrics AS m ON m.series = s.id"
+                tables = (
+                    "series AS s CROSS JOIN metrics AS m INDEXED BY ix_metrics_series_step ON m.series = s.id"
+                )
             rows = conn.exec_driver_sql(
                 f"SELECT m.id, s.run_id, m.rank, s.name, m.step, m.epoch, m.t, m.value FROM {tables}"
                 " WHERE s.run_id = ? AND m.id > ? ORDER BY m.id LIMIT ?",

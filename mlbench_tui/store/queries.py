@@ -205,14 +205,16 @@ def _downsampled(
     if rank is not None:
         cond, extra = cond + " AND rank = ?", (*extra, rank)
     cursor = since
+    by_series = "metrics INDEXED BY ix_metrics_series_step"  # never a rowid scan (after ANALYZE)
     grouped: dict[tuple[str, int], dict[str, list[Any]]] = {}
     for series_id, name in found.fetchall():
         count, stepped, step_lo, step_hi = conn.exec_driver_sql(
-            f"SELECT count(*), count(step), min(step), max(step) FROM metrics WHERE series = ?{cond}",
+            f"SELECT count(*), count(step), min(step), max(step) FROM {by_series} WHERE series = ?{cond}",
             (series_id, *extra),
         ).one()
         if count <= points:
-            sql = f"SELECT id, rank, step, epoch, t, value, value, value FROM metrics WHERE series = ?{cond}"
+            sql = f"SELECT id, rank, step, epoch, t, value, value, value FROM {by_series}"
+            sql += f" WHERE series = ?{cond}"
             rows: list[tuple[Any, ...]] = [
                 tuple(row) for row in conn.exec_driver_sql(sql + " ORDER BY id", (series_id, *extra))
             ]
@@ -220,11 +222,12 @@ def _downsampled(
             id_lo, id_hi = 0, 1
             if stepped < count:  # some rows have no step: they are bucketed by id
                 id_lo, id_hi = conn.exec_driver_sql(
-                    f"SELECT min(id), max(id) FROM metrics WHERE series = ?{cond}", (series_id, *extra)
+                    f"SELECT min(id), max(id) FROM {by_series} WHERE series = ?{cond}",
+                    (series_id, *extra),
                 ).one()
             bucket = "CASE WHEN step IS NULL THEN ? + (id - ?) * ? / ? ELSE (step - ?) * ? / ? END"
             agg = conn.exec_driver_sql(
-                f"SELECT max(id), min(value), max(value) FROM metrics WHERE series = ?{cond}"
+                f"SELECT max(id), min(value), max(value) FROM {by_series} WHERE series = ?{cond}"
                 f" GROUP BY rank, {bucket}",
                 (
                     series_id,
@@ -328,7 +331,8 @@ def metric_summary(
     top = int(conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metrics").scalar() or 0)
     if top <= after:
         return after, []
-    scan = "metrics NOT INDEXED" if after else "metrics"  # from 0: through the run's series
+    # From a cursor: the new rows by rowid range; from 0: the run's series through their index.
+    scan = "metrics NOT INDEXED" if after else "metrics INDEXED BY ix_metrics_series_step"
     only = f" AND name IN ({', '.join('?' * len(names))})" if names else ""
     rows = conn.exec_driver_sql(
         "SELECT s.name, g.rank, g.top, g.lo, g.hi, g.n, m.step, m.epoch, m.t, m.value FROM"
