@@ -135,8 +135,9 @@ def rank_main(args: argparse.Namespace) -> None:
         phases = {k[len("phase_") :]: v for k, v in tracker.totals().items() if k.startswith("phase_")}
         total = max(1e-9, sum(phases.values()))
         print(
-            f"ResNet-20 training step, batch {batch}/rank, {world} gloo ranks, {args.threads} thread(s)/rank, "
-            f"ours with overlap_comm {'on' if args.overlap else 'off (the task default)'}"
+            f"ResNet-20 training step, batch {batch}/rank, {world} gloo ranks, "
+            f"{args.threads} thread(s)/rank, ours with overlap_comm "
+            + ("on" if args.overlap else "off (the task default)")
         )
         print(f"  ours (worker runtime)      : {ours_t * 1e3:8.1f} ms/step  (median of {args.rounds} rounds)")
         print(f"  plain DDP loop             : {ddp_t * 1e3:8.1f} ms/step")

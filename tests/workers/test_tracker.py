@@ -86,7 +86,8 @@ def _scripted_batches(tracker: Tracker, clock: _FakeClock, n: int) -> dict[str, 
         for phase, seconds in (("batch_load", 5e-6), ("fwd_pass", 40e-6), ("agg", 10e-6 if i % 2 else 30e-6)):
             clock.now += seconds
             truth[phase] += seconds
-            record(phase)
+            if record:
+                record(phase)
         clock.now += 7e-6  # between batches: no phase
     return truth
 
@@ -112,22 +113,43 @@ def test_steps_that_dwarf_the_stamps_are_all_stamped_exactly(monkeypatch: pytest
     for _ in range(200):
         record = tracker.begin()
         clock.now += 0.05  # a 50 ms step (ResNet-20 on CPU is slower still)
+        assert record is not None
         record("fwd_pass")
     assert tracker.sample_every == 1 and tracker.stamped == tracker.batches == 200
     assert tracker.phase_times()["fwd_pass"] == pytest.approx(10.0)
 
 
-def test_fixed_sampling_and_an_abandoned_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fixed_sampling_and_the_training_loop_s_batch_count(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _FakeClock()
     monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
     every_batch = Tracker(sample_every=1)
     truth = _scripted_batches(every_batch, clock, 101)
-    assert every_batch.stamped == 101 and every_batch.phase_times() == pytest.approx(truth)
-    every_batch.begin()  # the loader then turns out to be exhausted
-    every_batch.abandon()
-    assert every_batch.batches == every_batch.stamped == 101
+    assert every_batch.stamped == every_batch.batches == 101
+    assert every_batch.phase_times() == pytest.approx(truth)
     sampled = Tracker(sample_every=4, seed=1)
     _scripted_batches(sampled, clock, 4000)
     assert 800 < sampled.stamped < 1200 and sampled.sample_every == 4
     with pytest.raises(ValueError, match="sample_every"):
         Tracker(sample_every=0)
+
+
+def test_the_loop_counts_batches_and_an_exhausted_loader_leaves_no_stamp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlbench_worker.tasks.training import _iterate
+
+    clock = _FakeClock()
+    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
+    tracker = Tracker(sample_every=1)
+    for epoch in range(3):
+        for _batch, record in _iterate(range(5), tracker):
+            clock.now += 1e-3
+            assert record is not None
+            record("fwd_pass")
+        assert tracker.batches == tracker.stamped == 5 * (epoch + 1)  # the loader's end is no batch
+    for n, (_batch, record) in enumerate(_iterate(range(100), tracker)):  # a run stopped mid-epoch
+        if n == 7:
+            break
+        assert record is not None
+        record("fwd_pass")
+    assert tracker.batches == 15 + 8 and tracker.stamped == 15 + 8

@@ -164,23 +164,27 @@ class AWDLSTMTrainer(Trainer):
         elif step == self.warmup_steps:
             self.current_lr = self.target_lr
 
-    def train_step(self, batch: Batch, record: Record) -> StepResult:
+    def train_step(self, batch: Batch, record: Record | None) -> StepResult:
         inputs, target, seq_len = batch
         self.optimizer.set_lr(self.current_lr * seq_len / self.bptt)
         with self.autocast():
             logits, hidden, raw, dropped = self.model(inputs, detach_hidden(self.hidden))
-        record("fwd_pass")
+        if record:
+            record("fwd_pass")
         with self.autocast():
             raw_loss = F.cross_entropy(logits.float(), target.reshape(-1))
             loss = raw_loss + ar_tar_penalty(raw.float(), dropped.float(), self.alpha, self.beta)
-        record("comp_loss")
+        if record:
+            record("comp_loss")
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        record("backprop")
+        if record:
+            record("backprop")
         self.optimizer.aggregate()
-        record("agg")
+        if record:
+            record("agg")
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer.optimizer)
         if self.clip > 0:
@@ -193,7 +197,8 @@ class AWDLSTMTrainer(Trainer):
         self.optimizer.zero_grad()
         if self.averaged is not None:
             self._update_average()
-        record("opt_step")
+        if record:
+            record("opt_step")
         self.hidden = hidden
         return StepResult(raw_loss.detach(), int(target.numel()))
 

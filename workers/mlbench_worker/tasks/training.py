@@ -51,10 +51,11 @@ class Trainer(abc.ABC):
         """This rank's training batches for ``epoch`` (1-based); the same count on every rank."""
 
     @abc.abstractmethod
-    def train_step(self, batch: Any, record: Record) -> StepResult:
+    def train_step(self, batch: Any, record: Record | None) -> StepResult:
         """Forward, loss, backward, ``optimizer.aggregate()``, ``optimizer.step()`` and the batch
-        metrics, calling ``record(phase)`` as each phase ends (``Tracker.begin`` gives it: the
-        tracker's ``record``, or a no-op on batches the tracker does not sample)."""
+        metrics, calling ``record(phase)`` as each phase ends. ``record`` is None on batches the
+        tracker does not stamp: guard each call (``if record: record("fwd_pass")``), so such a
+        batch costs a branch per phase, not a call."""
 
     @abc.abstractmethod
     def validate(self) -> dict[str, float]:
@@ -112,31 +113,37 @@ class ClassificationTrainer(Trainer):
         """Number of correct top-1 predictions (binary tasks override this)."""
         return (output.argmax(dim=1) == target).sum()
 
-    def train_step(self, batch: Any, record: Record) -> StepResult:
+    def train_step(self, batch: Any, record: Record | None) -> StepResult:
         inputs, target = batch
         with self.autocast():
             output = self.model(inputs)
-        record("fwd_pass")
+        if record:
+            record("fwd_pass")
         with self.autocast():
             loss = self.loss_fn(output, target)
-        record("comp_loss")
+        if record:
+            record("comp_loss")
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        record("backprop")
+        if record:
+            record("backprop")
         self.optimizer.aggregate()
-        record("agg")
+        if record:
+            record("agg")
         if self.scaler is not None:
             self.scaler.step(self.optimizer.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad()
-        record("opt_step")
+        if record:
+            record("opt_step")
         with torch.no_grad():
             correct = self.predictions_correct(output.detach(), target)
-        record("comp_metrics")
+        if record:
+            record("comp_metrics")
         return StepResult(loss.detach(), int(target.shape[0]), correct)
 
     def validate(self) -> dict[str, float]:
@@ -207,20 +214,26 @@ class _Window:
         self.steps += 1
 
 
-def _iterate(batches: Iterable[Any], tracker: Tracker) -> Iterator[tuple[Any, Record]]:
-    """Yield ``(batch, record)``: the batch is begun on the tracker before the loader does its
-    work, and ``record`` (the tracker's, or a no-op on batches it does not sample) takes the
-    batch's phase names."""
+_END = object()
+
+
+def _iterate(batches: Iterable[Any], tracker: Tracker) -> Iterator[tuple[Any, Record | None]]:
+    """The training loop's batch start as a generator (benchmarks drive trainers with it): yields
+    ``(batch, record)`` with the batch started on the tracker before the loader does its work;
+    ``record`` is the tracker's on stamped batches and None on the others. ``run_training`` writes
+    the same statements inline (a generator's resume per step weighs on micro-steps)."""
     iterator = iter(batches)
-    begin = tracker.begin
     while True:
-        record = begin()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            tracker.abandon()
+        start = next(tracker.schedule)
+        record = start() if start else None
+        batch = next(iterator, _END)
+        if batch is _END:
+            if record:
+                tracker.unstamp()
             return
-        record("batch_load")
+        if record:
+            record("batch_load")
+        tracker.batches += 1
         yield batch, record
 
 
@@ -248,7 +261,17 @@ def run_training(
         tracker.train()
         stopped = Stop.CONTINUE
         window.reset(time.perf_counter())
-        for batch, record in _iterate(trainer.train_batches(epoch), tracker):
+        batches = iter(trainer.train_batches(epoch))
+        while True:  # _iterate's statements, inline
+            start = next(tracker.schedule)  # the tracker's starter on batches it stamps, else None
+            record = start() if start else None
+            batch = next(batches, _END)
+            if batch is _END:
+                if record:
+                    tracker.unstamp()
+                break
+            if record:
+                record("batch_load")
             maybe_inject_fault(ctx.rank, step)
             trainer.before_step(step)
             result = trainer.train_step(batch, record)
@@ -260,6 +283,7 @@ def run_training(
                 stopped = stop.decide()
                 if stopped != Stop.CONTINUE:
                     break
+        tracker.batches = step  # the loop counts the batches; the tracker scales its sample by them
         if window.steps:
             _report_window(ctx, trainer, window, step, epoch)
         if stopped == Stop.MAX_TIME:

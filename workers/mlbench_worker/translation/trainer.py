@@ -185,7 +185,7 @@ class TranslationTrainer(Trainer):
     def before_step(self, step: int) -> None:
         self.optimizer.set_lr(self.schedule(step))
 
-    def accumulate(self, micro: list[Batch], record: Record) -> tuple[torch.Tensor, int]:
+    def accumulate(self, micro: list[Batch], record: Record | None) -> tuple[torch.Tensor, int]:
         """Forward and backward of every micro-batch of one step; returns (summed NLL, tokens)."""
         total = sum(b.tokens for b in micro)
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -193,26 +193,31 @@ class TranslationTrainer(Trainer):
             b = mb.to(self.device)
             with self.autocast():
                 logits = self.model(b.src, b.src_lens, b.tgt_in)
-            record("fwd_pass")
+            if record:
+                record("fwd_pass")
             loss, nll = label_smoothed_loss(logits, b.tgt_out, self.label_smoothing)
             loss = loss / max(1, total)
             nll_sum += nll.double()
-            record("comp_loss")
+            if record:
+                record("comp_loss")
             self.scaler.scale(loss).backward()
-            record("backprop")
+            if record:
+                record("backprop")
         return nll_sum, total
 
-    def train_step(self, batch: list[Batch], record: Record) -> StepResult:
+    def train_step(self, batch: list[Batch], record: Record | None) -> StepResult:
         nll_sum, tokens = self.accumulate(batch, record)
         self.optimizer.aggregate()
-        record("agg")
+        if record:
+            record("agg")
         self.scaler.unscale_(self.optimizer.optimizer)
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
         self.scaler.step(self.optimizer.optimizer)
         self.scale_cap.update()
         self.optimizer.zero_grad()
-        record("opt_step")
+        if record:
+            record("opt_step")
         return StepResult(nll_sum / max(1, tokens), tokens)
 
     # -- validation ---------------------------------------------------------------------------
