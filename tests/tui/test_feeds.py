@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from textual.message import Message
 
+from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.tui.feed import RunFeed, RunsFeed, ServerAddress
@@ -34,6 +37,29 @@ def _follow(feed: RunsFeed | RunFeed, seconds: float) -> None:
     thread.join(10)
 
 
+@contextlib.contextmanager
+def _live_run_feed(srv: EmbeddedServer) -> Iterator[tuple[str, str, list[Message], MlbenchClient]]:
+    """A running goal run followed by a RunFeed (4 updates/s) in a thread: yields (run id, write
+    token, the messages posted so far, a writer client) once the first load is posted."""
+    run_id, token = _running_goal_run(srv)
+    posted: list[Message] = []
+    address = ServerAddress(srv.info.url, srv.info.read_token)
+    feed = RunFeed(lambda: address, run_id, posted.append, lambda _m: None, interval=0.25)
+    stop = threading.Event()
+    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+    thread.start()
+    writer = srv.info.client()
+    deadline = time.monotonic() + 5
+    while not posted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield run_id, token, posted, writer
+    finally:
+        stop.set()
+        thread.join(10)
+        writer.close()
+
+
 def test_runs_feed_polls_on_its_beat_while_a_goal_run_is_going(empty_server: EmbeddedServer) -> None:
     run_id, token = _running_goal_run(empty_server)
     writer = empty_server.info.client()
@@ -50,28 +76,16 @@ def test_runs_feed_polls_on_its_beat_while_a_goal_run_is_going(empty_server: Emb
 
 
 def test_run_feed_gets_one_bucket_per_series_per_update(empty_server: EmbeddedServer) -> None:
-    run_id, token = _running_goal_run(empty_server)
-    posted: list[Message] = []
-    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
-    feed = RunFeed(lambda: address, run_id, posted.append, lambda _m: None, interval=0.25)
-    stop = threading.Event()
-    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
-    thread.start()
-    writer = empty_server.info.client()
-    deadline = time.monotonic() + 5
-    while not posted and time.monotonic() < deadline:
-        time.sleep(0.02)
-    values = [1.0, 9.0, 0.25, 0.5]  # one batch with a spike: the bucket keeps it
-    writer.post_metrics(
-        run_id, [{"name": "train_loss", "value": v, "step": i} for i, v in enumerate(values)], token=token
-    )
-    while time.monotonic() < deadline and not any(
-        isinstance(m, RunChanged) and m.batch.series for m in posted[1:]
-    ):
-        time.sleep(0.02)
-    stop.set()
-    thread.join(10)
-    writer.close()
+    with _live_run_feed(empty_server) as (run_id, token, posted, writer):
+        deadline = time.monotonic() + 5
+        values = [1.0, 9.0, 0.25, 0.5]  # one batch with a spike: the bucket keeps it
+        writer.post_metrics(
+            run_id, [{"name": "train_loss", "value": v, "step": i} for i, v in enumerate(values)], token=token
+        )
+        while time.monotonic() < deadline and not any(
+            isinstance(m, RunChanged) and m.batch.series for m in posted[1:]
+        ):
+            time.sleep(0.02)
     deltas = [d for m in posted[1:] if isinstance(m, RunChanged) for d in m.batch.series.values()]
     assert len(deltas) == 1
     delta = deltas[0]
@@ -146,30 +160,20 @@ def test_run_feed_stream_carries_only_the_metrics_shown(empty_server: EmbeddedSe
 def test_run_feed_keeps_every_point_of_an_allreduce_sweep(empty_server: EmbeddedServer) -> None:
     """A summary folds a trend metric into one bucket per update, but an all-reduce sweep (x is
     the message size) needs each point of its curve: the feed reads those points exactly."""
-    run_id, token = _running_goal_run(empty_server)
-    posted: list[Message] = []
-    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
-    feed = RunFeed(lambda: address, run_id, posted.append, lambda _m: None, interval=0.25)
-    stop = threading.Event()
-    thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
-    thread.start()
-    writer = empty_server.info.client()
-    deadline = time.monotonic() + 5
-    while not posted and time.monotonic() < deadline:
-        time.sleep(0.02)
     sizes = [2**i for i in range(12)]
-    batch = [{"name": "allreduce_fp32_busbw", "value": 0.1 * i, "step": n} for i, n in enumerate(sizes)]
-    batch += [{"name": "train_loss", "value": 1.0 / (i + 1), "step": i} for i in range(12)]
-    writer.post_metrics(run_id, batch, token=token)
 
-    def deltas(name: str) -> list[Any]:
+    def deltas(posted: list[Message], name: str) -> list[Any]:
         changes = [m for m in posted[1:] if isinstance(m, RunChanged)]
         return [d for m in changes for d in m.batch.series.values() if d.name == name]
 
-    while time.monotonic() < deadline and not (deltas("allreduce_fp32_busbw") and deltas("train_loss")):
-        time.sleep(0.02)
-    stop.set()
-    thread.join(10)
-    writer.close()
-    assert [s for d in deltas("allreduce_fp32_busbw") for s in d.steps] == sizes
-    assert [len(d) for d in deltas("train_loss")] == [1]
+    with _live_run_feed(empty_server) as (run_id, token, posted, writer):
+        deadline = time.monotonic() + 5
+        batch = [{"name": "allreduce_fp32_busbw", "value": 0.1 * i, "step": n} for i, n in enumerate(sizes)]
+        batch += [{"name": "train_loss", "value": 1.0 / (i + 1), "step": i} for i in range(12)]
+        writer.post_metrics(run_id, batch, token=token)
+        while time.monotonic() < deadline and not (
+            deltas(posted, "allreduce_fp32_busbw") and deltas(posted, "train_loss")
+        ):
+            time.sleep(0.02)
+    assert [s for d in deltas(posted, "allreduce_fp32_busbw") for s in d.steps] == sizes
+    assert [len(d) for d in deltas(posted, "train_loss")] == [1]
