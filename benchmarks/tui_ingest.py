@@ -57,19 +57,20 @@ from mlbench_tui.tui.screens.run_detail import RunDetailScreen
 
 class Watching(MlbenchApp):
     ready = False
+    detail = None
 
     def on_mount(self):
         # Textual runs MlbenchApp.on_mount (which pushes the runs screen) after this handler:
-        # open the run on top of the runs screen once that has happened, as a user would.
-        self.call_next(self._open)
-
-    def _open(self):
-        self.detail = RunDetailScreen(sys.argv[2])
-        self.push_screen(self.detail)
-        self.set_interval(0.1, self._check)
-        threading.Thread(target=self._stdin, daemon=True).start()
+        # open the run on top of the runs screen once that is the screen shown, as a user would.
+        self.set_interval(0.05, self._check)
 
     def _check(self):
+        if self.detail is None:
+            if type(self.screen).__name__ == "RunsScreen":
+                self.detail = RunDetailScreen(sys.argv[2])
+                self.push_screen(self.detail)
+                threading.Thread(target=self._stdin, daemon=True).start()
+            return
         if not self.ready and self.detail.run is not None:
             self.ready = True
             self.detail.action_show_tab(sys.argv[3] if len(sys.argv) > 3 else "charts")
@@ -182,18 +183,22 @@ def main(argv: list[str] | None = None) -> int:
             load.append(os.getloadavg()[0])
             if i == args.repeats:
                 break
+            tui_err = tempfile.TemporaryFile()  # noqa: SIM115 (read back only when the TUI fails)
             tui = subprocess.Popen(
                 [sys.executable, "-c", TUI, url, run_id, args.tab],
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=tui_err,
                 text=True,
             )
             assert tui.stdout is not None and tui.stdin is not None
             if not _ready(tui, READY_TIMEOUT_S):
                 tui.kill()
+                tui.wait()
+                tui_err.seek(0)
                 print(f"the TUI did not show the run within {READY_TIMEOUT_S:g} s", file=sys.stderr)
+                print(tui_err.read().decode(errors="replace")[-3000:], file=sys.stderr)
                 return 1
             time.sleep(1.0)  # let it settle on the live charts
             c0, t0, w0 = _proc_cpu(server.pid), _proc_cpu(tui.pid), time.monotonic()

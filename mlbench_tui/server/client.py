@@ -95,17 +95,21 @@ class MlbenchClient:
         json: Any = None,
         params: Mapping[str, Any] | None = None,
         token: str | None = None,
+        timeout: float | None = None,
     ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else None
+        limit = self._timeout if timeout is None else timeout
         content = None if json is None else orjson.dumps(json)
         if content is not None:
             headers = {**(headers or {}), "Content-Type": "application/json"}
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            resp = self._http.request(method, path, content=content, params=clean, headers=headers)
+            resp = self._http.request(
+                method, path, content=content, params=clean, headers=headers, timeout=limit
+            )
         except httpx.TimeoutException as exc:
             raise ServerTimeout(
-                f"mlbench server at {self.url} did not answer within {self._timeout} s ({exc})"
+                f"mlbench server at {self.url} did not answer within {limit:g} s ({exc})"
             ) from None
         except httpx.HTTPError as exc:
             raise ServerError(
@@ -238,8 +242,10 @@ class MlbenchClient:
         since: int = 0,
         points: int | None = None,
         limit: int | None = None,
+        timeout: float | None = None,
     ) -> MetricsPage:
-        """Metric series since a cursor; ``points=N`` downsamples each to N buckets (min/max/last)."""
+        """Metric series since a cursor; ``points=N`` downsamples each to N buckets (min/max/last).
+        ``timeout`` overrides the client's for this read (a big run's whole history takes longer)."""
         name_list = [names] if isinstance(names, str) else list(names or [])
         params: dict[str, Any] = {
             "name": name_list or None,
@@ -248,7 +254,8 @@ class MlbenchClient:
             "points": points,
             "limit": limit,
         }
-        return self._model(self._request("GET", f"/v1/runs/{run_id}/metrics", params=params), MetricsPage)
+        resp = self._request("GET", f"/v1/runs/{run_id}/metrics", params=params, timeout=timeout)
+        return self._model(resp, MetricsPage)
 
     def metric_names(self, run_id: str) -> list[MetricName]:
         return _NAMES.validate_json(self._request("GET", f"/v1/runs/{run_id}/metrics/names").content)

@@ -47,6 +47,7 @@ QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepa
 
 Post = Callable[[Message], object]
 Cancelled = Callable[[], bool]
+HISTORY_TIMEOUT_S = 35.0  # a run screen's first read: the history of its charts (server deadline 30 s)
 AddressSource = Callable[[], "ServerAddress"]  # read at every (re)connect: the server may move
 
 
@@ -380,7 +381,9 @@ class RunFeed:
             names = self.history(batch.run) if self.history is not None else None
             if self.names is None and names is not None:
                 self.names = names
-            page = client.metrics(self.run_id, names, points=self.chart_points)
+            # the whole history of a run of millions of rows takes the server seconds to bucket;
+            # the screen says "loading run…" meanwhile (the server stops a read at 30 s itself)
+            page = client.metrics(self.run_id, names, points=self.chart_points, timeout=HISTORY_TIMEOUT_S)
             self.cursors["metrics"] = page.cursor
             for m in page.series:
                 batch.series[(m.name, m.rank)] = SeriesDelta(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,3 +179,46 @@ def test_run_feed_keeps_every_point_of_an_allreduce_sweep(empty_server: Embedded
             time.sleep(0.02)
     assert [s for d in deltas(posted, "allreduce_fp32_busbw") for s in d.steps] == sizes
     assert [len(d) for d in deltas(posted, "train_loss")] == [1]
+
+
+def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedServer) -> None:
+    """A run of millions of rows takes the server seconds to bucket its history: the first read
+    of the run screen waits for it (the screen says "loading run…") instead of timing out at the
+    client's ordinary limit and retrying the same long read forever."""
+    run_id, _token = _running_goal_run(empty_server)
+    real = empty_server.info.url
+
+    class SlowHistory(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # a proxy that answers metric reads 1 s late
+            if "/metrics" in self.path:
+                time.sleep(1.0)
+            with urllib.request.urlopen(real + self.path) as upstream:
+                body = upstream.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHistory)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        address = ServerAddress(f"http://127.0.0.1:{proxy.server_address[1]}", None, timeout=0.3)
+        posted: list[Message] = []
+        feed = RunFeed(
+            lambda: address, run_id, posted.append, lambda _m: None, history=lambda _run: ["train_loss"]
+        )
+        stop = threading.Event()
+        thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not posted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stop.set()
+    finally:
+        proxy.shutdown()
+    assert posted and isinstance(posted[0], RunChanged) and posted[0].batch.run is not None
+    assert not [m for m in posted if isinstance(m, RunSlow)] and feed.loads == 1
