@@ -61,11 +61,6 @@ class MetricChart(Widget):
     def series(self) -> dict[str, MinMaxSeries]:
         return self._series
 
-    def set_goal(self, goal: float | None) -> None:
-        if goal != self.goal:
-            self.goal = goal
-            self._invalidate()
-
     def add_points(self, key: str, points: Iterable[tuple[float, float]], label: str | None = None) -> None:
         """Append points to series ``key`` (created on first use); x must be non-decreasing."""
         series = self._series.get(key)
