@@ -13,7 +13,7 @@ from typing import Any
 
 from mlbench_tui.spec.diagnostics import did_you_mean
 from mlbench_tui.spec.models import BenchmarkSpec
-from mlbench_tui.spec.tasks import TaskInfo, get_task
+from mlbench_tui.spec.tasks import AUTO, TaskInfo, get_task
 
 Loc = tuple[str | int, ...]
 
@@ -157,6 +157,8 @@ def _goal_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
 
 
 def _type_name(value: Any) -> str:
+    if value == AUTO:
+        return "'auto', true or false"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int):
@@ -177,6 +179,8 @@ def _type_matches(default: Any, value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if isinstance(default, float):
         return isinstance(value, int | float) and not isinstance(value, bool)
+    if default == AUTO:  # a switch the worker decides unless the spec says true or false
+        return value == AUTO or isinstance(value, bool)
     if isinstance(default, str):
         return isinstance(value, str)
     if isinstance(default, list):

@@ -58,6 +58,10 @@ class TaskInfo:
         return self.lr_scaling == "linear"
 
 
+AUTO = "auto"
+"""A switch's default when the worker picks per device (the spec may still say true or false)."""
+
+
 def _ro(d: dict[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(d)
 
@@ -113,7 +117,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
                     "optimizer": "centralized_sgd",
                     "aggregation": "by_model",
                     "powersgd_rank": 1,
-                    "channels_last": False,
+                    "channels_last": AUTO,
                 }
             ),
             overridable=frozenset(
@@ -136,7 +140,9 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             lr_scaling="linear",
             choices=_ro({"optimizer": _OPTIMIZERS, "aggregation": ("by_model", "by_layer")}),
             notes="batch_size is per worker; lr = 0.02*k with linear warm-up over log2(k) epochs; "
-            "reduce on plateau of val loss (patience 2, factor 0.5); disjoint data per worker.",
+            "reduce on plateau of val loss (patience 2, factor 0.5); disjoint data per worker; "
+            "channels_last 'auto' trains in channels_last memory layout on CPU (same math, "
+            "1.3-1.5x faster convolutions there) and NCHW on GPU.",
         ),
         "2a": TaskInfo(
             id="2a",

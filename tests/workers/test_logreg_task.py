@@ -3,73 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from mlbench_worker.comm import SingleComm
-from mlbench_worker.config import parse_config
-from mlbench_worker.context import Rendezvous, RunContext
 from mlbench_worker.tasks import load_task
 from mlbench_worker.tasks.logreg import LogRegTrainer, RegularizedBCE
 from support.smoke import apply_one
-
-
-class RecordingReporter:
-    """Keeps what a task reports, in memory (the runtime's reporter protocol)."""
-
-    def __init__(self) -> None:
-        self.metrics: list[tuple[str, float, int | None]] = []
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def metric(
-        self,
-        name: str,
-        value: float,
-        *,
-        step: int | None = None,
-        epoch: float | None = None,
-        t: float | None = None,
-    ) -> None:
-        self.metrics.append((name, value, step))
-
-    def log(self, text: str, stream: str = "stdout") -> None:
-        pass
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self.events.append((kind, payload))
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    def close(self, timeout: float = 10.0) -> None:
-        pass
-
-
-def single_rank_context(
-    task: str, hp: dict[str, Any], data: dict[str, Any], goal: dict[str, Any] | None
-) -> tuple[RunContext, RecordingReporter]:
-    config = parse_config(
-        {
-            "run_id": "r-test",
-            "task": task,
-            "backend": "gloo",
-            "world_size": 1,
-            "seed": 3,
-            "goal": goal,
-            "data": data,
-            "hyperparameters": hp,
-        }
-    )
-    reporter = RecordingReporter()
-    ctx = RunContext(
-        config=config,
-        rendezvous=Rendezvous(0, 1, 0, None, None, "single"),
-        comm=SingleComm(),
-        device=torch.device("cpu"),
-        reporter=reporter,
-    )
-    return ctx, reporter
+from support.trainers import single_rank_context
 
 
 def test_one_rank_reaches_the_light_goal_on_synthetic_epsilon() -> None:

@@ -4,7 +4,9 @@ Per ANCHORS/MLBench: batch 128 per worker; LR 0.02 scaled to 0.02*k with a linea
 warm-up over log2(k) epochs, then reduce-on-plateau of the validation loss (patience 2, factor
 0.5); SGD momentum 0.9, nesterov, weight decay 1e-4; cross-entropy; gradients averaged with
 all-reduce over the whole model (CentralizedSGD); disjoint data per worker. Options:
-``channels_last``; precision ``bf16`` autocast on CPU or GPU, ``fp16``/``amp`` on GPU;
+``channels_last`` (``auto``, the default: the channels_last memory layout on CPU, where oneDNN's
+convolutions run it 1.3-1.5x faster than NCHW for the same math, NCHW on GPU); precision
+``bf16`` autocast on CPU or GPU, ``fp16``/``amp`` on GPU;
 ``overlap_comm`` (off, as in MLBench, so ``agg`` is the whole all-reduce) starts bucket
 all-reduces during backward like DDP, and ``agg`` then measures only the exposed communication.
 Synthetic data options: ``train_samples`` (4096: with 2 ranks and batch 128 the light goal
@@ -60,6 +62,15 @@ def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
         raise DatasetError(f"{exc} (the download on local rank 0 failed; see its log)") from None
 
 
+def use_channels_last(setting: object, device: torch.device) -> bool:
+    """The ``channels_last`` hyperparameter resolved for ``device``: ``auto`` means on CPU only."""
+    if setting == "auto":
+        return device.type == "cpu"
+    if isinstance(setting, bool):
+        return setting
+    raise ValueError(f"channels_last must be 'auto', true or false, got {setting!r}")
+
+
 class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
     """ResNet-20 on this rank's CIFAR-10 shard."""
 
@@ -69,7 +80,7 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
         self.batch_size = int(ctx.hp("batch_size", 128))
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        channels_last = bool(ctx.hp("channels_last", False))
+        channels_last = use_channels_last(ctx.hp("channels_last", "auto"), self.device)
         train_full, val_full = load_cifar10(ctx)
         self.seed = config.seed
         self.train_set = cifar10.shard(train_full, ctx.rank, ctx.world_size, seed=config.seed).to(self.device)
@@ -106,7 +117,8 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
         ctx.log(
             f"CIFAR-10 ({config.data.source}): {len(train_full)} train / {len(val_full)} val images, "
             f"shard {len(self.train_set)} per rank, {steps} steps/epoch, batch {self.batch_size}, "
-            f"lr {self.schedule.base_lr:g} -> {target_lr:g} over {hp.get('warmup_epochs', 0)} epoch(s)"
+            f"lr {self.schedule.base_lr:g} -> {target_lr:g} over {hp.get('warmup_epochs', 0)} epoch(s), "
+            f"{'channels_last' if channels_last else 'NCHW'} layout"
         )
 
     def train_batches(self, epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
