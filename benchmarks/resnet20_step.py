@@ -1,22 +1,32 @@
 """ResNet-20 training step on 2 gloo ranks: the worker runtime vs a plain DistributedDataParallel loop.
 
 Goal (issue 4): our step is at least as fast as DDP's (ratio DDP time / our time >= 1.0).
-Both sides train the same ResNet-20 on the same rank shard with the same batched augmentation,
-batch 128 per rank, SGD (momentum 0.9, nesterov, weight decay 1e-4). Ours is the real training
-loop body of task 1a: tracker stamps for every phase, CentralizedSGD with gradients bound to one
-flat buffer and averaged by one all-reduce, the LR schedule hook. The peer is the textbook DDP
-loop (bucketed all-reduce overlapped with backward). Rounds of K steps alternate between the
-two (ABBA); rank 0 prints the median step times, the median of the per-round-pair ratios (wall
-time, and CPU time of both ranks, which a shared machine's other load does not inflate), and our
+Every side trains ResNet-20 from the same weights on the same rank shard with the same batched
+augmentation, batch 128 per rank, SGD (momentum 0.9, nesterov, weight decay 1e-4), fp32.
+
+- ``ours``: the real training loop body of task 1a with the task's defaults: tracker stamps for
+  every phase, CentralizedSGD with gradients bound to one flat buffer and averaged by one
+  all-reduce, the LR schedule hook, and ``channels_last: auto`` (on CPU the channels_last memory
+  layout, which oneDNN's convolutions run faster for the same math).
+- ``ours-nchw``: the same with ``channels_last: false``: like for like with DDP, so the runtime's
+  own overhead shows apart from the layout it picks.
+- ``ddp``: the textbook DDP loop (PyTorch's default NCHW layout, bucketed all-reduce overlapped
+  with backward).
+
+Each round runs K steps of every side, in an order that reverses every round (ABC CBA ...), so
+drift on a shared machine hits the sides alike; ranks are pinned to their own cores (the same
+for every side) unless ``--no-pin``. Rank 0 prints the median step times, the median of the
+per-round ratios with a bootstrap 95% interval, the CPU time of both ranks per step, and our
 phase split from the tracker.
 
-    python benchmarks/resnet20_step.py [--rounds 6] [--steps 4] [--threads 1]
+    python -m benchmarks resnet20_step [--rounds 40] [--steps 1] [--threads 1] [--overlap]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -28,9 +38,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workers"))
 
+SIDES = ("ours", "ours-nchw", "ddp")
+
 
 def rank_main(args: argparse.Namespace) -> None:
-    """One rank: build both trainers, alternate timed rounds, report from rank 0."""
+    """One rank: build the three trainers, run the rounds, report from rank 0."""
     import torch
     import torch.distributed as dist
     from mlbench_worker.comm import TorchComm
@@ -45,35 +57,47 @@ def rank_main(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     limit_threads(args.threads)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cores = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cores) >= args.ranks * args.threads:  # the same cores for every side: less noise
+        os.sched_setaffinity(0, cores[local_rank * args.threads : (local_rank + 1) * args.threads])
     dist.init_process_group("gloo")
     comm = TorchComm("gloo")
     world = comm.world_size
     batch = 128
-    samples = batch * world * args.steps * 2
-    config = parse_config(
-        {
-            "run_id": "bench",
-            "task": "1a",
-            "backend": "gloo",
-            "world_size": world,
-            "threads_per_rank": args.threads,
-            "data": {"source": "synthetic", "options": {"train_samples": samples, "val_samples": 16}},
-            "hyperparameters": {
-                "batch_size": batch,
-                "lr": 0.02 * world,
-                "base_lr": 0.02,
-                "warmup_epochs": 0,
-                "overlap_comm": args.overlap,
-            },
-        }
-    )
+    samples = batch * world * max(2, args.steps) * 2
+
+    def trainer(layout: dict[str, Any]) -> tuple[ResNet20Trainer, RunContext]:
+        config = parse_config(
+            {
+                "run_id": "bench",
+                "task": "1a",
+                "backend": "gloo",
+                "world_size": world,
+                "threads_per_rank": args.threads,
+                "data": {"source": "synthetic", "options": {"train_samples": samples, "val_samples": 16}},
+                "hyperparameters": {
+                    "batch_size": batch,
+                    "lr": 0.02 * world,
+                    "base_lr": 0.02,
+                    "warmup_epochs": 0,
+                    "overlap_comm": args.overlap,
+                    **layout,
+                },
+            }
+        )
+        ctx = RunContext(config, detect_rendezvous(), comm, torch.device("cpu"), reporter)
+        torch.manual_seed(0)
+        built = ResNet20Trainer(ctx)
+        built.model.train()
+        return built, ctx
+
     reporter = Reporter(None, "bench", "", comm.rank)
-    ctx = RunContext(config, detect_rendezvous(), comm, torch.device("cpu"), reporter)
-    torch.manual_seed(0)
-    ours = ResNet20Trainer(ctx)
-    tracker = Tracker(ctx.device)
-    tracker.train()
-    ours.model.train()
+    ours, ctx = trainer({})  # the task's defaults: channels_last auto
+    nchw, _ = trainer({"channels_last": False})
+    trackers = {"ours": Tracker(ctx.device), "ours-nchw": Tracker(ctx.device)}
+    for tracker in trackers.values():
+        tracker.train()
 
     torch.manual_seed(0)
     peer_model = DistributedDataParallel(resnet20())
@@ -90,17 +114,21 @@ def rank_main(args: argparse.Namespace) -> None:
             epoch += 1
             yield from make(epoch)
 
-    ours_batches = cycle(lambda e: _iterate(ours.train_batches(e), tracker))
-    peer_batches = cycle(
-        lambda e: cifar10.train_batches(ours.train_set, augmenter, batch, epoch=e, seed=config.seed)
-    )
-    step_counter = [0]
+    def runtime_step(t: ResNet20Trainer, tracker: Tracker) -> Callable[[], None]:
+        batches = cycle(lambda e: _iterate(t.train_batches(e), tracker))
+        step = [0]
 
-    def our_step() -> None:
-        item, record = next(ours_batches)
-        ours.before_step(step_counter[0])
-        ours.train_step(item, record)
-        step_counter[0] += 1
+        def one() -> None:
+            item, record = next(batches)
+            t.before_step(step[0])
+            t.train_step(item, record)
+            step[0] += 1
+
+        return one
+
+    peer_batches = cycle(
+        lambda e: cifar10.train_batches(ours.train_set, augmenter, batch, epoch=e, seed=ours.seed)
+    )
 
     def peer_step() -> None:
         inputs, target = next(peer_batches)
@@ -109,15 +137,18 @@ def rank_main(args: argparse.Namespace) -> None:
         loss.backward()
         peer_opt.step()
 
-    sides: dict[str, Callable[[], None]] = {"ours": our_step, "ddp": peer_step}
+    sides: dict[str, Callable[[], None]] = {
+        "ours": runtime_step(ours, trackers["ours"]),
+        "ours-nchw": runtime_step(nchw, trackers["ours-nchw"]),
+        "ddp": peer_step,
+    }
     for fn in sides.values():  # warm-up (DDP builds its buckets on the first steps)
         for _ in range(2):
             fn()
-    times: dict[str, list[float]] = {"ours": [], "ddp": []}
-    cpu: dict[str, list[float]] = {"ours": [], "ddp": []}
+    times: dict[str, list[float]] = {name: [] for name in SIDES}
+    cpu: dict[str, list[float]] = {name: [] for name in SIDES}
     for r in range(args.rounds):
-        order = ("ours", "ddp") if r % 2 == 0 else ("ddp", "ours")
-        for name in order:
+        for name in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
             dist.barrier()
             start, start_cpu = time.perf_counter(), time.process_time()
             for _ in range(args.steps):
@@ -128,41 +159,70 @@ def rank_main(args: argparse.Namespace) -> None:
             dist.all_reduce(spent)  # CPU seconds per step, summed over ranks (all threads)
             cpu[name].append(float(spent))
     if comm.rank == 0:
-        ours_t, ddp_t = statistics.median(times["ours"]), statistics.median(times["ddp"])
-        paired = statistics.median(d / o for o, d in zip(times["ours"], times["ddp"], strict=True))
-        ours_c, ddp_c = statistics.median(cpu["ours"]), statistics.median(cpu["ddp"])
-        paired_cpu = statistics.median(d / o for o, d in zip(cpu["ours"], cpu["ddp"], strict=True))
-        phases = {k[len("phase_") :]: v for k, v in tracker.totals().items() if k.startswith("phase_")}
-        total = max(1e-9, sum(phases.values()))
-        print(
-            f"ResNet-20 training step, batch {batch}/rank, {world} gloo ranks, "
-            f"{args.threads} thread(s)/rank, ours with overlap_comm "
-            + ("on" if args.overlap else "off (the task default)")
-        )
-        print(f"  ours (worker runtime)      : {ours_t * 1e3:8.1f} ms/step  (median of {args.rounds} rounds)")
-        print(f"  plain DDP loop             : {ddp_t * 1e3:8.1f} ms/step")
-        print(f"  ratio DDP/ours (wall)      : {paired:8.3f}  (median of paired rounds; goal: >= 1.0)")
-        print(f"  CPU per step, both ranks   : ours {ours_c * 1e3:.0f} ms, DDP {ddp_c * 1e3:.0f} ms")
-        print(f"  ratio DDP/ours (CPU time)  : {paired_cpu:8.3f}  (work per step; robust to other load)")
-        print(
-            "  ours, share of step by phase: "
-            + ", ".join(f"{k} {v / total * 100:.1f}%" for k, v in phases.items())
-        )
-        print(f"  rounds ours (ms)           : {', '.join(f'{t * 1e3:.0f}' for t in times['ours'])}")
-        print(f"  rounds ddp  (ms)           : {', '.join(f'{t * 1e3:.0f}' for t in times['ddp'])}")
+        report(args, world, batch, times, cpu, trackers["ours"].totals())
     reporter.close(timeout=1.0)
     dist.destroy_process_group()
 
 
+def report(
+    args: argparse.Namespace,
+    world: int,
+    batch: int,
+    times: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+    totals: dict[str, float],
+) -> None:
+    print(
+        f"ResNet-20 training step, batch {batch}/rank, {world} gloo ranks, {args.threads} thread(s)/rank, "
+        f"fp32, {args.rounds} rounds of {args.steps} step(s) per side, ranks "
+        + ("pinned to a core each" if args.pin else "unpinned")
+        + ", overlap_comm "
+        + ("on" if args.overlap else "off (the task default)")
+    )
+    for name, label in (
+        ("ours", "ours (runtime defaults: channels_last on CPU)"),
+        ("ours-nchw", "ours, channels_last off (like for like)"),
+        ("ddp", "plain DDP loop (NCHW)"),
+    ):
+        print(
+            f"  {label:<47}: {statistics.median(times[name]) * 1e3:7.1f} ms/step, "
+            f"CPU {statistics.median(cpu[name]) * 1e3:5.0f} ms/step (both ranks)"
+        )
+    for name, label in (("ours", "ratio DDP/ours"), ("ours-nchw", "ratio DDP/ours-nchw")):
+        ratios = [d / o for o, d in zip(times[name], times["ddp"], strict=True)]
+        cpu_ratios = [d / o for o, d in zip(cpu[name], cpu["ddp"], strict=True)]
+        low, high = _median_interval(ratios)
+        print(
+            f"  {label:<20}: {statistics.median(ratios):6.3f} wall (95% interval {low:.3f} .. {high:.3f}; "
+            f"faster in {sum(r > 1 for r in ratios)} of {len(ratios)} rounds), "
+            f"{statistics.median(cpu_ratios):6.3f} CPU time" + ("   goal: >= 1.0" if name == "ours" else "")
+        )
+    phases = {k[len("phase_") :]: v for k, v in totals.items() if k.startswith("phase_")}
+    total = max(1e-9, sum(phases.values()))
+    shares = ", ".join(f"{k} {v / total * 100:.1f}%" for k, v in phases.items())
+    print(f"  ours, share of step by phase: {shares}")
+
+
+def _median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A seeded bootstrap 95% interval of the median of ``values``."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=30, help="rounds (every side runs once per round)")
+    parser.add_argument("--steps", type=int, default=1, help="steps per side per round")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument(
         "--overlap", action="store_true", help="ours with overlap_comm (bucket all-reduces during backward)"
     )
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false",
+        help="leave ranks unpinned (by default rank i runs on core i, the same for every side)",
+    )  # fmt: skip
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank_worker:
@@ -173,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         torchrun, "--standalone", "--nproc_per_node", str(args.ranks), "--no-python",
         sys.executable, str(Path(__file__).resolve()), "--rank-worker",
         "--rounds", str(args.rounds), "--steps", str(args.steps), "--threads", str(args.threads),
-        *(["--overlap"] if args.overlap else []),
+        "--ranks", str(args.ranks),
+        *(["--overlap"] if args.overlap else []), *([] if args.pin else ["--no-pin"]),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     return subprocess.run(argv_rank, env=env, check=False).returncode
