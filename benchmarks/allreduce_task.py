@@ -5,15 +5,16 @@ Goal (issue 4): for tensors of 1 MB and more, the bus bandwidth the task reports
 warm-up, barrier, per-repetition timing, slowest rank, median) through the ``Comm`` layer; the
 peer times the same number of bare ``dist.all_reduce`` calls on a fresh tensor and applies the
 same statistics. Per size, rounds alternate ours/raw; rank 0 prints the median busbw of each
-and the median of the paired ratios.
+and the median of the paired ratios with a bootstrap 95% interval.
 
-    python benchmarks/allreduce_task.py [--rounds 11] [--reps 10] [--max-mb 64]
+    python benchmarks/allreduce_task.py [--rounds 31] [--reps 20] [--max-mb 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT / "workers"))
 
 
 def rank_main(args: argparse.Namespace) -> None:
+    import numpy as np
     import torch
     import torch.distributed as dist
     from mlbench_worker.comm import TorchComm
@@ -53,7 +55,7 @@ def rank_main(args: argparse.Namespace) -> None:
             dist.all_reduce(tensor)
             times[i] = time.perf_counter() - start
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
-        p50 = float(times.median())
+        p50 = float(np.percentile(times.numpy(), 50))  # as the task does (torch's median is the lower one)
         return bus_bandwidth(size * 4 / p50 / 1e9, world)
 
     def ours(size: int) -> float:
@@ -66,22 +68,39 @@ def rank_main(args: argparse.Namespace) -> None:
         for r in range(args.rounds):
             for name in ("ours", "raw") if r % 2 == 0 else ("raw", "ours"):
                 got[name].append(ours(size) if name == "ours" else raw(size))
-        ratio = statistics.median(o / w for o, w in zip(got["ours"], got["raw"], strict=True))
-        rows.append((size, statistics.median(got["ours"]), statistics.median(got["raw"]), ratio))
+        ratios = [o / w for o, w in zip(got["ours"], got["raw"], strict=True)]
+        low, high = _median_interval(ratios)
+        rows.append(
+            (
+                size,
+                statistics.median(got["ours"]),
+                statistics.median(got["raw"]),
+                statistics.median(ratios),
+                low,
+                high,
+            )
+        )
     if comm.rank == 0:
         print(f"all-reduce busbw, fp32, {world} gloo ranks, {args.reps} reps x {args.rounds} rounds per size")
-        print(f"  {'MB':>6} {'ours GB/s':>10} {'raw GB/s':>10} {'ours/raw':>9}")
-        for size, o, w, ratio in rows:
-            print(f"  {size * 4 / 2**20:>6.0f} {o:>10.3f} {w:>10.3f} {ratio:>9.3f}")
+        print(f"  {'MB':>6} {'ours GB/s':>10} {'raw GB/s':>10} {'ours/raw':>9}  95% interval")
+        for size, o, w, ratio, low, high in rows:
+            print(f"  {size * 4 / 2**20:>6.0f} {o:>10.3f} {w:>10.3f} {ratio:>9.3f}  {low:.3f} .. {high:.3f}")
         worst = min(r[3] for r in rows)
         print(f"  worst ratio for sizes >= 1 MB: {worst:.3f}  (goal: >= 0.95)")
     dist.destroy_process_group()
 
 
+def _median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A seeded bootstrap 95% interval of the median of ``values``."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--max-mb", type=int, default=64)
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
