@@ -222,16 +222,20 @@ class Checkpointer:
 
     SQLite's automatic checkpoint runs inside a writer's COMMIT and fsyncs there, which stalls
     every request waiting on that commit (tens of milliseconds on a busy disk). The writer turns
-    it off and this thread checkpoints instead, once the WAL holds ``wal_bytes`` of frames (read
-    from the wal-index header, without touching the database): each checkpoint still disturbs
-    concurrent commits for a few milliseconds (its fsyncs), so fewer, larger ones keep that off
-    all but a handful of acks.
+    it off and this thread checkpoints instead, once ``wal_bytes`` of frames are waiting to be
+    copied (read from the wal-index, without touching the database): a PASSIVE checkpoint copies
+    them while the writer goes on.
 
-    A PASSIVE checkpoint copies the frames while the writer goes on, but never quite catches up
-    under steady writes, and SQLite starts the WAL over only after a complete one: the WAL
-    would grow without bound and every commit would extend the file. So the rest is copied with
-    the writer paused (``pause``, the writer's lock), a few milliseconds; its next transaction
-    then writes from the start of the WAL again.
+    Under steady writes a PASSIVE checkpoint never quite catches up, and SQLite starts the WAL
+    over only after a complete one: the WAL would grow without bound. So from time to time the
+    rest is copied with the writer paused (``pause``, the writer's lock), and its next
+    transaction writes from the start of the WAL again. That pause costs the acks waiting on it
+    the checkpoint's two fsyncs (15-20 ms measured on a busy 2-core VM, however little is left to
+    copy), so it is rationed: a WAL of at least ``wal_bytes`` starts over once ``restart_every``
+    seconds have passed since the last time, or at once when it reaches ``wal_cap`` bytes. Under
+    light load that is every time the WAL reaches ``wal_bytes``; under heavy ingest a stall
+    every few seconds would hold up more than 1% of the acks, one every ``restart_every``
+    seconds holds up a handful.
     """
 
     def __init__(
@@ -241,51 +245,70 @@ class Checkpointer:
         *,
         pause: threading.Lock | None = None,
         wal_bytes: int = 64 * 1024 * 1024,
+        restart_every: float = 30.0,
+        wal_cap: int = 512 * 1024 * 1024,
     ) -> None:
         self.path = path
         self.shm = path.with_name(path.name + "-shm")
         self.interval = interval
         self.pause = pause
         self.wal_bytes = wal_bytes
+        self.restart_every = restart_every
+        self.wal_cap = wal_cap
         self.checkpoints = 0
         self.restarts = 0  # checkpoints completed with the writer paused
+        self._last_restart = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mlbench-store-checkpoint", daemon=True)
         self._thread.start()
 
-    def wal_size(self) -> int:
-        """Bytes of frames in the WAL, from the wal-index header (``mxFrame``, ``szPage``)."""
+    def wal_state(self) -> tuple[int, int]:
+        """``(bytes of frames in the WAL, bytes of them not yet copied into the database)``.
+
+        From the wal-index: the header's ``szPage`` and ``mxFrame``, and the checkpoint info's
+        ``nBackfill`` (frames already copied) right after the header's two copies.
+        """
         try:
             with open(self.shm, "rb") as fh:
-                head = fh.read(24)
+                head = fh.read(100)
         except OSError:
-            return 0
-        if len(head) < 24:
-            return 0
+            return 0, 0
+        if len(head) < 100:
+            return 0, 0
         page, frames = struct.unpack_from("=HI", head, 14)  # szPage (1 means 65536), mxFrame
-        return int(frames) * ((65536 if page == 1 else int(page)) + 24)
+        (copied,) = struct.unpack_from("=I", head, 96)  # nBackfill
+        frame = (65536 if page == 1 else int(page)) + 24
+        return int(frames) * frame, max(0, int(frames) - int(copied)) * frame
+
+    def _restart_due(self, size: int) -> bool:
+        if self.pause is None or size < self.wal_bytes:
+            return False
+        return size >= self.wal_cap or time.monotonic() - self._last_restart >= self.restart_every
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
             while not self._stop.wait(self.interval):
-                if self.wal_size() < self.wal_bytes:
+                size, waiting = self.wal_state()
+                restart = self._restart_due(size)
+                if waiting < self.wal_bytes and not restart:
                     continue
                 with contextlib.suppress(sqlite3.Error):
                     if conn is None:
                         conn = _raw_connect(self.path)
-                    self._checkpoint(conn)
+                    self._checkpoint(conn, restart)
         finally:
             if conn is not None:
                 conn.close()
 
-    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+    def _checkpoint(self, conn: sqlite3.Connection, restart: bool) -> None:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self.checkpoints += 1
-        if self.pause is None:
+        if not restart or self.pause is None:
             return
         with self.pause:  # no writes meanwhile: this one completes, the WAL starts over
             _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        self._last_restart = time.monotonic()
         if copied >= frames:
             self.restarts += 1
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
-from mlbench_tui.store.db import NotFound, StoreLocked, default_db_path
+from mlbench_tui.store.db import Checkpointer, NotFound, StoreLocked, default_db_path
 from mlbench_tui.store.store import Store, hash_token
 
 
@@ -260,31 +260,63 @@ def test_a_rolled_back_batch_leaves_its_new_series_to_the_next_one(store: Store)
     ).fetchone() == (0,)
 
 
+def _busy_store(tmp_path: Path) -> tuple[Store, Checkpointer, Callable[[int], int]]:
+    """A store, its checkpointer (1 MB threshold, polled every 50 ms) and ``write(batches)``,
+    each batch 1000 metric rows of one run, back to back; it returns the rows written so far."""
+    store = Store(tmp_path / "busy.db")
+    run, _ = store.create_run(RunCreate(name="busy"))
+    assert store.writer is not None and store.writer._checkpointer is not None
+    checkpointer = store.writer._checkpointer
+    checkpointer.interval, checkpointer.wal_bytes = 0.05, 1024 * 1024
+    seq = 0
+
+    def write(batches: int) -> int:
+        nonlocal seq
+        for _ in range(batches):
+            rows = [("loss", seq * 1000 + i, None, 1.0, 0.5) for i in range(1000)]
+            store.ingest_metrics(run.id, 0, seq, rows)
+            seq += 1
+        return seq * 1000
+
+    return store, checkpointer, write
+
+
 def test_wal_starts_over_under_continuous_writes(tmp_path: Path) -> None:
     """A writer that never pauses never sees a fully copied WAL; the checkpointer makes it so."""
-    store = Store(tmp_path / "busy.db")
+    store, checkpointer, write = _busy_store(tmp_path)
     try:
-        run, _ = store.create_run(RunCreate(name="busy"))
-        assert store.writer is not None and store.writer._checkpointer is not None
-        checkpointer = store.writer._checkpointer
-        checkpointer.interval, checkpointer.wal_bytes = 0.05, 1024 * 1024
+        checkpointer.restart_every = 0.0  # start over whenever the WAL reaches wal_bytes
         wal = tmp_path / "busy.db-wal"
-        seq = 0
-
-        def write(batches: int) -> None:
-            nonlocal seq
-            for _ in range(batches):
-                rows = [("loss", seq * 1000 + i, None, 1.0, 0.5) for i in range(1000)]
-                store.ingest_metrics(run.id, 0, seq, rows)
-                seq += 1
-
         deadline = time.monotonic() + 20
         while checkpointer.restarts < 2 and time.monotonic() < deadline:
             write(10)
         first = wal.stat().st_size
-        write(400)  # ~25 MB more WAL frames: without restarts the file grows by as much
+        written = write(400)  # ~25 MB more WAL frames: without restarts the file grows by as much
         assert checkpointer.restarts >= 3
         assert wal.stat().st_size < first + 12 * 1024 * 1024, "the WAL kept growing"
-        assert store.read(lambda c: queries.metric_names(c, run.id))[0].count == seq * 1000
+        assert store.read(lambda c: c.exec_driver_sql("SELECT count(*) FROM metrics").scalar()) == written
+    finally:
+        store.close()
+
+
+def test_writer_pauses_are_rationed_but_the_wal_stays_under_its_cap(tmp_path: Path) -> None:
+    """Under heavy ingest the WAL is copied without pausing the writer (PASSIVE checkpoints) and
+    starts over (a short pause of every write) only once per ``restart_every`` or at ``wal_cap``."""
+    store, checkpointer, write = _busy_store(tmp_path)
+    try:
+        checkpointer.restart_every, checkpointer.wal_cap = 3600.0, 8 * 1024 * 1024
+        wal = tmp_path / "busy.db-wal"
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (write(600), done.set()))  # ~45 MB of frames, nonstop
+        writer.start()
+        largest = 0
+        while not done.wait(0.01):
+            largest = max(largest, wal.stat().st_size if wal.exists() else 0)
+        writer.join()
+        assert checkpointer.checkpoints > checkpointer.restarts  # copied without pausing, too
+        assert 1 <= checkpointer.restarts <= 8  # only at the cap (8 MB), not at every 1 MB
+        assert largest < 8 * 1024 * 1024 + 8 * 1024 * 1024, "the WAL passed its cap"
+        size, waiting = checkpointer.wal_state()
+        assert 0 <= waiting <= size
     finally:
         store.close()
