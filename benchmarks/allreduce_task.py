@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workers"))
+sys.path[:0] = [str(ROOT), str(ROOT / "workers")]  # run as a script by torchrun, too
+
+from benchmarks.stats import median_interval  # noqa: E402
 
 
 def rank_main(args: argparse.Namespace) -> None:
@@ -69,7 +70,7 @@ def rank_main(args: argparse.Namespace) -> None:
             for name in ("ours", "raw") if r % 2 == 0 else ("raw", "ours"):
                 got[name].append(ours(size) if name == "ours" else raw(size))
         ratios = [o / w for o, w in zip(got["ours"], got["raw"], strict=True)]
-        low, high = _median_interval(ratios)
+        low, high = median_interval(ratios)
         rows.append(
             (
                 size,
@@ -88,13 +89,6 @@ def rank_main(args: argparse.Namespace) -> None:
         worst = min(r[3] for r in rows)
         print(f"  worst ratio for sizes >= 1 MB: {worst:.3f}  (goal: >= 0.95)")
     dist.destroy_process_group()
-
-
-def _median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
-    """A seeded bootstrap 95% interval of the median of ``values``."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workers"))
+sys.path[:0] = [str(ROOT), str(ROOT / "workers")]  # run as a script by torchrun, too
+
+from benchmarks.stats import median_interval  # noqa: E402
 
 SIDES = ("ours", "ours-nchw", "ddp")
 
@@ -191,7 +192,7 @@ def report(
     for name, label in (("ours", "ratio DDP/ours"), ("ours-nchw", "ratio DDP/ours-nchw")):
         ratios = [d / o for o, d in zip(times[name], times["ddp"], strict=True)]
         cpu_ratios = [d / o for o, d in zip(cpu[name], cpu["ddp"], strict=True)]
-        low, high = _median_interval(ratios)
+        low, high = median_interval(ratios)
         print(
             f"  {label:<20}: {statistics.median(ratios):6.3f} wall (95% interval {low:.3f} .. {high:.3f}; "
             f"faster in {sum(r > 1 for r in ratios)} of {len(ratios)} rounds), "
@@ -201,13 +202,6 @@ def report(
     total = max(1e-9, sum(phases.values()))
     shares = ", ".join(f"{k} {v / total * 100:.1f}%" for k, v in phases.items())
     print(f"  ours, share of step by phase: {shares}")
-
-
-def _median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
-    """A seeded bootstrap 95% interval of the median of ``values``."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def main(argv: list[str] | None = None) -> int:
