@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import manifests
+from mlbench_tui.executors import manifests, pod_logs
 from mlbench_tui.executors.api import (
     DryRun,
     Executor,
@@ -48,6 +48,19 @@ _STUCK = {
     "CreateContainerConfigError",
     "CrashLoopBackOff",
 }
+
+
+# Following a log, these mean "not yet" or "not now" (400: the container is still being created;
+# 404: its pod was replaced or the log is not there yet); the follower retries them.
+_TRANSIENT_LOG_STATUS = {400, 404, 429, 500, 502, 503, 504}
+_RETRY_FIRST_S = 0.25
+_RETRY_MAX_S = 5.0
+
+
+class _TransientLogError(Exception):
+    def __init__(self, error: ExecutorError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def api_error(exc: Exception, action: str) -> ExecutorError:
@@ -506,33 +519,68 @@ class KubernetesExecutor(Executor):
             time.sleep(0.5)
 
     def _rank_lines(self, handle: RunHandle, rank: int, follow: bool, since: float | None) -> Iterator[str]:
-        pod = self._pod_for_rank(handle, rank, follow)
-        if pod is None:
+        """One rank's log lines. Following, it reconnects across a dropped connection or a
+        transient API error (the log not there yet, 429, 5xx) with timestamps on, showing each
+        line once, until the container's stream ends (as ``kubectl logs -f``) or the run is over."""
+        if not follow:
+            pod = self._pod_for_rank(handle, rank, False)
+            if pod is not None:
+                yield from self._read_log(handle, pod, False, since, timestamps=False)
             return
+        cursor = pod_logs.LogCursor()
+        final = False  # the run is over: one last plain read picks up what a drop cut off
+        delay = _RETRY_FIRST_S
+        while True:
+            pod = self._pod_for_rank(handle, rank, not final)
+            if pod is None:
+                return
+            cursor.reconnect()
+            try:
+                for line in self._read_log(handle, pod, not final, since, timestamps=True):
+                    stamp, text = pod_logs.split_stamp(line)
+                    if cursor.admit(stamp):
+                        delay = _RETRY_FIRST_S
+                        yield text
+                return
+            except _TransientLogError as exc:
+                if final:
+                    raise exc.error from None
+                status = self.describe(handle)
+                final = status is None or status.state.is_terminal()
+                if not final:
+                    time.sleep(delay)
+                    delay = min(delay * 2, _RETRY_MAX_S)
+
+    def _read_log(
+        self, handle: RunHandle, pod: dict[str, Any], follow: bool, since: float | None, *, timestamps: bool
+    ) -> Iterator[str]:
+        """Lines of the worker container's log; transient failures raise ``_TransientLogError``."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
         kwargs: dict[str, Any] = {
             "container": manifests.CONTAINER,
             "follow": follow,
             "_preload_content": False,
         }
+        if timestamps:
+            kwargs["timestamps"] = True
         if since is not None:
             kwargs["since_seconds"] = max(1, math.ceil(time.time() - since))
         name = pod["metadata"]["name"]
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
+        action = f"read the log of pod {handle.where}/{name}"
         try:
             response = self._core().read_namespaced_pod_log(name, handle.where, **kwargs)
         except (ApiException, HTTPError) as exc:
-            raise api_error(exc, f"read the log of pod {handle.where}/{name}") from None
+            error = api_error(exc, action)
+            status = getattr(exc, "status", None)
+            if isinstance(exc, HTTPError) or status in _TRANSIENT_LOG_STATUS:
+                raise _TransientLogError(error) from None
+            raise error from None
         try:
-            pending = b""
-            for chunk in response.stream(4096):
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    yield raw.decode("utf-8", "replace").rstrip("\r")
-            if pending:
-                yield pending.decode("utf-8", "replace").rstrip("\r")
+            yield from pod_logs.stream_lines(response.stream(4096))
+        except HTTPError as exc:  # the connection dropped mid-stream
+            raise _TransientLogError(api_error(exc, action)) from None
         finally:
             response.release_conn()
 

@@ -279,6 +279,82 @@ def test_log_streaming_follows_a_rank_until_its_pod_ends(executor: KubernetesExe
     assert log_requests[-1].params["follow"] == "true" and log_requests[-1].params["container"] == "worker"
 
 
+def _follow_in_background(
+    executor: KubernetesExecutor, handle: RunHandle
+) -> tuple[list[str], threading.Thread]:
+    lines: list[str] = []
+
+    def follow() -> None:
+        lines.extend(executor.log_iter(handle, rank=0, follow=True))
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    return lines, thread
+
+
+def _until(predicate: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_following_a_log_survives_transient_errors_and_a_dropped_connection_showing_each_line_once(
+    executor: KubernetesExecutor, kube: KubeApi
+) -> None:
+    handle = _schedule(executor)
+    name = f"{JOB}-0-abcde"
+    kube.put("v1/pods", NS, name, pod(JOB, 0, "Running"))
+    kube.log_fault(NS, name, 404, "NotFound")  # the log is not there yet
+    kube.log_fault(NS, name, 503, "ServiceUnavailable")
+    same = time.time_ns()
+    kube.log(NS, name, "epoch 0", "epoch 0 again, same nanosecond", at_ns=same)
+    lines, thread = _follow_in_background(executor, handle)
+    _until(lambda: len(lines) == 2)
+    kube.log(NS, name, "epoch 1")
+    _until(lambda: len(lines) == 3)
+    kube.drop_log_streams(NS, name)  # the API server goes away mid-stream ...
+    kube.log(NS, name, "epoch 2", "goal reached", finished=True)  # ... and the rank carries on
+    thread.join(15)
+    assert not thread.is_alive()
+    assert lines == ["epoch 0", "epoch 0 again, same nanosecond", "epoch 1", "epoch 2", "goal reached"]
+    reads = [r for r in kube.requests() if r.subresource == "log"]
+    assert len(reads) >= 4 and all(r.params.get("timestamps") == "true" for r in reads)
+
+
+def test_a_follow_cut_off_after_the_run_ended_reads_the_rest_once_and_stops(
+    executor: KubernetesExecutor, kube: KubeApi
+) -> None:
+    handle = _schedule(executor)
+    name = f"{JOB}-0-abcde"
+    kube.put("v1/pods", NS, name, pod(JOB, 0, "Running"))
+    kube.log(NS, name, "epoch 0")
+    lines, thread = _follow_in_background(executor, handle)
+    _until(lambda: lines == ["epoch 0"])
+    kube.log(NS, name, "goal reached")
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
+    kube.put("batch/v1/jobs", NS, JOB, complete)
+    kube.put("v1/pods", NS, name, pod(JOB, 0, "Succeeded"))
+    kube.drop_log_streams(NS, name)  # never marked finished: only a plain read can end it
+    thread.join(15)
+    assert not thread.is_alive()
+    assert lines == ["epoch 0", "goal reached"]
+    assert [r.params["follow"] for r in kube.requests() if r.subresource == "log"][-1] == "false"
+
+
+def test_following_a_log_does_not_retry_a_permission_error(
+    executor: KubernetesExecutor, kube: KubeApi
+) -> None:
+    handle = _schedule(executor)
+    kube.put("v1/pods", NS, f"{JOB}-0-abcde", pod(JOB, 0, "Running"))
+    kube.log_fault(NS, f"{JOB}-0-abcde", 403, "Forbidden")
+    started = time.monotonic()
+    with pytest.raises(ExecutorError, match=r"forbidden \(403\).*read the log of pod bench/run-0001-0-abcde"):
+        list(executor.log_iter(handle, rank=0, follow=True))
+    assert time.monotonic() - started < 2
+    assert len([r for r in kube.requests() if r.subresource == "log"]) == 1
+
+
 def test_logs_of_every_rank_are_prefixed_and_filtered(executor: KubernetesExecutor, kube: KubeApi) -> None:
     handle = _schedule(executor)
     for index in (0, 1):

@@ -12,6 +12,7 @@ import copy
 import datetime
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ import kmock
 from kmock._internal import enums, k8s, rendering
 
 from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.executors.pod_logs import format_stamp
 from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan
 
 RESOURCES = (
@@ -81,8 +83,10 @@ class _Emulator(k8s.KubernetesEmulator):
     """kmock's emulator with server-side apply, uids, faults and pod logs."""
 
     faults: dict[tuple[str, str], Fault]
-    logs: dict[tuple[str, str], list[str]]
+    logs: dict[tuple[str, str], list[tuple[int, str]]]  # (time in ns, line) per pod
     finished_logs: set[tuple[str, str]]
+    log_faults: dict[tuple[str, str], list[Fault]]
+    log_drops: dict[tuple[str, str], int]
     _counter: Any
 
     namespaces: dict[str, dict[str, Any]]
@@ -94,6 +98,8 @@ class _Emulator(k8s.KubernetesEmulator):
         self.faults = {}
         self.logs = {}
         self.finished_logs = set()
+        self.log_faults = {}
+        self.log_drops = {}
         self._counter = itertools.count(1)
         for resource in RESOURCES:
             self.resources[resource] = kmock.ResourceInfo(namespaced=resource != "v1/namespaces")
@@ -240,17 +246,42 @@ class _Emulator(k8s.KubernetesEmulator):
         raise k8s.KubernetesObjectNotFoundError()
 
     async def _serve_log(self, request: rendering.Request) -> rendering.Response:
+        """pods/log as the API server answers it: 404 without the pod, 400 while its container
+        is waiting to start, else the log (``follow`` streams until the test marks it finished;
+        ``timestamps`` prefixes each line with its RFC3339Nano time). Injected faults and
+        dropped connections come first."""
         key = (str(request.namespace), str(request.name))
-        follow = request.params.get("follow") == "true"
-        if key not in self.logs:
+        faults = self.log_faults.get(key)
+        if faults:
+            fault = faults.pop(0)
+            raise k8s.KubernetesError(status=fault.status, reason=fault.reason, message=fault.message)
+        pod = await self.fetch("v1/pods", *key)
+        if pod is None:
             raise k8s.KubernetesObjectNotFoundError()
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            raise k8s.KubernetesError(
+                status=400,
+                reason="BadRequest",
+                message=f'container "worker" in pod "{key[1]}" is waiting to start: ContainerCreating',
+            )
+        follow = request.params.get("follow") == "true"
+        timestamps = request.params.get("timestamps") == "true"
+        since = request.params.get("sinceSeconds")
+        oldest = time.time_ns() - int(since) * 10**9 if since else 0
+        drops = self.log_drops.get(key, 0)
 
         async def lines() -> AsyncIterator[bytes]:
             sent = 0
             while True:
+                if self.log_drops.get(key, 0) != drops:  # cut the TCP connection mid-response
+                    assert request._raw_request is not None and request._raw_request.transport is not None
+                    request._raw_request.transport.abort()
+                    raise ConnectionResetError("the test dropped this log stream")  # kmock lets it go
                 current = self.logs.get(key, [])
-                for line in current[sent:]:
-                    yield (line + "\n").encode()
+                for stamp, line in current[sent:]:
+                    if stamp >= oldest:
+                        prefix = format_stamp(divmod(stamp, 10**9)) + " " if timestamps else ""
+                        yield (prefix + line + "\n").encode()
                 sent = len(current)
                 done = not follow or key in self.finished_logs
                 if done and sent == len(self.logs.get(key, [])):
@@ -378,10 +409,24 @@ class KubeApi:
     ) -> None:
         self.emulator.faults[(method.upper(), plural)] = Fault(status, reason, message, times)
 
-    def log(self, namespace: str, pod: str, *lines: str, finished: bool = False) -> None:
-        self.emulator.logs.setdefault((namespace, pod), []).extend(lines)
+    def log(
+        self, namespace: str, pod: str, *lines: str, finished: bool = False, at_ns: int | None = None
+    ) -> None:
+        """The container writes ``lines`` (stamped now, or all at ``at_ns``)."""
+        stamp = time.time_ns() if at_ns is None else at_ns
+        self.emulator.logs.setdefault((namespace, pod), []).extend((stamp, line) for line in lines)
         if finished:
             self.emulator.finished_logs.add((namespace, pod))
+
+    def log_fault(self, namespace: str, pod: str, status: int, reason: str, times: int = 1) -> None:
+        """The next ``times`` reads of the pod's log fail with ``status``."""
+        faults = self.emulator.log_faults.setdefault((namespace, pod), [])
+        faults.extend(Fault(status, reason, f"injected {reason}") for _ in range(times))
+
+    def drop_log_streams(self, namespace: str, pod: str) -> None:
+        """Cut the open log streams of the pod mid-response (as a restarting API server would)."""
+        key = (namespace, pod)
+        self.emulator.log_drops[key] = self.emulator.log_drops.get(key, 0) + 1
 
     def forward_to(self, namespace: str, pod: str, target: tuple[str, int]) -> None:
         """Make pods/portforward of ``pod`` reach ``target`` (a real TCP server on 127.0.0.1)."""
