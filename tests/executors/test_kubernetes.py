@@ -351,7 +351,7 @@ def test_following_a_log_does_not_retry_a_permission_error(
     started = time.monotonic()
     with pytest.raises(ExecutorError, match=r"forbidden \(403\).*read the log of pod bench/run-0001-0-abcde"):
         list(executor.log_iter(handle, rank=0, follow=True))
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5  # no backoff sleeps
     assert len([r for r in kube.requests() if r.subresource == "log"]) == 1
 
 
