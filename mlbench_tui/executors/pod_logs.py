@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import calendar
 import re
-import time
 from collections.abc import Iterable, Iterator
 
 # RFC 3339 with up to nanoseconds, as the kubelet writes with ``timestamps=true`` (Go's
@@ -29,14 +28,6 @@ def parse_stamp(text: str) -> Stamp | None:
         sign = 1 if zone[0] == "+" else -1
         seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
     return seconds, int(fraction.ljust(9, "0")) if fraction else 0
-
-
-def format_stamp(stamp: Stamp) -> str:
-    """The kubelet's form (RFC3339Nano in UTC) of a stamp."""
-    seconds, nanos = stamp
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    fraction = f"{nanos:09d}".rstrip("0")
-    return f"{text}.{fraction}Z" if fraction else f"{text}Z"
 
 
 def split_stamp(line: str) -> tuple[Stamp | None, str]:

@@ -4,8 +4,9 @@ show every line once."""
 from __future__ import annotations
 
 import pytest
+from support.kube_api import format_stamp
 
-from mlbench_tui.executors.pod_logs import LogCursor, format_stamp, parse_stamp, split_stamp, stream_lines
+from mlbench_tui.executors.pod_logs import LogCursor, parse_stamp, split_stamp, stream_lines
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,6 @@ import kmock
 from kmock._internal import enums, k8s, rendering
 
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.pod_logs import format_stamp
 from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan
 
 RESOURCES = (
@@ -69,6 +68,15 @@ def make_plan(**overrides: Any) -> RunPlan:
 
 def make_launch(run_id: str = "run-0001", token: str = "tok-secret-abc123") -> LaunchContext:
     return LaunchContext(run_id=run_id, server_url="http://127.0.0.1:8765", write_token=token)
+
+
+def format_stamp(stamp: tuple[int, int]) -> str:
+    """A (seconds, nanoseconds) stamp as the kubelet writes it with ``timestamps=true``
+    (RFC3339Nano in UTC: Go drops the fraction's trailing zeros, and the dot when none is left)."""
+    seconds, nanos = stamp
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    fraction = f"{nanos:09d}".rstrip("0")
+    return f"{text}.{fraction}Z" if fraction else f"{text}Z"
 
 
 @dataclass
