@@ -11,6 +11,9 @@ Goals (issue 3), all measured in one run on the same machine:
   send times spread evenly over the interval), while a probe client sends one batch every 10 ms
   and records each latency. The same load sent in bursts (all 15 clients at the same moments),
   and a steady load of a quarter of the capacity, are measured too and shown for information.
+  Each latency phase lasts ``--latency-seconds`` (10: about 950 probes, so the p99 is the
+  10th-worst, not the 4th-worst of a 4 s phase) and its p99 is shown with a distribution-free
+  95% interval (``benchmarks/stats.py``).
 
 Both servers run as separate processes on 127.0.0.1 and get identical traffic from the same
 minimal keep-alive HTTP/1.1 client (raw sockets, pre-encoded bodies), so the client costs the same
@@ -21,7 +24,7 @@ its better result; it runs from its
 own virtual environment built from ``benchmarks/requirements-ingest.txt`` (``--setup-peer``
 creates it), so it never touches the project's pins.
 
-    python -m benchmarks ingest [--seconds 4] [--setup-peer] [--skip-peer]
+    python -m benchmarks ingest [--seconds 4] [--latency-seconds 10] [--setup-peer] [--skip-peer]
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks.stats import quantile_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = Path(__file__).with_name("requirements-ingest.txt")
@@ -510,6 +515,9 @@ def _peer_scenarios(peer: Target, clients: int, procs: int, secs: float) -> dict
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks ingest", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
+    parser.add_argument(
+        "--latency-seconds", type=float, default=10.0, help="duration of each latency-under-load phase"
+    )
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--procs", type=int, default=4, help="client processes for the concurrent phases")
     parser.add_argument("--peer-venv", type=Path, default=default_peer_venv())
@@ -549,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         bg_clients = args.clients - 1
         probes = {
             (share, steady): latency_under_load(
-                ours, bg_clients, share * capacity_rps, secs, args.procs, steady, seq
+                ours, bg_clients, share * capacity_rps, args.latency_seconds, args.procs, steady, seq
             )
             for share, steady, seq in ((0.5, True, 3), (0.5, False, 5), (0.25, True, 7))
         }
@@ -579,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(label, ours_results[key], peer_value, GOALS[key]), flush=True)
     for (share, steady), probe in probes.items():
         p50, p99 = _pct(probe, 0.50) * 1000, _pct(probe, 0.99) * 1000
+        low, high = (x * 1000 for x in quantile_interval(probe, 0.99))
         verdict = ""
         if share == 0.5 and steady:
             label, goal = "100-metric POST latency under load", GOALS["p99_ms"]
@@ -588,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             label = "  same load in bursts (info)"
         print(
-            f"{label:<34} p50 {p50:.2f} ms  p99 {p99:.2f} ms  (n={len(probe)}; background {bg_clients}"
+            f"{label:<34} p50 {p50:.2f} ms  p99 {p99:.2f} ms [{low:.2f}-{high:.2f}]"
+            f"  (n={len(probe)}; background {bg_clients}"
             f" clients at {share * capacity_rps:,.0f} requests/s{'' if steady else ', sent together'})"
             + verdict,
             flush=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -11,3 +12,21 @@ def median_interval(values: list[float], draws: int = 2000) -> tuple[float, floa
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
     return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+def quantile_interval(values: list[float], q: float) -> tuple[float, float]:
+    """A distribution-free 95% interval of the ``q`` quantile of ``values`` (order statistics).
+
+    The number of samples below the true quantile is Binomial(n, q); the interval runs between
+    the order statistics at n*q -/+ 1.96 standard deviations of that count. With few samples a
+    tail quantile is barely pinned down: the p99 of 350 samples is the 4th-worst, and its
+    interval spans from the 8th-worst to the worst.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    if not n:
+        return math.nan, math.nan
+    spread = 1.96 * math.sqrt(n * q * (1.0 - q))
+    low = max(0, math.floor(n * q - spread) - 1)
+    high = min(n - 1, math.ceil(n * q + spread))
+    return ordered[low], ordered[high]
