@@ -260,6 +260,52 @@ def test_a_rolled_back_batch_leaves_its_new_series_to_the_next_one(store: Store)
     ).fetchone() == (0,)
 
 
+def test_runs_created_or_deleted_in_a_rolled_back_group_are_known_as_committed(store: Store) -> None:
+    """A group that fails is undone and its requests retried one by one; the writer's view of
+    which runs exist must end up as what was committed, not as the failed group left it."""
+    kept, _ = store.create_run(RunCreate(name="kept"))
+    doomed, _ = store.create_run(RunCreate(name="doomed"))
+    writer = store.writer
+    assert writer is not None
+    results: dict[str, object] = {}
+
+    def call(key: str, fn: Callable[[], object]) -> None:
+        try:
+            results[key] = fn()
+        except Exception as exc:
+            results[key] = exc
+
+    bad = [("x", 2**63, None, 1.0, 1.0)]  # not storable: the group's transaction fails
+    with writer._lock:  # the writer takes the first job, then waits here; the rest queue up
+        first = threading.Thread(
+            target=call, args=("first", lambda: store.ingest_metrics(kept.id, 0, 0, bad))
+        )
+        first.start()
+        while not writer._queue.empty():
+            time.sleep(0.001)
+        threads = [
+            threading.Thread(target=call, args=("new", lambda: store.create_run(RunCreate(name="new")))),
+            threading.Thread(target=call, args=("delete", lambda: store.delete_run(doomed.id))),
+            threading.Thread(
+                target=call, args=("update", lambda: store.update_run(kept.id, RunUpdate(state="running")))
+            ),
+            threading.Thread(target=call, args=("bad", lambda: store.ingest_metrics(kept.id, 0, 1, bad))),
+        ]
+        for t in threads:
+            t.start()
+        while writer._queue.qsize() < len(threads):
+            time.sleep(0.001)
+    for t in [first, *threads]:
+        t.join(10)
+    assert isinstance(results["bad"], OverflowError) and isinstance(results["first"], OverflowError)
+    new, _token = results["new"]  # type: ignore[misc]
+    assert writer.has_run(new.id) and writer.has_run(kept.id) and not writer.has_run(doomed.id)
+    assert store.ingest_metrics(new.id, 0, 0, [("loss", 1, None, 1.0, 0.5)]).accepted == 1
+    assert store.ingest_metrics(kept.id, 0, 2, [("loss", 1, None, 1.0, 0.5)]).accepted == 1
+    with pytest.raises(NotFound):
+        store.ingest_metrics(doomed.id, 0, 0, [("loss", 1, None, 1.0, 0.5)])
+
+
 def _busy_store(tmp_path: Path) -> tuple[Store, Checkpointer, Callable[[int], int]]:
     """A store, its checkpointer (1 MB threshold, polled every 50 ms) and ``write(batches)``,
     each batch 1000 metric rows of one run, back to back; it returns the rows written so far."""
