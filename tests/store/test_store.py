@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -314,6 +316,7 @@ def _busy_store(tmp_path: Path) -> tuple[Store, Checkpointer, Callable[[int], in
     assert store.writer is not None and store.writer._checkpointer is not None
     checkpointer = store.writer._checkpointer
     checkpointer.interval, checkpointer.wal_bytes = 0.05, 1024 * 1024
+    time.sleep(0.3)  # the thread's first wait began with the default interval (0.25 s)
     seq = 0
 
     def write(batches: int) -> int:
@@ -364,5 +367,52 @@ def test_writer_pauses_are_rationed_but_the_wal_stays_under_its_cap(tmp_path: Pa
         assert largest < 8 * 1024 * 1024 + 8 * 1024 * 1024, "the WAL passed its cap"
         size, waiting = checkpointer.wal_state()
         assert 0 <= waiting <= size
+    finally:
+        store.close()
+
+
+def test_the_wal_is_synced_in_small_steps_between_checkpoints(tmp_path: Path) -> None:
+    """Frames reach the disk every ``sync_bytes`` as they are written, not tens of megabytes at a
+    checkpoint's start (a large flush stalls the writer's appends to the same file)."""
+    store, checkpointer, write = _busy_store(tmp_path)
+    try:
+        checkpointer.wal_bytes, checkpointer.wal_cap = 1 << 40, 1 << 40  # no checkpoint at all
+        checkpointer.sync_bytes = 1024 * 1024
+        deadline = time.monotonic() + 20
+        while checkpointer.wal_state()[0] < 8 * 1024 * 1024 and time.monotonic() < deadline:
+            write(5)
+            time.sleep(checkpointer.sync_interval)  # a steady writer, not a single burst
+        size, _waiting = checkpointer.wal_state()
+        assert checkpointer.checkpoints == 0 and size >= 8 * 1024 * 1024
+        assert checkpointer.syncs >= 4, "the WAL was not synced while it grew"
+        assert size - checkpointer._synced < 4 * 1024 * 1024
+    finally:
+        store.close()
+
+
+def test_another_process_sees_the_wal_index_in_use_while_the_store_is_open(tmp_path: Path) -> None:
+    """The checkpointer reads the wal-index through a descriptor it keeps: closing one would drop
+    SQLite's lock that marks the index as in use, and the next process to open the store would
+    reinitialise (truncate) the index under the running server."""
+    store = Store(tmp_path / "m.db")
+    probe = (
+        "import fcntl, sys\n"
+        "with open(sys.argv[1], 'r+b') as fh:\n"
+        "    try:\n"
+        "        fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)\n"  # SQLite's DMS byte
+        "    except OSError:\n"
+        "        sys.exit(3)\n"
+    )
+    try:
+        run, _ = store.create_run(RunCreate(name="locks"))
+        store.ingest_metrics(run.id, 0, 0, [("loss", 1, None, 1.0, 0.5)])
+        assert store.writer is not None and store.writer._checkpointer is not None
+        checkpointer = store.writer._checkpointer
+        polls = checkpointer.wal_state  # let the thread poll the wal-index a few times first
+        time.sleep(3 * checkpointer.interval)
+        assert polls()[0] > 0
+        shm = str(tmp_path / "m.db-shm")
+        held = subprocess.run([sys.executable, "-c", probe, shm], check=False, timeout=30)
+        assert held.returncode == 3, "the wal-index's in-use lock was released"
     finally:
         store.close()
