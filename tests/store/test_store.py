@@ -408,9 +408,8 @@ def test_another_process_sees_the_wal_index_in_use_while_the_store_is_open(tmp_p
         store.ingest_metrics(run.id, 0, 0, [("loss", 1, None, 1.0, 0.5)])
         assert store.writer is not None and store.writer._checkpointer is not None
         checkpointer = store.writer._checkpointer
-        polls = checkpointer.wal_state  # let the thread poll the wal-index a few times first
-        time.sleep(3 * checkpointer.interval)
-        assert polls()[0] > 0
+        time.sleep(3 * checkpointer.interval)  # the thread polls the wal-index a few times first
+        assert checkpointer.wal_state()[0] > 0
         shm = str(tmp_path / "m.db-shm")
         held = subprocess.run([sys.executable, "-c", probe, shm], check=False, timeout=30)
         assert held.returncode == 3, "the wal-index's in-use lock was released"
