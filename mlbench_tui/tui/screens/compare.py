@@ -27,6 +27,7 @@ from mlbench_tui.tui.messages import ConnectionChanged, RunsUpdated
 from mlbench_tui.tui.rows import CompareRow, compare_rows
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
+from mlbench_tui.tui.widgets.table import FittedTable
 
 if TYPE_CHECKING:
     from mlbench_tui.tui.app import MlbenchApp
@@ -142,7 +143,7 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         yield ConnectionBanner(id="banner")
-        yield DataTable(cursor_type="row", zebra_stripes=True, id="compare")
+        yield FittedTable(cursor_type="row", zebra_stripes=True, id="compare")
         yield Static(id="configs")
         yield Footer()
 

@@ -25,6 +25,7 @@ from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.messages import CommandFinished
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
+from mlbench_tui.tui.widgets.table import FittedTable
 
 if TYPE_CHECKING:
     from mlbench_tui.tui.app import MlbenchApp
@@ -118,9 +119,9 @@ class SpecScreen(Screen[None]):
             with TabbedContent(id="spec-tabs", initial="issues"):
                 with TabPane("Issues [1]", id="issues"):
                     yield Static(id="spec-verdict")
-                    yield DataTable(cursor_type="row", id="issue-table")
+                    yield FittedTable(cursor_type="row", id="issue-table")
                 with TabPane("Plan [2]", id="plan"):
-                    yield DataTable(cursor_type="row", id="plan-table")
+                    yield FittedTable(cursor_type="row", id="plan-table")
                 with TabPane("Dry run [3]", id="dryrun"), VerticalScroll():
                     yield Static(id="dryrun-text")
                 with TabPane("Source [4]", id="source"), VerticalScroll():

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Static
 
 from mlbench_tui.tui.goal import find_stragglers
 from mlbench_tui.tui.widgets.bars import stacked_bar
+from mlbench_tui.tui.widgets.table import FittedTable
 
 PART_STYLES = (("compute", "green"), ("comm", "dark_orange"), ("data", "dodger_blue1"), ("other", "grey50"))
 BAR_WIDTH = 24
@@ -70,7 +71,7 @@ class RankTable(Vertical):
         self.stragglers: set[int] = set()
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=True, id="rank-table")
+        table = FittedTable(cursor_type="row", zebra_stripes=True, id="rank-table")
         yield table
         yield Static(legend(), id="rank-legend")
 
@@ -97,7 +98,7 @@ class RankTable(Vertical):
             else:
                 for column, cell, before in zip(self.COLUMNS, cells, old, strict=True):
                     if cell != before or cell.style != before.style:  # Text == ignores the base style
-                        table.update_cell(str(view.rank), column, cell)
+                        table.update_cell(str(view.rank), column, cell, update_width=True)
             self._rows[view.rank] = cells
 
     @staticmethod

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from mlbench_tui.tui.goal import format_duration
 from mlbench_tui.tui.rows import RunRow, format_age
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
+from mlbench_tui.tui.widgets.table import FittedTable
 
 COLUMNS = ("", "name", "task", "backend", "workers", "state", "progress", "best", "time to goal", "age")
 
@@ -51,7 +51,7 @@ def row_cells(row: RunRow, marked: bool, now: float) -> tuple[Text | str, ...]:
     )
 
 
-class RunsTable(DataTable[Text | str]):
+class RunsTable(FittedTable):
     """DataTable of ``RunRow``s keyed by run id."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -79,7 +79,7 @@ class RunsTable(DataTable[Text | str]):
                 old = self._cells.get(run_id)
                 for i, cell in enumerate(cells[run_id]):
                     if old is None or str(old[i]) != str(cell) or _style(old[i]) != _style(cell):
-                        self.update_cell(run_id, keys[i], cell)
+                        self.update_cell(run_id, keys[i], cell, update_width=True)
         else:
             selected = self.selected_id
             self.clear()

@@ -1,0 +1,27 @@
+"""The DataTable every screen uses: Textual's, with lines repainted when column widths change.
+
+Textual (up to 8.2.8 at least) sizes auto-width columns on idle, after rows are added or cells
+updated. That pass invalidates its cache of rendered rows only when some row has auto height, so
+a line painted between ``add_row`` and the next idle (the header, usually) keeps the old column
+widths: the compare screen showed a header five cells wide over a 33-cell ``run`` column until
+the cursor moved, and again on each refresh that painted at the wrong moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
+
+
+class FittedTable(DataTable[Any]):
+    """A DataTable whose rendered lines never outlive a change of column widths."""
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        # Runs on idle, only after the table changed, once the columns of the changed cells
+        # were resized: any width may differ from what the cached lines were painted with.
+        super()._update_dimensions(new_rows)
+        self._update_count += 1  # the key of every render cache: what was painted is stale
+        self.refresh()
