@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from textual.app import App, ComposeResult
 from textual.geometry import Region
@@ -27,40 +28,37 @@ def _lines(table: DataTable[str]) -> tuple[str, str]:
     return header.text, row.text
 
 
-async def _header_after_growth(table: DataTable[str]) -> tuple[str, str]:
-    """Header and first row once a long cell arrived and was painted before the next idle."""
+async def _after_growth(
+    table: DataTable[str], grow: Callable[[DataTable[str]], object], *rows: tuple[str, str]
+) -> tuple[str, str]:
+    """Header and first row once ``grow`` lengthened a run cell of a table showing ``rows``,
+    painted before the next idle."""
     app = _TableApp(table)
     async with app.run_test(size=(80, 10)) as pilot:
         table.add_column("run", key="run")
         table.add_column("state", key="state")
+        for i, cells in enumerate(rows):
+            table.add_row(*cells, key=f"r{i + 1}")
         await pilot.pause()
-        table.add_row("a-much-longer-run-name", "done", key="r1")
-        _lines(table)  # a paint between add_row and the idle pass that sizes the columns
+        grow(table)
+        _lines(table)  # a paint between the change and the idle pass that sizes the columns
         await pilot.pause()
         return _lines(table)
 
 
 def test_the_header_follows_columns_that_grew_after_it_was_painted() -> None:
-    header, row = asyncio.run(_header_after_growth(FittedTable()))
+    header, row = asyncio.run(
+        _after_growth(FittedTable(), lambda t: t.add_row("a-much-longer-run-name", "done", key="r1"))
+    )
     assert "a-much-longer-run-name" in row, row
     assert row.index("done") == header.index("state"), (header, row)
 
 
-def test_updated_cells_widen_the_header_too() -> None:
-    async def main() -> tuple[str, str]:
-        table = FittedTable()
-        app = _TableApp(table)
-        async with app.run_test(size=(80, 10)) as pilot:
-            table.add_column("run", key="run")
-            table.add_column("state", key="state")
-            table.add_row("r", "done", key="r1")
-            await pilot.pause()
-            table.update_cell("r1", "run", "renamed-to-something-long", update_width=True)
-            _lines(table)
-            await pilot.pause()
-            return _lines(table)
+def test_updated_cells_widen_their_column_and_the_header() -> None:
+    def grow(table: DataTable[str]) -> None:
+        table.update_cell("r1", "run", "renamed-to-something-long")
 
-    header, row = asyncio.run(main())
+    header, row = asyncio.run(_after_growth(FittedTable(), grow, ("r", "done")))
     assert "renamed-to-something-long" in row, row
     assert row.index("done") == header.index("state"), (header, row)
 

@@ -98,7 +98,7 @@ class RankTable(Vertical):
             else:
                 for column, cell, before in zip(self.COLUMNS, cells, old, strict=True):
                     if cell != before or cell.style != before.style:  # Text == ignores the base style
-                        table.update_cell(str(view.rank), column, cell, update_width=True)
+                        table.update_cell(str(view.rank), column, cell)
             self._rows[view.rank] = cells
 
     @staticmethod

@@ -79,7 +79,7 @@ class RunsTable(FittedTable):
                 old = self._cells.get(run_id)
                 for i, cell in enumerate(cells[run_id]):
                     if old is None or str(old[i]) != str(cell) or _style(old[i]) != _style(cell):
-                        self.update_cell(run_id, keys[i], cell, update_width=True)
+                        self.update_cell(run_id, keys[i], cell)
         else:
             selected = self.selected_id
             self.clear()

@@ -1,10 +1,12 @@
-"""The DataTable every screen uses: Textual's, with lines repainted when column widths change.
+"""The DataTable every screen uses: Textual's, with columns that always fit what they show.
 
 Textual (up to 8.2.8 at least) sizes auto-width columns on idle, after rows are added or cells
 updated. That pass invalidates its cache of rendered rows only when some row has auto height, so
 a line painted between ``add_row`` and the next idle (the header, usually) keeps the old column
 widths: the compare screen showed a header five cells wide over a 33-cell ``run`` column until
-the cursor moved, and again on each refresh that painted at the wrong moment.
+the cursor moved, and again on each refresh that painted at the wrong moment. And
+``update_cell`` leaves the width alone unless asked, so a live rank's host and a five-digit
+step were cut to the column's first width.
 """
 
 from __future__ import annotations
@@ -13,11 +15,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 
 class FittedTable(DataTable[Any]):
-    """A DataTable whose rendered lines never outlive a change of column widths."""
+    """A DataTable whose columns follow updated cells, and whose lines never outlive a width."""
+
+    def update_cell(
+        self,
+        row_key: RowKey | str,
+        column_key: ColumnKey | str,
+        value: Any,
+        *,
+        update_width: bool = True,
+    ) -> None:
+        super().update_cell(row_key, column_key, value, update_width=update_width)
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # Runs on idle, only after the table changed, once the columns of the changed cells
