@@ -9,8 +9,8 @@ plugin (``mlbench cluster create aws`` does that itself).
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's programs
 
-from infra.components.eks import program
+from mlbench_infra.eks import program
 
 program()

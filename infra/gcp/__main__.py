@@ -7,8 +7,8 @@ us-central1-a``, ``pulumi config set nodes 2``; every key is listed in Pulumi.ya
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's programs
 
-from infra.components.gke import program
+from mlbench_infra.gke import program
 
 program()

@@ -2,7 +2,8 @@
 
 ``GcpProvider`` and ``AwsProvider`` implement the ``Provider`` protocol. Each cluster is a stack
 (named after the cluster) of project ``mlbench-gcp`` / ``mlbench-aws``, whose program is the
-same ``program()`` the thin stacks in ``infra/gcp`` and ``infra/aws`` run, executed inline in
+same ``program()`` the thin stacks in ``infra/gcp`` and ``infra/aws`` run, imported from the
+``mlbench_infra`` package the wheel ships (``infra/`` in the repository) and executed inline in
 this process. State goes to a local file backend under mlbench's state directory unless
 ``PULUMI_BACKEND_URL`` says otherwise; the passphrase that encrypts the stack's secrets comes
 from ``PULUMI_CONFIG_PASSPHRASE(_FILE)`` or is generated once into a 0600 file there, and is
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import configparser
 import datetime
+import importlib
 import importlib.metadata
 import importlib.util
 import os
@@ -20,10 +22,9 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from mlbench_tui.errors import InfraError
@@ -266,39 +267,6 @@ def workspace_env() -> dict[str, str]:
     }
 
 
-def infra_dir() -> Path:
-    """Where the Pulumi programs live: $MLBENCH_INFRA_DIR, else the source tree's infra/."""
-    candidates = [Path(os.environ["MLBENCH_INFRA_DIR"])] if os.environ.get("MLBENCH_INFRA_DIR") else []
-    candidates.append(Path(__file__).resolve().parents[2] / "infra")
-    for candidate in candidates:
-        if (candidate / "components" / "gke.py").is_file():
-            return candidate
-    raise InfraError(
-        "the Pulumi programs (infra/components) were not found",
-        hint="run mlbench from a source checkout, or set MLBENCH_INFRA_DIR to its infra/ directory",
-    )
-
-
-def load_component(name: str) -> ModuleType:
-    """Import ``infra/components/<name>.py`` (not an installed package) by path."""
-    path = infra_dir() / "components" / f"{name}.py"
-    module_name = f"mlbench_infra_components_{name}"
-    loaded = sys.modules.get(module_name)
-    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
-        return loaded
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise InfraError(f"cannot load the Pulumi component {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses look their module up while the file executes
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module
-
-
 def _plugin_version(package: str) -> str:
     return "v" + importlib.metadata.version(package)
 
@@ -362,10 +330,26 @@ class PulumiProvider:
             **self.cloud_config(request, shape),
         }
 
+    def program(self) -> Callable[[], None]:
+        """The Pulumi program this provider runs inline: ``mlbench_infra.<component>.program``."""
+        module_name = f"mlbench_infra.{self.component}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("mlbench_infra", module_name):
+                raise
+            raise InfraError(
+                f"the Pulumi program {module_name} is not installed",
+                hint="reinstall mlbench-tui (`pip install --force-reinstall 'mlbench-tui[infra]'`); "
+                "in a source checkout, `pip install -e '.[infra]'`",
+            ) from None
+        program: Callable[[], None] = module.program
+        return program
+
     def _stack(self, stack_name: str, *, create: bool) -> Any:
         from pulumi import automation as auto
 
-        module = load_component(self.component)
+        program = self.program()
         env = workspace_env()
         opts = auto.LocalWorkspaceOptions(
             env_vars=env,
@@ -376,10 +360,10 @@ class PulumiProvider:
         try:
             if create:
                 return auto.create_or_select_stack(
-                    stack_name=stack_name, project_name=self.project, program=module.program, opts=opts
+                    stack_name=stack_name, project_name=self.project, program=program, opts=opts
                 )
             return auto.select_stack(
-                stack_name=stack_name, project_name=self.project, program=module.program, opts=opts
+                stack_name=stack_name, project_name=self.project, program=program, opts=opts
             )
         except auto.StackNotFoundError:
             return None
@@ -492,7 +476,7 @@ def gcp_location(request: ClusterRequest) -> tuple[str | None, str | None]:
 
 
 class GcpProvider(PulumiProvider):
-    """GKE clusters (infra/components/gke.py)."""
+    """GKE clusters (``mlbench_infra.gke``)."""
 
     name = "gcp"
     project = "mlbench-gcp"
@@ -529,7 +513,7 @@ class GcpProvider(PulumiProvider):
 
 
 class AwsProvider(PulumiProvider):
-    """EKS clusters (infra/components/eks.py), plus the NVIDIA device plugin after creation."""
+    """EKS clusters (``mlbench_infra.eks``), plus the NVIDIA device plugin after creation."""
 
     name = "aws"
     project = "mlbench-aws"

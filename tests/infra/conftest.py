@@ -1,22 +1,11 @@
-"""Fixtures for the infra tests: Pulumi's official mocks, and the repo root on sys.path.
-
-``infra/`` (the Pulumi programs) is not an installed package, so the repo root is put on the
-import path for these tests, as ``pulumi up`` does through the stacks' ``__main__.py``.
-"""
+"""Fixtures for the infra tests: Pulumi's official mocks, installed fresh for each test."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tests.infra.mocks import RecordingMocks  # noqa: E402
+from support.pulumi_mocks import RecordingMocks
 
 
 @pytest.fixture

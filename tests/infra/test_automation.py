@@ -5,6 +5,7 @@ Kubernetes API mock."""
 from __future__ import annotations
 
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,18 +90,19 @@ def test_aws_stack_config(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config["zone"] == "eu-west-1b"
 
 
-def test_components_load_from_the_source_tree() -> None:
-    gke = automation.load_component("gke")
-    eks = automation.load_component("eks")
-    assert callable(gke.program) and callable(eks.program)
-    assert gke.GkeCluster.__name__ == "GkeCluster" and eks.EksCluster.__name__ == "EksCluster"
+def test_providers_run_the_installed_mlbench_infra_programs() -> None:
+    import mlbench_infra.eks
+    import mlbench_infra.gke
+
+    assert automation.GcpProvider().program() is mlbench_infra.gke.program
+    assert automation.AwsProvider().program() is mlbench_infra.eks.program
 
 
-def test_components_missing_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MLBENCH_INFRA_DIR", str(tmp_path))
-    monkeypatch.setattr(automation, "__file__", str(tmp_path / "site-packages" / "x" / "y" / "automation.py"))
-    with pytest.raises(InfraError, match=r"infra/components\) were not found"):
-        automation.infra_dir()
+def test_a_missing_program_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mlbench_infra.gke", None)  # what an install without it sees
+    with pytest.raises(InfraError, match=r"Pulumi program mlbench_infra.gke is not installed") as raised:
+        automation.GcpProvider().program()
+    assert "reinstall mlbench-tui" in str(raised.value.hint)
 
 
 def test_provider_registry(monkeypatch: pytest.MonkeyPatch) -> None:

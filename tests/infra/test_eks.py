@@ -6,9 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from infra.components.eks import ClusterConfigError, EksCluster, EksClusterArgs
-from tests.infra.mocks import RecordingMocks, run_program
+from mlbench_infra.eks import ClusterConfigError, EksCluster, EksClusterArgs
+from support.pulumi_mocks import RecordingMocks, run_program
 
 
 def _build(args: EksClusterArgs) -> dict[str, Any]:
@@ -126,8 +125,7 @@ def test_args_validation(overrides: dict[str, Any], message: str) -> None:
 
 def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
     import pulumi
-
-    from infra.components.eks import program
+    from mlbench_infra.eks import program
 
     pulumi.runtime.set_all_config(
         {

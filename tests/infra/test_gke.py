@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from mlbench_infra.gke import ClusterConfigError, GkeCluster, GkeClusterArgs
+from support.pulumi_mocks import RecordingMocks, run_program
 
-from infra.components.gke import ClusterConfigError, GkeCluster, GkeClusterArgs
 from mlbench_tui.infra.providers import GPU_TOLERATIONS
-from tests.infra.mocks import RecordingMocks, run_program
 
 
 def _build(args: GkeClusterArgs) -> dict[str, Any]:
@@ -129,8 +129,7 @@ def test_args_validation(overrides: dict[str, Any], message: str) -> None:
 
 def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
     import pulumi
-
-    from infra.components.gke import program
+    from mlbench_infra.gke import program
 
     pulumi.runtime.set_all_config(
         {

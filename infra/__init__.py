@@ -1,1 +1,0 @@
-"""Pulumi programs for mlbench clusters: reusable components and thin per-cloud stacks."""

@@ -1,1 +1,0 @@
-"""Pulumi ComponentResources: one per cloud (``gke.GkeCluster``, ``eks.EksCluster``)."""
