@@ -69,6 +69,8 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
 
     comm: Comm | None = None
     rank = rdv.rank
+    if rank == 0:  # MLPerf's init_start: setup (process group, data, model) starts here
+        reporter.event("init_start", {})
     try:
         limit_threads(config.threads_per_rank)
         seed_everything(config.seed)

@@ -19,15 +19,16 @@ What a task uses from ``ctx`` (``mlbench_worker.context.RunContext``):
 - ``ctx.rank``, ``ctx.world_size``, ``ctx.is_main``, ``ctx.device``, ``ctx.log(text)``.
 - ``ctx.reporter``: ``metric(name, value, step=, epoch=)`` and ``event(kind, payload)``, with the
   metric and event names of the shared contract (``train_loss``, ``val_global_Prec@1``, ...).
-- ``ctx.mark_run_start()``: call it when setup (data download, model build) is done, so the
-  timed part starts there (the training helper does this for you).
+- ``ctx.mark_run_start(facts)``: call it when setup (data download, model build) is done, so the
+  timed part starts there (the training helper does this for you, with the trainer's
+  ``train_samples``, ``eval_samples`` and ``comm_precision`` for the run's MLPerf log).
 
 Training tasks should not write their own loop: subclass ``tasks.training.Trainer`` (or
 ``ClassificationTrainer`` for ``(inputs, labels)`` batches) and call
 ``tasks.training.run_training(ctx, trainer, max_epochs=...)``. It times MLBench's phases with the
 tracker, reports ``train_loss``/``train_Prec@1``/``lr``/``step_time`` every few steps, validates
-each epoch on global (all-reduced) metrics, reports ``val_global_*``, ``time_*``, ``phase_*`` and
-``epoch_end``, checks the goal and ``max_time`` collectively so all ranks stop at the same step,
+each epoch on global (all-reduced) metrics, reports ``val_global_*``, ``time_*``, ``phase_*``,
+``epoch_start``, ``eval_start`` and ``epoch_end`` (as the validation ends), checks the goal and ``max_time`` collectively so all ranks stop at the same step,
 and returns the ``Outcome``. See ``tasks/resnet20.py`` for a complete example.
 
 Data: a ``synthetic`` source must be learnable (the light goal is reachable on it) so smoke runs

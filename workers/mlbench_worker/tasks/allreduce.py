@@ -114,7 +114,9 @@ def run(ctx: RunContext) -> Outcome:
     if unknown:
         raise ValueError(f"unknown dtype(s) {unknown}; known: {', '.join(DTYPES)}")
     sync = _synchronizer(ctx.device)
-    ctx.mark_run_start()
+    measurable = sum(ctx.comm.supports_dtype(DTYPES[d]) for d in dtype_names)
+    # MLPerf's sample counts for a sweep: every timed all-reduce, and the repetitions behind each point
+    ctx.mark_run_start({"train_samples": len(sizes) * measurable * repetitions, "eval_samples": repetitions})
     maybe_inject_fault(ctx.rank, 0)
     ctx.log(
         f"all-reduce sweep: {len(sizes)} sizes from {sizes[0]} to {sizes[-1]} elements, "

@@ -89,6 +89,8 @@ class AWDLSTMTrainer(Trainer):
         self.beta = float(ctx.hp("beta", 1.0))
         self.nonmono = int(ctx.hp("nonmono", 5))
         corpus = load_wikitext2(ctx)
+        self.train_samples = len(corpus.splits["train"])  # tokens: the unit AWD-LSTM trains on
+        self.eval_samples = len(corpus.splits["valid"])
         train_ids = wikitext2.rank_slice(corpus.splits["train"], ctx.rank, ctx.world_size)
         val_ids = wikitext2.rank_slice(corpus.splits["valid"], ctx.rank, ctx.world_size)
         self.train_data = torch.from_numpy(wikitext2.batchify(train_ids, self.batch_size)).to(self.device)

@@ -83,6 +83,7 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         splits = load_epsilon(ctx)
         train, val = splits["train"], splits["val"]
+        self.train_samples, self.eval_samples = len(train), len(val)
         if train.features != val.features:
             raise DatasetError(f"train has {train.features} features but validation {val.features}")
         shard = epsilon.shard_indices(len(train), ctx.rank, ctx.world_size, seed=config.seed)

@@ -82,6 +82,7 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         channels_last = use_channels_last(ctx.hp("channels_last", "auto"), self.device)
         train_full, val_full = load_cifar10(ctx)
+        self.train_samples, self.eval_samples = len(train_full), len(val_full)
         self.seed = config.seed
         self.train_set = cifar10.shard(train_full, ctx.rank, ctx.world_size, seed=config.seed).to(self.device)
         self.val_set = cifar10.split(val_full, ctx.rank, ctx.world_size).to(self.device)

@@ -284,6 +284,7 @@ class TensorFlowRun:
                 f"precision {config.precision!r} is not implemented for tensorflow; use fp32 or bf16"
             )
         (x_train, y_train), (x_val, y_val) = load_data(config, rdv.local_rank)
+        self.train_samples, self.eval_samples = len(y_train), len(y_val)  # MLPerf's sample counts
         idx = shard(len(y_train), self.rank, self.world, config.seed)
         lo, hi = len(y_val) * self.rank // self.world, len(y_val) * (self.rank + 1) // self.world
         self.train_x, self.train_y = x_train[idx], y_train[idx]
@@ -405,9 +406,12 @@ class TensorFlowRun:
         report_every = max(1, int(config.hyperparameters.get("report_every_steps", 10)))
         started = time.time()
         if self.is_main:
-            reporter.event("run_start", {})
+            facts = {"train_samples": self.train_samples, "eval_samples": self.eval_samples}
+            reporter.event("run_start", {**facts, "comm_precision": "fp32"})  # the flat fp32 buffer
         step = 0
         for epoch in range(1, max_epochs + 1):
+            if self.is_main:
+                reporter.event("epoch_start", {"epoch": epoch})
             t_epoch = time.perf_counter()
             rng = np.random.default_rng((config.seed, self.rank, epoch))
             order = np.random.default_rng((config.seed, epoch, self.rank)).permutation(len(self.train_y))
@@ -444,6 +448,8 @@ class TensorFlowRun:
                     window_n = window_steps = 0
                     window_t = now
             timer.train_s += time.perf_counter() - t_epoch
+            if self.is_main:  # epoch_end marks the end of this validation
+                reporter.event("eval_start", {"epoch": epoch})
             t_val = time.perf_counter()
             metrics = self.validate()
             timer.val_s += time.perf_counter() - t_val
@@ -527,6 +533,8 @@ def _version(dist: str) -> str | None:
 def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> int:
     """The TensorFlow counterpart of ``mlbench_worker.__main__.run_rank``: same events, same exits."""
     rank = rdv.rank
+    if rank == 0:
+        reporter.event("init_start", {})
     try:
         if config.task != "1a":
             raise ConfigError(f"task {config.task!r} has no tensorflow implementation (only 1a)")

@@ -46,6 +46,13 @@ class Trainer(abc.ABC):
     model: nn.Module
     optimizer: CentralizedOptimizer
 
+    train_samples: int | None = None
+    """Samples in the whole training set (all ranks' shards), for MLPerf's ``train_samples``."""
+    eval_samples: int | None = None
+    """Samples in the whole validation set, for MLPerf's ``eval_samples``."""
+    comm_precision: str = "fp32"
+    """The dtype gradients are all-reduced in (``fp32``, ``fp16`` or ``bf16``)."""
+
     @abc.abstractmethod
     def train_batches(self, epoch: int) -> Iterable[Any]:
         """This rank's training batches for ``epoch`` (1-based); the same count on every rank."""
@@ -246,7 +253,13 @@ def run_training(
     tracker = tracker or Tracker(ctx.device, seed=config.seed * 1009 + ctx.rank)
     report_every = max(1, int(ctx.hp("report_every_steps", 10)))
     check_every = max(1, int(ctx.hp("stop_check_every_steps", 20)))
-    ctx.mark_run_start()
+    ctx.mark_run_start(
+        {
+            "train_samples": trainer.train_samples,
+            "eval_samples": trainer.eval_samples,
+            "comm_precision": trainer.comm_precision,
+        }
+    )
     stop = StopController(ctx.comm, config.goal, config.max_time_s, start=ctx.started_at)
     goal = config.goal
     step = 0
@@ -257,6 +270,8 @@ def run_training(
         + (f", goal {goal.metric} {'>=' if goal.direction == 'max' else '<='} {goal.target}" if goal else "")
     )
     for epoch in range(1, max_epochs + 1):
+        if ctx.is_main:
+            reporter.event("epoch_start", {"epoch": epoch})
         trainer.model.train()
         tracker.train()
         stopped = Stop.CONTINUE
@@ -290,6 +305,8 @@ def run_training(
             tracker.pause()
             _report_totals(ctx, tracker, step, epoch)
             return _max_time_outcome(ctx, tracker, epoch, step)
+        if ctx.is_main:  # the epoch_end event below marks the end of this validation
+            reporter.event("eval_start", {"epoch": epoch})
         tracker.validation()
         metrics = trainer.validate()
         tracker.pause()

@@ -107,6 +107,7 @@ class TranslationTrainer(Trainer):
                 f"({train_key}={self.max_len_train}, {test_key}={self.max_len_test})"
             )
         self.test_refs = [corpus.references[int(i)] for i in self.test_data.index]
+        self.train_samples, self.eval_samples = len(self.train_data), len(self.test_data)  # sentence pairs
         sizes: dict[str, Any] = (
             {k: config.data.options[k] for k in task.model_keys if k in config.data.options}
             if config.data.source == "synthetic"
@@ -167,6 +168,7 @@ class TranslationTrainer(Trainer):
         both, so one flat all-reduce after backward is as fast; ``overlap_comm`` overrides.
         """
         self.comm_dtype = comm_dtype(self.ctx.comm, self.precision)
+        self.comm_precision = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(self.comm_dtype, "fp32")
         wanted = bool(hp.get("overlap_comm", self.device.type == "cuda"))
         overlap = self.comm_dtype is torch.float32 and self.update_freq == 1 and wanted
         hp = {**hp, "lr": self.schedule(0), "overlap_comm": overlap}
