@@ -13,6 +13,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -373,9 +374,21 @@ def results_output(summaries: Sequence[dict[str, Any]], output: str) -> str:
     return render_results(summaries) or "no finished runs"
 
 
-def export_run(client: MlbenchClient, ref: str, output: str | Path) -> Path:
-    """Write a run's zip archive (see ``results.export``)."""
+@dataclass(frozen=True)
+class Exported:
+    """A written archive, and what it leaves out and why (notes for the user)."""
+
+    path: Path
+    left_out: tuple[str, ...] = ()
+
+
+def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str | None = None) -> Exported:
+    """Write a run's zip archive (see ``results.export``). Its MLPerf log needs MLCommons'
+    ``mlperf-logging`` (the ``mlperf`` extra): without it the archive has everything else, and says
+    so. ``org``: the log's ``submission_org`` (default: the spec's ``org`` label)."""
+    from mlbench_tui.plan import RunPlan
     from mlbench_tui.results.export import LogRecord, write_export
+    from mlbench_tui.results.mllog import INSTALL_HINT, MllogUnavailable, mllog_lines
 
     target = Path(output)
     if target.is_dir():
@@ -384,6 +397,15 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path) -> Path:
     summary = _summary(client, run)
     metrics = read_metrics(client, run.id)
     events = read_events(client, run.id)
+    lines: list[str] | None = None
+    left_out: list[str] = []
+    try:
+        plan = RunPlan.model_validate(run.plan)
+        lines = mllog_lines(plan, metrics, events, state=str(run.state), org=org, message=run.error)
+    except MllogUnavailable:
+        left_out.append(f"mllog.txt (MLPerf's log): {INSTALL_HINT}")
+    except ValueError as exc:  # a plan stored by an older version that this one cannot read
+        left_out.append(f"mllog.txt (MLPerf's log): the run's stored plan is not readable ({exc})")
     logs: list[LogRecord] = []
     cursor = 0
     while True:
@@ -394,9 +416,10 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path) -> Path:
         cursor = lpage.cursor
     record = run.model_dump(mode="json")
     try:
-        return write_export(target, record, summary, metrics, events, logs)
+        path = write_export(target, record, summary, metrics, events, logs, mllog=lines)
     except OSError as exc:
         raise MlbenchError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return Exported(path, tuple(left_out))
 
 
 def write_text(stream: TextIO, text: str) -> None:

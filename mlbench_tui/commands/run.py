@@ -72,9 +72,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.set_defaults(handler=cmd_results)
 
-    p = sub.add_parser("export", help="write a run as a zip (spec, metrics CSV/JSON, logs, MLLOG, result)")
+    p = sub.add_parser(
+        "export",
+        help="write a run as a zip (spec, metrics CSV/JSON, logs, MLLOG, result)",
+        description="Write a run's archive: spec, plan, metrics (CSV and JSON), events, logs per rank, "
+        "official_result.json, MLPerf's training log mllog.txt (written with MLCommons' mlperf-logging, "
+        "the 'mlperf' extra) and the ruleset that checks it (mllog_rules/).",
+    )
     p.add_argument("run", metavar="RUN", help="run id or name")
     p.add_argument("-o", "--output", required=True, metavar="FILE.zip", help="archive to write")
+    p.add_argument(
+        "--org", metavar="NAME", help="submission_org of the MLPerf log (default: the spec's 'org' label)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="run MLCommons' compliance checker on the archive's mllog.txt with its ruleset; "
+        "print its report and exit 1 when the log does not comply",
+    )
     p.set_defaults(handler=cmd_export)
 
 
@@ -163,6 +178,19 @@ def cmd_results(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from mlbench_tui.runs import export_run
 
-    path = export_run(_client(), args.run, args.output)
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
+    if args.check:
+        from mlbench_tui.results.mllog import require_mlperf_logging
+
+        require_mlperf_logging("--check")  # before the export: fail fast, with the install hint
+    exported = export_run(_client(), args.run, args.output, org=args.org)
+    print(f"wrote {exported.path}", file=sys.stderr)
+    for note in exported.left_out:
+        print(f"note: left out {note}", file=sys.stderr)
+    if not args.check:
+        return 0
+    from mlbench_tui.results.export import check_export
+
+    verdict = check_export(exported.path)
+    sys.stdout.write(verdict.report)
+    print(f"mllog.txt {'complies' if verdict.ok else 'does not comply'} with mllog_rules/", file=sys.stderr)
+    return 0 if verdict.ok else 1

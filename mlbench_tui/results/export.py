@@ -1,8 +1,10 @@
 """Export one run as a zip: spec, plan, metrics (CSV and JSON), events, logs per rank,
-``official_result.json`` and an MLPerf-style ``:::MLLOG`` log.
+``official_result.json``, and MLPerf's training log ``mllog.txt`` (``results.mllog``) with the
+ruleset to check it (``mllog_rules/``).
 
 The archive is self-contained: ``results.summarize_run`` over its metrics and events gives the
-same summary as the store, so a result can be checked by someone without the store.
+same summary as the store, and MLCommons' checker runs on it with the ruleset it carries, so a
+result can be checked by someone without the store (or without mlbench).
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.results.mllog import RULES, Compliance, check
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 
-MLLOG_NAMESPACE = "mlbench"
+MLLOG = "mllog.txt"
+MLLOG_RULES = "mllog_rules"
 
 
 @dataclass(frozen=True)
@@ -46,95 +52,6 @@ def metrics_csv(metrics: Iterable[MetricPoint]) -> str:
             ]
         )
     return buf.getvalue()
-
-
-def _mllog(
-    time_s: float | None,
-    key: str,
-    value: Any = None,
-    *,
-    event_type: str = "POINT_IN_TIME",
-    meta: Mapping[str, Any] | None = None,
-) -> str:
-    record = {
-        "namespace": MLLOG_NAMESPACE,
-        "time_ms": round((time_s or 0.0) * 1000),
-        "event_type": event_type,
-        "key": key,
-        "value": value,
-        "metadata": dict(meta or {}),
-    }
-    return ":::MLLOG " + json.dumps(record, sort_keys=False)
-
-
-def mllog_lines(
-    plan: Mapping[str, Any], metrics: Sequence[MetricPoint], events: Sequence[EventRecord]
-) -> list[str]:
-    """MLPerf-style compliance log lines built from rank 0's events and global metrics."""
-    hp = plan.get("hyperparameters") or {}
-    events0 = sorted((e for e in events if e.rank == 0), key=lambda e: e.t or 0.0)
-    start = next((e.t for e in events0 if e.kind == "run_start"), None)
-    lines = [
-        _mllog(start, "submission_benchmark", plan.get("task_name") or plan.get("task")),
-        _mllog(
-            start,
-            "submission_platform",
-            "local" if (plan.get("target") or {}).get("kind") == "local" else None,
-        ),
-        _mllog(start, "seed", plan.get("seed")),
-        _mllog(start, "number_of_ranks", plan.get("workers")),
-        _mllog(start, "comm_backend", plan.get("backend")),
-    ]
-    batch = hp.get("batch_size")
-    if batch is not None:
-        lines.append(_mllog(start, "global_batch_size", int(batch) * int(plan.get("workers") or 1)))
-    for key in ("lr", "momentum", "weight_decay", "max_epochs"):
-        if key in hp:
-            lines.append(_mllog(start, f"opt_{key}" if key != "max_epochs" else "max_epochs", hp[key]))
-    goal = plan.get("goal")
-    evals = sorted(
-        (p for p in metrics if goal and p.name == goal.get("metric") and p.rank == 0),
-        key=lambda p: p.t or 0.0,
-    )
-    timeline: list[tuple[float, str]] = []
-    for event in events0:
-        if event.kind == "run_start":
-            timeline.append((event.t or 0.0, _mllog(event.t, "run_start", event_type="INTERVAL_START")))
-        elif event.kind == "epoch_end":
-            epoch = event.payload.get("epoch")
-            timeline.append(
-                (
-                    event.t or 0.0,
-                    _mllog(event.t, "epoch_stop", event_type="INTERVAL_END", meta={"epoch_num": epoch}),
-                )
-            )
-        elif event.kind == "goal_reached":
-            timeline.append(
-                (
-                    event.t or 0.0,
-                    _mllog(event.t, "target_reached", event.payload.get("value"), meta=event.payload),
-                )
-            )
-        elif event.kind == "run_stop":
-            status = event.payload.get("status", "aborted")
-            timeline.append(
-                (
-                    event.t or 0.0,
-                    _mllog(
-                        event.t,
-                        "run_stop",
-                        event_type="INTERVAL_END",
-                        meta={"status": status, "reason": event.payload.get("reason")},
-                    ),
-                )
-            )
-    for point in evals:
-        value = point.value / 100.0 if str(goal and goal.get("metric")).endswith("Prec@1") else point.value
-        timeline.append(
-            (point.t or 0.0, _mllog(point.t, "eval_accuracy", value, meta={"epoch_num": point.epoch}))
-        )
-    timeline.sort(key=lambda item: item[0])
-    return lines + [line for _, line in timeline]
 
 
 def official_result(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,8 +91,11 @@ def write_export(
     metrics: Sequence[MetricPoint],
     events: Sequence[EventRecord],
     logs: Iterable[LogRecord],
+    *,
+    mllog: Sequence[str] | None = None,
 ) -> Path:
-    """Write the run's archive to ``path`` (a ``.zip``); returns the path."""
+    """Write the run's archive to ``path`` (a ``.zip``); returns the path. ``mllog``: the lines of
+    ``mllog.txt`` (``results.mllog.mllog_lines``), left out when None."""
     path = Path(path)
     plan = run.get("plan") or {}
     by_rank: dict[int, list[str]] = {}
@@ -200,6 +120,22 @@ def write_export(
         archive.writestr(
             "official_result.json", json.dumps(official_result(run, summary), indent=2, default=str)
         )
-        archive.writestr("mllog.txt", "\n".join(mllog_lines(plan, metrics, events)) + "\n")
+        if mllog is not None:
+            archive.writestr(MLLOG, "\n".join(mllog) + "\n")
+            for rules in sorted(RULES.glob("*.yaml")):
+                archive.writestr(f"{MLLOG_RULES}/{rules.name}", rules.read_text(encoding="utf-8"))
     tmp.replace(path)
     return path
+
+
+def check_export(path: str | Path) -> Compliance:
+    """MLCommons' compliance checker on an archive's ``mllog.txt`` with the ruleset it carries: what
+    anyone holding the archive can run (see README)."""
+    with tempfile.TemporaryDirectory(prefix="mlbench-export-") as tmp, zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist() if n == MLLOG or n.startswith(f"{MLLOG_RULES}/")]
+        if MLLOG not in names:
+            raise MlbenchError(
+                f"{path} has no {MLLOG}", hint="export the run again with mlperf-logging installed"
+            )
+        archive.extractall(tmp, members=names)
+        return check(Path(tmp) / MLLOG, Path(tmp) / MLLOG_RULES)

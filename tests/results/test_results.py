@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlbench_tui.results.export import LogRecord, metrics_csv, mllog_lines, write_export
+from mlbench_tui.results.export import LogRecord, metrics_csv, write_export
 from mlbench_tui.results.report import render_results, results_rows, summarize_run
 from mlbench_tui.results.scoring import cost_to_target, olympic_mean, score_configs
 from mlbench_tui.results.time_to_accuracy import (
@@ -225,6 +225,7 @@ def test_export_zip_has_everything(tmp_path: Path) -> None:
         metrics,
         events,
         [LogRecord(0, "hello"), LogRecord(1, "Traceback", "stderr")],
+        mllog=[":::MLLOG {}", ":::MLLOG {}"],
     )
     with zipfile.ZipFile(out) as archive:
         names = set(archive.namelist())
@@ -236,16 +237,16 @@ def test_export_zip_has_everything(tmp_path: Path) -> None:
             "events.json",
             "official_result.json",
             "mllog.txt",
+            "mllog_rules/common.yaml",
+            "mllog_rules/closed_resnet20-cifar10.yaml",
             "logs/rank-0.log",
             "logs/rank-1.log",
         } <= names
         official = json.loads(archive.read("official_result.json"))
         assert official["time_to_accuracy_s"] == 16.0 and official["reached"] is True
-        mllog = archive.read("mllog.txt").decode().splitlines()
-        assert all(line.startswith(":::MLLOG {") for line in mllog)
-        keys = [json.loads(line.removeprefix(":::MLLOG "))["key"] for line in mllog]
-        assert keys.index("run_start") < keys.index("eval_accuracy") < keys.index("run_stop")
-        assert "global_batch_size" in keys
+        assert archive.read("mllog.txt").decode() == ":::MLLOG {}\n:::MLLOG {}\n"
         assert archive.read("logs/rank-1.log").decode() == "[stderr] Traceback\n"
     assert metrics_csv(metrics).splitlines()[0] == "rank,name,step,epoch,t,value"
-    assert mllog_lines(_plan(), [], [])[0].startswith(":::MLLOG")
+    without = write_export(tmp_path / "bare.zip", run, summary, metrics, events, [])
+    with zipfile.ZipFile(without) as archive:  # no MLPerf log (mlperf-logging missing): no ruleset either
+        assert not any(n.startswith("mllog") for n in archive.namelist())
