@@ -275,7 +275,8 @@ def _epochs(
             out.append(Entry("epoch_stop", None, stop, "INTERVAL_END", meta))
             break
         end_t = _time(end, _t(point.t if point else None, epoch_t))
-        val_total = _number(end.payload.get("val_time_s")) if end is not None else None
+        reported = end.payload.get("val_time_s") if end is not None else None  # NaN arrives as null
+        val_total = float(reported) if isinstance(reported, int | float) else None
         # A worker without eval_start events: the validation took this epoch's share of val_time_s.
         fallback = end_t - (val_total - previous_val) if val_total is not None else end_t
         eval_t = _time(eval_starts.get(epoch), max(epoch_t, fallback))
@@ -373,14 +374,6 @@ def _t(value: float | None, default: float = 0.0) -> float:
 
 def _epoch(value: Any) -> int:
     return round(float(value))
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ Training tasks should not write their own loop: subclass ``tasks.training.Traine
 ``tasks.training.run_training(ctx, trainer, max_epochs=...)``. It times MLBench's phases with the
 tracker, reports ``train_loss``/``train_Prec@1``/``lr``/``step_time`` every few steps, validates
 each epoch on global (all-reduced) metrics, reports ``val_global_*``, ``time_*``, ``phase_*``,
-``epoch_start``, ``eval_start`` and ``epoch_end`` (as the validation ends), checks the goal and ``max_time`` collectively so all ranks stop at the same step,
-and returns the ``Outcome``. See ``tasks/resnet20.py`` for a complete example.
+``epoch_start``, ``eval_start`` and ``epoch_end`` (as the validation ends), checks the goal and
+``max_time`` collectively so all ranks stop at the same step, and returns the ``Outcome``. See
+``tasks/resnet20.py`` for a complete example.
 
 Data: a ``synthetic`` source must be learnable (the light goal is reachable on it) so smoke runs
 prove something; ``path`` reads the standard prepared files; ``download`` fetches the official
