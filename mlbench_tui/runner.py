@@ -232,9 +232,8 @@ class Runner:
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
         active = ActiveRun(item, run_id, token, handle, progress, executor)
-        tailer_for = getattr(executor, "log_tailer", None)
         try:
-            active.tailer = tailer_for(run_id) if callable(tailer_for) else None
+            active.tailer = executor.log_tailer(handle)
         except MlbenchError as exc:  # the run goes on; its logs stay where the executor keeps them
             self.printer.note(f"{plan.name}: logs will not be stored: {exc.message}")
         return active
@@ -608,10 +607,11 @@ def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClie
     targets, otherwise the local one (reused, or started embedded in this process)."""
     if any(item.plan.target.get("kind") == "kubernetes" for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
+        from mlbench_tui.server.client import MlbenchClient
 
         with server_for_plans([item.plan for item in planned]) as endpoint:
             if endpoint is not None:
-                yield endpoint.client(), endpoint.url
+                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url
                 return
     from mlbench_tui.server.serve import ensure_server
 

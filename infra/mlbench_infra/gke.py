@@ -17,12 +17,9 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from mlbench_tui.executors.placement import BENCH_POOL_LABEL, GPU_LABEL, GPU_TAINT, SYSTEM_POOL_LABEL
 from mlbench_tui.infra.kubeconfig import exec_kubeconfig
 from mlbench_tui.infra.providers import (
-    BENCH_POOL_LABEL,
-    GPU_LABEL,
-    GPU_TAINT,
-    SYSTEM_POOL_LABEL,
     BenchPoolSize,
     ClusterConfigError,
     bench_pool_config,

@@ -1,8 +1,8 @@
-"""The executor API shared by the local and Kubernetes executors.
+"""The executor API shared by the local and Kubernetes executors (modelled on TorchX's Scheduler).
 
 ``dryrun(plan, launch)`` is pure and returns exactly what will run (commands or manifests);
-``schedule(dryrun)`` makes it happen; ``submit = schedule(dryrun(...))``. Handles are strings such
-as ``local://myhost/<run-id>`` or ``kubernetes://<namespace>/<run-id>``, parsed only here.
+``schedule(dryrun)`` makes it happen; ``submit = schedule(dryrun(...))``. Logs are optional:
+``log_iter`` and ``log_tailer`` refuse with a clear error unless an executor supports them.
 """
 
 from __future__ import annotations
@@ -11,29 +11,23 @@ import abc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from mlbench_tui.errors import ExecutorError
+from mlbench_tui.lifecycle import RankStatus, RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
 
-
-class RunState(StrEnum):
-    """Lifecycle of a run (and of each rank)."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    UNKNOWN = "unknown"
-
-    def is_terminal(self) -> bool:
-        """True once the run can no longer change (succeeded, failed or cancelled)."""
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
-
-
-_HANDLE_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+-]*)://(?P<where>[^/]*)/(?P<run_id>[A-Za-z0-9._-]+)$")
+__all__ = [
+    "DryRun",
+    "Executor",
+    "LaunchContext",
+    "LogTailer",
+    "RankStatus",
+    "RunHandle",
+    "RunState",
+    "RunStatus",
+    "log_filter",
+]
 
 
 def log_filter(regex: str | None) -> re.Pattern[str] | None:
@@ -42,28 +36,6 @@ def log_filter(regex: str | None) -> re.Pattern[str] | None:
         return re.compile(regex) if regex else None
     except re.error as exc:
         raise ExecutorError(f"invalid regular expression {regex!r}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class RunHandle:
-    """Where a run lives: executor scheme, location (host or namespace) and run id."""
-
-    scheme: str
-    where: str
-    run_id: str
-
-    @classmethod
-    def parse(cls, text: str) -> RunHandle:
-        match = _HANDLE_RE.match(text)
-        if not match:
-            raise ExecutorError(
-                f"not a run handle: {text!r}",
-                hint="handles look like local://HOST/RUN_ID or kubernetes://NAMESPACE/RUN_ID",
-            )
-        return cls(match["scheme"], match["where"], match["run_id"])
-
-    def __str__(self) -> str:
-        return f"{self.scheme}://{self.where}/{self.run_id}"
 
 
 @dataclass(frozen=True)
@@ -89,26 +61,12 @@ class DryRun:
     worker_config: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class RankStatus:
-    """One rank as the executor sees it (a process locally, a pod on Kubernetes)."""
+class LogTailer(Protocol):
+    """Collects a running run's new log lines as ``(rank, text)``; rank -1 is the launcher's own."""
 
-    rank: int
-    state: RunState
-    host: str | None = None
-    pid: int | None = None
-    exit_code: int | None = None
-    message: str | None = None
-
-
-@dataclass
-class RunStatus:
-    """What ``describe`` returns: the run's state, its ranks, and why it ended when it failed."""
-
-    handle: RunHandle
-    state: RunState
-    ranks: list[RankStatus] = field(default_factory=list)
-    message: str | None = None
+    def poll(self, *, final: bool = False, since: float | None = None) -> list[tuple[int, str]]:
+        """New lines since the last call; ``final`` first lets the sources reach their end."""
+        ...
 
 
 class Executor(abc.ABC):
@@ -135,7 +93,6 @@ class Executor(abc.ABC):
     def cancel(self, handle: RunHandle) -> None:
         """Stop every rank; idempotent (cancelling a finished or unknown run is a no-op)."""
 
-    @abc.abstractmethod
     def log_iter(
         self,
         handle: RunHandle,
@@ -145,3 +102,11 @@ class Executor(abc.ABC):
         regex: str | None = None,
     ) -> Iterator[str]:
         """Log lines of one rank (or all), optionally following and filtered by a regex."""
+        raise self._unsupported("reading logs")
+
+    def log_tailer(self, handle: RunHandle) -> LogTailer:
+        """A tailer of the run's logs while it runs (``apply`` ships its lines into the store)."""
+        raise self._unsupported("tailing logs")
+
+    def _unsupported(self, what: str) -> ExecutorError:
+        return ExecutorError(f"the {self.name or type(self).__name__} executor does not support {what}")

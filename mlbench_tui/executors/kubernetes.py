@@ -21,33 +21,17 @@ from typing import Any
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import manifests, pod_logs
-from mlbench_tui.executors.api import (
-    DryRun,
-    Executor,
-    LaunchContext,
-    RankStatus,
-    RunHandle,
-    RunState,
-    RunStatus,
-    log_filter,
-)
+from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, log_filter
+from mlbench_tui.executors.kube import api_error, apply_object, call_json, make_api_client
+from mlbench_tui.executors.pod_status import rank_of, run_status
+from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
 
-FIELD_MANAGER = "mlbench"
-APPLY_PATCH = "application/apply-patch+yaml"
 MPI_OPERATOR_INSTALL = (
     "install the Kubeflow MPI Operator (v2beta1 API): kubectl apply --server-side -f "
     "https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.6.0/deploy/v2beta1/mpi-operator.yaml "
     "— or run with backend gloo"
 )
-# Waiting reasons that will not resolve by themselves: shown as the run's message.
-_STUCK = {
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CrashLoopBackOff",
-}
 
 
 # Following a log, these mean "not yet" or "not now" (400: the container is still being created;
@@ -61,59 +45,6 @@ class _TransientLogError(Exception):
     def __init__(self, error: ExecutorError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def api_error(exc: Exception, action: str) -> ExecutorError:
-    """A user-facing error for a failed API call (``action`` says what we were doing)."""
-    status = getattr(exc, "status", None)
-    message = _status_message(exc)
-    if status is None or status == 0:
-        return ExecutorError(
-            f"cannot reach the Kubernetes API while trying to {action}: {message}",
-            hint="check the kubeconfig context (kubectl config current-context) and that the cluster is up",
-        )
-    if status == 401:
-        return ExecutorError(
-            f"the Kubernetes API rejected our credentials (401) while trying to {action}: {message}",
-            hint="refresh the kubeconfig credentials for this context",
-        )
-    if status == 403:
-        return ExecutorError(
-            f"forbidden (403): not allowed to {action}: {message}",
-            hint="the account needs mlbench's Role (jobs, pods, pods/log, services, configmaps, secrets) "
-            "in this namespace: run `mlbench cluster init`",
-        )
-    if status == 404:
-        return ExecutorError(
-            f"not found (404) while trying to {action}: {message}",
-            hint="does the namespace exist? `mlbench cluster init` creates it",
-        )
-    if status == 409:
-        return ExecutorError(
-            f"conflict (409) while trying to {action}: {message}",
-            hint="another run or another tool owns this object: cancel that run, or use a new run id",
-        )
-    if status == 422:
-        return ExecutorError(f"the cluster rejected the object (422) while trying to {action}: {message}")
-    if status >= 500:
-        return ExecutorError(
-            f"the Kubernetes API server failed ({status}) while trying to {action}: {message}",
-            hint="this is usually transient: try again; if it persists, check the control plane",
-        )
-    return ExecutorError(f"Kubernetes API error ({status}) while trying to {action}: {message}")
-
-
-def _status_message(exc: Exception) -> str:
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            data = json.loads(body)
-            if isinstance(data, dict) and data.get("message"):
-                return str(data["message"])
-        except (TypeError, ValueError):
-            pass
-    reason = getattr(exc, "reason", None)
-    return str(reason or exc)
 
 
 class PodLogTailer:
@@ -151,46 +82,6 @@ class PodLogTailer:
                 return out
 
 
-def call_json(
-    action: str, fn: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any
-) -> Any:
-    """Call a client method for its raw JSON (plain dicts, no model validation, so fields newer than
-    this client pass through); errors become ``ExecutorError``; 404 is None when ``missing_ok``."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        return _json(fn(*args, _preload_content=False, **kwargs))
-    except ApiException as exc:
-        if missing_ok and exc.status == 404:
-            return None
-        raise api_error(exc, action) from None
-    except HTTPError as exc:
-        raise api_error(exc, action) from None
-
-
-def make_api_client(context: str | None = None, kubeconfig: str | None = None) -> Any:
-    """An ``ApiClient`` for a kubeconfig context (default: current), or the in-cluster account."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    try:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (ConfigException, OSError) as exc:
-        if context is None and kubeconfig is None:
-            try:
-                configuration = client.Configuration()
-                config.load_incluster_config(client_configuration=configuration)
-                return client.ApiClient(configuration)
-            except ConfigException:
-                pass
-        where = f"context {context!r}" if context else "the current context"
-        raise ExecutorError(
-            f"cannot load a Kubernetes configuration for {where}: {exc}",
-            hint="set KUBECONFIG or pass target.context; `mlbench cluster create kind NAME` writes one",
-        ) from None
-
-
 class KubernetesExecutor(Executor):
     """Runs plans on a Kubernetes cluster."""
 
@@ -209,7 +100,6 @@ class KubernetesExecutor(Executor):
         self._kubeconfig = kubeconfig
         self._timeout = request_timeout
         self._mpi_available: bool | None = None
-        self._handles: dict[str, RunHandle] = {}  # run id -> handle, for log_tailer(run_id)
 
     # --- clients ---
     def _client(self, plan: RunPlan | None = None) -> Any:
@@ -284,7 +174,6 @@ class KubernetesExecutor(Executor):
         for child in children:
             self._apply(manifests.with_owner(child, owner, uid))
         self._apply(_suspended(owner, False))
-        self._handles[handle.run_id] = handle
         return handle
 
     def _check_same_run(self, existing: dict[str, Any], owner: dict[str, Any]) -> None:
@@ -320,33 +209,7 @@ class KubernetesExecutor(Executor):
 
     def _apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply one object; returns the object as the server stored it."""
-        kind, meta = obj["kind"], obj["metadata"]
-        name, namespace = meta["name"], meta["namespace"]
-        action = f"apply {kind} {namespace}/{name}"
-        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "_content_type": APPLY_PATCH}
-        if kind == "MPIJob":
-            group, version = manifests.MPIJOB_API.split("/")
-            result = self._call(
-                action,
-                self._custom().patch_namespaced_custom_object,
-                group,
-                version,
-                namespace,
-                "mpijobs",
-                name,
-                obj,
-                **options,
-            )
-            return result
-        methods = {
-            "Job": self._batch().patch_namespaced_job,
-            "Secret": self._core().patch_namespaced_secret,
-            "ConfigMap": self._core().patch_namespaced_config_map,
-            "Service": self._core().patch_namespaced_service,
-        }
-        if kind not in methods:
-            raise ExecutorError(f"cannot apply objects of kind {kind}")
-        stored: dict[str, Any] = self._call(action, methods[kind], name, namespace, obj, **options)
+        stored: dict[str, Any] = apply_object(self._client(), obj, _request_timeout=self._timeout)
         return stored
 
     # --- watching ---
@@ -361,7 +224,7 @@ class KubernetesExecutor(Executor):
         if (owner["metadata"].get("annotations") or {}).get(manifests.ANNOTATION_RUN_ID) != handle.run_id:
             return None
         pods = self._pods(namespace, handle.run_id)
-        return _status(handle, owner, pods)
+        return run_status(handle, owner, pods)
 
     def _mpi_known(self) -> bool:
         try:
@@ -505,7 +368,7 @@ class KubernetesExecutor(Executor):
     def _pod_for_rank(self, handle: RunHandle, rank: int, follow: bool) -> dict[str, Any] | None:
         """The rank's pod once its container has started (waits while pending when following)."""
         while True:
-            pods = [p for p in self._pods(handle.where, handle.run_id) if _rank_of(p) == rank]
+            pods = [p for p in self._pods(handle.where, handle.run_id) if rank_of(p) == rank]
             started = [
                 p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             ]
@@ -584,14 +447,14 @@ class KubernetesExecutor(Executor):
         finally:
             response.release_conn()
 
-    def log_tailer(self, run_id: str) -> PodLogTailer:
+    def log_tailer(self, handle: RunHandle | str) -> PodLogTailer:
         """Follows every rank's pod log in the background; ``poll`` drains new ``(rank, line)``s
         (the runner ships them into the store, as it does with local rank log files)."""
-        handle = self._handles.get(run_id)
-        if handle is None:
-            raise ExecutorError(f"run {run_id} was not scheduled by this executor")
+        handle = _resolve(handle)
         status = self.describe(handle)
-        owner_workers = max([r.rank for r in status.ranks], default=-1) + 1 if status else 0
+        if status is None:
+            raise ExecutorError(f"unknown run {handle}")
+        owner_workers = max([r.rank for r in status.ranks], default=-1) + 1
         return PodLogTailer(self, handle, max(owner_workers, self._workers(handle)))
 
     def _workers(self, handle: RunHandle) -> int:
@@ -630,15 +493,6 @@ class KubernetesExecutor(Executor):
         )
 
 
-def _json(response: Any) -> Any:
-    """The JSON body of a raw (``_preload_content=False``) response: plain dicts, no model
-    validation, so fields newer than this client version pass through untouched."""
-    try:
-        return json.loads(response.data or b"null")
-    finally:
-        response.release_conn()
-
-
 def _resolve(handle: RunHandle | str) -> RunHandle:
     resolved = RunHandle.parse(handle) if isinstance(handle, str) else handle
     if resolved.scheme != "kubernetes":
@@ -655,105 +509,3 @@ def _suspended(owner: dict[str, Any], suspend: bool) -> dict[str, Any]:
     else:
         out["spec"]["suspend"] = suspend
     return out
-
-
-def _rank_of(pod: dict[str, Any]) -> int | None:
-    meta = pod.get("metadata") or {}
-    for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
-        for key in (manifests.COMPLETION_INDEX_ANNOTATION, "training.kubeflow.org/replica-index"):
-            value = source.get(key)
-            if value is not None and str(value).isdigit():
-                return int(value)
-    return None
-
-
-def _pod_state(pod: dict[str, Any]) -> tuple[RunState, str | None, int | None]:
-    """A pod's phase as a RunState, with the reason a user needs when it is stuck or failed."""
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    containers = status.get("containerStatuses") or []
-    exit_code = None
-    for container in containers:
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated:
-            exit_code = terminated.get("exitCode")
-    if phase == "Succeeded":
-        return RunState.SUCCEEDED, None, exit_code
-    if phase == "Failed":
-        reason = status.get("reason") or status.get("message")
-        for container in containers:
-            terminated = (container.get("state") or {}).get("terminated") or {}
-            if terminated:
-                reason = f"{terminated.get('reason', 'Error')} (exit code {terminated.get('exitCode')})"
-        return RunState.FAILED, reason, exit_code
-    if phase == "Running":
-        return RunState.RUNNING, None, None
-    if phase == "Unknown":
-        return RunState.UNKNOWN, status.get("reason"), None
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return (
-                RunState.PENDING,
-                f"{condition.get('reason')}: {condition.get('message', '')}".strip(": "),
-                None,
-            )
-    for container in containers:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting and waiting.get("reason"):
-            text = waiting["reason"]
-            if waiting.get("message"):
-                text += f": {waiting['message']}"
-            return RunState.PENDING, text, None
-    return RunState.PENDING, None, None
-
-
-def _status(handle: RunHandle, owner: dict[str, Any], pods: list[dict[str, Any]]) -> RunStatus:
-    meta, spec, state_obj = owner["metadata"], owner.get("spec") or {}, owner.get("status") or {}
-    workers = int(
-        spec.get("completions") or (spec.get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") or 1)
-    )
-    ranks: dict[int, RankStatus] = {}
-    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
-        rank = _rank_of(pod)
-        if rank is None:
-            continue
-        state, message, exit_code = _pod_state(pod)
-        ranks[rank] = RankStatus(
-            rank=rank,
-            state=state,
-            host=(pod.get("spec") or {}).get("nodeName"),
-            exit_code=exit_code,
-            message=message,
-        )
-    rank_list = [ranks[r] for r in sorted(ranks)]
-    conditions = {c.get("type"): c for c in state_obj.get("conditions") or [] if c.get("status") == "True"}
-    if meta.get("deletionTimestamp"):
-        return RunStatus(handle, RunState.CANCELLED, rank_list, "cancelled: the run is being deleted")
-    if "Complete" in conditions or "Succeeded" in conditions:
-        return RunStatus(handle, RunState.SUCCEEDED, rank_list, None)
-    if "Failed" in conditions:
-        cond = conditions["Failed"]
-        failed = [r for r in rank_list if r.state is RunState.FAILED]
-        detail = f"; rank {failed[0].rank}: {failed[0].message}" if failed and failed[0].message else ""
-        return RunStatus(
-            handle, RunState.FAILED, rank_list, f"{cond.get('reason')}: {cond.get('message', '')}{detail}"
-        )
-    failed = [r for r in rank_list if r.state is RunState.FAILED]
-    if failed:
-        return RunStatus(
-            handle, RunState.FAILED, rank_list, f"rank {failed[0].rank} failed: {failed[0].message}"
-        )
-    if len(rank_list) >= workers and all(r.state is RunState.SUCCEEDED for r in rank_list):
-        return RunStatus(handle, RunState.SUCCEEDED, rank_list, None)
-    pending = [r for r in rank_list if r.state is RunState.PENDING]
-    stuck = [r for r in pending if r.message]
-    if stuck:
-        first = next((r for r in stuck if r.message and r.message.split(":")[0] in _STUCK), stuck[0])
-        message = f"rank {first.rank} pending: {first.message}"
-    elif "Suspended" in conditions or spec.get("suspend"):
-        message = "suspended"
-    else:
-        message = None
-    if any(r.state is RunState.RUNNING for r in rank_list):  # some ranks may still be starting
-        return RunStatus(handle, RunState.RUNNING, rank_list, message)
-    return RunStatus(handle, RunState.PENDING, rank_list, message or "waiting for pods to be scheduled")

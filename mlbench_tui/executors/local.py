@@ -419,8 +419,9 @@ class LocalExecutor(Executor):
                 return
             time.sleep(0.2)
 
-    def log_tailer(self, run_id: str) -> RankLogTailer:
+    def log_tailer(self, handle: RunHandle | str) -> RankLogTailer:
         """A tailer over this run's rank logs plus the launcher's own output (as rank -1)."""
+        run_id = self._resolve(handle).run_id
         return RankLogTailer(self.log_dir(run_id), extra={-1: self.run_dir(run_id) / LAUNCHER_LOG})
 
     def _finished(self, handle: RunHandle) -> bool:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.infra.providers import GPU_LABEL, GPU_TOLERATIONS
+from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
 from mlbench_tui.plan import RunPlan, worker_config
 
 # Names and paths shared with the executor and the in-cluster server.
@@ -188,7 +188,7 @@ def _tolerations(plan: RunPlan) -> list[dict[str, Any]]:
 
 
 def _node_selector(plan: RunPlan) -> dict[str, str]:
-    """GPU runs go to the GPU pool (label from infra's scheduling contract) plus the target's own
+    """GPU runs go to the GPU pool (``placement.GPU_LABEL``) plus the target's own
     selector; the GPU model is pinned by the cluster's pool, or by the target's node_selector."""
     selector: dict[str, str] = {}
     if plan.resources.gpus:

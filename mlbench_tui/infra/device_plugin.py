@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlbench_tui.errors import InfraError
-from mlbench_tui.infra.providers import GPU_LABEL, GPU_TOLERATIONS
+from mlbench_tui.errors import ExecutorError, InfraError
+from mlbench_tui.executors.kube import apply_object, make_api_client
+from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
 
 IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 NAME = "nvidia-device-plugin-daemonset"
 NAMESPACE = "kube-system"
-FIELD_MANAGER = "mlbench"
 
 
 def manifest(image: str = IMAGE) -> dict[str, Any]:
@@ -61,31 +61,8 @@ def manifest(image: str = IMAGE) -> dict[str, Any]:
 
 def apply(context: str | None, *, api_client: Any | None = None, image: str = IMAGE) -> None:
     """Create or update the device plugin DaemonSet in the cluster of kubeconfig ``context``."""
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-
+    hint = "retry with `mlbench cluster init --device-plugin`"
     try:
-        api = api_client or config.new_client_from_config(context=context)
-    except (ConfigException, OSError) as exc:
-        raise InfraError(f"cannot load kubeconfig context {context!r}: {exc}") from None
-    try:
-        client.AppsV1Api(api).patch_namespaced_daemon_set(
-            NAME,
-            NAMESPACE,
-            manifest(image),
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
-    except ApiException as exc:
-        raise InfraError(
-            f"could not apply the NVIDIA device plugin: HTTP {exc.status} {exc.reason}",
-            hint="retry with `mlbench cluster init --device-plugin`",
-        ) from None
-    except Exception as exc:  # urllib3 connection errors, exec-plugin failures
-        raise InfraError(
-            f"could not reach the cluster to apply the NVIDIA device plugin: {type(exc).__name__}: {exc}",
-            hint="check `kubectl --context " + (context or "<current>") + " get nodes`, then "
-            "retry with `mlbench cluster init --device-plugin`",
-        ) from None
+        apply_object(api_client or make_api_client(context), manifest(image), force=True)
+    except ExecutorError as exc:
+        raise InfraError(f"could not apply the NVIDIA device plugin: {exc.message}", hint=hint) from None

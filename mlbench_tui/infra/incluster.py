@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlbench_tui import __version__
-from mlbench_tui.errors import InfraError
+from mlbench_tui.errors import ExecutorError, InfraError
+from mlbench_tui.executors.kube import apply_object, call_json, make_api_client
 
 SERVER = "mlbench-server"  # Deployment, Service and pod label (manifests.IN_CLUSTER_SERVER)
 SERVER_PORT = 8080
 TOKENS_SECRET = "mlbench-server-tokens"
 STORE_CLAIM = "mlbench-store"
 RUNNER = "mlbench-runner"  # ServiceAccount, Role and RoleBinding for launching runs
-FIELD_MANAGER = "mlbench"
-APPLY_PATCH = "application/apply-patch+yaml"
 DEFAULT_IMAGE = f"mlbench-worker:{__version__}"
 STORE_DIR = "/var/lib/mlbench"
 
@@ -187,9 +186,6 @@ def tokens_secret(namespace: str, admin_token: str, read_token: str) -> dict[str
 def _client(context: str | None, api_client: Any | None) -> Any:
     if api_client is not None:
         return api_client
-    from mlbench_tui.errors import ExecutorError
-    from mlbench_tui.executors.kubernetes import make_api_client
-
     try:
         return make_api_client(context)
     except ExecutorError as exc:
@@ -198,9 +194,6 @@ def _client(context: str | None, api_client: Any | None) -> Any:
 
 def _call(action: str, fn: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
     """The executor's JSON call, with its errors as ``InfraError`` (this is cluster setup)."""
-    from mlbench_tui.errors import ExecutorError
-    from mlbench_tui.executors.kubernetes import call_json
-
     try:
         return call_json(action, fn, *args, missing_ok=missing_ok, **kwargs)
     except ExecutorError as exc:
@@ -209,26 +202,10 @@ def _call(action: str, fn: Any, *args: Any, missing_ok: bool = False, **kwargs: 
 
 def _apply(api_client: Any, obj: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply one of the objects above (field manager ``mlbench``)."""
-    from kubernetes import client
-
-    kind, name = obj["kind"], obj["metadata"]["name"]
-    namespace = obj["metadata"].get("namespace")
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    namespaced = {
-        "ServiceAccount": core.patch_namespaced_service_account,
-        "Secret": core.patch_namespaced_secret,
-        "PersistentVolumeClaim": core.patch_namespaced_persistent_volume_claim,
-        "Service": core.patch_namespaced_service,
-        "Deployment": apps.patch_namespaced_deployment,
-        "Role": rbac.patch_namespaced_role,
-        "RoleBinding": rbac.patch_namespaced_role_binding,
-    }
-    options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "_content_type": APPLY_PATCH}
-    if kind == "Namespace":
-        data: dict[str, Any] = _call(f"apply Namespace {name}", core.patch_namespace, name, obj, **options)
-    else:
-        data = _call(f"apply {kind} {namespace}/{name}", namespaced[kind], name, namespace, obj, **options)
+    try:
+        data: dict[str, Any] = apply_object(api_client, obj)
+    except ExecutorError as exc:
+        raise InfraError(exc.message, hint=exc.hint) from None
     return data
 
 
@@ -278,12 +255,6 @@ class ServerEndpoint:
     url: str
     admin_token: str = field(repr=False)
     read_token: str = field(repr=False)
-
-    def client(self, *, admin: bool = True, timeout: float = 30.0) -> Any:
-        """An ``MlbenchClient`` for this server (same call as ``ServerInfo.client``)."""
-        from mlbench_tui.server.client import MlbenchClient
-
-        return MlbenchClient(self.url, self.admin_token if admin else self.read_token, timeout=timeout)
 
 
 def _server_pod(api_client: Any, namespace: str) -> str:

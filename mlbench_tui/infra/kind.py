@@ -20,8 +20,8 @@ from typing import Any
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import InfraError
+from mlbench_tui.executors.placement import BENCH_POOL_LABEL
 from mlbench_tui.infra.providers import (
-    BENCH_POOL_LABEL,
     ClusterRecord,
     ClusterRequest,
     Progress,

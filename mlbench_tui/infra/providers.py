@@ -265,20 +265,6 @@ def remove_record(provider: str, name: str) -> bool:
     return True
 
 
-# Scheduling contract between the cluster programs (infra/components) and the Kubernetes
-# manifests: benchmark nodes carry BENCH_POOL_LABEL; GPU benchmark nodes also carry GPU_LABEL and
-# the GPU_TAINT, so only pods with GPU_TOLERATIONS land there (the nvidia.com/gpu toleration
-# covers GKE's automatic GPU taint on clusters where the admission plugin does not add it).
-BENCH_POOL_LABEL: tuple[str, str] = ("mlbench.io/pool", "bench")
-SYSTEM_POOL_LABEL: tuple[str, str] = ("mlbench.io/pool", "system")
-GPU_LABEL: tuple[str, str] = ("mlbench.io/gpu", "true")
-GPU_TAINT: dict[str, str] = {"key": "mlbench.io/gpu", "value": "true", "effect": "NoSchedule"}
-GPU_TOLERATIONS: tuple[dict[str, str], ...] = (
-    {"key": "mlbench.io/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-)
-
-
 class ClusterConfigError(ValueError):
     """A cluster program's arguments are inconsistent (bad counts, zones, GPU spec, sizes)."""
 

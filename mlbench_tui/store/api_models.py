@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
-from mlbench_tui.executors.api import RunState
+from mlbench_tui.lifecycle import RunState
 
 # Limits shared by the server, the client and the reporter (which copies them).
 MAX_BODY_BYTES = 8 * 1024 * 1024

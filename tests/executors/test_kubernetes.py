@@ -18,8 +18,8 @@ from support.kube_api import MPIJOBS, KubeApi, kube_api, make_launch, make_plan,
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import get_executor, manifests
-from mlbench_tui.executors.api import RunHandle, RunState
 from mlbench_tui.executors.kubernetes import KubernetesExecutor
+from mlbench_tui.lifecycle import RunHandle, RunState
 
 NS = "bench"
 JOB = "run-0001"
@@ -480,7 +480,7 @@ def test_log_tailer_ships_every_ranks_lines_as_the_runner_expects(
     executor: KubernetesExecutor, kube: KubeApi
 ) -> None:
     handle = _schedule(executor)
-    tailer = executor.log_tailer(handle.run_id)
+    tailer = executor.log_tailer(handle)
     for index in (0, 1):
         kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Running"))
         kube.log(NS, f"{JOB}-{index}-abcde", f"rank {index} epoch 0")
@@ -494,8 +494,8 @@ def test_log_tailer_ships_every_ranks_lines_as_the_runner_expects(
         kube.log(NS, f"{JOB}-{index}-abcde", f"rank {index} done", finished=True)
         kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Succeeded"))
     assert sorted(tailer.poll(final=True)) == [(0, "rank 0 done"), (1, "rank 1 done")]
-    with pytest.raises(ExecutorError, match="not scheduled by this executor"):
-        executor.log_tailer("other-run")
+    with pytest.raises(ExecutorError, match="unknown run"):
+        executor.log_tailer(RunHandle("kubernetes", NS, "other-run"))
 
 
 def test_two_runs_in_one_namespace_keep_their_own_pods(executor: KubernetesExecutor, kube: KubeApi) -> None:

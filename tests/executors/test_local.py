@@ -18,8 +18,9 @@ import pytest
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import processes
-from mlbench_tui.executors.api import DryRun, LaunchContext, RunHandle, RunState
+from mlbench_tui.executors.api import DryRun, LaunchContext
 from mlbench_tui.executors.local import LocalExecutor, RankLogTailer
+from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
 
 RANK_SCRIPT = """

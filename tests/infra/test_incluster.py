@@ -238,4 +238,6 @@ def test_server_for_plans_port_forwards_for_kubernetes_runs(kube: KubeApi, serve
     with incluster.server_for_plans(plans, api_client=api) as endpoint:
         assert endpoint is not None
         assert httpx.get(f"{endpoint.url}/healthz", timeout=5).status_code == 200
-        assert endpoint.client().url.rstrip("/") == endpoint.url
+        secret = kube.get("v1/secrets", NS, "mlbench-server-tokens")
+        assert secret is not None  # apply's client reports with the installed server's admin token
+        assert endpoint.admin_token == base64.b64decode(secret["data"]["admin-token"]).decode()

@@ -1,0 +1,78 @@
+"""A run's lifecycle as every layer sees it: its state, its handle, and an executor's status.
+
+Neutral types with no dependencies beyond ``errors``, so the executors that produce them, the
+store that records them and the commands that show them all import them from here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mlbench_tui.errors import ExecutorError
+
+
+class RunState(StrEnum):
+    """Lifecycle of a run (and of each rank)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    def is_terminal(self) -> bool:
+        """True once the run can no longer change (succeeded, failed or cancelled)."""
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+_HANDLE_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+-]*)://(?P<where>[^/]*)/(?P<run_id>[A-Za-z0-9._-]+)$")
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """Where a run lives: executor scheme, location (host or namespace) and run id.
+
+    As text ``local://myhost/<run-id>`` or ``kubernetes://<namespace>/<run-id>``, parsed only here.
+    """
+
+    scheme: str
+    where: str
+    run_id: str
+
+    @classmethod
+    def parse(cls, text: str) -> RunHandle:
+        match = _HANDLE_RE.match(text)
+        if not match:
+            raise ExecutorError(
+                f"not a run handle: {text!r}",
+                hint="handles look like local://HOST/RUN_ID or kubernetes://NAMESPACE/RUN_ID",
+            )
+        return cls(match["scheme"], match["where"], match["run_id"])
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.where}/{self.run_id}"
+
+
+@dataclass
+class RankStatus:
+    """One rank as the executor sees it (a process locally, a pod on Kubernetes)."""
+
+    rank: int
+    state: RunState
+    host: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+
+@dataclass
+class RunStatus:
+    """What ``Executor.describe`` returns: the run's state, its ranks, and why it ended when it failed."""
+
+    handle: RunHandle
+    state: RunState
+    ranks: list[RankStatus] = field(default_factory=list)
+    message: str | None = None
