@@ -29,6 +29,7 @@ pytest *ARGS:
 lint:
     ruff check .
     ruff format --check mlbench_tui workers tests benchmarks infra
+    lint-imports
 
 fmt:
     ruff format mlbench_tui workers tests benchmarks infra

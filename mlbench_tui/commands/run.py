@@ -1,6 +1,6 @@
 """Run commands: ``apply``, ``status``, ``logs``, ``cancel``, ``delete``, ``results``, ``export``.
 
-Thin: parse, call ``mlbench_tui.runner`` / ``mlbench_tui.runs``, print. Only argparse and the
+Thin: parse, call one function of ``mlbench_tui.runs``, print. Only argparse and the
 stdlib at module level (``mlbench --help`` stays fast).
 """
 
@@ -10,7 +10,7 @@ import argparse
 import signal
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -116,12 +116,18 @@ def _client() -> MlbenchClient:
     return ensure_server().client()
 
 
+def write_text(stream: TextIO, text: str) -> None:
+    """``text`` on ``stream`` as lines (stdout carries only the requested output)."""
+    if text:
+        stream.write(text if text.endswith("\n") else text + "\n")
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from mlbench_tui.runner import ApplyOptions, apply
+    from mlbench_tui.runs.apply import ApplyOptions, apply
 
     # SIGTERM stops apply like Ctrl-C: active runs are cancelled, no rank is left behind.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -139,7 +145,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs import status_detail, status_table, write_text
+    from mlbench_tui.runs.status import status_detail, status_table
 
     client = _client()
     write_text(sys.stdout, status_detail(client, args.run) if args.run else status_table(client, args.limit))
@@ -147,7 +153,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs import iter_logs
+    from mlbench_tui.runs.logs import iter_logs
 
     for line in iter_logs(_client(), args.run, follow=args.follow, rank=args.rank, grep=args.grep):
         print(line, flush=args.follow)
@@ -155,28 +161,28 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs import cancel_run
+    from mlbench_tui.runs.control import cancel_run
 
     print(cancel_run(_client(), args.run), file=sys.stderr)
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs import delete_run
+    from mlbench_tui.runs.control import delete_run
 
     print(delete_run(_client(), args.run), file=sys.stderr)
     return 0
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs import collect_results, results_output, write_text
+    from mlbench_tui.runs.results import collect_results, results_output
 
     write_text(sys.stdout, results_output(collect_results(_client(), args.ref), args.output))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs import export_run
+    from mlbench_tui.runs.export import export_run
 
     if args.check:
         from mlbench_tui.results.mllog import require_mlperf_logging
@@ -188,7 +194,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"note: left out {note}", file=sys.stderr)
     if not args.check:
         return 0
-    from mlbench_tui.results.export import check_export
+    from mlbench_tui.runs.export import check_export
 
     verdict = check_export(exported.path)
     sys.stdout.write(verdict.report)

@@ -28,7 +28,6 @@ from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
 from mlbench_tui.cli import main
 from mlbench_tui.executors.api import RunState
 from mlbench_tui.plan import RunPlan, expand, worker_config
-from mlbench_tui.results.export import check_export
 from mlbench_tui.results.mllog import (
     MLPERF_RULESET,
     RULES,
@@ -40,7 +39,7 @@ from mlbench_tui.results.mllog import (
     mllog_lines,
 )
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
-from mlbench_tui.runs import export_run
+from mlbench_tui.runs.export import check_export, export_run
 from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.spec.loader import load_text

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from mlbench_tui.results.export import LogRecord, metrics_csv, write_export
 from mlbench_tui.results.report import render_results, results_rows, summarize_run
 from mlbench_tui.results.scoring import cost_to_target, olympic_mean, score_configs
 from mlbench_tui.results.time_to_accuracy import (
@@ -18,6 +17,7 @@ from mlbench_tui.results.time_to_accuracy import (
     goal_outcome,
     time_split,
 )
+from mlbench_tui.runs.export import LogRecord, metrics_csv, write_export
 
 GOAL = {"kind": "light", "metric": "val_global_Prec@1", "target": 70.0, "direction": "max"}
 

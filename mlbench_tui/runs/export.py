@@ -1,4 +1,4 @@
-"""Export one run as a zip: spec, plan, metrics (CSV and JSON), events, logs per rank,
+"""``mlbench export``: one run as a zip with its spec, plan, metrics (CSV and JSON), events, logs per rank,
 ``official_result.json``, and MLPerf's training log ``mllog.txt`` (``results.mllog``) with the
 ruleset to check it (``mllog_rules/``).
 
@@ -17,11 +17,17 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, UsageError
 from mlbench_tui.results.mllog import RULES, Compliance, check
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.runs.lookup import resolve_run
+from mlbench_tui.runs.reads import read_events, read_metrics
+from mlbench_tui.runs.results import summary_of
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
 
 MLLOG = "mllog.txt"
 MLLOG_RULES = "mllog_rules"
@@ -137,3 +143,51 @@ def check_export(path: str | Path) -> Compliance:
             raise MlbenchError(f"{path} has no {MLLOG} to check")
         archive.extractall(tmp, members=names)
         return check(Path(tmp) / MLLOG, Path(tmp) / MLLOG_RULES)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A written archive, and what it leaves out and why (notes for the user)."""
+
+    path: Path
+    left_out: tuple[str, ...] = ()
+
+
+def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str | None = None) -> Exported:
+    """Write the zip archive of run ``ref`` (id or name) to ``output`` (see ``write_export``). Its
+    MLPerf log needs MLCommons' ``mlperf-logging`` (the ``mlperf`` extra): without it the archive
+    has everything else, and says so. ``org``: the log's ``submission_org`` (default: the spec's
+    ``org`` label)."""
+    from mlbench_tui.plan import RunPlan
+    from mlbench_tui.results.mllog import INSTALL_HINT, MllogUnavailable, mllog_lines
+
+    target = Path(output)
+    if target.is_dir():
+        raise UsageError(f"{target} is a directory", hint=f"name the archive, e.g. {target / 'run.zip'}")
+    run = resolve_run(client, ref)
+    summary = summary_of(client, run)
+    metrics = read_metrics(client, run.id)
+    events = read_events(client, run.id)
+    lines: list[str] | None = None
+    left_out: list[str] = []
+    try:
+        plan = RunPlan.model_validate(run.plan)
+        lines = mllog_lines(plan, metrics, events, state=str(run.state), org=org, message=run.error)
+    except MllogUnavailable:
+        left_out.append(f"mllog.txt (MLPerf's log): {INSTALL_HINT}")
+    except ValueError as exc:  # a plan stored by an older version that this one cannot read
+        left_out.append(f"mllog.txt (MLPerf's log): the run's stored plan is not readable ({exc})")
+    logs: list[LogRecord] = []
+    cursor = 0
+    while True:
+        lpage = client.logs(run.id, cursor, limit=50_000)
+        logs.extend(LogRecord(line.rank, line.text, line.stream, line.t) for line in lpage.lines)
+        if not lpage.lines or lpage.cursor == cursor:
+            break
+        cursor = lpage.cursor
+    record = run.model_dump(mode="json")
+    try:
+        path = write_export(target, record, summary, metrics, events, logs, mllog=lines)
+    except OSError as exc:
+        raise MlbenchError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return Exported(path, tuple(left_out))

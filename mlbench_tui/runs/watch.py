@@ -1,56 +1,32 @@
-"""``mlbench apply``: specs -> plans -> runs in the store -> executor -> live progress -> results.
-
-The flow: load and validate specs, expand them into run plans, skip plans whose runs already
-succeeded with the same spec hash (GitOps idempotence; ``force`` reruns), then for each plan in
-order create the run in the store (which hands out its write token), submit it to the executor,
-watch it (ship rank logs into the store, print progress), and when it ends compute its result
-summary and store it. ``parallel`` starts the next run while the ones running leave enough cores.
-Ctrl-C (or SIGTERM) cancels every active run before returning, so no rank outlives ``apply``.
+"""Watching submitted runs: create each in the store, submit it, ship its rank logs into the store,
+print its progress, record its final state; ``parallel`` starts the next run while the ones
+running leave enough cores. Any exit, Ctrl-C included, cancels every run still launched.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shlex
-import subprocess
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, RunHandle, RunState
-from mlbench_tui.progress import ProgressPrinter, RunProgress
+from mlbench_tui.executors.api import Executor, LaunchContext
+from mlbench_tui.lifecycle import RunHandle, RunState
+from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 
 if TYPE_CHECKING:
     from mlbench_tui.plan import RunPlan
     from mlbench_tui.server.client import MlbenchClient
 
+from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
+
 POLL_S = 0.5
 MAX_TIME_GRACE_S = 120.0
-DETACH_READY_S = 60.0
 DESCRIBE_PATIENCE_S = 60.0
 LOG_BATCH_LINES = 200  # x 16 KiB per line at most stays well under the server's 8 MiB body limit
-PLAN_HEADER = "plan: "
-REDACTED = "<write token>"
-
-
-@dataclass
-class PlannedRun:
-    """One plan to apply, with the spec text it came from and what apply will do with it."""
-
-    plan: RunPlan
-    spec_text: str
-    source: str
-    existing: Any = None  # the stored run that already succeeded (then the plan is skipped)
-
-    @property
-    def skipped(self) -> bool:
-        return self.existing is not None
 
 
 @dataclass
@@ -74,93 +50,6 @@ class ActiveRun:
     describe_failures: int = 0
 
 
-# -- planning ----------------------------------------------------------------------------------
-
-
-def load_plans(paths: Sequence[str]) -> list[PlannedRun]:
-    """Load every spec under ``paths`` (raising one SpecError with all issues) and expand it."""
-    from mlbench_tui.plan import expand
-    from mlbench_tui.spec import load_paths
-
-    planned: list[PlannedRun] = []
-    for loaded in load_paths(list(paths)):
-        for plan in expand(loaded.spec):
-            planned.append(PlannedRun(plan=plan, spec_text=loaded.text, source=loaded.file))
-    names = [p.plan.name for p in planned]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise MlbenchError(
-            f"two specs produce runs with the same name: {', '.join(duplicates)}",
-            hint="give each spec its own metadata.name",
-        )
-    return planned
-
-
-def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Executor:
-    """The executor for a plan's target kind (one instance per kind when ``cache`` is given)."""
-    from mlbench_tui.executors import get_executor
-
-    kind = str(plan.target.get("kind", "local"))
-    if cache is not None and kind in cache:
-        return cache[kind]
-    executor = get_executor(kind)
-    if cache is not None:
-        cache[kind] = executor
-    return executor
-
-
-def render_dry_run(dry: DryRun) -> str:
-    """The exact commands (or manifests) of a dry run, shell-quoted, the token redacted."""
-    lines = [
-        f"# {dry.plan.name}: {dry.plan.workers} rank(s), backend {dry.plan.backend}, executor {dry.executor}"
-    ]
-    for key, value in sorted(dry.env.items()):
-        shown = REDACTED if key == "MLBENCH_RUN_TOKEN" else value
-        lines.append(f"export {key}={shlex.quote(shown)}")
-    for command in dry.commands:
-        lines.append(shlex.join(command))
-    if dry.manifests:
-        import io
-
-        from ruamel.yaml import YAML
-
-        yaml = YAML()
-        yaml.default_flow_style = False
-        for manifest in dry.manifests:
-            buf = io.StringIO()
-            yaml.dump(manifest, buf)
-            lines.extend(["---", buf.getvalue().rstrip()])
-    return "\n".join(lines)
-
-
-def dry_run_text(planned: Sequence[PlannedRun], server_url: str) -> str:
-    """What ``apply --dry-run`` prints: every run's exact launch, with placeholder run ids."""
-    cache: dict[str, Executor] = {}
-    blocks = []
-    for index, item in enumerate(planned):
-        launch = LaunchContext(run_id=f"r-dryrun{index:05d}", server_url=server_url, write_token=REDACTED)
-        blocks.append(render_dry_run(executor_for(item.plan, cache).dryrun(item.plan, launch)))
-    return "\n\n".join(blocks)
-
-
-def mark_unchanged(planned: Sequence[PlannedRun], client: MlbenchClient, *, force: bool) -> None:
-    """Attach the stored successful run to each plan that has one with the same name and spec
-    hash (unless ``force``): applying an unchanged spec again does nothing."""
-    if force:
-        return
-    runs = [run for name in {p.plan.spec_name for p in planned} for run in client.list_runs(spec_name=name)]
-    done = {
-        (run.name, run.spec_hash): run
-        for run in sorted(runs, key=lambda r: r.created)
-        if run.state == RunState.SUCCEEDED
-    }
-    for item in planned:
-        item.existing = done.get((item.plan.name, item.plan.spec_hash))
-
-
-# -- running -----------------------------------------------------------------------------------
-
-
 def _gone(exc: MlbenchError) -> bool:
     """The server answered 404: the run was deleted while it ran."""
     return getattr(exc, "status", None) == 404
@@ -173,10 +62,6 @@ def _now() -> datetime:
 def _max_epochs(plan: RunPlan) -> float | None:
     value = plan.hyperparameters.get("max_epochs")
     return float(value) if isinstance(value, (int, float)) else None
-
-
-def _cores(plan: RunPlan) -> int:
-    return plan.workers * max(1, plan.resources.threads_per_rank)
 
 
 class Runner:
@@ -283,7 +168,7 @@ class Runner:
             state = RunState.FAILED
         if active.timed_out:
             state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
-        from mlbench_tui.runs import fetch_result_inputs
+        from mlbench_tui.runs.reads import fetch_result_inputs
 
         try:
             metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
@@ -503,155 +388,3 @@ class Runner:
         return fits(
             item.plan, [run.planned.plan for run in active], parallel=parallel, cpu_count=self.cpu_count
         )
-
-
-def fits(plan: RunPlan, running: Sequence[RunPlan], *, parallel: bool, cpu_count: int) -> bool:
-    """Whether ``plan`` may start now: always when nothing runs; with ``parallel``, while the
-    ranks x threads of everything running, plus its own, fit in the machine's cores."""
-    if not running:
-        return True
-    if not parallel:
-        return False
-    return sum(_cores(p) for p in running) + _cores(plan) <= cpu_count
-
-
-# -- apply -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ApplyOptions:
-    dry_run: bool = False
-    detach: bool = False
-    force: bool = False
-    parallel: bool = False
-    quiet: bool = False
-
-
-def plan_summary(planned: Sequence[PlannedRun]) -> str:
-    lines = [f"{PLAN_HEADER}{len(planned)} run(s)"]
-    for item in planned:
-        plan = item.plan
-        goal = (
-            f"{plan.goal.metric} {'>=' if plan.goal.direction == 'max' else '<='} {plan.goal.target}"
-            if plan.goal
-            else "sweep"
-        )
-        what = "unchanged, already succeeded" if item.skipped else "will run"
-        lines.append(
-            f"  {plan.name}: task {plan.task} ({plan.task_name}), "
-            f"{plan.workers} x {plan.backend}, {goal} -- {what}"
-        )
-    return "\n".join(lines)
-
-
-def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
-    """Start ``apply`` in the background (own session, output to a log file); returns its pid and log."""
-    from mlbench_tui.settings import load_settings
-
-    logs = load_settings().paths.state_dir / "apply"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"apply-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    argv = [sys.executable, "-m", "mlbench_tui", "apply", *[str(Path(p).resolve()) for p in paths]]
-    if options.force:
-        argv.append("--force")
-    if options.parallel:
-        argv.append("--parallel")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    # Wait until the background apply has reached the store and printed its plan, so a failure
-    # at start (no server, locked store) is reported here instead of hidden in its log.
-    deadline = time.monotonic() + DETACH_READY_S
-    while time.monotonic() < deadline:
-        code = proc.poll()
-        text = log_path.read_text(errors="replace")
-        if PLAN_HEADER in text or code == 0:
-            return proc.pid, log_path
-        if code is not None:
-            tail = text.strip().splitlines()[-3:]
-            raise MlbenchError(f"the background apply failed: {' / '.join(tail)}", hint=f"see {log_path}")
-        time.sleep(0.1)
-    return proc.pid, log_path
-
-
-def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: Any = None) -> int:
-    """Everything ``mlbench apply`` does; returns the exit code (1 when a run failed)."""
-
-    out = out or sys.stdout
-    printer = ProgressPrinter(err, quiet=options.quiet)
-    planned = load_plans(paths)
-    if options.dry_run:
-        from mlbench_tui.settings import load_settings
-
-        print(dry_run_text(planned, load_settings().server_url), file=out)
-        return 0
-    if options.detach:
-        pid, log_path = detach(paths, options)
-        text = log_path.read_text(errors="replace")
-        if PLAN_HEADER in text:
-            block = text[text.index(PLAN_HEADER) :].splitlines()
-            printer.note(
-                "\n".join([block[0], *[line for line in block[1:] if line.startswith("  ")][: len(planned)]])
-            )
-        printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
-        printer.note("watch with: mlbench status   (or mlbench tui)")
-        return 0
-    with _metrics_server(planned) as (client, server_url):
-        return _apply_planned(planned, options, client, server_url, printer, out)
-
-
-@contextlib.contextmanager
-def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
-    """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
-    targets, otherwise the local one (reused, or started embedded in this process)."""
-    if any(item.plan.target.get("kind") == "kubernetes" for item in planned):
-        from mlbench_tui.infra.incluster import server_for_plans
-        from mlbench_tui.server.client import MlbenchClient
-
-        with server_for_plans([item.plan for item in planned]) as endpoint:
-            if endpoint is not None:
-                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url
-                return
-    from mlbench_tui.server.serve import ensure_server
-
-    server = ensure_server()
-    yield server.client(), server.url
-
-
-def _apply_planned(
-    planned: Sequence[PlannedRun],
-    options: ApplyOptions,
-    client: MlbenchClient,
-    server_url: str,
-    printer: ProgressPrinter,
-    out: Any,
-) -> int:
-    from mlbench_tui.results.report import render_results
-
-    mark_unchanged(planned, client, force=options.force)
-    printer.note(plan_summary(planned))
-    if all(item.skipped for item in planned):
-        printer.note("nothing to do: every run of this spec already succeeded (use --force to run again)")
-        print(
-            render_results(
-                [item.existing.result or {"name": item.plan.name, "state": "succeeded"} for item in planned]
-            ),
-            file=out,
-        )
-        return 0
-    runner = Runner(client, printer, server_url=server_url)
-    try:
-        summaries = runner.run_all(planned, parallel=options.parallel)
-    except KeyboardInterrupt:
-        if runner.summaries:
-            print(render_results(runner.summaries), file=out)
-        raise
-    earlier = [item.existing.result for item in planned if item.skipped and item.existing.result]
-    print(render_results([*earlier, *summaries]), file=out)
-    failed = [s for s in summaries if s.get("state") != RunState.SUCCEEDED.value]
-    if failed:
-        names = ", ".join(f"{s['name']} ({s['state']})" for s in failed)
-        printer.note(f"{len(failed)} run(s) did not succeed: {names}")
-        return 1
-    return 0

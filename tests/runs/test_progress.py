@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from mlbench_tui.progress import ProgressPrinter, RunProgress
+from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 
 GOAL = {"metric": "val_global_Prec@1", "target": 70.0, "direction": "max"}
 
@@ -55,7 +55,7 @@ def test_plain_printer_writes_only_changes() -> None:
 
 def test_parallel_runs_only_while_cores_allow() -> None:
     from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
-    from mlbench_tui.runner import fits
+    from mlbench_tui.runs.plans import fits
 
     def plan(workers: int, threads: int = 1) -> RunPlan:
         return RunPlan(

@@ -1,0 +1,159 @@
+"""``mlbench apply``: specs -> plans -> runs in the store -> executor -> live progress -> results.
+
+Plans whose runs already succeeded with the same spec hash are skipped (GitOps idempotence;
+``force`` reruns); the rest run through ``watch.Runner`` against the metrics server of their
+target, and the results table goes to stdout. ``detach`` does the same in the background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.runs.progress import ProgressPrinter
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
+
+from mlbench_tui.runs.plans import (
+    PLAN_HEADER,
+    PlannedRun,
+    dry_run_text,
+    load_plans,
+    mark_unchanged,
+    plan_summary,
+)
+from mlbench_tui.runs.watch import Runner
+
+DETACH_READY_S = 60.0
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    dry_run: bool = False
+    detach: bool = False
+    force: bool = False
+    parallel: bool = False
+    quiet: bool = False
+
+
+def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
+    """Start ``apply`` in the background (own session, output to a log file); returns its pid and log."""
+    from mlbench_tui.settings import load_settings
+
+    logs = load_settings().paths.state_dir / "apply"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"apply-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    argv = [sys.executable, "-m", "mlbench_tui", "apply", *[str(Path(p).resolve()) for p in paths]]
+    if options.force:
+        argv.append("--force")
+    if options.parallel:
+        argv.append("--parallel")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    # Wait until the background apply has reached the store and printed its plan, so a failure
+    # at start (no server, locked store) is reported here instead of hidden in its log.
+    deadline = time.monotonic() + DETACH_READY_S
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        text = log_path.read_text(errors="replace")
+        if PLAN_HEADER in text or code == 0:
+            return proc.pid, log_path
+        if code is not None:
+            tail = text.strip().splitlines()[-3:]
+            raise MlbenchError(f"the background apply failed: {' / '.join(tail)}", hint=f"see {log_path}")
+        time.sleep(0.1)
+    return proc.pid, log_path
+
+
+def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: Any = None) -> int:
+    """Everything ``mlbench apply`` does; returns the exit code (1 when a run failed)."""
+
+    out = out or sys.stdout
+    printer = ProgressPrinter(err, quiet=options.quiet)
+    planned = load_plans(paths)
+    if options.dry_run:
+        from mlbench_tui.settings import load_settings
+
+        print(dry_run_text(planned, load_settings().server_url), file=out)
+        return 0
+    if options.detach:
+        pid, log_path = detach(paths, options)
+        text = log_path.read_text(errors="replace")
+        if PLAN_HEADER in text:
+            block = text[text.index(PLAN_HEADER) :].splitlines()
+            printer.note(
+                "\n".join([block[0], *[line for line in block[1:] if line.startswith("  ")][: len(planned)]])
+            )
+        printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
+        printer.note("watch with: mlbench status   (or mlbench tui)")
+        return 0
+    with _metrics_server(planned) as (client, server_url):
+        return _apply_planned(planned, options, client, server_url, printer, out)
+
+
+@contextlib.contextmanager
+def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
+    """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
+    targets, otherwise the local one (reused, or started embedded in this process)."""
+    if any(item.plan.target.get("kind") == "kubernetes" for item in planned):
+        from mlbench_tui.infra.incluster import server_for_plans
+        from mlbench_tui.server.client import MlbenchClient
+
+        with server_for_plans([item.plan for item in planned]) as endpoint:
+            if endpoint is not None:
+                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url
+                return
+    from mlbench_tui.server.serve import ensure_server
+
+    server = ensure_server()
+    yield server.client(), server.url
+
+
+def _apply_planned(
+    planned: Sequence[PlannedRun],
+    options: ApplyOptions,
+    client: MlbenchClient,
+    server_url: str,
+    printer: ProgressPrinter,
+    out: Any,
+) -> int:
+    from mlbench_tui.results.report import render_results
+
+    mark_unchanged(planned, client, force=options.force)
+    printer.note(plan_summary(planned))
+    if all(item.skipped for item in planned):
+        printer.note("nothing to do: every run of this spec already succeeded (use --force to run again)")
+        print(
+            render_results(
+                [item.existing.result or {"name": item.plan.name, "state": "succeeded"} for item in planned]
+            ),
+            file=out,
+        )
+        return 0
+    runner = Runner(client, printer, server_url=server_url)
+    try:
+        summaries = runner.run_all(planned, parallel=options.parallel)
+    except KeyboardInterrupt:
+        if runner.summaries:
+            print(render_results(runner.summaries), file=out)
+        raise
+    earlier = [item.existing.result for item in planned if item.skipped and item.existing.result]
+    print(render_results([*earlier, *summaries]), file=out)
+    failed = [s for s in summaries if s.get("state") != RunState.SUCCEEDED.value]
+    if failed:
+        names = ", ".join(f"{s['name']} ({s['state']})" for s in failed)
+        printer.note(f"{len(failed)} run(s) did not succeed: {names}")
+        return 1
+    return 0

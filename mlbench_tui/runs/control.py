@@ -1,0 +1,40 @@
+"""``mlbench cancel`` and ``mlbench delete``: stop a run's ranks through its executor, record it."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from mlbench_tui.lifecycle import RunHandle, RunState
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
+
+from mlbench_tui.runs.lookup import executor_for_handle, resolve_run
+
+
+def cancel_run(client: MlbenchClient, ref: str) -> str:
+    """Stop every rank of a run and mark it cancelled; a finished run is left as it is."""
+    run = resolve_run(client, ref)
+    if RunState(run.state).is_terminal():
+        return f"{run.name} ({run.id}) already {run.state}; nothing to cancel"
+    if run.handle:
+        handle = RunHandle.parse(run.handle)
+        executor_for_handle(handle).cancel(handle)
+    client.update_run(run.id, state=RunState.CANCELLED, finished=datetime.now(UTC), error="cancelled by user")
+    return f"cancelled {run.name} ({run.id})"
+
+
+def delete_run(client: MlbenchClient, ref: str) -> str:
+    """Cancel a run if it is still going, then delete it from the store and its local files."""
+    run = resolve_run(client, ref)
+    if not RunState(run.state).is_terminal() and run.handle:
+        handle = RunHandle.parse(run.handle)
+        executor_for_handle(handle).cancel(handle)
+    client.delete_run(run.id)
+    if run.handle and RunHandle.parse(run.handle).scheme == "local":
+        from mlbench_tui.executors.local import LocalExecutor
+
+        shutil.rmtree(LocalExecutor().run_dir(run.id), ignore_errors=True)
+    return f"deleted {run.name} ({run.id})"

@@ -1,0 +1,73 @@
+"""Finding a run the store knows: by id (``r-0123456789ab``) or by name (the latest run with that
+name), and reconciling a run the store still thinks active whose processes are gone.
+
+Every function of this package takes a server client (``ensure_server().client()``), so the
+commands work while ``apply`` runs in another shell (they reuse its server) or after it ended.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.lifecycle import RunHandle, RunState
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.api_models import RunDetail, RunInfo
+
+
+RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
+
+
+class RunNotFound(MlbenchError):
+    exit_code = 1
+
+
+def resolve_run(client: MlbenchClient, ref: str) -> RunDetail:
+    """The run with id ``ref``, or the latest run named ``ref``."""
+    from mlbench_tui.server.client import ServerHTTPError
+
+    if RUN_ID.match(ref):
+        try:
+            return client.get_run(ref)
+        except ServerHTTPError as exc:
+            if exc.status == 404:
+                raise RunNotFound(f"no run {ref}", hint="list runs with: mlbench status") from None
+            raise
+    matches = [run for run in client.list_runs() if run.name == ref]
+    if not matches:
+        raise RunNotFound(f"no run named {ref!r}", hint="list runs with: mlbench status")
+    latest = max(matches, key=lambda run: run.created)
+    return client.get_run(latest.id)
+
+
+def executor_for_handle(handle: RunHandle) -> Any:
+    from mlbench_tui.executors import get_executor
+
+    return get_executor(handle.scheme)
+
+
+def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
+    """Fix a run the store still thinks active whose processes are gone (its ``apply`` died)."""
+    if RunState(run.state).is_terminal() or not run.handle:
+        return run
+    try:
+        handle = RunHandle.parse(run.handle)
+        if handle.scheme != "local":
+            return run
+        status = executor_for_handle(handle).describe(handle)
+    except MlbenchError:
+        return run
+    if status is None or not (status.state.is_terminal() or status.state is RunState.UNKNOWN):
+        return run
+    state = RunState.FAILED if status.state is RunState.UNKNOWN else status.state
+    updated = client.update_run(
+        run.id,
+        state=state,
+        finished=datetime.now(UTC),
+        error=status.message if state != RunState.SUCCEEDED else None,
+    )
+    return updated

@@ -1,0 +1,147 @@
+"""What ``apply`` will run: specs loaded and expanded into planned runs, their dry run, the runs
+skipped because an unchanged spec already succeeded, and whether a run fits beside the others.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.executors.api import DryRun, Executor, LaunchContext
+from mlbench_tui.lifecycle import RunState
+
+if TYPE_CHECKING:
+    from mlbench_tui.plan import RunPlan
+    from mlbench_tui.server.client import MlbenchClient
+
+PLAN_HEADER = "plan: "
+REDACTED = "<write token>"
+
+
+@dataclass
+class PlannedRun:
+    """One plan to apply, with the spec text it came from and what apply will do with it."""
+
+    plan: RunPlan
+    spec_text: str
+    source: str
+    existing: Any = None  # the stored run that already succeeded (then the plan is skipped)
+
+    @property
+    def skipped(self) -> bool:
+        return self.existing is not None
+
+
+def load_plans(paths: Sequence[str]) -> list[PlannedRun]:
+    """Load every spec under ``paths`` (raising one SpecError with all issues) and expand it."""
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec import load_paths
+
+    planned: list[PlannedRun] = []
+    for loaded in load_paths(list(paths)):
+        for plan in expand(loaded.spec):
+            planned.append(PlannedRun(plan=plan, spec_text=loaded.text, source=loaded.file))
+    names = [p.plan.name for p in planned]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise MlbenchError(
+            f"two specs produce runs with the same name: {', '.join(duplicates)}",
+            hint="give each spec its own metadata.name",
+        )
+    return planned
+
+
+def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Executor:
+    """The executor for a plan's target kind (one instance per kind when ``cache`` is given)."""
+    from mlbench_tui.executors import get_executor
+
+    kind = str(plan.target.get("kind", "local"))
+    if cache is not None and kind in cache:
+        return cache[kind]
+    executor = get_executor(kind)
+    if cache is not None:
+        cache[kind] = executor
+    return executor
+
+
+def render_dry_run(dry: DryRun) -> str:
+    """The exact commands (or manifests) of a dry run, shell-quoted, the token redacted."""
+    lines = [
+        f"# {dry.plan.name}: {dry.plan.workers} rank(s), backend {dry.plan.backend}, executor {dry.executor}"
+    ]
+    for key, value in sorted(dry.env.items()):
+        shown = REDACTED if key == "MLBENCH_RUN_TOKEN" else value
+        lines.append(f"export {key}={shlex.quote(shown)}")
+    for command in dry.commands:
+        lines.append(shlex.join(command))
+    if dry.manifests:
+        import io
+
+        from ruamel.yaml import YAML
+
+        yaml = YAML()
+        yaml.default_flow_style = False
+        for manifest in dry.manifests:
+            buf = io.StringIO()
+            yaml.dump(manifest, buf)
+            lines.extend(["---", buf.getvalue().rstrip()])
+    return "\n".join(lines)
+
+
+def dry_run_text(planned: Sequence[PlannedRun], server_url: str) -> str:
+    """What ``apply --dry-run`` prints: every run's exact launch, with placeholder run ids."""
+    cache: dict[str, Executor] = {}
+    blocks = []
+    for index, item in enumerate(planned):
+        launch = LaunchContext(run_id=f"r-dryrun{index:05d}", server_url=server_url, write_token=REDACTED)
+        blocks.append(render_dry_run(executor_for(item.plan, cache).dryrun(item.plan, launch)))
+    return "\n\n".join(blocks)
+
+
+def mark_unchanged(planned: Sequence[PlannedRun], client: MlbenchClient, *, force: bool) -> None:
+    """Attach the stored successful run to each plan that has one with the same name and spec
+    hash (unless ``force``): applying an unchanged spec again does nothing."""
+    if force:
+        return
+    runs = [run for name in {p.plan.spec_name for p in planned} for run in client.list_runs(spec_name=name)]
+    done = {
+        (run.name, run.spec_hash): run
+        for run in sorted(runs, key=lambda r: r.created)
+        if run.state == RunState.SUCCEEDED
+    }
+    for item in planned:
+        item.existing = done.get((item.plan.name, item.plan.spec_hash))
+
+
+def plan_summary(planned: Sequence[PlannedRun]) -> str:
+    lines = [f"{PLAN_HEADER}{len(planned)} run(s)"]
+    for item in planned:
+        plan = item.plan
+        goal = (
+            f"{plan.goal.metric} {'>=' if plan.goal.direction == 'max' else '<='} {plan.goal.target}"
+            if plan.goal
+            else "sweep"
+        )
+        what = "unchanged, already succeeded" if item.skipped else "will run"
+        lines.append(
+            f"  {plan.name}: task {plan.task} ({plan.task_name}), "
+            f"{plan.workers} x {plan.backend}, {goal} -- {what}"
+        )
+    return "\n".join(lines)
+
+
+def _cores(plan: RunPlan) -> int:
+    return plan.workers * max(1, plan.resources.threads_per_rank)
+
+
+def fits(plan: RunPlan, running: Sequence[RunPlan], *, parallel: bool, cpu_count: int) -> bool:
+    """Whether ``plan`` may start now: always when nothing runs; with ``parallel``, while the
+    ranks x threads of everything running, plus its own, fit in the machine's cores."""
+    if not running:
+        return True
+    if not parallel:
+        return False
+    return sum(_cores(p) for p in running) + _cores(plan) <= cpu_count

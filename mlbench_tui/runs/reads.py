@@ -1,0 +1,71 @@
+"""Whole series of a run read through the server's cursor pages: metrics, events and log lines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlbench_tui.plan import RunPlan
+    from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+    from mlbench_tui.server.client import MlbenchClient
+
+
+def read_metrics(client: MlbenchClient, run_id: str, names: Sequence[str] | None = None) -> list[MetricPoint]:
+    """Every stored point of a run's metrics (of ``names``, or all), following the cursor."""
+    from mlbench_tui.results.time_to_accuracy import MetricPoint
+
+    batches: list[list[str] | None] = [None]
+    if names is not None:
+        wanted = list(names)
+        if not wanted:
+            return []
+        batches = [wanted[i : i + 50] for i in range(0, len(wanted), 50)]
+    points: list[MetricPoint] = []
+    for batch in batches:
+        cursor = 0
+        while True:
+            page = client.metrics(run_id, names=batch, since=cursor)
+            count = 0
+            for series in page.series:
+                for step, value, t, epoch in zip(
+                    series.step, series.value, series.t, series.epoch, strict=False
+                ):
+                    if value is not None:
+                        points.append(MetricPoint(series.name, value, series.rank, step, epoch, t))
+                        count += 1
+            if count == 0 or page.cursor == cursor:
+                break
+            cursor = page.cursor
+    return points
+
+
+def read_events(client: MlbenchClient, run_id: str) -> list[EventRecord]:
+    """Every stored event of a run, oldest first."""
+    from mlbench_tui.results.time_to_accuracy import EventRecord
+
+    events: list[EventRecord] = []
+    cursor = 0
+    while True:
+        page = client.events(run_id, since=cursor, limit=50_000)
+        events.extend(EventRecord(e.kind, e.payload, e.rank or 0, e.t) for e in page.events)
+        if not page.events or page.cursor == cursor:
+            return events
+        cursor = page.cursor
+
+
+def fetch_result_inputs(
+    client: MlbenchClient, run_id: str, plan: RunPlan | None = None
+) -> tuple[list[MetricPoint], list[EventRecord]]:
+    """What a result summary needs: the goal and validation metrics, tracker totals, all-reduce
+    figures (not the per-step training series), and every event."""
+    from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS
+
+    wanted = {"time_train", "time_validation", *TRACKER_TOTALS}
+    goal_metric = plan.goal.metric if plan is not None and plan.goal is not None else None
+    selected = [
+        n.name
+        for n in client.metric_names(run_id)
+        if n.name in wanted or n.name == goal_metric or n.name.startswith(("allreduce_", "val_"))
+    ]
+    return read_metrics(client, run_id, selected), read_events(client, run_id)
