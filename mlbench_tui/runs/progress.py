@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from mlbench_tui.spec.tasks import TaskSweep
+
 
 def _fmt_duration(value: float | None) -> str:
     if value is None or value < 0:
@@ -33,7 +35,8 @@ class RunProgress:
     name: str
     goal: Mapping[str, Any] | None
     max_epochs: float | None = None
-    total_steps: int | None = None  # 0a: number of sizes x dtypes
+    total_steps: int | None = None  # a sweep's points in all (0a: sizes x dtypes)
+    sweep: TaskSweep | None = None
     state: str = "pending"
     phase: str = "starting"
     epoch: float | None = None
@@ -105,7 +108,7 @@ class RunProgress:
             current = "-" if self.metric_value is None else f"{self.metric_value:.2f}"
             parts.append(f"{metric} {current} (goal {op} {self.goal.get('target')})")
         elif self.total_steps:
-            parts.append(f"{self.done_steps}/{self.total_steps} sizes")
+            parts.append(f"{self.done_steps}/{self.total_steps} {self.sweep.unit if self.sweep else 'steps'}")
         parts.append(f"elapsed {_fmt_duration(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":

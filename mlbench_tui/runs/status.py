@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from mlbench_tui.store.api_models import RunInfo
 
 from mlbench_tui.runs.lookup import reconcile, resolve_run
+from mlbench_tui.spec.tasks import get_task
 
 
 def _ago(moment: datetime | None) -> str:
@@ -67,7 +68,7 @@ def status_table(client: MlbenchClient, limit: int = 50) -> str:
 
 
 def _live_text(client: MlbenchClient, run: RunInfo) -> str:
-    """For an active run: the latest value of its goal metric (or sizes measured, for 0a)."""
+    """For an active run: the latest value of its goal metric, or how far its sweep got (0a)."""
     if RunState(run.state).is_terminal() or run.state == RunState.PENDING:
         return "-"
     try:
@@ -80,8 +81,11 @@ def _live_text(client: MlbenchClient, run: RunInfo) -> str:
         op = ">=" if run.goal.get("direction") == "max" else "<="
         shown = "-" if last is None else f"{last:.4g}"
         return f"{metric.removeprefix('val_global_')} {shown} (goal {op} {run.goal.get('target')}) so far"
-    sizes = sum(n.count for n in names if n.name.endswith("_latency_p50"))
-    return f"{sizes} sizes measured so far"
+    task = get_task(run.task)
+    if task is None or task.sweep is None:
+        return "-"
+    measured = sum(n.count for n in names if task.sweep.counts(n.name))
+    return f"{measured} {task.sweep.unit} measured so far"
 
 
 def status_detail(client: MlbenchClient, ref: str) -> str:

@@ -16,6 +16,7 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors.api import Executor, LaunchContext
 from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
+from mlbench_tui.spec.tasks import get_task
 
 if TYPE_CHECKING:
     from mlbench_tui.plan import RunPlan
@@ -95,10 +96,14 @@ class Runner:
         plan = item.plan
         created = self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
         run_id, token = created.run.id, created.write_token
+        task = get_task(plan.task)
+        sweep = task.sweep if task is not None else None
         progress = RunProgress(
             name=plan.name,
             goal=plan.goal.model_dump() if plan.goal else None,
             max_epochs=_max_epochs(plan),
+            total_steps=sweep.total(plan.hyperparameters) if sweep is not None else None,
+            sweep=sweep,
             state="pending",
         )
         launch = LaunchContext(run_id=run_id, server_url=self.server_url, write_token=token)
@@ -315,14 +320,10 @@ class Runner:
                     for value, epoch, t in zip(series.value, series.epoch, series.t, strict=False):
                         progress.on_metric(series.name, value, epoch, t)
                 active.metric_cursor = metrics.cursor
-            else:
+            elif progress.sweep is not None:
                 names = self.client.metric_names(active.run_id)
-                progress.done_steps = sum(
-                    n.count for n in names if n.name.endswith("_latency_p50") and 0 in n.ranks
-                )
-                hp = active.planned.plan.hyperparameters
-                dtypes = hp.get("dtypes") or ["fp32"]
-                progress.total_steps = int(hp.get("num_sizes") or 0) * len(dtypes) or None
+                sweep = progress.sweep
+                progress.done_steps = sum(n.count for n in names if sweep.counts(n.name) and 0 in n.ranks)
         except MlbenchError as exc:
             # Progress is best effort (the run is watched through the executor), but a run
             # deleted from the store (``mlbench delete``) must stop.

@@ -34,6 +34,37 @@ class TaskGoal:
 
 
 @dataclass(frozen=True)
+class TaskSweep:
+    """A measurement task's sweep (0a): one point per message size and series, the size as step.
+
+    Metrics are named ``<prefix><series>_<figure>`` (``allreduce_fp32_busbw``). Each point of
+    ``count_figure`` is one size measured, so progress counts ``unit`` up to
+    ``hyperparameters[size_param] x len(hyperparameters[series_param])``.
+    """
+
+    prefix: str
+    count_figure: str
+    size_param: str
+    series_param: str
+    unit: str
+    x_label: str
+    charts: tuple[str, ...]  # charted when a run opens
+
+    def owns(self, metric: str) -> bool:
+        """Whether ``metric`` is a curve of this sweep (its x is a size, every point counts)."""
+        return metric.startswith(self.prefix)
+
+    def counts(self, metric: str) -> bool:
+        """Whether each point of ``metric`` is one size measured."""
+        return self.owns(metric) and metric.endswith("_" + self.count_figure)
+
+    def total(self, hyperparameters: Mapping[str, Any]) -> int | None:
+        """How many sizes the run measures in all (None when the plan does not say)."""
+        sizes = int(hyperparameters.get(self.size_param) or 0)
+        return sizes * max(1, len(hyperparameters.get(self.series_param) or ())) or None
+
+
+@dataclass(frozen=True)
 class TaskInfo:
     """One official task: what it trains, its goals, defaults and what a spec may change."""
 
@@ -51,6 +82,7 @@ class TaskInfo:
     lr_scaling: LrScaling = "none"
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     notes: str = ""
+    sweep: TaskSweep | None = None  # measurement tasks without a goal
 
     @property
     def lr_linearly_scaled(self) -> bool:
@@ -95,6 +127,15 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             choices=_ro({"dtypes": ("fp32", "fp16", "bf16")}),
             notes="sizes = unique ints of np.logspace(sizes_min_exp, sizes_max_exp, num_sizes); "
             "fp16 is dropped on mpi (Open MPI has no fp16 reduction).",
+            sweep=TaskSweep(
+                prefix="allreduce_",
+                count_figure="latency_p50",
+                size_param="num_sizes",
+                series_param="dtypes",
+                unit="sizes",
+                x_label="size (elements)",
+                charts=("allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"),
+            ),
         ),
         "1a": TaskInfo(
             id="1a",
@@ -311,6 +352,22 @@ def get_task(key: str) -> TaskInfo | None:
     """The task with this id (``1a``) or name (``resnet20-cifar10``), case-insensitive; None if unknown."""
     k = key.strip().lower()
     return TASKS.get(k) or _BY_NAME.get(k)
+
+
+SWEEPS: tuple[TaskSweep, ...] = tuple(t.sweep for t in TASKS.values() if t.sweep is not None)
+
+
+def sweep_of(metric: str) -> TaskSweep | None:
+    """The sweep whose curve ``metric`` is (``allreduce_fp32_busbw``: 0a's), or None."""
+    return next((sweep for sweep in SWEEPS if sweep.owns(metric)), None)
+
+
+def default_charts(task_id: str, goal_metric: str | None) -> list[str]:
+    """Metrics charted when a run opens: a sweep's curves, else loss, the goal metric, step time."""
+    task = get_task(task_id)
+    if task is not None and task.sweep is not None:
+        return list(task.sweep.charts)
+    return ["train_loss", *([goal_metric] if goal_metric else []), "step_time"]
 
 
 def scaled_hyperparameters(task: TaskInfo, workers: int, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, cast
 from textual.message import Message
 
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail
 from mlbench_tui.tui.messages import (
     ConnectionChanged,
@@ -42,7 +43,6 @@ COMPACT_ABOVE = 64  # a series delta longer than this is sent to the screen as b
 COMPACT_BUCKETS = 16  # ...this many per update (min/max/last kept): UI work stays flat under load
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 5.0)
 MIN_COALESCE_S = 0.05  # the server's lower bound for ``coalesce`` (shorter intervals: every point)
-SWEEP_PREFIX = "allreduce_"  # metrics whose x is a message size: every point counts
 QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepalives are every 15 s)
 
 Post = Callable[[Message], object]
@@ -421,7 +421,7 @@ class RunFeed:
         names = {
             s["name"]
             for s in series
-            if s["name"].startswith(SWEEP_PREFIX) and int(s.get("count") or 0) > len(s["t"])
+            if sweep_of(s["name"]) is not None and int(s.get("count") or 0) > len(s["t"])
         }
         if not names or self._client is None:
             return set()

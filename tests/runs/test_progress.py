@@ -7,6 +7,7 @@ import io
 import pytest
 
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
+from mlbench_tui.spec.tasks import TASKS
 
 GOAL = {"metric": "val_global_Prec@1", "target": 70.0, "direction": "max"}
 
@@ -42,7 +43,7 @@ def test_min_goal_and_phases() -> None:
 def test_plain_printer_writes_only_changes() -> None:
     stream = io.StringIO()
     printer = ProgressPrinter(stream)
-    progress = RunProgress("ar", None, total_steps=4, state="running")
+    progress = RunProgress("ar", None, total_steps=4, sweep=TASKS["0a"].sweep, state="running")
     printer.update(progress)
     printer.update(progress)
     progress.done_steps = 2

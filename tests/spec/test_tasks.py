@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlbench_tui.spec.loader import load_text
-from mlbench_tui.spec.tasks import TASKS, get_task
+from mlbench_tui.spec.tasks import TASKS, default_charts, get_task, sweep_of
 from mlbench_tui.spec.templates import spec_template
 
 # The keys the worker tasks read (the shared contract in HELPERS.md); derived keys such as
@@ -118,3 +118,18 @@ def test_init_template_validates(task_id: str) -> None:
     assert text.startswith("# yaml-language-server: $schema=")
     (loaded,) = load_text(text, f"init-{task_id}.yaml", environ={})
     assert loaded.spec.spec.task == task_id
+
+
+def test_the_allreduce_sweep_is_described_by_the_catalog() -> None:
+    sweep = TASKS["0a"].sweep
+    assert sweep is not None and all(t.sweep is None for t in TASKS.values() if t.goal is not None)
+    # progress: one point of the p50 latency per size and dtype
+    assert sweep.total({"num_sizes": 80, "dtypes": ["fp32", "fp16"]}) == 160
+    assert sweep.total({"num_sizes": 5}) == 5 and sweep.total({}) is None
+    assert sweep.counts("allreduce_fp16_latency_p50") and not sweep.counts("allreduce_fp16_busbw")
+    assert not sweep.counts("val_latency_p50")
+    # the metric names the TUI and feeds treat as size curves
+    assert sweep_of("allreduce_fp32_busbw") is sweep and sweep_of("train_loss") is None
+    assert default_charts("0a", None) == list(sweep.charts)
+    assert default_charts("1a", "val_global_Prec@1") == ["train_loss", "val_global_Prec@1", "step_time"]
+    assert default_charts("nope", None) == ["train_loss", "step_time"]

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from mlbench_tui.spec.tasks import default_charts, sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import RunFeed, fetch_history
@@ -72,17 +73,6 @@ def history_metrics(run: RunDetail, charts: list[str] | None = None) -> list[str
         if name not in names:
             names.append(name)
     return names
-
-
-def default_charts(task: str, goal_metric: str | None) -> list[str]:
-    """Metrics charted when a run opens: loss, the goal metric, step time; bandwidth for 0a."""
-    if task == "0a":
-        return ["allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"]
-    charts = ["train_loss"]
-    if goal_metric:
-        charts.append(goal_metric)
-    charts.append("step_time")
-    return charts
 
 
 class RunDetailScreen(Screen[None]):
@@ -242,11 +232,7 @@ class RunDetailScreen(Screen[None]):
                         view.step_time = value
                     elif d.name in TOTALS:
                         setattr(view, TOTALS[d.name], value)
-                if (
-                    step is not None
-                    and not d.name.startswith("allreduce")
-                    and (view.step is None or step > view.step)
-                ):
+                if step is not None and sweep_of(d.name) is None and (view.step is None or step > view.step):
                     view.step = step
                 if epoch is not None and (view.epoch is None or epoch > view.epoch):
                     view.epoch = epoch
@@ -292,12 +278,12 @@ class RunDetailScreen(Screen[None]):
             chart = old.pop(name, None)
             if chart is None:
                 is_goal = bool(goal) and goal.get("metric") == name  # type: ignore[union-attr]
-                log_x = name.startswith("allreduce_")
+                sweep = sweep_of(name)
                 chart = MetricChart(
                     name,
                     goal=float(goal["target"]) if is_goal and goal else None,
-                    x_label="size (elements)" if log_x else "step",
-                    log_x=log_x,
+                    x_label=sweep.x_label if sweep is not None else "step",
+                    log_x=sweep is not None,
                     id=f"chart-{_chart_id(name)}",
                     classes="chart",
                 )
