@@ -15,7 +15,9 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+from mlbench_tui.spec.models import Target
 
 if TYPE_CHECKING:
     from mlbench_tui.spec.models import BenchmarkSpec
@@ -77,9 +79,15 @@ class RunPlan(_Frozen):
         description="Effective hyperparameters (defaults + overrides, scaled)."
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
-    target: dict[str, Any] = Field(description="The spec's target section, e.g. {'kind': 'local'}.")
+    target: Target = Field(description="The spec's target: local processes or a Kubernetes cluster.")
     price_per_hour: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_serializer("target")
+    def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
+        """Unset options stay out of the plan's JSON (the ConfigMap, the store), as in the spec."""
+        dumped: dict[str, Any] = target.model_dump(mode="json", exclude_none=True)
+        return dumped
 
 
 def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
@@ -176,7 +184,6 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     if task.id == "0a" and "data" not in body.model_fields_set:
         data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
-    target = body.target.model_dump(mode="json", exclude_none=True)
     plans: list[RunPlan] = []
     for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):
         hp = _effective_hyperparameters(spec, backend, workers)
@@ -200,7 +207,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     data=data,
                     hyperparameters=dict(hp),
                     env=dict(env),
-                    target=dict(target),
+                    target=body.target,
                     price_per_hour=body.price_per_hour,
                     labels=dict(spec.metadata.labels),
                 )

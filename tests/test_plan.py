@@ -42,7 +42,7 @@ def test_quickstart_plan() -> None:
     assert plan.data.source == "synthetic"
     assert plan.data.options == {"train_samples": 2048, "val_samples": 512}
     assert plan.resources.threads_per_rank == 1
-    assert plan.target == {"kind": "local"}
+    assert plan.target.kind == "local" and plan.model_dump(mode="json")["target"] == {"kind": "local"}
 
 
 def test_sweep_order_names_and_repeats() -> None:
@@ -156,7 +156,7 @@ def test_resources_env_target_labels() -> None:
         "precision": "amp",
     }
     assert plan.env == {"OMP_NUM_THREADS": "4", "NCCL_DEBUG": "INFO"}  # the spec's env wins
-    assert plan.target == {
+    assert plan.model_dump(mode="json")["target"] == {
         "kind": "kubernetes",
         "namespace": "bench",
         "image": "w:1",

@@ -169,7 +169,7 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
     if output == "json":
         return json.dumps(plan_documents(plans), indent=2) + "\n"
     if output == "yaml":
-        if plans and all(p.target.get("kind") == "kubernetes" for p in plans):
+        if plans and all(p.target.kind == "kubernetes" for p in plans):
             # Kubernetes targets: the manifests `kubectl apply -f -` accepts (tokens left out).
             from mlbench_tui.executors.manifests import plan_yaml
 
@@ -194,7 +194,7 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
                 p.resources.precision,
                 goal,
                 "-" if p.max_time_s is None else _duration(p.max_time_s),
-                p.target.get("kind", "?"),
+                p.target.kind,
             ]
         )
     headers = [

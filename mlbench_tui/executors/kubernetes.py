@@ -26,6 +26,7 @@ from mlbench_tui.executors.kube import api_error, apply_object, call_json, make_
 from mlbench_tui.executors.pod_status import rank_of, run_status
 from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.spec.models import KubernetesTarget
 
 MPI_OPERATOR_INSTALL = (
     "install the Kubeflow MPI Operator (v2beta1 API): kubectl apply --server-side -f "
@@ -104,7 +105,9 @@ class KubernetesExecutor(Executor):
     # --- clients ---
     def _client(self, plan: RunPlan | None = None) -> Any:
         if self._api_client is None:
-            context = self._context or (plan.target.get("context") if plan is not None else None)
+            context = self._context
+            if context is None and plan is not None and isinstance(plan.target, KubernetesTarget):
+                context = plan.target.context
             self._api_client = make_api_client(context, self._kubeconfig)
         return self._api_client
 

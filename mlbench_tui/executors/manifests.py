@@ -23,6 +23,7 @@ from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
 from mlbench_tui.plan import RunPlan, worker_config
+from mlbench_tui.spec.models import KubernetesTarget
 
 # Names and paths shared with the executor and the in-cluster server.
 LABEL_RUN_ID = "mlbench.io/run-id"
@@ -36,8 +37,6 @@ CONFIG_FILE = f"{CONFIG_DIR}/config.json"
 DATASET_MOUNT = "/mnt/dataset"
 SECRET_TOKEN_KEY = "token"
 MASTER_PORT = 29500
-DEFAULT_NAMESPACE = "mlbench"
-DEFAULT_IMAGE = "mlbench-worker"
 DEFAULT_TTL_S = 24 * 3600
 GPU_TYPE_LABEL = "mlbench.io/gpu-type"
 MPIJOB_API = "kubeflow.org/v2beta1"
@@ -73,18 +72,19 @@ def label_value(text: str) -> str:
     return value
 
 
+def target_of(plan: RunPlan) -> KubernetesTarget:
+    """The plan's Kubernetes target; a plan for another target is refused."""
+    if not isinstance(plan.target, KubernetesTarget):
+        raise ExecutorError(
+            f"run {plan.name} targets {plan.target.kind}, not kubernetes",
+            hint="set target.kind: kubernetes (with its image) in the spec",
+        )
+    return plan.target
+
+
 def namespace_of(plan: RunPlan) -> str:
-    """The namespace a plan runs in (the target's, else ``mlbench``)."""
-    return str(plan.target.get("namespace") or DEFAULT_NAMESPACE)
-
-
-def image_of(plan: RunPlan) -> str:
-    """The worker image: the target's, else the project's image for this version (CUDA for GPUs)."""
-    image = plan.target.get("image")
-    if image:
-        return str(image)
-    suffix = "-cuda" if plan.resources.gpus > 0 else ""
-    return f"{DEFAULT_IMAGE}:{__version__}{suffix}"
+    """The namespace a plan runs in."""
+    return target_of(plan).namespace
 
 
 def secret_name(run_id: str) -> str:
@@ -126,9 +126,9 @@ def _meta(plan: RunPlan, launch: LaunchContext, name: str, component: str) -> di
 def worker_server_url(plan: RunPlan, launch: LaunchContext) -> str:
     """The URL pods report to: the target's ``server_url``, else the launch URL unless it is a
     loopback address (unreachable from pods), in which case the in-cluster server's Service."""
-    explicit = plan.target.get("server_url")
+    explicit = target_of(plan).server_url
     if explicit:
-        return str(explicit)
+        return explicit
     host = urlsplit(launch.server_url).hostname or ""
     if launch.server_url and host not in ("localhost", "::1") and not host.startswith("127."):
         return launch.server_url
@@ -178,9 +178,9 @@ def _tolerations(plan: RunPlan) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if plan.resources.gpus:
         out.extend(dict(item) for item in GPU_TOLERATIONS)
-    for item in plan.target.get("tolerations") or []:
-        toleration = {k: v for k, v in dict(item).items() if v is not None}
-        if "tolerationSeconds" not in toleration and "toleration_seconds" in toleration:
+    for item in target_of(plan).tolerations:
+        toleration = item.model_dump(exclude_none=True)
+        if "toleration_seconds" in toleration:
             toleration["tolerationSeconds"] = toleration.pop("toleration_seconds")
         if toleration not in out:
             out.append(toleration)
@@ -193,7 +193,7 @@ def _node_selector(plan: RunPlan) -> dict[str, str]:
     selector: dict[str, str] = {}
     if plan.resources.gpus:
         selector[GPU_LABEL[0]] = GPU_LABEL[1]
-    selector.update({str(k): str(v) for k, v in (plan.target.get("node_selector") or {}).items()})
+    selector.update(target_of(plan).node_selector)
     return selector
 
 
@@ -267,8 +267,8 @@ def _container(plan: RunPlan, launch: LaunchContext, name: str, command: list[st
     _, mounts = _volumes(plan, launch)
     container: dict[str, Any] = {
         "name": CONTAINER,
-        "image": image_of(plan),
-        "imagePullPolicy": str(plan.target.get("image_pull_policy") or "IfNotPresent"),
+        "image": target_of(plan).image,
+        "imagePullPolicy": target_of(plan).image_pull_policy or "IfNotPresent",
         "command": command,
         "env": _env(plan, launch, name),
         "ports": [{"name": "rendezvous", "containerPort": MASTER_PORT, "protocol": "TCP"}],
@@ -292,8 +292,8 @@ def _pod_spec(plan: RunPlan, launch: LaunchContext, name: str, command: list[str
         "containers": [_container(plan, launch, name, command)],
         "volumes": volumes,
     }
-    if plan.target.get("service_account"):
-        spec["serviceAccountName"] = str(plan.target["service_account"])
+    if target_of(plan).service_account:
+        spec["serviceAccountName"] = target_of(plan).service_account
     selector = _node_selector(plan)
     if selector:
         spec["nodeSelector"] = selector
@@ -305,10 +305,6 @@ def _pod_spec(plan: RunPlan, launch: LaunchContext, name: str, command: list[str
 
 def _deadline(plan: RunPlan) -> int | None:
     return max(1, math.ceil(plan.max_time_s)) if plan.max_time_s else None
-
-
-def _ttl(plan: RunPlan) -> int:
-    return int(plan.target.get("ttl_seconds_after_finished") or DEFAULT_TTL_S)
 
 
 def worker_command() -> list[str]:
@@ -326,7 +322,7 @@ def job(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
         "parallelism": plan.workers,
         "completionMode": "Indexed",
         "backoffLimit": 0,
-        "ttlSecondsAfterFinished": _ttl(plan),
+        "ttlSecondsAfterFinished": DEFAULT_TTL_S,
         "template": {
             "metadata": {"labels": template_labels, "annotations": {ANNOTATION_RUN_ID: launch.run_id}},
             "spec": _pod_spec(plan, launch, name, worker_command()),
@@ -354,7 +350,7 @@ def mpijob(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
     run_policy: dict[str, Any] = {
         "cleanPodPolicy": "Running",
         "backoffLimit": 0,
-        "ttlSecondsAfterFinished": _ttl(plan),
+        "ttlSecondsAfterFinished": DEFAULT_TTL_S,
     }
     deadline = _deadline(plan)
     if deadline is not None:

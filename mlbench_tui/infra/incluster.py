@@ -19,13 +19,17 @@ import secrets
 import select
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError, InfraError
 from mlbench_tui.executors.kube import apply_object, call_json, make_api_client
+from mlbench_tui.spec.models import KubernetesTarget
+
+if TYPE_CHECKING:
+    from mlbench_tui.plan import RunPlan
 
 SERVER = "mlbench-server"  # Deployment, Service and pod label (manifests.IN_CLUSTER_SERVER)
 SERVER_PORT = 8080
@@ -379,7 +383,9 @@ def connect(
 
 
 @contextlib.contextmanager
-def server_for_target(target: dict[str, Any], *, api_client: Any | None = None) -> Iterator[ServerEndpoint]:
+def server_for_target(
+    context: str | None, namespace: str, *, api_client: Any | None = None
+) -> Iterator[ServerEndpoint]:
     """The metrics server of a Kubernetes target as reachable from this machine, for ``apply``.
 
     ``MLBENCH_SERVER_URL`` (with ``MLBENCH_TOKEN``/``MLBENCH_READ_TOKEN``) wins, as everywhere;
@@ -391,25 +397,23 @@ def server_for_target(target: dict[str, Any], *, api_client: Any | None = None) 
         admin = os.environ.get("MLBENCH_TOKEN", "")
         yield ServerEndpoint(url.rstrip("/"), admin, os.environ.get("MLBENCH_READ_TOKEN", admin))
         return
-    namespace = str(target.get("namespace") or "mlbench")
-    with connect(target.get("context"), namespace, api_client=api_client) as endpoint:
+    with connect(context, namespace, api_client=api_client) as endpoint:
         yield endpoint
 
 
 @contextlib.contextmanager
-def server_for_plans(plans: list[Any], *, api_client: Any | None = None) -> Iterator[ServerEndpoint | None]:
+def server_for_plans(
+    plans: Sequence[RunPlan], *, api_client: Any | None = None
+) -> Iterator[ServerEndpoint | None]:
     """For ``apply``: the in-cluster server when the plans target Kubernetes, else None (use the
     local server). Runs of one apply share one store, so they must share context and namespace."""
-    targets = {
-        (p.target.get("context"), str(p.target.get("namespace") or "mlbench"))
-        for p in plans
-        if p.target.get("kind") == "kubernetes"
-    }
+    kubernetes = [p.target for p in plans if isinstance(p.target, KubernetesTarget)]
+    targets = {(target.context, target.namespace) for target in kubernetes}
     if not targets:
         yield None
         return
     places = sorted(f"{ctx or 'current context'}/{ns}" for ctx, ns in targets)
-    if any(p.target.get("kind") != "kubernetes" for p in plans):
+    if any(not isinstance(p.target, KubernetesTarget) for p in plans):
         places.append("local")
     if len(places) > 1:
         raise InfraError(
@@ -418,7 +422,5 @@ def server_for_plans(plans: list[Any], *, api_client: Any | None = None) -> Iter
             hint="apply local and Kubernetes specs (or specs for different clusters) separately",
         )
     ((context, namespace),) = targets
-    with server_for_target(
-        {"kind": "kubernetes", "context": context, "namespace": namespace}, api_client=api_client
-    ) as ep:
-        yield ep
+    with server_for_target(context, namespace, api_client=api_client) as endpoint:
+        yield endpoint

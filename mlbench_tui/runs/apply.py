@@ -107,7 +107,7 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
 def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
     """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
     targets, otherwise the local one (reused, or started embedded in this process)."""
-    if any(item.plan.target.get("kind") == "kubernetes" for item in planned):
+    if any(item.plan.target.kind == "kubernetes" for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
         from mlbench_tui.server.client import MlbenchClient
 

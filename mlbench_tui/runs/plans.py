@@ -58,7 +58,7 @@ def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Exe
     """The executor for a plan's target kind (one instance per kind when ``cache`` is given)."""
     from mlbench_tui.executors import get_executor
 
-    kind = str(plan.target.get("kind", "local"))
+    kind = plan.target.kind
     if cache is not None and kind in cache:
         return cache[kind]
     executor = get_executor(kind)

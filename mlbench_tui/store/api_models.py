@@ -80,7 +80,7 @@ class RunCreate(_Wire):
             workers=plan.workers,
             repeat=plan.repeat,
             goal=plan.goal.model_dump(mode="json") if plan.goal else None,
-            target_kind=str(plan.target.get("kind", "local")),
+            target_kind=plan.target.kind,
             labels=dict(plan.labels),
         )
 

@@ -78,7 +78,7 @@ def test_smoke_kind_pods_run_the_benchmark_and_report_to_the_server(server: Any,
 
     master = f"{job['metadata']['name']}-0.{service['metadata']['name']}"
     in_cluster = (
-        f"http://{manifests.IN_CLUSTER_SERVER}.{plan.target['namespace']}.svc:{manifests.IN_CLUSTER_PORT}"
+        f"http://{manifests.IN_CLUSTER_SERVER}.{manifests.namespace_of(plan)}.svc:{manifests.IN_CLUSTER_PORT}"
     )
     port = str(_free_port())
     procs = []

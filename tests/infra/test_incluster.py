@@ -191,7 +191,7 @@ def test_server_image_follows_mlbench_worker_image(kube: KubeApi, monkeypatch: p
 def test_server_for_target_prefers_an_explicit_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLBENCH_SERVER_URL", "http://127.0.0.1:8765/")
     monkeypatch.setenv("MLBENCH_TOKEN", "admin-t")
-    with incluster.server_for_target({"kind": "kubernetes", "namespace": NS}) as endpoint:
+    with incluster.server_for_target(None, NS) as endpoint:
         assert (endpoint.url, endpoint.admin_token, endpoint.read_token) == (
             "http://127.0.0.1:8765",
             "admin-t",
@@ -204,7 +204,7 @@ def test_server_for_target_port_forwards_to_the_targets_namespace(kube: KubeApi,
 
     api = kube.api_client()
     incluster.install(None, NS, api_client=api)
-    with incluster.server_for_target({"kind": "kubernetes", "namespace": NS}, api_client=api) as endpoint:
+    with incluster.server_for_target(None, NS, api_client=api) as endpoint:
         assert httpx.get(f"{endpoint.url}/healthz", timeout=5).json()["status"] == "ok"
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import kmock
 from kmock._internal import enums, k8s, rendering
 
+from mlbench_tui import __version__
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan
 
@@ -45,7 +46,10 @@ def make_plan(**overrides: Any) -> RunPlan:
     """A resolved 1a plan as ``plan.expand`` would produce it, without needing a spec file."""
     resources = overrides.pop("resources", {})
     data = overrides.pop("data", {})
-    target = {"kind": "kubernetes", "namespace": "bench", **overrides.pop("target", {})}
+    target = overrides.pop("target", {})
+    if target.get("kind", "kubernetes") == "kubernetes":
+        image = f"mlbench-worker:{__version__}"
+        target = {"kind": "kubernetes", "namespace": "bench", "image": image, **target}
     fields: dict[str, Any] = {
         "name": "smoke-gloo-2w",
         "spec_name": "smoke",
