@@ -2,15 +2,17 @@
 
 MLPerf scores a benchmark as the mean time over N repeats after dropping the fastest and the
 slowest run (the olympic mean), which keeps one lucky or unlucky run from deciding the result.
-Pure functions over per-run summaries (dicts as produced by ``report.summarize_run``).
+Pure functions over ``RunResult``s; ``speedup`` is the one definition of speedup and efficiency.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mlbench_tui.results.model import RunResult
 
 
 def olympic_mean(values: Sequence[float]) -> float:
@@ -51,30 +53,36 @@ class ConfigScore:
         return dict(self.__dict__)
 
 
-def config_key(summary: Mapping[str, Any]) -> tuple[str, str, str, int]:
+def speedup(
+    base_time_s: float | None, time_s: float | None, workers: int, base_workers: int = 1
+) -> tuple[float | None, float | None]:
+    """Speedup ``T(base) / T(run)`` scaled by the baseline's workers (MLBench compares against
+    1 worker), and efficiency ``speedup / workers``; (None, None) unless both times are known."""
+    if not base_time_s or not time_s:
+        return None, None
+    value = base_time_s / time_s * base_workers
+    return value, value / max(1, workers)
+
+
+def config_key(result: RunResult) -> tuple[str, str, str, int]:
     """What makes runs repeats of one configuration: spec, framework, backend and world size."""
-    return (
-        str(summary.get("spec_name", "")),
-        str(summary.get("framework") or "pytorch"),
-        str(summary.get("backend", "")),
-        int(summary.get("workers", 1)),
-    )
+    return result.spec_name, result.framework, result.backend, result.workers
 
 
-def score_configs(summaries: Iterable[Mapping[str, Any]]) -> list[ConfigScore]:
-    """Group run summaries by (spec, framework, backend, workers), score each group over its
-    repeats, and add speedup (``T(1 worker) / T(k)``) and efficiency (``speedup / k``) where the
-    same spec, framework and backend has a 1-worker score."""
-    groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
-    for summary in summaries:
-        groups.setdefault(config_key(summary), []).append(summary)
+def reached_time(result: RunResult) -> float | None:
+    """The run's time to accuracy when it reached its goal, else None."""
+    return result.time_to_accuracy_s if result.reached else None
+
+
+def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
+    """Group results by (spec, framework, backend, workers), score each group over its repeats,
+    and add speedup and efficiency where the same spec, framework and backend has a 1-worker score."""
+    groups: dict[tuple[str, str, str, int], list[RunResult]] = {}
+    for result in results:
+        groups.setdefault(config_key(result), []).append(result)
     scores: list[ConfigScore] = []
     for (spec_name, framework, backend, workers), members in sorted(groups.items()):
-        times = [
-            float(m["time_to_accuracy_s"])
-            for m in members
-            if m.get("reached") and m.get("time_to_accuracy_s") is not None
-        ]
+        times = [t for t in map(reached_time, members) if t is not None]
         scores.append(
             ConfigScore(
                 spec_name=spec_name,
@@ -90,24 +98,14 @@ def score_configs(summaries: Iterable[Mapping[str, Any]]) -> list[ConfigScore]:
             )
         )
     baseline = {(s.spec_name, s.framework, s.backend): s.time_to_accuracy_s for s in scores if s.workers == 1}
-    result = []
+    scored = []
     for score in scores:
-        base = baseline.get((score.spec_name, score.framework, score.backend))
-        if base and score.time_to_accuracy_s:
-            speedup = base / score.time_to_accuracy_s
-            score = ConfigScore(
-                **{**score.__dict__, "speedup": speedup, "efficiency": speedup / score.workers}
-            )
-        result.append(score)
-    return result
-
-
-def speedup_for(
-    summary: Mapping[str, Any], one_worker_time_s: float | None
-) -> tuple[float | None, float | None]:
-    """Speedup and efficiency of one run against a 1-worker time of the same spec."""
-    tta = summary.get("time_to_accuracy_s")
-    if not one_worker_time_s or not tta:
-        return None, None
-    speedup = one_worker_time_s / float(tta)
-    return speedup, speedup / max(1, int(summary.get("workers", 1)))
+        gain, efficiency = speedup(
+            baseline.get((score.spec_name, score.framework, score.backend)),
+            score.time_to_accuracy_s,
+            score.workers,
+        )
+        if gain is not None:
+            score = ConfigScore(**{**score.__dict__, "speedup": gain, "efficiency": efficiency})
+        scored.append(score)
+    return scored

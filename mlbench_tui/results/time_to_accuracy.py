@@ -13,6 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlbench_tui.plan import GoalPlan
+from mlbench_tui.results.goal import meets
+from mlbench_tui.results.model import AllreduceFigures, TimeSplit
+
 TRACKER_TOTALS = ("time_compute", "time_communication", "time_preprocess", "time_metrics")
 
 
@@ -54,13 +58,6 @@ class GoalOutcome:
     val_time_s: float | None = None
 
 
-def meets(value: float, target: float, direction: str) -> bool:
-    """True when ``value`` satisfies the goal (``max``: at least target; ``min``: at most)."""
-    if math.isnan(value):
-        return False
-    return value >= target if direction == "max" else value <= target
-
-
 def _ordered(points: Iterable[MetricPoint]) -> list[MetricPoint]:
     return sorted(
         points,
@@ -93,16 +90,16 @@ def _last_at_or_before(points: list[MetricPoint], epoch: float | None) -> float 
 
 
 def goal_outcome(
-    goal: Mapping[str, Any] | None,
+    goal: GoalPlan | None,
     metrics: Iterable[MetricPoint],
     events: Iterable[EventRecord],
 ) -> GoalOutcome | None:
     """Evaluate a run against its goal; None for runs without a goal (task 0a)."""
-    if not goal:
+    if goal is None:
         return None
     metrics = list(metrics)
     events = list(events)
-    metric, target, direction = str(goal["metric"]), float(goal["target"]), str(goal["direction"])
+    metric, target, direction = goal.metric, goal.target, goal.direction
     series = _series(metrics, metric)
     values = [p.value for p in series if not math.isnan(p.value)]
     best = (max(values) if direction == "max" else min(values)) if values else None
@@ -162,7 +159,7 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def time_split(metrics: Iterable[MetricPoint]) -> dict[str, float] | None:
+def time_split(metrics: Iterable[MetricPoint]) -> TimeSplit | None:
     """Mean over ranks of each rank's final tracker totals, plus compute and communication
     fractions of their sum; None when the run reported no tracker totals."""
     last: dict[tuple[str, int], MetricPoint] = {}
@@ -177,7 +174,7 @@ def time_split(metrics: Iterable[MetricPoint]) -> dict[str, float] | None:
     total = sum(split[key] for key in ("compute", "communication", "preprocess", "metrics"))
     split["compute_fraction"] = split["compute"] / total if total > 0 else 0.0
     split["communication_fraction"] = split["communication"] / total if total > 0 else 0.0
-    return split
+    return TimeSplit(**split)
 
 
 def wall_time(events: Iterable[EventRecord]) -> float | None:
@@ -190,7 +187,7 @@ def wall_time(events: Iterable[EventRecord]) -> float | None:
     return max(0.0, max(stops) - min(starts))
 
 
-def allreduce_summary(metrics: Iterable[MetricPoint]) -> dict[str, Any] | None:
+def allreduce_summary(metrics: Iterable[MetricPoint]) -> dict[str, AllreduceFigures] | None:
     """Task 0a: per dtype, the peak bus bandwidth (GB/s) with its size, and the p50 latency of
     the smallest size; None when the run reported no all-reduce metrics."""
     by_dtype: dict[str, dict[str, Any]] = {}
@@ -208,6 +205,4 @@ def allreduce_summary(metrics: Iterable[MetricPoint]) -> dict[str, Any] | None:
             if size < entry.get("_min_size", math.inf):
                 entry["_min_size"] = size
                 entry["min_size_latency_p50_s"] = point.value
-    for entry in by_dtype.values():
-        entry.pop("_min_size", None)
-    return by_dtype or None
+    return {dtype: AllreduceFigures(**entry) for dtype, entry in by_dtype.items()} or None

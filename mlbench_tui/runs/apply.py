@@ -18,12 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.lifecycle import RunState
-from mlbench_tui.runs.progress import ProgressPrinter
-
-if TYPE_CHECKING:
-    from mlbench_tui.server.client import MlbenchClient
-
+from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
     PLAN_HEADER,
     PlannedRun,
@@ -32,7 +27,11 @@ from mlbench_tui.runs.plans import (
     mark_unchanged,
     plan_summary,
 )
+from mlbench_tui.runs.progress import ProgressPrinter
 from mlbench_tui.runs.watch import Runner
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
 
 DETACH_READY_S = 60.0
 
@@ -129,31 +128,24 @@ def _apply_planned(
     printer: ProgressPrinter,
     out: Any,
 ) -> int:
-    from mlbench_tui.results.report import render_results
-
     mark_unchanged(planned, client, force=options.force)
     printer.note(plan_summary(planned))
-    if all(item.skipped for item in planned):
+    earlier = [item.existing_result() for item in planned if item.existing is not None]
+    if len(earlier) == len(planned):
         printer.note("nothing to do: every run of this spec already succeeded (use --force to run again)")
-        print(
-            render_results(
-                [item.existing.result or {"name": item.plan.name, "state": "succeeded"} for item in planned]
-            ),
-            file=out,
-        )
+        print(render_results(earlier), file=out)
         return 0
     runner = Runner(client, printer, server_url=server_url)
     try:
-        summaries = runner.run_all(planned, parallel=options.parallel)
+        results = runner.run_all(planned, parallel=options.parallel)
     except KeyboardInterrupt:
-        if runner.summaries:
-            print(render_results(runner.summaries), file=out)
+        if runner.results:
+            print(render_results(runner.results), file=out)
         raise
-    earlier = [item.existing.result for item in planned if item.skipped and item.existing.result]
-    print(render_results([*earlier, *summaries]), file=out)
-    failed = [s for s in summaries if s.get("state") != RunState.SUCCEEDED.value]
+    print(render_results([*earlier, *results]), file=out)
+    failed = [r for r in results if not r.succeeded]
     if failed:
-        names = ", ".join(f"{s['name']} ({s['state']})" for s in failed)
+        names = ", ".join(f"{r.name} ({r.state})" for r in failed)
         printer.note(f"{len(failed)} run(s) did not succeed: {names}")
         return 1
     return 0

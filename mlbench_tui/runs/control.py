@@ -7,17 +7,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mlbench_tui.lifecycle import RunHandle, RunState
+from mlbench_tui.runs.lookup import executor_for_handle, resolve_run
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-
-from mlbench_tui.runs.lookup import executor_for_handle, resolve_run
 
 
 def cancel_run(client: MlbenchClient, ref: str) -> str:
     """Stop every rank of a run and mark it cancelled; a finished run is left as it is."""
     run = resolve_run(client, ref)
-    if RunState(run.state).is_terminal():
+    if run.state.is_terminal():
         return f"{run.name} ({run.id}) already {run.state}; nothing to cancel"
     if run.handle:
         handle = RunHandle.parse(run.handle)
@@ -29,7 +28,7 @@ def cancel_run(client: MlbenchClient, ref: str) -> str:
 def delete_run(client: MlbenchClient, ref: str) -> str:
     """Cancel a run if it is still going, then delete it from the store and its local files."""
     run = resolve_run(client, ref)
-    if not RunState(run.state).is_terminal() and run.handle:
+    if not run.state.is_terminal() and run.handle:
         handle = RunHandle.parse(run.handle)
         executor_for_handle(handle).cancel(handle)
     client.delete_run(run.id)

@@ -2,8 +2,8 @@
 ``official_result.json``, and MLPerf's training log ``mllog.txt`` (``results.mllog``) with the
 ruleset to check it (``mllog_rules/``).
 
-The archive is self-contained: ``results.summarize_run`` over its metrics and events gives the
-same summary as the store, and MLCommons' checker runs on it with the ruleset it carries, so a
+The archive is self-contained: ``results.summarize_run`` over its plan, metrics and events gives
+the result the server stored, and MLCommons' checker runs on it with the ruleset it carries, so a
 result can be checked by someone without the store (or without mlbench).
 """
 
@@ -14,23 +14,40 @@ import io
 import json
 import tempfile
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from mlbench_tui.errors import MlbenchError, UsageError
+from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.mllog import RULES, Compliance, check
+from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 from mlbench_tui.runs.lookup import resolve_run
 from mlbench_tui.runs.reads import read_events, read_metrics
-from mlbench_tui.runs.results import summary_of
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.api_models import RunDetail
 
 MLLOG = "mllog.txt"
 MLLOG_RULES = "mllog_rules"
+# The figures of a RunResult that official_result.json publishes.
+PUBLISHED = (
+    "goal",
+    "reached",
+    "time_to_accuracy_s",
+    "validation_time_s",
+    "epochs_to_goal",
+    "steps_to_goal",
+    "time_split",
+    "allreduce",
+    "cost_to_target",
+    "wall_time_s",
+)
 
 
 @dataclass(frozen=True)
@@ -60,40 +77,30 @@ def metrics_csv(metrics: Iterable[MetricPoint]) -> str:
     return buf.getvalue()
 
 
-def official_result(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+def official_result(run: RunDetail, result: RunResult, plan: RunPlan | None) -> dict[str, Any]:
     """The one-file result to publish: what ran, on what, and its score."""
-    plan = run.get("plan") or {}
+    figures = result.model_dump(mode="json")
     return {
         "format": "mlbench-result/v1",
-        "run_id": run.get("id"),
-        "run_name": run.get("name"),
-        "spec_name": run.get("spec_name"),
-        "spec_hash": run.get("spec_hash"),
-        "task": plan.get("task") or run.get("task"),
-        "task_name": plan.get("task_name"),
-        "backend": run.get("backend"),
-        "workers": run.get("workers"),
-        "repeat": run.get("repeat"),
-        "state": run.get("state"),
-        "goal": summary.get("goal"),
-        "reached": summary.get("reached"),
-        "time_to_accuracy_s": summary.get("time_to_accuracy_s"),
-        "validation_time_s": summary.get("validation_time_s"),
-        "epochs_to_goal": summary.get("epochs_to_goal"),
-        "steps_to_goal": summary.get("steps_to_goal"),
-        "time_split": summary.get("time_split"),
-        "allreduce": summary.get("allreduce"),
-        "cost_to_target": summary.get("cost_to_target"),
-        "wall_time_s": summary.get("wall_time_s"),
-        "hyperparameters": plan.get("hyperparameters"),
-        "fingerprint": summary.get("fingerprint"),
+        "run_id": run.id,
+        "run_name": run.name,
+        "spec_name": run.spec_name,
+        "spec_hash": run.spec_hash,
+        "task": run.task,
+        "task_name": plan.task_name if plan is not None else result.task_name,
+        "backend": run.backend,
+        "workers": run.workers,
+        "repeat": run.repeat,
+        "state": run.state.value,
+        **{key: figures[key] for key in PUBLISHED},
+        "hyperparameters": plan.hyperparameters if plan is not None else None,
+        "fingerprint": figures["fingerprint"],
     }
 
 
 def write_export(
     path: str | Path,
-    run: Mapping[str, Any],
-    summary: Mapping[str, Any],
+    run: RunDetail,
     metrics: Sequence[MetricPoint],
     events: Sequence[EventRecord],
     logs: Iterable[LogRecord],
@@ -103,19 +110,21 @@ def write_export(
     """Write the run's archive to ``path`` (a ``.zip``); returns the path. ``mllog``: the lines of
     ``mllog.txt`` (``results.mllog.mllog_lines``), left out when None."""
     path = Path(path)
-    plan = run.get("plan") or {}
+    try:
+        plan: RunPlan | None = RunPlan.model_validate(run.plan)
+    except ValidationError:  # a run registered without a (valid) plan
+        plan = None
     by_rank: dict[int, list[str]] = {}
     for record in logs:
         prefix = "" if record.stream == "stdout" else f"[{record.stream}] "
         by_rank.setdefault(record.rank, []).append(prefix + record.text)
+    record_json = run.model_dump(mode="json", exclude={"spec_text"})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("spec.yaml", str(run.get("spec_text") or ""))
-        archive.writestr("plan.json", json.dumps(plan, indent=2, sort_keys=True))
-        archive.writestr(
-            "run.json", json.dumps({k: v for k, v in run.items() if k != "spec_text"}, indent=2, default=str)
-        )
+        archive.writestr("spec.yaml", run.spec_text)
+        archive.writestr("plan.json", json.dumps(run.plan, indent=2, sort_keys=True))
+        archive.writestr("run.json", json.dumps(record_json, indent=2, default=str))
         archive.writestr("metrics.csv", metrics_csv(metrics))
         archive.writestr("metrics.json", json.dumps([p.__dict__ for p in metrics]))
         archive.writestr(
@@ -123,9 +132,8 @@ def write_export(
         )
         for rank, lines in sorted(by_rank.items()):
             archive.writestr(f"logs/rank-{rank}.log", "\n".join(lines) + "\n")
-        archive.writestr(
-            "official_result.json", json.dumps(official_result(run, summary), indent=2, default=str)
-        )
+        official = official_result(run, run.known_result(), plan)
+        archive.writestr("official_result.json", json.dumps(official, indent=2, default=str))
         if mllog is not None:
             archive.writestr(MLLOG, "\n".join(mllog) + "\n")
             for rules in sorted(RULES.glob("*.yaml")):
@@ -158,21 +166,19 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
     MLPerf log needs MLCommons' ``mlperf-logging`` (the ``mlperf`` extra): without it the archive
     has everything else, and says so. ``org``: the log's ``submission_org`` (default: the spec's
     ``org`` label)."""
-    from mlbench_tui.plan import RunPlan
     from mlbench_tui.results.mllog import INSTALL_HINT, MllogUnavailable, mllog_lines
 
     target = Path(output)
     if target.is_dir():
         raise UsageError(f"{target} is a directory", hint=f"name the archive, e.g. {target / 'run.zip'}")
     run = resolve_run(client, ref)
-    summary = summary_of(client, run)
     metrics = read_metrics(client, run.id)
     events = read_events(client, run.id)
     lines: list[str] | None = None
     left_out: list[str] = []
     try:
         plan = RunPlan.model_validate(run.plan)
-        lines = mllog_lines(plan, metrics, events, state=str(run.state), org=org, message=run.error)
+        lines = mllog_lines(plan, metrics, events, state=run.state.value, org=org, message=run.error)
     except MllogUnavailable:
         left_out.append(f"mllog.txt (MLPerf's log): {INSTALL_HINT}")
     except ValueError as exc:  # a plan stored by an older version that this one cannot read
@@ -185,9 +191,8 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
         if not lpage.lines or lpage.cursor == cursor:
             break
         cursor = lpage.cursor
-    record = run.model_dump(mode="json")
     try:
-        path = write_export(target, record, summary, metrics, events, logs, mllog=lines)
+        path = write_export(target, run, metrics, events, logs, mllog=lines)
     except OSError as exc:
         raise MlbenchError(f"cannot write {target}: {exc.strerror or exc}") from None
     return Exported(path, tuple(left_out))

@@ -8,12 +8,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import UsageError
-from mlbench_tui.lifecycle import RunState
+from mlbench_tui.runs.lookup import resolve_run
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-
-from mlbench_tui.runs.lookup import resolve_run
 
 
 def _log_line(line_rank: int, text: str, only_rank: int | None) -> str:
@@ -52,7 +50,7 @@ def iter_logs(
         if not follow:
             return
         current = client.get_run(run.id)
-        if RunState(current.state).is_terminal():
+        if current.state.is_terminal():
             tail = client.logs(run.id, cursor, rank=rank, regex=grep, limit=5000)
             for line in tail.lines:
                 yield _log_line(line.rank, line.text, rank)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.lifecycle import RunHandle, RunState
 
 if TYPE_CHECKING:
+    from mlbench_tui.executors.api import Executor
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
 
@@ -44,7 +45,8 @@ def resolve_run(client: MlbenchClient, ref: str) -> RunDetail:
     return client.get_run(latest.id)
 
 
-def executor_for_handle(handle: RunHandle) -> Any:
+def executor_for_handle(handle: RunHandle) -> Executor:
+    """The executor that runs handles of ``handle``'s scheme."""
     from mlbench_tui.executors import get_executor
 
     return get_executor(handle.scheme)
@@ -52,7 +54,7 @@ def executor_for_handle(handle: RunHandle) -> Any:
 
 def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
     """Fix a run the store still thinks active whose processes are gone (its ``apply`` died)."""
-    if RunState(run.state).is_terminal() or not run.handle:
+    if run.state.is_terminal() or not run.handle:
         return run
     try:
         handle = RunHandle.parse(run.handle)

@@ -7,15 +7,17 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors.api import DryRun, Executor, LaunchContext
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.results.model import RunResult
 
 if TYPE_CHECKING:
     from mlbench_tui.plan import RunPlan
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.api_models import RunInfo
 
 PLAN_HEADER = "plan: "
 REDACTED = "<write token>"
@@ -28,11 +30,16 @@ class PlannedRun:
     plan: RunPlan
     spec_text: str
     source: str
-    existing: Any = None  # the stored run that already succeeded (then the plan is skipped)
+    existing: RunInfo | None = None  # the stored run that already succeeded (then the plan is skipped)
 
     @property
     def skipped(self) -> bool:
         return self.existing is not None
+
+    def existing_result(self) -> RunResult:
+        """The stored result of the run that already succeeded (its identity when it has none)."""
+        assert self.existing is not None
+        return self.existing.result or RunResult(name=self.plan.name, state=self.existing.state)
 
 
 def load_plans(paths: Sequence[str]) -> list[PlannedRun]:

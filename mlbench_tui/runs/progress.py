@@ -14,18 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.plan import GoalPlan
+from mlbench_tui.results.goal import eta_s
 from mlbench_tui.spec.tasks import TaskSweep
-
-
-def _fmt_duration(value: float | None) -> str:
-    if value is None or value < 0:
-        return "?"
-    seconds = round(value)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"
 
 
 @dataclass
@@ -33,7 +25,7 @@ class RunProgress:
     """What is known about one running run, updated from store reads."""
 
     name: str
-    goal: Mapping[str, Any] | None
+    goal: GoalPlan | None
     max_epochs: float | None = None
     total_steps: int | None = None  # a sweep's points in all (0a: sizes x dtypes)
     sweep: TaskSweep | None = None
@@ -67,52 +59,45 @@ class RunProgress:
             self.phase = f"rank {payload.get('rank')} failed"
 
     def on_metric(self, name: str, value: float | None, epoch: float | None, t: float) -> None:
-        if self.goal and name == self.goal.get("metric") and value is not None:
+        if self.goal is not None and name == self.goal.metric and value is not None:
             self.metric_value = value
             if epoch is not None:
                 self.history.append((t, epoch, value))
                 self.epoch = max(self.epoch or 0.0, epoch)
 
     def eta_s(self) -> float | None:
-        """Seconds to the goal by extrapolating the metric linearly over the last epochs, never
-        past ``max_epochs``; None until two validations have been seen."""
-        if len(self.history) < 2 or not self.goal:
-            return None
-        (t0, e0, v0), (t1, e1, v1) = self.history[-2], self.history[-1]
-        if e1 <= e0 or t1 <= t0:
-            return None
-        per_epoch_s = (t1 - t0) / (e1 - e0)
-        target = float(self.goal["target"])
-        sign = 1.0 if self.goal.get("direction") == "max" else -1.0
-        gain = sign * (v1 - v0) / (e1 - e0)
-        remaining = sign * (target - v1)
-        if remaining <= 0:
-            return 0.0
-        epochs_left = remaining / gain if gain > 0 else float("inf")
+        """Seconds to the goal at the pace of the last two validations, never past
+        ``max_epochs`` (then ``eta_bounded``: the run ends there first); None until two
+        validations have been seen."""
         self.eta_bounded = False
-        if self.max_epochs is not None and epochs_left > self.max_epochs - e1:
-            epochs_left = max(0.0, self.max_epochs - e1)
-            self.eta_bounded = True  # at this pace the goal is not in reach: the run ends at max_epochs
-        if epochs_left == float("inf"):
+        if self.goal is None or len(self.history) < 2:
             return None
-        return epochs_left * per_epoch_s
+        eta = eta_s([(t, v) for t, _, v in self.history], self.goal.target, self.goal.direction, window=2)
+        (t0, e0, _), (t1, e1, _) = self.history[-2], self.history[-1]
+        if self.max_epochs is None or e1 <= e0 or t1 <= t0:
+            return eta
+        left_s = max(0.0, self.max_epochs - e1) * (t1 - t0) / (e1 - e0)
+        if eta is None or eta > left_s:
+            self.eta_bounded = True  # at this pace the goal is not in reach: the run ends at max_epochs
+            return left_s
+        return eta
 
     def line(self) -> str:
         parts = [self.name, self.state if self.state != "running" else self.phase]
         if self.epoch is not None:
             total = f"/{self.max_epochs:g}" if self.max_epochs else ""
             parts.append(f"epoch {self.epoch:g}{total}")
-        if self.goal:
-            metric = str(self.goal.get("metric", "")).removeprefix("val_global_")
-            op = ">=" if self.goal.get("direction") == "max" else "<="
+        if self.goal is not None:
+            metric = self.goal.metric.removeprefix("val_global_")
+            op = ">=" if self.goal.direction == "max" else "<="
             current = "-" if self.metric_value is None else f"{self.metric_value:.2f}"
-            parts.append(f"{metric} {current} (goal {op} {self.goal.get('target')})")
+            parts.append(f"{metric} {current} (goal {op} {self.goal.target})")
         elif self.total_steps:
             parts.append(f"{self.done_steps}/{self.total_steps} {self.sweep.unit if self.sweep else 'steps'}")
-        parts.append(f"elapsed {_fmt_duration(time.monotonic() - self.started)}")
+        parts.append(f"elapsed {format_duration(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":
-            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{_fmt_duration(eta)}")
+            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{format_duration(eta)}")
         if self.message:
             parts.append(self.message)
         return "  ".join(parts)

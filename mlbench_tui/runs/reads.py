@@ -1,4 +1,4 @@
-"""Whole series of a run read through the server's cursor pages: metrics, events and log lines."""
+"""A run's whole series read through the server's cursor pages: metrics and events."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlbench_tui.plan import RunPlan
     from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
     from mlbench_tui.server.client import MlbenchClient
 
@@ -52,20 +51,3 @@ def read_events(client: MlbenchClient, run_id: str) -> list[EventRecord]:
         if not page.events or page.cursor == cursor:
             return events
         cursor = page.cursor
-
-
-def fetch_result_inputs(
-    client: MlbenchClient, run_id: str, plan: RunPlan | None = None
-) -> tuple[list[MetricPoint], list[EventRecord]]:
-    """What a result summary needs: the goal and validation metrics, tracker totals, all-reduce
-    figures (not the per-step training series), and every event."""
-    from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS
-
-    wanted = {"time_train", "time_validation", *TRACKER_TOTALS}
-    goal_metric = plan.goal.metric if plan is not None and plan.goal is not None else None
-    selected = [
-        n.name
-        for n in client.metric_names(run_id)
-        if n.name in wanted or n.name == goal_metric or n.name.startswith(("allreduce_", "val_"))
-    ]
-    return read_metrics(client, run_id, selected), read_events(client, run_id)

@@ -13,16 +13,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.executors.api import Executor, LaunchContext
-from mlbench_tui.lifecycle import RunHandle, RunState
+from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
+from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
+from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.summary import host_fingerprint, summarize_run
+from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.spec.tasks import get_task
+from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
 
 if TYPE_CHECKING:
-    from mlbench_tui.plan import RunPlan
     from mlbench_tui.server.client import MlbenchClient
-
-from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 
 POLL_S = 0.5
 MAX_TIME_GRACE_S = 120.0
@@ -42,7 +44,7 @@ class ActiveRun:
     executor: Executor
     event_cursor: int = 0
     metric_cursor: int = 0
-    tailer: Any = None
+    tailer: LogTailer | None = None
     last_poll: float = 0.0
     rank_pids: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -83,16 +85,13 @@ class Runner:
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
         self.executors: dict[str, Executor] = {}
-        self.summaries: list[dict[str, Any]] = []
-        self.states: dict[str, RunState] = {}
+        self.results: list[RunResult] = []  # of the runs that ended, in order
         self._launched: dict[str, tuple[Executor, RunHandle]] = {}  # submitted, not yet finished
 
     # one run -------------------------------------------------------------------------------
 
     def start(self, item: PlannedRun) -> ActiveRun | None:
         """Create the run in the store and submit it; a launch failure marks it failed."""
-        from mlbench_tui.store.api_models import RunCreate, RunUpdate
-
         plan = item.plan
         created = self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
         run_id, token = created.run.id, created.write_token
@@ -100,7 +99,7 @@ class Runner:
         sweep = task.sweep if task is not None else None
         progress = RunProgress(
             name=plan.name,
-            goal=plan.goal.model_dump() if plan.goal else None,
+            goal=plan.goal,
             max_epochs=_max_epochs(plan),
             total_steps=sweep.total(plan.hyperparameters) if sweep is not None else None,
             sweep=sweep,
@@ -111,11 +110,9 @@ class Runner:
             executor = executor_for(plan, self.executors)
             handle = executor.submit(plan, launch)
         except MlbenchError as exc:
-            self.client.update_run(
-                run_id, RunUpdate(state=RunState.FAILED, error=exc.message, finished=_now())
-            )
             self.printer.note(f"{plan.name}: failed to start: {exc.message}")
-            self._record(plan, run_id, RunState.FAILED, [], [], message=exc.message)
+            failed = self._end(plan, run_id, RunState.FAILED, exc.message)
+            self._keep(failed or summarize_run(plan, RunState.FAILED, [], [], message=exc.message))
             return None
         self._launched[run_id] = (executor, handle)
         self.client.update_run(run_id, RunUpdate(state=RunState.RUNNING, handle=str(handle), started=_now()))
@@ -157,10 +154,9 @@ class Runner:
             return True
         return status.state.is_terminal() or status.state is RunState.UNKNOWN
 
-    def finish(self, active: ActiveRun) -> dict[str, Any]:
-        """Ship the last logs, compute and store the result summary and the final state."""
-        from mlbench_tui.store.api_models import RunUpdate
-
+    def finish(self, active: ActiveRun) -> RunResult:
+        """Ship the last logs and record the final state as the executor saw it; the server
+        settles it against what the ranks reported and computes the run's result."""
         self._ship_logs(active, final=True)
         try:
             status = active.executor.describe(active.handle)
@@ -173,111 +169,46 @@ class Runner:
             state = RunState.FAILED
         if active.timed_out:
             state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
-        from mlbench_tui.runs.reads import fetch_result_inputs
-
-        try:
-            metrics, events = fetch_result_inputs(self.client, active.run_id, active.planned.plan)
-        except MlbenchError as exc:
-            if not _gone(exc):
-                raise
+        result = self._end(active.planned.plan, active.run_id, state, message, deleted=active.deleted)
+        if result is None:
             active.deleted = True
-            metrics, events = [], []
-        stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
-        if state is RunState.SUCCEEDED and stop is not None and stop.payload.get("status") == "failed":
-            state, message = RunState.FAILED, str(stop.payload.get("reason"))
-        if state is RunState.FAILED:
-            failure = next((e for e in events if e.kind == "rank_failed"), None)
-            if failure is not None:
-                message = f"rank {failure.payload.get('rank')} failed: {failure.payload.get('exception')}"
-        self._update_ranks(active, status, final_state=state)
-        summary = self._record(active.planned.plan, active.run_id, state, metrics, events, message=message)
-        self._add_speedup(summary, active.planned.plan)
-        if active.deleted:
+            result = summarize_run(active.planned.plan, state, [], [], message=message)
             active.progress.message = "deleted from the store while running"
         else:
-            self.client.update_run(
-                active.run_id,
-                RunUpdate(
-                    state=state,
-                    finished=_now(),
-                    result=summary,
-                    error=message if state != RunState.SUCCEEDED else None,
-                ),
-            )
-        active.progress.state = state.value
-        if not active.deleted:
-            active.progress.message = message if state is not RunState.SUCCEEDED else None
+            self._update_ranks(active, status, final_state=result.state)
+            active.progress.message = result.message if not result.succeeded else None
+        active.progress.state = result.state.value
         self.printer.done(active.progress)
-        return summary
+        return self._keep(result)
 
     def cancel(self, active: ActiveRun) -> None:
         active.executor.cancel(active.handle)
 
-    def _record(
-        self,
-        plan: RunPlan,
-        run_id: str,
-        state: RunState,
-        metrics: list[Any],
-        events: list[Any],
-        *,
-        message: str | None,
-    ) -> dict[str, Any]:
-        from mlbench_tui.results.report import host_fingerprint, summarize_run
-
-        summary = summarize_run(
-            plan.model_dump(mode="json"),
-            state.value,
-            metrics,
-            events,
+    def _end(
+        self, plan: RunPlan, run_id: str, state: RunState, message: str | None, *, deleted: bool = False
+    ) -> RunResult | None:
+        """Record that a run ended; its result as the server computed it (None: deleted)."""
+        update = RunUpdate(
+            state=state,
+            finished=_now(),
+            error=message if state is not RunState.SUCCEEDED else None,
             host=host_fingerprint(plan.resources.threads_per_rank),
-            message=message,
         )
-        summary["run_id"] = run_id
-        self.summaries.append(summary)
-        self.states[run_id] = state
-        return summary
+        if deleted:
+            return None
+        try:
+            detail = self.client.update_run(run_id, update)
+        except MlbenchError as exc:
+            if _gone(exc):
+                return None
+            raise
+        return detail.result or summarize_run(plan, detail.state, [], [], message=detail.error)
+
+    def _keep(self, result: RunResult) -> RunResult:
+        self.results.append(result)
+        return result
 
     # helpers -------------------------------------------------------------------------------
-
-    def _add_speedup(self, summary: dict[str, Any], plan: RunPlan) -> None:
-        """Speedup and efficiency against the 1-worker runs of the same spec and backend that
-        reached the goal (olympic mean over their repeats), stored with the result."""
-        from mlbench_tui.results.scoring import olympic_mean, speedup_for
-
-        times = [
-            float(s["time_to_accuracy_s"])
-            for s in self._one_worker_results(plan)
-            if s.get("reached") and s.get("time_to_accuracy_s")
-        ]
-        if not times:
-            return
-        speedup, efficiency = speedup_for(summary, olympic_mean(times))
-        summary.update(speedup=speedup, efficiency=efficiency, one_worker_time_s=olympic_mean(times))
-
-    def _one_worker_results(self, plan: RunPlan) -> list[dict[str, Any]]:
-        mine = [
-            s
-            for s in self.summaries
-            if s.get("spec_hash") == plan.spec_hash
-            and s.get("backend") == plan.backend
-            and s.get("workers") == 1
-        ]
-        if mine:
-            return mine
-        try:
-            runs = self.client.list_runs(spec_name=plan.spec_name)
-        except MlbenchError:
-            return []
-        return [
-            run.result
-            for run in runs
-            if run.result
-            and run.spec_hash == plan.spec_hash
-            and run.backend == plan.backend
-            and run.workers == 1
-            and run.state == RunState.SUCCEEDED
-        ]
 
     def _ship_logs(self, active: ActiveRun, *, final: bool) -> None:
         """Send new lines of the rank log files to the store with the run's write token."""
@@ -312,7 +243,7 @@ class Runner:
             active.event_cursor = page.cursor
             if progress.goal:
                 metrics = self.client.metrics(
-                    active.run_id, names=[str(progress.goal["metric"])], since=active.metric_cursor
+                    active.run_id, names=[progress.goal.metric], since=active.metric_cursor
                 )
                 for series in metrics.series:
                     if series.rank != 0:
@@ -331,11 +262,11 @@ class Runner:
                 active.deleted = True
                 active.executor.cancel(active.handle)
 
-    def _update_ranks(self, active: ActiveRun, status: Any, final_state: RunState | None = None) -> None:
+    def _update_ranks(
+        self, active: ActiveRun, status: RunStatus | None, final_state: RunState | None = None
+    ) -> None:
         if status is None:
             return
-        from mlbench_tui.store.api_models import RankUpdate
-
         for rank in status.ranks:
             if final_state is None and (rank.pid is None or active.rank_pids.get(rank.rank) == rank.pid):
                 continue
@@ -351,7 +282,7 @@ class Runner:
 
     # many runs -----------------------------------------------------------------------------
 
-    def run_all(self, planned: Sequence[PlannedRun], *, parallel: bool = False) -> list[dict[str, Any]]:
+    def run_all(self, planned: Sequence[PlannedRun], *, parallel: bool = False) -> list[RunResult]:
         """Run the plans in order (several at once with ``parallel`` while cores allow)."""
         queue = [item for item in planned if not item.skipped]
         active: list[ActiveRun] = []
@@ -376,7 +307,7 @@ class Runner:
         except BaseException:
             self._cancel_launched()  # never leave ranks behind, whatever went wrong here
             raise
-        return self.summaries
+        return self.results
 
     def _cancel_launched(self) -> None:
         for executor, handle in list(self._launched.values()):

@@ -27,6 +27,7 @@ from mlbench_tui.errors import StoreError, UsageError
 from mlbench_tui.server.auth import AuthConfig, AuthError, Authorizer, bearer
 from mlbench_tui.server.ingest import ApiError, IngestFastPath, Ingestor, clean_errors
 from mlbench_tui.server.reads import ReadAborted, ReadGate
+from mlbench_tui.server.results import ends_run, with_result
 from mlbench_tui.server.stream import (
     MAX_COALESCE_S,
     MIN_COALESCE_S,
@@ -269,7 +270,10 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
 
     @app.patch("/v1/runs/{run_id}", response_model=RunDetail, tags=["runs"])
     async def update_run(run_id: RunId, body: RunUpdate, request: Request) -> Response:
+        """Change a run; a final state without a result gets the run's result (``server.results``)."""
         authz.admin(request)
+        if ends_run(body):
+            body = await reader(request, lambda c: with_result(store, c, run_id, body))
         return _json(await write(store.op_update_run(run_id, body)))
 
     @app.delete("/v1/runs/{run_id}", status_code=204, tags=["runs"])

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import GoalPlan, RunPlan
+from mlbench_tui.results.model import RunResult, StoredGoal
 
 # Limits shared by the server, the client and the reporter (which copies them).
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -61,14 +63,14 @@ class RunCreate(_Wire):
     backend: str = Field(default="", max_length=32)
     workers: int = Field(default=1, ge=1, le=MAX_RANK + 1)
     repeat: int = Field(default=0, ge=0, le=2**31)
-    goal: dict[str, Any] | None = None
+    goal: GoalPlan | None = None
     target_kind: str = Field(default="local", max_length=32)
     handle: str | None = Field(default=None, max_length=512)
     labels: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
-    def from_plan(cls, plan: Any, spec_text: str = "") -> RunCreate:
-        """Build the request from a ``mlbench_tui.plan.RunPlan``."""
+    def from_plan(cls, plan: RunPlan, spec_text: str = "") -> RunCreate:
+        """Build the request from a run plan."""
         return cls(
             name=plan.name,
             spec_name=plan.spec_name,
@@ -79,7 +81,7 @@ class RunCreate(_Wire):
             backend=plan.backend,
             workers=plan.workers,
             repeat=plan.repeat,
-            goal=plan.goal.model_dump(mode="json") if plan.goal else None,
+            goal=plan.goal,
             target_kind=plan.target.kind,
             labels=dict(plan.labels),
         )
@@ -92,9 +94,17 @@ class RunUpdate(_Wire):
     handle: str | None = Field(default=None, max_length=512)
     started: datetime | None = None
     finished: datetime | None = None
-    result: dict[str, Any] | None = Field(default=None, description="Result summary (time to accuracy, ...).")
+    result: RunResult | None = Field(
+        default=None,
+        description="The run's result. Left out with a final state, the server computes it from the "
+        "run's plan, metrics and events (and settles the state against what the ranks reported).",
+    )
     error: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
     labels: dict[str, str] | None = None
+    host: dict[str, Any] | None = Field(
+        default=None,
+        description="With a final state: the launching host's environment fingerprint, for the result.",
+    )
 
     @field_validator("started", "finished")
     @classmethod
@@ -142,16 +152,27 @@ class RunInfo(BaseModel):
     backend: str
     workers: int
     repeat: int
-    goal: dict[str, Any] | None = None
+    goal: StoredGoal = None
     state: RunState
     target_kind: str
     handle: str | None = None
     created: datetime
     started: datetime | None = None
     finished: datetime | None = None
-    result: dict[str, Any] | None = None
+    result: RunResult | None = None
     error: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+    def known_result(self) -> RunResult:
+        """The stored result; for a run without one (still going, or ended before the server
+        computed results) its identity and state, without figures."""
+        if self.result is not None:
+            return self.result.model_copy(update={"run_id": self.id})
+        return RunResult(
+            run_id=self.id, name=self.name, spec_name=self.spec_name, spec_hash=self.spec_hash,
+            task=self.task, backend=self.backend, workers=self.workers, repeat=self.repeat,
+            goal=self.goal, state=self.state, message=self.error,
+        )  # fmt: skip
 
 
 class RunDetail(RunInfo):

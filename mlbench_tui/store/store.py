@@ -151,7 +151,7 @@ class Store:
         """The writer function that creates a run, and the new write token (returned once)."""
         token = secrets.token_urlsafe(32)
         plan_json, labels_json = dumps_json(req.plan), dumps_json(req.labels)
-        goal_json = None if req.goal is None else dumps_json(req.goal)
+        goal_json = None if req.goal is None else dumps_json(req.goal.model_dump(mode="json"))
 
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
             now = time.time()

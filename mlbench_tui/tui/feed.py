@@ -26,8 +26,9 @@ from typing import Any, cast
 from textual.message import Message
 
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.plan import GoalPlan
 from mlbench_tui.spec.tasks import sweep_of
-from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail
+from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail, RunInfo
 from mlbench_tui.tui.messages import (
     ConnectionChanged,
     RunBatch,
@@ -201,7 +202,7 @@ class RunsFeed:
                     self._goal_points.pop(gone, None)
                     self._goal_cursor.pop(gone, None)
                 self.post(RunsUpdated(runs, {k: list(v) for k, v in self._goal_points.items()}))
-                if any(run.id not in self._goal_cursor for run in self._pending_goal_runs(runs)):
+                if any(run.id not in self._goal_cursor for run, _ in self._pending_goal_runs(runs)):
                     # Fill in goal progress right after the first paint, then on the normal beat.
                     sleep_until(time.monotonic() + min(self.interval, 0.05), cancelled, self.wake)
                 else:
@@ -209,31 +210,24 @@ class RunsFeed:
         finally:
             client.close()
 
-    def _pending_goal_runs(self, runs: list[Any]) -> list[Any]:
-        """Runs whose goal progress needs points: unfinished ones, and finished ones once, when
-        their stored result does not already say how far they got."""
+    def _pending_goal_runs(self, runs: list[RunInfo]) -> list[tuple[RunInfo, GoalPlan]]:
+        """Runs (with their goal) whose goal progress needs points: unfinished ones, and finished
+        ones once, when their stored result does not already say how far they got."""
         out = []
         for run in runs[: self.MAX_GOAL_RUNS]:
-            if not run.goal or run.id in self._finished:
+            if run.goal is None or run.id in self._finished:
                 continue
-            state = str(getattr(run.state, "value", run.state))
-            if (
-                state in ("succeeded", "failed", "cancelled")
-                and (run.result or {}).get("best_value") is not None
-            ):
+            if run.state.is_terminal() and run.result is not None and run.result.best_value is not None:
                 continue
-            out.append(run)
+            out.append((run, run.goal))
         return out
 
-    def _update_goal_points(self, client: Any, runs: list[Any]) -> None:
+    def _update_goal_points(self, client: Any, runs: list[RunInfo]) -> None:
         """Fetch new goal-metric points of runs still going (and once more when they finish)."""
-        for run in self._pending_goal_runs(runs):
-            state = str(getattr(run.state, "value", run.state))
-            if state in ("succeeded", "failed", "cancelled"):
+        for run, goal in self._pending_goal_runs(runs):
+            if run.state.is_terminal():
                 self._finished.add(run.id)
-            page = client.metrics(
-                run.id, [str(run.goal.get("metric"))], since=self._goal_cursor.get(run.id, 0)
-            )
+            page = client.metrics(run.id, [goal.metric], since=self._goal_cursor.get(run.id, 0))
             self._goal_cursor[run.id] = page.cursor
             points = self._goal_points.setdefault(run.id, [])
             ranks = sorted({s.rank for s in page.series})

@@ -1,7 +1,8 @@
-"""Progress towards a run's goal, its ETA, and straggler detection: pure functions over numbers.
+"""Progress towards a run's goal and straggler detection: pure functions over numbers.
 
 Kept apart from the widgets so the rules (what counts as progress for a 'min' metric such as
-perplexity, when an ETA is meaningful, which rank is a straggler) are testable on their own.
+perplexity, which rank is a straggler) are testable on their own; when a value meets the goal
+and the ETA are ``results.goal``'s, shared with the CLI.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from mlbench_tui.plan import GoalPlan
+from mlbench_tui.results.goal import better, eta_s, meets
 
 STRAGGLER_FACTOR = 1.25  # a rank is a straggler when its step time exceeds the median by 25%
 
@@ -28,36 +32,22 @@ class GoalStatus:
     eta_s: float | None
 
 
-def is_better(direction: str, a: float, b: float) -> bool:
-    """True when ``a`` is better than ``b`` for a metric maximised or minimised."""
-    return a < b if direction == "min" else a > b
-
-
-def reached(direction: str, value: float, target: float) -> bool:
-    return value <= target if direction == "min" else value >= target
-
-
-def goal_status(
-    goal: Mapping[str, object] | None, points: Sequence[tuple[float, float]]
-) -> GoalStatus | None:
-    """Progress of ``points`` ((wall time, value) in order) towards ``goal`` ({metric, target, direction}).
+def goal_status(goal: GoalPlan | None, points: Sequence[tuple[float, float]]) -> GoalStatus | None:
+    """Progress of ``points`` ((wall time, value) in order) towards ``goal``.
 
     For a maximised metric (accuracy, BLEU) progress runs from 0 to the target; for a minimised one
-    (perplexity) from the first value seen down to the target. The ETA extrapolates the rate of
-    improvement over the last few points and is None while the metric is not improving.
+    (perplexity) from the first value seen down to the target.
     """
-    if not goal or "target" not in goal:
+    if goal is None:
         return None
-    target = float(goal["target"])  # type: ignore[arg-type]
-    direction = str(goal.get("direction", "max"))
-    metric = str(goal.get("metric", ""))
+    target, direction = goal.target, goal.direction
     values = [(t, v) for t, v in points if math.isfinite(v)]
     if not values:
-        return GoalStatus(metric, target, direction, None, None, 0.0, False, None)
+        return GoalStatus(goal.metric, target, direction, None, None, 0.0, False, None)
     latest = values[-1][1]
     best = values[0][1]
     for _, v in values:
-        if is_better(direction, v, best):
+        if better(v, best, direction):
             best = v
     if direction == "min":
         start = values[0][1]
@@ -65,25 +55,10 @@ def goal_status(
         fraction = 1.0 if span <= 0 else (start - best) / span
     else:
         fraction = best / target if target > 0 else (1.0 if best >= target else 0.0)
-    done = reached(direction, best, target)
+    done = meets(best, target, direction)
     fraction = 1.0 if done else min(max(fraction, 0.0), 0.999)
-    return GoalStatus(
-        metric, target, direction, best, latest, fraction, done, None if done else _eta(values, target)
-    )
-
-
-def _eta(values: Sequence[tuple[float, float]], target: float) -> float | None:
-    window = values[-4:]
-    if len(window) < 2:
-        return None
-    (t0, v0), (t1, v1) = window[0], window[-1]
-    if t1 <= t0:
-        return None
-    rate = (v1 - v0) / (t1 - t0)
-    remaining = target - v1
-    if rate == 0 or (remaining > 0) != (rate > 0):
-        return None
-    return remaining / rate
+    eta = None if done else eta_s(values, target, direction)
+    return GoalStatus(goal.metric, target, direction, best, latest, fraction, done, eta)
 
 
 def find_stragglers(step_times: Mapping[int, float], factor: float = STRAGGLER_FACTOR) -> set[int]:
@@ -95,23 +70,9 @@ def find_stragglers(step_times: Mapping[int, float], factor: float = STRAGGLER_F
     return {r for r, t in times.items() if t > median * factor}
 
 
-def goal_label(goal: Mapping[str, object] | None) -> str:
+def goal_label(goal: GoalPlan | None) -> str:
     """``val_global_Prec@1 ≥ 80`` (``≤`` for a minimised metric); ``—`` without a goal."""
-    if not goal:
+    if goal is None:
         return "—"
-    op = "≤" if goal.get("direction") == "min" else "≥"
-    return f"{goal.get('metric', '?')} {op} {goal.get('target', '?')}"
-
-
-def format_duration(seconds: float | None) -> str:
-    """``42s``, ``3m07s``, ``1h02m``, ``2d03h``; an em dash when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return "—"
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    op = "≤" if goal.direction == "min" else "≥"
+    return f"{goal.metric} {op} {goal.target}"

@@ -6,14 +6,16 @@ time to goal, speedup, efficiency, comm share, cost) are tested without a screen
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.results.scoring import reached_time, speedup
 from mlbench_tui.store.api_models import RunInfo
-from mlbench_tui.tui.goal import GoalStatus, format_duration, goal_status
+from mlbench_tui.tui.goal import GoalStatus, goal_status
 
 STATES = ("all", "running", "pending", "succeeded", "failed", "cancelled")
 SORT_KEYS = ("age", "name", "task", "backend", "workers", "state", "progress", "best", "time to goal")
@@ -55,29 +57,21 @@ def _ts(value: datetime | None) -> float:
     return value.timestamp()
 
 
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
 def run_row(run: RunInfo, goal_points: Sequence[tuple[float, float]] = ()) -> RunRow:
     """Build the table row of ``run``; a finished run's stored result wins over live points."""
-    result = run.result or {}
+    result = run.result
     status: GoalStatus | None = goal_status(run.goal, goal_points)
-    best = _float(result.get("best_value"))
+    best = result.best_value if result is not None else None
     if best is None and status is not None:
         best = status.best
-    reached = bool(result.get("reached")) or bool(status and status.reached)
+    reached = bool(result is not None and result.reached) or bool(status and status.reached)
     progress: float | None
-    if run.goal:
+    if run.goal is not None:
         progress = 1.0 if reached else (status.fraction if status else 0.0)
-        if run.state == "succeeded" and not result and status is None:
+        if run.state is RunState.SUCCEEDED and result is None and status is None:
             progress = 1.0
     else:
-        progress = 1.0 if run.state == "succeeded" else None
+        progress = 1.0 if run.state is RunState.SUCCEEDED else None
     return RunRow(
         id=run.id,
         name=run.name,
@@ -85,12 +79,12 @@ def run_row(run: RunInfo, goal_points: Sequence[tuple[float, float]] = ()) -> Ru
         task=run.task,
         backend=run.backend,
         workers=run.workers,
-        state=str(run.state.value if hasattr(run.state, "value") else run.state),
+        state=run.state.value,
         progress=progress,
         best=best,
-        metric=str((run.goal or {}).get("metric", "")),
-        time_to_goal_s=_float(result.get("time_to_accuracy_s")),
-        eta_s=status.eta_s if status and run.state in ("running", "pending") else None,
+        metric=run.goal.metric if run.goal is not None else "",
+        time_to_goal_s=result.time_to_accuracy_s if result is not None else None,
+        eta_s=status.eta_s if status and run.state in (RunState.RUNNING, RunState.PENDING) else None,
         created=_ts(run.created),
         error=run.error,
     )
@@ -149,15 +143,13 @@ def compare_rows(
     """Rows for ``runs`` and the id of the baseline used for speedup.
 
     The baseline is ``baseline_id`` when given, otherwise the run with the fewest workers that
-    reached its goal (MLBench compares against 1 worker). Speedup is T(baseline)/T(run) scaled
-    by the baseline's worker count, so a 2-worker baseline still gives efficiency per worker.
-    Figures come from each run's stored result summary.
+    reached its goal (MLBench compares against 1 worker); speedup is ``results.scoring.speedup``
+    scaled by the baseline's workers. Figures come from each run's stored result.
     """
-    results: dict[str, Mapping[str, Any]] = {r.id: (r.result or {}) for r in runs}
+    results = {run.id: run.known_result() for run in runs}
 
     def tta(run: RunInfo) -> float | None:
-        res = results[run.id]
-        return _float(res.get("time_to_accuracy_s")) if res.get("reached") else None
+        return reached_time(results[run.id])
 
     baseline = next((r for r in runs if r.id == baseline_id), None)
     if baseline is None or tta(baseline) is None:
@@ -168,25 +160,22 @@ def compare_rows(
     rows = []
     for run in runs:
         res = results[run.id]
-        t = tta(run)
-        speedup = base_t / t * base_k if base_t and t else None
-        split = res.get("time_split") or {}
-        comm = _float(split.get("communication_fraction")) if isinstance(split, Mapping) else None
+        gain, efficiency = speedup(base_t, tta(run), run.workers, base_k)
         rows.append(
             CompareRow(
                 id=run.id,
                 name=run.name,
                 backend=run.backend,
                 workers=run.workers,
-                state=str(run.state.value if hasattr(run.state, "value") else run.state),
-                reached=res.get("reached"),
-                time_to_accuracy_s=t,
-                wall_time_s=_float(res.get("wall_time_s")),
-                speedup=speedup,
-                efficiency=speedup / run.workers if speedup else None,
-                comm_share=comm,
-                cost=_float(res.get("cost_to_target")),
-                best=_float(res.get("best_value")),
+                state=run.state.value,
+                reached=res.reached,
+                time_to_accuracy_s=tta(run),
+                wall_time_s=res.wall_time_s,
+                speedup=gain,
+                efficiency=efficiency,
+                comm_share=res.time_split.communication_fraction if res.time_split else None,
+                cost=res.cost_to_target,
+                best=res.best_value,
             )
         )
     return rows, baseline.id if baseline else None

@@ -6,10 +6,11 @@ import io
 
 import pytest
 
+from mlbench_tui.plan import GoalPlan
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.spec.tasks import TASKS
 
-GOAL = {"metric": "val_global_Prec@1", "target": 70.0, "direction": "max"}
+GOAL = GoalPlan(kind="light", metric="val_global_Prec@1", target=70.0, direction="max")
 
 
 def test_eta_extrapolates_the_goal_metric_and_respects_max_epochs() -> None:
@@ -30,14 +31,16 @@ def test_eta_extrapolates_the_goal_metric_and_respects_max_epochs() -> None:
 
 
 def test_min_goal_and_phases() -> None:
-    progress = RunProgress("lm", {"metric": "val_global_Perplexity", "target": 90, "direction": "min"})
+    progress = RunProgress(
+        "lm", GoalPlan(kind="light", metric="val_global_Perplexity", target=90, direction="min")
+    )
     progress.state = "running"
     progress.on_event("environment", {}, 0.0)
     assert progress.phase == "setting up"
     progress.on_event("epoch_end", {"epoch": 4}, 5.0)
     progress.on_event("rank_failed", {"rank": 1}, 6.0)
     assert progress.phase == "rank 1 failed" and progress.epoch == 4
-    assert "Perplexity - (goal <= 90)" in progress.line()
+    assert "Perplexity - (goal <= 90.0)" in progress.line()
 
 
 def test_plain_printer_writes_only_changes() -> None:

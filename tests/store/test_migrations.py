@@ -75,7 +75,8 @@ def test_older_store_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
         assert (
             run.name == "old-run"
             and run.labels == {}
-            and run.goal == {"metric": "val_global_Prec@1", "target": 80}
+            and run.goal is not None  # stored without kind and direction: a custom 'max' goal
+            and (run.goal.metric, run.goal.target, run.goal.direction) == ("val_global_Prec@1", 80, "max")
         )
         page = store.read(lambda c: queries.metrics(c, run.id))
         assert [(s.name, s.rank, s.step) for s in page.series] == [

@@ -44,8 +44,8 @@ def test_run_lifecycle_ranks_and_token_hashed_at_rest(store: Store) -> None:
 
     running = store.update_run(run.id, RunUpdate(state="running", handle="local://h/" + run.id))
     assert running.started is not None and running.finished is None
-    done = store.update_run(run.id, RunUpdate(state="succeeded", result={"tta_s": 12.5}))
-    assert done.finished is not None and done.result == {"tta_s": 12.5}
+    done = store.update_run(run.id, RunUpdate(state="succeeded", result={"time_to_accuracy_s": 12.5}))
+    assert done.finished is not None and done.result is not None and done.result.time_to_accuracy_s == 12.5
     rank = store.update_rank(run.id, 1, RankUpdate(state="failed", exit_code=3, host="node-a", pid=42))
     assert (rank.state.value, rank.exit_code, rank.host) == ("failed", 3, "node-a")
     with pytest.raises(NotFound):

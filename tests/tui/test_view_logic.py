@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.plan import GoalPlan
 from mlbench_tui.store.api_models import RunInfo
-from mlbench_tui.tui.goal import find_stragglers, format_duration, goal_status
+from mlbench_tui.tui.goal import find_stragglers, goal_status
 from mlbench_tui.tui.rows import compare_rows, run_row, sort_rows
 from mlbench_tui.tui.widgets.bars import progress_bar, split_cells
 
-ACC = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
-PPL = {"metric": "val_global_Perplexity", "target": 70.0, "direction": "min", "kind": "full"}
+ACC = GoalPlan(metric="val_global_Prec@1", target=80.0, direction="max", kind="full")
+PPL = GoalPlan(metric="val_global_Perplexity", target=70.0, direction="min", kind="full")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

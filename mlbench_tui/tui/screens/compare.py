@@ -19,10 +19,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
+from mlbench_tui.formatting import format_duration
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import Backoff, sleep_until
-from mlbench_tui.tui.goal import format_duration
 from mlbench_tui.tui.messages import ConnectionChanged, RunsUpdated
 from mlbench_tui.tui.rows import CompareRow, compare_rows
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
@@ -81,14 +81,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
     """Olympic-mean scores per (spec, backend, workers) when some configuration has repeats."""
     from mlbench_tui.results.scoring import score_configs
 
-    summaries: list[dict[str, Any]] = []
-    for run in runs:
-        summary = dict(run.result or {})
-        summary.setdefault("spec_name", run.spec_name)
-        summary.setdefault("backend", run.backend)
-        summary.setdefault("workers", run.workers)
-        summaries.append(summary)
-    scores = score_configs(summaries)
+    scores = score_configs(run.known_result() for run in runs)
     if not scores or all(s.runs < 2 for s in scores):
         return Text(
             "One run per configuration: repeats are scored with the olympic mean here.", style="grey50"
@@ -178,7 +171,7 @@ class CompareScreen(Screen[None]):
                 backoff.reset()
                 wanted = [r for r in runs if r.id in set(self.run_ids)]
                 self.post_message(RunsUpdated(wanted, {}))
-                going = any(str(getattr(r.state, "value", r.state)) in ("running", "pending") for r in wanted)
+                going = any(r.state.value in ("running", "pending") for r in wanted)
                 sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
         finally:
             client.close()

@@ -11,8 +11,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -25,7 +23,7 @@ from mlbench_tui.spec.tasks import default_charts, sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import RunFeed, fetch_history
-from mlbench_tui.tui.goal import format_duration, goal_label, goal_status
+from mlbench_tui.tui.goal import goal_status
 from mlbench_tui.tui.messages import RunChanged, RunGone, RunSlow, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
@@ -34,6 +32,7 @@ from mlbench_tui.tui.widgets.goal_progress import GoalProgress
 from mlbench_tui.tui.widgets.log_view import LogEntry, LogView
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.rank_table import RankTable, RankView
+from mlbench_tui.tui.widgets.run_overview import environment_renderable, result_renderable, summary_renderable
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
 if TYPE_CHECKING:
@@ -67,9 +66,9 @@ def history_metrics(run: RunDetail, charts: list[str] | None = None) -> list[str
     """The metrics a run screen shows: its charts (by default those of ``default_charts``), the
     goal metric (goal progress), step time and the tracker totals (rank table). Their history is
     loaded when the screen opens and the live stream summarises only them."""
-    goal = (run.goal or {}).get("metric")
-    names = list(charts) if charts is not None else default_charts(run.task, str(goal) if goal else None)
-    for name in ([str(goal)] if goal else []) + ["step_time", *TOTALS]:
+    goal = run.goal.metric if run.goal is not None else None
+    names = list(charts) if charts is not None else default_charts(run.task, goal)
+    for name in ([goal] if goal else []) + ["step_time", *TOTALS]:
         if name not in names:
             names.append(name)
     return names
@@ -178,7 +177,7 @@ class RunDetailScreen(Screen[None]):
             self._set_run(batch.run)
         for rank in batch.ranks:
             view = self.ranks.setdefault(rank.rank, RankView(rank.rank))
-            view.state = str(getattr(rank.state, "value", rank.state))
+            view.state = rank.state.value
             view.host = rank.host or rank.pod or view.host
         if batch.names is not None:
             self.metric_names = batch.names
@@ -202,7 +201,7 @@ class RunDetailScreen(Screen[None]):
         self.run_name = run.name
         for rank in run.ranks:
             view = self.ranks.setdefault(rank.rank, RankView(rank.rank))
-            view.state = str(getattr(rank.state, "value", rank.state))
+            view.state = rank.state.value
             view.host = rank.host or rank.pod or view.host
         for r in range(run.workers):
             self.ranks.setdefault(r, RankView(r))
@@ -210,14 +209,13 @@ class RunDetailScreen(Screen[None]):
             logs = self.query_one(LogView)
             logs.origin_t = _ts(run.started) or _ts(run.created)
             logs.ranks_seen.update(range(run.workers))
-            goal = (run.goal or {}).get("metric")
-            self.chart_metrics = default_charts(run.task, str(goal) if goal else None)
+            self.chart_metrics = default_charts(run.task, run.goal.metric if run.goal is not None else None)
             self._build_charts()
         self._update_title()
 
     def _add_series(self, deltas: Iterable[SeriesDelta], *, charts_only: bool = False) -> None:
         """Fold new points in: O(series) for rank views and goal, O(points) only for charts."""
-        goal_metric = str((self.run.goal or {}).get("metric", "")) if self.run else ""
+        goal_metric = self.run.goal.metric if self.run is not None and self.run.goal is not None else ""
         for d in deltas:
             if not len(d):
                 continue
@@ -277,11 +275,10 @@ class RunDetailScreen(Screen[None]):
         for name in self.chart_metrics:
             chart = old.pop(name, None)
             if chart is None:
-                is_goal = bool(goal) and goal.get("metric") == name  # type: ignore[union-attr]
                 sweep = sweep_of(name)
                 chart = MetricChart(
                     name,
-                    goal=float(goal["target"]) if is_goal and goal else None,
+                    goal=goal.target if goal is not None and goal.metric == name else None,
                     x_label=sweep.x_label if sweep is not None else "step",
                     log_x=sweep is not None,
                     id=f"chart-{_chart_id(name)}",
@@ -332,13 +329,12 @@ class RunDetailScreen(Screen[None]):
         if self.run is None:
             return
         status = goal_status(self.run.goal, self.goal_points)
-        result = self.run.result or {}
-        tta = result.get("time_to_accuracy_s")
+        result = self.run.result
         self.query_one(GoalProgress).show_goal(
             status,
-            state=str(getattr(self.run.state, "value", self.run.state)),
+            state=self.run.state.value,
             elapsed_s=self._elapsed(),
-            time_to_goal_s=float(tta) if isinstance(tta, int | float) else None,
+            time_to_goal_s=result.time_to_accuracy_s if result is not None else None,
         )
 
     def _update_title(self) -> None:
@@ -346,7 +342,7 @@ class RunDetailScreen(Screen[None]):
         title.append(" mlbench ", style="bold reverse")
         title.append(f"  run {self.run_name}", style="bold")
         if self.run is not None:
-            state = str(getattr(self.run.state, "value", self.run.state))
+            state = self.run.state.value
             title.append(
                 f"  {state}",
                 style={"running": "green", "failed": "red", "succeeded": "bold green"}.get(state, ""),
@@ -363,7 +359,7 @@ class RunDetailScreen(Screen[None]):
             return
         self.query_one("#summary", Static).update(summary_renderable(self.run))
         self.query_one("#result", Static).update(result_renderable(self.run, self.failures, self.stop))
-        env = self.environment or dict((self.run.result or {}).get("fingerprint") or {})
+        env = self.environment or (dict(self.run.result.fingerprint) if self.run.result else {})
         self.query_one("#environment", Static).update(environment_renderable(env))
 
     # -- actions ----------------------------------------------------------------------------
@@ -392,7 +388,7 @@ class RunDetailScreen(Screen[None]):
                 self.mlbench,
                 self.run.id,
                 self.run.name,
-                str(getattr(self.run.state, "value", self.run.state)),
+                self.run.state.value,
             )
 
     def action_rerun(self) -> None:
@@ -491,126 +487,3 @@ class RunDetailScreen(Screen[None]):
 
 def _chart_id(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
-
-
-def _kv_table(rows: Iterable[tuple[str, Any]], title: str) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.title = title
-    table.title_justify = "left"
-    table.title_style = "bold"
-    table.add_column(style="grey62", no_wrap=True)
-    table.add_column()
-    for key, value in rows:
-        table.add_row(key, value if isinstance(value, Text) else Text(str(value)))
-    return table
-
-
-def _when(value: Any) -> str:
-    ts = _ts(value)
-    if not ts:
-        return "—"
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def summary_renderable(run: RunDetail) -> Group:
-    plan = run.plan or {}
-    goal = run.goal or {}
-    goal_text = f"{goal_label(goal)} ({goal.get('kind', '')})" if goal else "none (measurement task)"
-    resources = plan.get("resources") or {}
-    data = plan.get("data") or {}
-    rows = [
-        ("name", run.name),
-        ("id", run.id),
-        ("spec", f"{run.spec_name}  (sha256 {run.spec_hash[:12]})" if run.spec_hash else run.spec_name),
-        ("task", f"{run.task} {plan.get('task_name', '')}".strip()),
-        ("backend", run.backend),
-        ("workers", run.workers),
-        ("goal", goal_text),
-        ("target", run.target_kind + (f"  {run.handle}" if run.handle else "")),
-        ("resources", ", ".join(f"{k}={v}" for k, v in resources.items() if v not in (None, 0, ""))),
-        ("data", f"{data.get('source', '—')} {data.get('options') or ''}".strip()),
-        ("created", _when(run.created)),
-        ("started", _when(run.started)),
-        ("finished", _when(run.finished)),
-    ]
-    hyper = plan.get("hyperparameters") or {}
-    parts: list[Any] = [_kv_table(rows, "Run")]
-    if hyper:
-        parts.append(Text(""))
-        parts.append(_kv_table(sorted(hyper.items()), "Hyperparameters"))
-    return Group(*parts)
-
-
-def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict[str, Any] | None) -> Group:
-    result = run.result or {}
-    parts: list[Any] = [Text("")]
-    state = str(getattr(run.state, "value", run.state))
-    if not result:
-        line = Text("Result: ", style="bold")
-        line.append(
-            "pending — the summary is stored when the run ends" if state in ("running", "pending") else "none"
-        )
-        parts.append(line)
-    else:
-        split = result.get("time_split") or {}
-        rows: list[tuple[str, Any]] = [
-            ("reached goal", {True: "yes", False: "no", None: "—"}.get(result.get("reached"), "—")),
-            ("time to accuracy", format_duration(result.get("time_to_accuracy_s"))),
-            ("validation time", format_duration(result.get("validation_time_s"))),
-            (
-                "epochs / steps",
-                f"{result.get('epochs_to_goal') or '—'} / {result.get('steps_to_goal') or '—'}",
-            ),
-            ("best / last", f"{_num(result.get('best_value'))} / {_num(result.get('last_value'))}"),
-            ("wall time", format_duration(result.get("wall_time_s"))),
-        ]
-        if split:
-            rows.append(
-                (
-                    "compute / comm",
-                    f"{_pct(split.get('compute_fraction'))} / {_pct(split.get('communication_fraction'))}",
-                )
-            )
-        if result.get("cost_to_target") is not None:
-            rows.append(("cost to target", f"${result['cost_to_target']:.2f}"))
-        allreduce = result.get("allreduce") or {}
-        for dtype, entry in allreduce.items():
-            rows.append(
-                (
-                    f"all-reduce {dtype}",
-                    f"peak busbw {_num(entry.get('peak_busbw_gbps'))} GB/s"
-                    f" at {entry.get('peak_busbw_size')} elements",
-                )
-            )
-        parts.append(_kv_table(rows, "Result"))
-    if stop:
-        parts.append(Text(f"stopped: {stop.get('status', '')} {stop.get('reason') or ''}", style="grey62"))
-    if run.error:
-        parts.append(Text(f"error: {run.error}", style="bold red"))
-    for failure in failures:
-        parts.append(
-            Text(f"rank {failure.get('rank')} failed: {failure.get('exception', '')}", style="bold red")
-        )
-        tb = str(failure.get("traceback") or "").strip()
-        if tb:
-            parts.append(Text(tb, style="red"))
-    return Group(*parts)
-
-
-def environment_renderable(env: dict[str, Any]) -> Group:
-    if not env:
-        return Group(Text(""), Text("Environment: not reported yet", style="grey50"))
-    rows = [
-        (k, v if not isinstance(v, dict | list) else str(v)) for k, v in sorted(env.items()) if v is not None
-    ]
-    return Group(Text(""), _kv_table(rows, "Environment"))
-
-
-def _num(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, int | float) and math.isfinite(value) else "—"
-
-
-def _pct(value: Any) -> str:
-    return f"{value * 100:.1f}%" if isinstance(value, int | float) else "—"

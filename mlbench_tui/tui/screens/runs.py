@@ -131,7 +131,7 @@ class RunsScreen(Screen[None]):
         self._update_status()
 
     def _update_title(self) -> None:
-        running = sum(1 for r in self.runs.values() if str(getattr(r.state, "value", r.state)) == "running")
+        running = sum(1 for r in self.runs.values() if r.state.value == "running")
         title = Text()
         title.append(" mlbench ", style="bold reverse")
         title.append(f"  runs: {len(self.runs)}")
@@ -246,16 +246,12 @@ class RunsScreen(Screen[None]):
     def action_cancel_run(self) -> None:
         run = self.selected()
         if run is not None:
-            run_commands.cancel_run(
-                self.mlbench, run.id, run.name, str(getattr(run.state, "value", run.state))
-            )
+            run_commands.cancel_run(self.mlbench, run.id, run.name, run.state.value)
 
     def action_delete_run(self) -> None:
         run = self.selected()
         if run is not None:
-            run_commands.delete_run(
-                self.mlbench, run.id, run.name, str(getattr(run.state, "value", run.state))
-            )
+            run_commands.delete_run(self.mlbench, run.id, run.name, run.state.value)
 
     def action_rerun(self) -> None:
         run = self.selected()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -28,6 +28,7 @@ from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.table import FittedTable
 
 if TYPE_CHECKING:
+    from mlbench_tui.plan import RunPlan
     from mlbench_tui.tui.app import MlbenchApp
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -35,11 +36,11 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 @dataclass
 class SpecReport:
-    """What loading one path produced: issues, plans (as rows), source text."""
+    """What loading one path produced: issues, plans, source text."""
 
     path: Path
     issues: list[SpecIssue] = field(default_factory=list)
-    plans: list[dict[str, Any]] = field(default_factory=list)
+    plans: list[RunPlan] = field(default_factory=list)
     text: str = ""
     error: str | None = None
 
@@ -58,7 +59,7 @@ def load_report(path: Path) -> SpecReport:
         report.issues = list(issues)
         for spec in loaded:
             try:
-                report.plans.extend(p.model_dump(mode="json") for p in expand(spec.spec))
+                report.plans.extend(expand(spec.spec))
             except MlbenchError as exc:
                 report.error = exc.render()
     except MlbenchError as exc:
@@ -217,18 +218,16 @@ class SpecScreen(Screen[None]):
         plans = self.query_one("#plan-table", DataTable)
         plans.clear()
         for plan in report.plans:
-            goal = plan.get("goal") or {}
-            data = plan.get("data") or {}
             plans.add_row(
-                plan.get("name", ""),
-                f"{plan.get('task', '')} {plan.get('task_name', '')}",
-                plan.get("backend", ""),
-                str(plan.get("workers", "")),
-                f"{int(plan.get('repeat', 0)) + 1}/{plan.get('repeats', 1)}",
-                goal_label(goal),
-                str((plan.get("resources") or {}).get("threads_per_rank", "")),
-                str(data.get("source", "")),
-                ", ".join(f"{k}={v}" for k, v in sorted((plan.get("hyperparameters") or {}).items()))[:200],
+                plan.name,
+                f"{plan.task} {plan.task_name}",
+                plan.backend,
+                str(plan.workers),
+                f"{plan.repeat + 1}/{plan.repeats}",
+                goal_label(plan.goal),
+                str(plan.resources.threads_per_rank),
+                plan.data.source,
+                ", ".join(f"{k}={v}" for k, v in sorted(plan.hyperparameters.items()))[:200],
             )
         source = self.query_one("#source-text", Static)
         if report.text:

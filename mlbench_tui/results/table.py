@@ -1,0 +1,82 @@
+"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run, then the
+scores of configurations that ran more than once (olympic mean over their repeats)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mlbench_tui.formatting import format_figure, render_table
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.scoring import config_key, score_configs
+
+
+def outcome_text(result: RunResult) -> str:
+    """``Prec@1 71 (goal >= 70.0)`` for a run with a goal; peak bus bandwidths for 0a."""
+    goal = result.goal
+    if goal is None:
+        parts = [
+            f"{dtype} peak {entry.peak_busbw_gbps:.3g} GB/s"
+            for dtype, entry in sorted((result.allreduce or {}).items())
+            if entry.peak_busbw_gbps is not None
+        ]
+        return ", ".join(parts) or "-"
+    op = ">=" if goal.direction == "max" else "<="
+    best = "-" if result.best_value is None else f"{result.best_value:.4g}"
+    return f"{goal.metric.removeprefix('val_global_')} {best} (goal {op} {goal.target})"
+
+
+def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
+    """One row per run, with speedup/efficiency against the 1-worker runs among ``results``
+    (else the figures stored with the run when it finished)."""
+    scores = {(s.spec_name, s.framework, s.backend, s.workers): s for s in score_configs(results)}
+    several_frameworks = len({r.framework for r in results}) > 1
+    rows = []
+    for result in results:
+        score = scores.get(config_key(result))
+        speedup, efficiency = result.speedup, result.efficiency
+        if score is not None and score.speedup is not None:
+            speedup, efficiency = score.speedup, score.efficiency
+        row = {"RUN": result.name or "-"}
+        if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
+            row["FRAMEWORK"] = result.framework
+        split = result.time_split
+        rows.append(
+            row
+            | {
+                "STATE": str(result.state),
+                "RESULT": outcome_text(result),
+                "REACHED": {True: "yes", False: "no", None: "-"}[result.reached],
+                "TIME TO ACC": format_figure(result.time_to_accuracy_s, "s"),
+                "VAL TIME": format_figure(result.validation_time_s, "s"),
+                "EPOCHS": format_figure(result.epochs_to_goal),
+                "STEPS": format_figure(result.steps_to_goal),
+                "COMM": format_figure(split.communication_fraction if split else None, "%"),
+                "SPEEDUP": format_figure(speedup, "x"),
+                "EFFICIENCY": format_figure(efficiency, "%"),
+                "COST": format_figure(result.cost_to_target, "$"),
+                "WALL": format_figure(result.wall_time_s, "s"),
+            }
+        )
+    return rows
+
+
+def render_results(results: Sequence[RunResult]) -> str:
+    """The results table, plus the repeat scores when a configuration ran more than once."""
+    text = render_table(results_rows(results))
+    repeated = [s for s in score_configs(results) if s.runs > 1]
+    if repeated:
+        score_rows = [
+            {
+                "CONFIG": f"{s.spec_name} {s.framework} {s.backend} {s.workers}w",
+                "RUNS": str(s.runs),
+                "REACHED": str(s.reached),
+                "OLYMPIC MEAN": format_figure(s.time_to_accuracy_s, "s"),
+                "STDEV": format_figure(s.stdev_s, "s"),
+                "MIN": format_figure(s.min_s, "s"),
+                "MAX": format_figure(s.max_s, "s"),
+                "SPEEDUP": format_figure(s.speedup, "x"),
+            }
+            for s in repeated
+        ]
+        text += "\n\n" + render_table(score_rows)
+    return text

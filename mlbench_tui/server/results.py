@@ -1,0 +1,118 @@
+"""A run's result, computed by the server once, when the run reaches its final state.
+
+The server holds the run's plan, metrics and events, so a client that ends a run (``apply``,
+``cancel``, a reconcile) sends only what it saw (the executor's final state and message) and
+what only it knows (the launching host's fingerprint). Here that state is settled against what
+the ranks reported, the ``RunResult`` is computed with speedup against the spec's 1-worker runs
+in the store, and both are written with the state update.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+from sqlalchemy import Connection
+
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.scoring import olympic_mean, reached_time, speedup
+from mlbench_tui.results.summary import needed_metrics, settle_state, summarize_run
+from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import MAX_PAGE, RunDetail, RunUpdate
+from mlbench_tui.store.db import NotFound
+
+if TYPE_CHECKING:
+    from mlbench_tui.store.store import Store
+
+
+def ends_run(update: RunUpdate) -> bool:
+    """Whether ``update`` moves a run to a final state without bringing a result of its own."""
+    return update.state is not None and update.state.is_terminal() and "result" not in update.model_fields_set
+
+
+def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) -> RunUpdate:
+    """``update`` with the run's settled final state, its error and its computed result; as it is
+    when the run already ended with a result (a result is computed once)."""
+    run = queries.get_run(conn, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    assert update.state is not None
+    if run.result is not None and run.state.is_terminal():
+        return update
+    events = read_events(conn, run_id)
+    state, message = settle_state(update.state, update.error, events)
+    plan = _plan(run)
+    if plan is None:  # a run registered without a (valid) plan: its identity only
+        result = RunResult(
+            name=run.name, spec_name=run.spec_name, spec_hash=run.spec_hash, task=run.task,
+            backend=run.backend, workers=run.workers, repeat=run.repeat, state=state, message=message,
+        )  # fmt: skip
+    else:
+        names = needed_metrics((n.name for n in store.metric_names(run_id)), plan.goal)
+        metrics = read_metrics(conn, run_id, names)
+        result = summarize_run(plan, state, metrics, events, host=update.host, message=message)
+    result.run_id = run_id
+    _add_speedup(conn, run, result)
+    fields = update.model_dump(exclude_unset=True)
+    fields.update(state=state, result=result)
+    if state is not RunState.SUCCEEDED:
+        fields["error"] = message
+    return RunUpdate.model_validate(fields)
+
+
+def _plan(run: RunDetail) -> RunPlan | None:
+    try:
+        return RunPlan.model_validate(run.plan)
+    except ValidationError:
+        return None
+
+
+def _add_speedup(conn: Connection, run: RunDetail, result: RunResult) -> None:
+    """Speedup and efficiency against the 1-worker runs of the same spec, framework and backend
+    that reached the goal (olympic mean over their repeats)."""
+    peers = [result] if result.workers == 1 else []
+    succeeded = queries.list_runs(conn, state=RunState.SUCCEEDED.value, spec_name=run.spec_name, limit=10_000)
+    for other in succeeded:
+        if other.id == run.id or other.workers != 1 or other.result is None:
+            continue
+        mine = other.result
+        if (other.spec_hash, other.backend, mine.framework) == (run.spec_hash, run.backend, result.framework):
+            peers.append(mine)
+    times = [t for t in map(reached_time, peers) if t is not None]
+    if not times:
+        return
+    baseline = olympic_mean(times)
+    result.speedup, result.efficiency = speedup(baseline, reached_time(result), result.workers)
+    result.one_worker_time_s = baseline
+
+
+def read_metrics(conn: Connection, run_id: str, names: list[str]) -> list[MetricPoint]:
+    """Every stored point of the named metrics of a run (none when ``names`` is empty)."""
+    points: list[MetricPoint] = []
+    for start in range(0, len(names), 50):
+        batch, cursor = names[start : start + 50], 0
+        while True:
+            page = queries.metrics(conn, run_id, names=batch, since=cursor, limit=MAX_PAGE)
+            for s in page.series:
+                for step, value, t, epoch in zip(s.step, s.value, s.t, s.epoch, strict=True):
+                    if value is not None:
+                        points.append(MetricPoint(s.name, value, s.rank, step, epoch, t))
+            if page.cursor == cursor:
+                break
+            cursor = page.cursor
+    return points
+
+
+def read_events(conn: Connection, run_id: str) -> list[EventRecord]:
+    """Every stored event of a run, oldest first."""
+    events: list[EventRecord] = []
+    cursor = 0
+    while True:
+        page = queries.events(conn, run_id, since=cursor, limit=MAX_PAGE)
+        events.extend(EventRecord(e.kind, e.payload, e.rank or 0, e.t) for e in page.events)
+        if page.cursor == cursor:
+            return events
+        cursor = page.cursor

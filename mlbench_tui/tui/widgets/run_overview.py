@@ -1,0 +1,139 @@
+"""The run screen's overview tab: the run (spec, plan, resources, hyperparameters), its result
+and its environment, as Rich renderables built from the wire models (no Textual state)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import RunPlan
+from mlbench_tui.store.api_models import RunDetail
+from mlbench_tui.tui.goal import goal_label
+from mlbench_tui.tui.rows import _ts
+
+
+def _kv_table(rows: Iterable[tuple[str, Any]], title: str) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.title = title
+    table.title_justify = "left"
+    table.title_style = "bold"
+    table.add_column(style="grey62", no_wrap=True)
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value if isinstance(value, Text) else Text(str(value)))
+    return table
+
+
+def _when(value: Any) -> str:
+    ts = _ts(value)
+    if not ts:
+        return "—"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _plan(run: RunDetail) -> RunPlan | None:
+    try:
+        return RunPlan.model_validate(run.plan)
+    except ValidationError:  # a run registered without a (valid) plan
+        return None
+
+
+def summary_renderable(run: RunDetail) -> Group:
+    plan = _plan(run)
+    goal_text = f"{goal_label(run.goal)} ({run.goal.kind})" if run.goal else "none (measurement task)"
+    resources = plan.resources.model_dump() if plan is not None else {}
+    data = f"{plan.data.source} {plan.data.options or ''}".strip() if plan is not None else "—"
+    rows = [
+        ("name", run.name),
+        ("id", run.id),
+        ("spec", f"{run.spec_name}  (sha256 {run.spec_hash[:12]})" if run.spec_hash else run.spec_name),
+        ("task", f"{run.task} {plan.task_name if plan is not None else ''}".strip()),
+        ("backend", run.backend),
+        ("workers", run.workers),
+        ("goal", goal_text),
+        ("target", run.target_kind + (f"  {run.handle}" if run.handle else "")),
+        ("resources", ", ".join(f"{k}={v}" for k, v in resources.items() if v not in (None, 0, ""))),
+        ("data", data),
+        ("created", _when(run.created)),
+        ("started", _when(run.started)),
+        ("finished", _when(run.finished)),
+    ]
+    hyper = plan.hyperparameters if plan is not None else {}
+    parts: list[Any] = [_kv_table(rows, "Run")]
+    if hyper:
+        parts.append(Text(""))
+        parts.append(_kv_table(sorted(hyper.items()), "Hyperparameters"))
+    return Group(*parts)
+
+
+def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict[str, Any] | None) -> Group:
+    result = run.result
+    parts: list[Any] = [Text("")]
+    if result is None:
+        line = Text("Result: ", style="bold")
+        active = run.state in (RunState.RUNNING, RunState.PENDING)
+        line.append("pending — the summary is stored when the run ends" if active else "none")
+        parts.append(line)
+    else:
+        split = result.time_split
+        rows: list[tuple[str, Any]] = [
+            ("reached goal", {True: "yes", False: "no", None: "—"}[result.reached]),
+            ("time to accuracy", format_duration(result.time_to_accuracy_s)),
+            ("validation time", format_duration(result.validation_time_s)),
+            ("epochs / steps", f"{result.epochs_to_goal or '—'} / {result.steps_to_goal or '—'}"),
+            ("best / last", f"{_num(result.best_value)} / {_num(result.last_value)}"),
+            ("wall time", format_duration(result.wall_time_s)),
+        ]
+        if split is not None:
+            rows.append(
+                ("compute / comm", f"{_pct(split.compute_fraction)} / {_pct(split.communication_fraction)}")
+            )
+        if result.cost_to_target is not None:
+            rows.append(("cost to target", f"${result.cost_to_target:.2f}"))
+        for dtype, entry in (result.allreduce or {}).items():
+            rows.append(
+                (
+                    f"all-reduce {dtype}",
+                    f"peak busbw {_num(entry.peak_busbw_gbps)} GB/s at {entry.peak_busbw_size} elements",
+                )
+            )
+        parts.append(_kv_table(rows, "Result"))
+    if stop:
+        parts.append(Text(f"stopped: {stop.get('status', '')} {stop.get('reason') or ''}", style="grey62"))
+    if run.error:
+        parts.append(Text(f"error: {run.error}", style="bold red"))
+    for failure in failures:
+        parts.append(
+            Text(f"rank {failure.get('rank')} failed: {failure.get('exception', '')}", style="bold red")
+        )
+        tb = str(failure.get("traceback") or "").strip()
+        if tb:
+            parts.append(Text(tb, style="red"))
+    return Group(*parts)
+
+
+def environment_renderable(env: dict[str, Any]) -> Group:
+    if not env:
+        return Group(Text(""), Text("Environment: not reported yet", style="grey50"))
+    rows = [
+        (k, v if not isinstance(v, dict | list) else str(v)) for k, v in sorted(env.items()) if v is not None
+    ]
+    return Group(Text(""), _kv_table(rows, "Environment"))
+
+
+def _num(value: float | None) -> str:
+    return f"{value:.4g}" if value is not None and math.isfinite(value) else "—"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value * 100:.1f}%" if value is not None else "—"
