@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench_tui.detached import Detached, start_detached
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
@@ -50,30 +50,22 @@ def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
     from mlbench_tui.settings import load_settings
 
     logs = load_settings().paths.state_dir / "apply"
-    logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"apply-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     argv = [sys.executable, "-m", "mlbench_tui", "apply", *[str(Path(p).resolve()) for p in paths]]
     if options.force:
         argv.append("--force")
     if options.parallel:
         argv.append("--parallel")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    # Wait until the background apply has reached the store and printed its plan, so a failure
-    # at start (no server, locked store) is reported here instead of hidden in its log.
-    deadline = time.monotonic() + DETACH_READY_S
-    while time.monotonic() < deadline:
-        code = proc.poll()
-        text = log_path.read_text(errors="replace")
-        if PLAN_HEADER in text or code == 0:
-            return proc.pid, log_path
-        if code is not None:
-            tail = text.strip().splitlines()[-3:]
-            raise MlbenchError(f"the background apply failed: {' / '.join(tail)}", hint=f"see {log_path}")
-        time.sleep(0.1)
-    return proc.pid, log_path
+
+    def planned(started: Detached) -> bool:  # it reached the store and printed its plan
+        return started.proc.poll() == 0 or PLAN_HEADER in started.log_path.read_text(errors="replace")
+
+    started, _ = start_detached(argv, log_path, planned, timeout=DETACH_READY_S, poll_s=0.1)
+    code = started.proc.poll()
+    if code is not None and code != 0:
+        tail = " / ".join(started.tail())
+        raise MlbenchError(f"the background apply failed: {tail}", hint=f"see {log_path}")
+    return started.proc.pid, log_path
 
 
 def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: Any = None) -> int:

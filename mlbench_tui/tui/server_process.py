@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlbench_tui.detached import Detached, start_detached
 from mlbench_tui.errors import ServerError
 
 
@@ -39,35 +39,30 @@ def find_or_start(db: str | None, *, timeout: float = 20.0) -> LocalServer:
         return LocalServer(ensure_server(db, start=False))
     except ServerError:
         pass
-    state = Paths.from_env().state_dir
-    state.mkdir(parents=True, exist_ok=True)
-    log_path = state / "server.log"
     argv = [sys.executable, "-m", "mlbench_tui", "server", "--port", "0"]
     if db:
         argv += ["--db", str(Path(db).expanduser().resolve())]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    deadline = time.monotonic() + timeout
-    while True:
+    found: list[Any] = []
+
+    def serving(_started: Detached) -> bool:
         try:
-            return LocalServer(ensure_server(db, start=False), proc, log_path)
+            found.append(ensure_server(db, start=False))
         except ServerError:
-            pass
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-            raise ServerError(
-                "the local mlbench server could not start: "
-                + (" | ".join(tail) or f"exit code {proc.returncode}"),
-                hint=f"see {log_path}",
-            )
-        if time.monotonic() > deadline:
-            _terminate(proc)
-            raise ServerError(
-                f"the local mlbench server did not start within {timeout:g}s", hint=f"see {log_path}"
-            )
-        time.sleep(0.05)
+            return False
+        return True
+
+    log_path = Paths.from_env().state_dir / "server.log"
+    started, ready = start_detached(argv, log_path, serving, timeout=timeout)
+    if ready:
+        return LocalServer(found[-1], started.proc, log_path)
+    if started.proc.poll() is not None:
+        raise ServerError(
+            "the local mlbench server could not start: "
+            + (" | ".join(started.tail()) or f"exit code {started.proc.returncode}"),
+            hint=f"see {log_path}",
+        )
+    _terminate(started.proc)
+    raise ServerError(f"the local mlbench server did not start within {timeout:g}s", hint=f"see {log_path}")
 
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
@@ -89,11 +84,7 @@ def release(server: LocalServer) -> str | None:
     try:
         client = server.info.client(timeout=5.0)
         try:
-            active = sum(
-                1
-                for r in client.list_runs()
-                if str(getattr(r.state, "value", r.state)) in ("running", "pending")
-            )
+            active = sum(1 for r in client.list_runs() if r.state.value in ("running", "pending"))
         finally:
             client.close()
     except ServerError:

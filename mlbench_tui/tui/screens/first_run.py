@@ -83,7 +83,7 @@ class FirstRunScreen(Screen[None]):
         from pathlib import Path
 
         from mlbench_tui.tui.screens.confirm import ConfirmScreen
-        from mlbench_tui.tui.screens.spec import launch_in_background
+        from mlbench_tui.tui.screens.run_commands import launch
 
         base = (
             self.mlbench.spec_path
@@ -97,7 +97,7 @@ class FirstRunScreen(Screen[None]):
 
         def answer(yes: bool | None) -> None:
             if yes:
-                launch_in_background(self.mlbench, path)
+                launch(self.mlbench, path)
 
         self.app.push_screen(
             ConfirmScreen(f"Launch {path}?", "Its runs start on this machine.", yes="Launch"), answer

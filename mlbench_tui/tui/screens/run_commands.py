@@ -1,13 +1,15 @@
-"""Cancel, delete and rerun, shared by the runs screen and the run screen.
+"""The user's commands on runs: launch a spec, cancel, delete, rerun; shared by every screen.
 
-Each asks for confirmation in a modal, then does the work in a thread worker and reports back
-with ``CommandFinished`` (a notification), so the UI never blocks on a subprocess or request.
+Each runs in a thread worker through ``in_background`` (after a confirmation modal, which the
+caller or these functions show) and reports back with ``CommandFinished`` (a notification), so
+the UI never blocks on a subprocess or request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlbench_tui.tui.messages import CommandFinished
@@ -19,7 +21,10 @@ if TYPE_CHECKING:
 ACTIVE = ("running", "pending")
 
 
-def _background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
+def in_background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
+    """Run ``job`` in a thread worker; its message (or its error) becomes a notification, then
+    the screens refresh."""
+
     def run() -> None:
         try:
             message = job()
@@ -30,6 +35,18 @@ def _background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
         app.call_from_thread(app.action_refresh_now)
 
     app.run_worker(run, thread=True, group="commands", exit_on_error=False)
+
+
+def launch(app: MlbenchApp, path: Path) -> None:
+    """``mlbench apply PATH --detach``: start every run of a spec file or directory."""
+
+    def job() -> str:
+        result = app.launcher.apply(path)
+        lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
+        return f"launched {path.name}" + (f": {lines[-1]}" if lines else "")
+
+    app.notify(f"launching {path} …", timeout=3)
+    in_background(app, "launch", job)
 
 
 def cancel_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
@@ -43,7 +60,7 @@ def cancel_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
 
     def answer(yes: bool | None) -> None:
         if yes:
-            _background(app, "cancel", job)
+            in_background(app, "cancel", job)
 
     app.push_screen(ConfirmScreen(f"Cancel run {name}?", "Every rank is stopped.", yes="Cancel run"), answer)
 
@@ -65,7 +82,7 @@ def delete_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
 
     def answer(yes: bool | None) -> None:
         if yes:
-            _background(app, "delete", job)
+            in_background(app, "delete", job)
 
     app.push_screen(ConfirmScreen(f"Delete run {name}?", detail, yes="Delete"), answer)
 
@@ -85,7 +102,7 @@ def _rerun_job(app: MlbenchApp, run_id: str, name: str) -> str:
 def rerun(app: MlbenchApp, run_id: str, name: str) -> None:
     def answer(yes: bool | None) -> None:
         if yes:
-            _background(app, "rerun", partial(_rerun_job, app, run_id, name))
+            in_background(app, "rerun", partial(_rerun_job, app, run_id, name))
 
     app.push_screen(
         ConfirmScreen(

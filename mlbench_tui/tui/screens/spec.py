@@ -23,7 +23,7 @@ from textual.widgets import DataTable, DirectoryTree, Footer, Input, Static, Tab
 from mlbench_tui.errors import SpecIssue
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.goal import goal_label
-from mlbench_tui.tui.messages import CommandFinished
+from mlbench_tui.tui.screens import run_commands
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.table import FittedTable
 
@@ -74,24 +74,6 @@ class SpecTree(DirectoryTree):
 
     def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
         return [p for p in paths if not p.name.startswith(".") and (p.is_dir() or p.suffix in YAML_SUFFIXES)]
-
-
-def launch_in_background(app: MlbenchApp, path: Path) -> None:
-    """``mlbench apply PATH --detach`` in a thread worker; the result is a notification."""
-
-    def run() -> None:
-        try:
-            result = app.launcher.apply(path)
-        except Exception as exc:
-            app.post_message(CommandFinished("launch", "", error=str(exc)))
-            return
-        lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
-        tail = lines[-1] if lines else ""
-        app.post_message(CommandFinished("launch", f"launched {path.name}" + (f": {tail}" if tail else "")))
-        app.call_from_thread(app.action_refresh_now)
-
-    app.notify(f"launching {path} …", timeout=3)
-    app.run_worker(run, thread=True, group="commands", exit_on_error=False)
 
 
 class SpecScreen(Screen[None]):
@@ -293,7 +275,7 @@ class SpecScreen(Screen[None]):
 
         def answer(yes: bool | None) -> None:
             if yes:
-                launch_in_background(self.mlbench, path)
+                run_commands.launch(self.mlbench, path)
 
         self.app.push_screen(
             ConfirmScreen(
