@@ -1,15 +1,10 @@
 """Feeds: the loops that run in Textual thread workers, read the server, and post messages.
 
 ``RunsFeed`` polls the run list (and the goal metric of unfinished runs) once a second.
-``RunFeed`` loads one run, then follows its Server-Sent Event stream; a daemon thread reads the
-stream into a queue and the feed drains that queue into ONE ``RunChanged`` message per window
-of ``interval`` seconds (a window ends early when the server's metrics summary arrives), so the
-UI gets about 1/interval updates per second however fast the run reports. The stream is
-opened with ``coalesce=interval``: the server sends per metric and rank one min/max/last bucket
-per interval instead of every point, which is all the charts can show and keeps a busy run's
-ingest from paying for encoding, sending and parsing every row.
-Both survive a server that goes away: they report the disconnection (the app shows a banner),
-retry with exponential backoff, and resume from their cursors without losing data.
+``RunFeed`` loads one run, then follows its Server-Sent Event stream opened with
+``coalesce=interval`` (one min/max/last bucket per metric, rank and interval: all a chart can
+show) and posts one ``RunChanged`` per interval however fast the run reports. Both survive a
+server that goes away: they report it, retry with backoff and resume from their cursors.
 """
 
 from __future__ import annotations
@@ -459,9 +454,8 @@ class RunFeed:
                         self.post(RunGone(self.run_id))
                         return
                     if item.kind == "metrics_summary":
-                        # The server already sends one per interval: show it now rather than at
-                        # the end of our own window, whose phase drifts against the server's
-                        # (updates came at ~3.5/s instead of 4, and a quarter second later).
+                        # The server sends one per interval: show it now, not at the end of our
+                        # own window, whose phase drifts against the server's.
                         break
             finally:
                 # What was folded in has moved the cursors: deliver it even when the stream broke.

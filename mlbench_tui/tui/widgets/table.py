@@ -1,12 +1,7 @@
 """The DataTable every screen uses: Textual's, with columns that always fit what they show.
 
-Textual (up to 8.2.8 at least) sizes auto-width columns on idle, after rows are added or cells
-updated. That pass invalidates its cache of rendered rows only when some row has auto height, so
-a line painted between ``add_row`` and the next idle (the header, usually) keeps the old column
-widths: the compare screen showed a header five cells wide over a 33-cell ``run`` column until
-the cursor moved, and again on each refresh that painted at the wrong moment. And
-``update_cell`` leaves the width alone unless asked, so a live rank's host and a five-digit
-step were cut to the column's first width.
+Updated cells widen their column, and every cached line is repainted once Textual has resized
+the columns (its idle resize keeps lines painted with the old widths otherwise).
 """
 
 from __future__ import annotations
