@@ -19,7 +19,7 @@ from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import olympic_mean, reached_time, speedup
 from mlbench_tui.results.summary import needed_metrics, settle_state, summarize_run
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.server.paging import all_events, all_metrics
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, RunDetail, RunUpdate
 from mlbench_tui.store.db import NotFound
@@ -42,17 +42,19 @@ def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) 
     assert update.state is not None
     if run.result is not None and run.state.is_terminal():
         return update
-    events = read_events(conn, run_id)
+    events = all_events(lambda since: queries.events(conn, run_id, since=since, limit=MAX_PAGE))
     state, message = settle_state(update.state, update.error, events)
     plan = _plan(run)
     if plan is None:  # a run registered without a (valid) plan: its identity only
-        result = RunResult(
-            name=run.name, spec_name=run.spec_name, spec_hash=run.spec_hash, task=run.task,
-            backend=run.backend, workers=run.workers, repeat=run.repeat, state=state, message=message,
-        )  # fmt: skip
+        result = run.known_result().model_copy(update={"state": state, "message": message})
     else:
         names = needed_metrics((n.name for n in store.metric_names(run_id)), plan.goal)
-        metrics = read_metrics(conn, run_id, names)
+        metrics = all_metrics(
+            lambda batch, since: queries.metrics(
+                conn, run_id, names=batch or (), since=since, limit=MAX_PAGE
+            ),
+            names,
+        )
         result = summarize_run(plan, state, metrics, events, host=update.host, message=message)
     result.run_id = run_id
     _add_speedup(conn, run, result)
@@ -87,32 +89,3 @@ def _add_speedup(conn: Connection, run: RunDetail, result: RunResult) -> None:
     baseline = olympic_mean(times)
     result.speedup, result.efficiency = speedup(baseline, reached_time(result), result.workers)
     result.one_worker_time_s = baseline
-
-
-def read_metrics(conn: Connection, run_id: str, names: list[str]) -> list[MetricPoint]:
-    """Every stored point of the named metrics of a run (none when ``names`` is empty)."""
-    points: list[MetricPoint] = []
-    for start in range(0, len(names), 50):
-        batch, cursor = names[start : start + 50], 0
-        while True:
-            page = queries.metrics(conn, run_id, names=batch, since=cursor, limit=MAX_PAGE)
-            for s in page.series:
-                for step, value, t, epoch in zip(s.step, s.value, s.t, s.epoch, strict=True):
-                    if value is not None:
-                        points.append(MetricPoint(s.name, value, s.rank, step, epoch, t))
-            if page.cursor == cursor:
-                break
-            cursor = page.cursor
-    return points
-
-
-def read_events(conn: Connection, run_id: str) -> list[EventRecord]:
-    """Every stored event of a run, oldest first."""
-    events: list[EventRecord] = []
-    cursor = 0
-    while True:
-        page = queries.events(conn, run_id, since=cursor, limit=MAX_PAGE)
-        events.extend(EventRecord(e.kind, e.payload, e.rank or 0, e.t) for e in page.events)
-        if page.cursor == cursor:
-            return events
-        cursor = page.cursor
