@@ -45,7 +45,6 @@ class ActiveRun:
     event_cursor: int = 0
     metric_cursor: int = 0
     tailer: LogTailer | None = None
-    last_poll: float = 0.0
     rank_pids: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
@@ -188,14 +187,14 @@ class Runner:
         self, plan: RunPlan, run_id: str, state: RunState, message: str | None, *, deleted: bool = False
     ) -> RunResult | None:
         """Record that a run ended; its result as the server computed it (None: deleted)."""
+        if deleted:
+            return None
         update = RunUpdate(
             state=state,
             finished=_now(),
             error=message if state is not RunState.SUCCEEDED else None,
             host=host_fingerprint(plan.resources.threads_per_rank),
         )
-        if deleted:
-            return None
         try:
             detail = self.client.update_run(run_id, update)
         except MlbenchError as exc:
