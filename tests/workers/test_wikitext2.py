@@ -101,5 +101,3 @@ def test_synthetic_language_is_more_predictable_than_its_unigrams() -> None:
     rows = joint / np.maximum(joint.sum(1, keepdims=True), 1e-300)
     cond_ppl = float(np.exp(-(joint[joint > 0] * np.log(rows[joint > 0])).sum()))
     assert cond_ppl <= 3.0 + 1e-9 and cond_ppl <= unigram_ppl + 1e-9
-
-

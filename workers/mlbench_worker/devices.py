@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -121,7 +120,6 @@ def place(
     rank: int,
     expected: str | None,
     strict: bool,
-    environ: Mapping[str, str] | None = None,
 ) -> Placement:
     """Pick this rank's GPU, check its model and make it the current device.
 
@@ -130,9 +128,8 @@ def place(
     """
     import torch
 
-    env = os.environ if environ is None else environ
     visible = query.count()
-    index = gpu_index(local_rank, local_world_size, visible, env.get("CUDA_VISIBLE_DEVICES"))
+    index = gpu_index(local_rank, local_world_size, visible, os.environ.get("CUDA_VISIBLE_DEVICES"))
     gpu = query.info(index)
     mismatch = model_mismatch(expected, gpu, rank)
     if mismatch is not None and strict:

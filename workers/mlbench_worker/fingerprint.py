@@ -48,8 +48,8 @@ def driver_version() -> str | None:
         found = parse_driver_version(Path("/proc/driver/nvidia/version").read_text(encoding="utf-8"))
     except OSError:
         found = None
-    smi = shutil.which("nvidia-smi")
-    if found is not None or smi is None:
+    smi = None if found is not None else shutil.which("nvidia-smi")
+    if smi is None:
         return found
     try:
         out = subprocess.run(
