@@ -117,7 +117,7 @@ def summarize_run(
         "best_value": None,
         "last_value": None,
         "time_split": time_split(metrics),
-        "allreduce": allreduce_summary(metrics, events, int(plan.get("workers") or 0) or None),
+        "allreduce": allreduce_summary(metrics, events, plan.get("workers")),
         "cost_to_target": None,
         "price_per_hour": plan.get("price_per_hour"),
         "failures": failures,

@@ -200,8 +200,9 @@ def allreduce_summary(
     bus bandwidth (GB/s) with its size; None when the run reported no all-reduce metrics.
 
     A run of one rank (``workers`` 1, or the worker's ``allreduce_sweep`` event says so) has
-    latency only and a ``note`` saying why. With the ceiling the worker reported for its device,
-    ``above_ceiling`` counts the sizes whose bandwidth no link could carry (a timing artefact).
+    latency only (``latency_only``) and a ``note`` saying why. With the ceiling the worker
+    reported for its device, ``above_ceiling`` counts the sizes whose bandwidth no link could
+    carry (a timing artefact).
     """
     sweep = next((e.payload for e in events if e.kind == "allreduce_sweep"), {})
     latency_only = workers == 1 or bool(sweep.get("latency_only"))
@@ -227,7 +228,7 @@ def allreduce_summary(
     for entry in by_dtype.values():
         entry.pop("_min_size", None)
         if latency_only:
-            entry["note"] = LATENCY_ONLY_NOTE
+            entry.update(latency_only=True, note=LATENCY_ONLY_NOTE)
         elif isinstance(ceiling, int | float):
             entry["busbw_ceiling_gbps"] = float(ceiling)
             if entry.get("above_ceiling"):
@@ -245,7 +246,9 @@ def allreduce_text(dtype: str, entry: Mapping[str, Any]) -> str:
     if peak is None:
         latency = entry.get("min_size_latency_p50_s")
         shown = f"{latency * 1e6:.3g} us" if isinstance(latency, int | float) else "-"
-        return f"{dtype} latency {shown} (1 rank: no bandwidth)" if entry.get("note") else f"{dtype} -"
+        return (
+            f"{dtype} latency {shown} (1 rank: no bandwidth)" if entry.get("latency_only") else f"{dtype} -"
+        )
     text = f"{dtype} peak {peak:.3g} GB/s"
     ceiling = entry.get("busbw_ceiling_gbps")
     if entry.get("above_ceiling") and isinstance(ceiling, int | float):
