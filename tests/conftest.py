@@ -1,10 +1,13 @@
-"""Suite-wide fixtures: every test gets its own MLBENCH_HOME so no test touches a user's store."""
+"""Suite-wide fixtures: every test gets its own MLBENCH_HOME so no test touches a user's store;
+``slurm_cluster`` is a real two-node Slurm cluster on 127.0.0.1 shared by the session."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.slurm import SlurmCluster, start_cluster, why_unavailable
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +17,17 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     for var in ("MLBENCH_DB", "MLBENCH_SERVER_URL", "MLBENCH_TOKEN", "MLBENCH_READ_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     return home
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """munged, slurmctld and slurmd n1/n2 on 127.0.0.1 (skipped with the reason where they cannot
+    run: not installed, or not root); every job is cancelled and every daemon stopped after."""
+    reason = why_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
