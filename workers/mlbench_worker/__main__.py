@@ -64,7 +64,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         seed_everything,
         select_device,
     )
-    from mlbench_worker.fingerprint import fingerprint
+    from mlbench_worker.fingerprint import fingerprint, node_name
     from mlbench_worker.tasks import UnknownTaskError, load_task
 
     comm: Comm | None = None
@@ -79,8 +79,9 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         rank = comm.rank
         device = select_device(config, rdv)
         ctx = RunContext(config=config, rendezvous=rdv, comm=comm, device=device, reporter=reporter)
+        nodes = comm.allgather_object(node_name())  # where every rank landed (placement checks)
         if ctx.is_main:
-            reporter.event("environment", fingerprint(ctx))
+            reporter.event("environment", {**fingerprint(ctx), "rank_nodes": nodes})
         outcome = task(ctx)
         ctx.mark_run_start()
         if ctx.is_main:

@@ -25,6 +25,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def node_name() -> str:
+    """The node this rank runs on: Slurm's node name (several slurmd may share one host, and node
+    names need not be host names), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def fingerprint(ctx: RunContext) -> dict[str, Any]:
     """Versions, hardware and thread settings of this rank (rank 0 reports it for the run)."""
     info: dict[str, Any] = {
@@ -36,6 +42,7 @@ def fingerprint(ctx: RunContext) -> dict[str, Any]:
         "launcher": ctx.rendezvous.launcher,
         "world_size": ctx.world_size,
         "hostname": socket.gethostname(),
+        "node": node_name(),
         "os": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
