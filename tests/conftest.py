@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from support.slurm import SlurmCluster, start_cluster, why_unavailable
+
+if TYPE_CHECKING:
+    from mlbench_tui.infra import slurm as slurm_clusters
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +35,14 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def slurm_recorded(slurm_cluster: SlurmCluster, _isolated_home: Path) -> slurm_clusters.SlurmCluster:
+    """The test cluster recorded as ``test`` (``mlbench cluster add slurm test``) in this test's
+    MLBENCH_HOME, partition ``debug``, so specs say ``target: {kind: slurm, cluster: test}``."""
+    from mlbench_tui.infra import slurm as slurm_clusters
+
+    cluster = slurm_clusters.SlurmCluster(name="test", partition="debug", conf=str(slurm_cluster.conf))
+    slurm_clusters.SlurmProvider().add(cluster)
+    return cluster
