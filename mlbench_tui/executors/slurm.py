@@ -87,7 +87,7 @@ class SlurmExecutor(Executor):
 
             runs_dir = load_settings().runs_dir
         self.runs_dir = Path(runs_dir)
-        self.host = host or socket.getfqdn()
+        self.host = host or socket.gethostname()
         self._hosts: dict[str, list[str]] = {}  # hostlist -> node names (scontrol show hostnames)
         self._handles: dict[str, RunHandle] = {}  # run id -> handle of the runs submitted here
 
