@@ -221,6 +221,7 @@ def test_cancel_mid_run_leaves_no_process_on_either_node(
 ) -> None:
     spec = write(tmp_path, "long", spec_text("long", "  task: 0a\n" + LONG_SWEEP))
     proc = background_apply(spec)
+    follow: subprocess.Popen[str] | None = None
     try:
         run_id = started_run_id(proc)
         before = wait_until(
@@ -228,13 +229,22 @@ def test_cancel_mid_run_leaves_no_process_on_either_node(
         )
         job = re.search(r"slurm://(\d+)@test", mlbench("status", run_id).stdout)
         assert job is not None
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "mlbench_tui", "logs", run_id, "-f", "--rank", "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ,
+        )
         cancelled = mlbench("cancel", run_id)
         assert cancelled.returncode == 0 and f"cancelled long-gloo-2w ({run_id})" in cancelled.stderr
         wait_until(lambda: not rank_processes(run_id), 30, "the ranks to end")
         _, err = proc.communicate(timeout=60)
+        followed, _ = follow.communicate(timeout=30)  # logs -f ends with the run
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        for child in (proc, follow):
+            if child is not None and child.poll() is None:
+                child.kill()
+    assert "all-reduce sweep" in followed
     assert proc.returncode == 1, err
     assert not [pid for pids in before.values() for pid in pids if processes.is_alive(pid)]
     steps = [
@@ -247,7 +257,7 @@ def test_cancel_mid_run_leaves_no_process_on_either_node(
 
 
 def test_a_job_on_a_down_partition_shows_the_pending_reason(
-    slurm_recorded: slurm_clusters.SlurmCluster, tmp_path: Path
+    slurm_recorded: slurm_clusters.SlurmCluster, slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     spec = write(tmp_path, "queued", spec_text("queued", "  task: 0a\n" + SMALL_SWEEP, ", partition: down"))
     proc = background_apply(spec)
@@ -258,12 +268,21 @@ def test_a_job_on_a_down_partition_shows_the_pending_reason(
             lambda: (text := mlbench("status", run_id).stdout) and reason in text and text, 30, "the reason"
         )
         assert re.search(r"\n\s+0\s+pending\s+-\s+" + re.escape(reason), status), status
-        assert mlbench("cancel", run_id).returncode == 0
-        _, err = proc.communicate(timeout=60)
+        proc.kill()  # apply dies without a word; the job is then cancelled behind mlbench's back
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert f"queued-gloo-2w: {reason}" in err
+    job = re.search(r"slurm://(\d+)@test", status)
+    assert job is not None
+    slurm_cluster.run("scancel", job[1])
+    # `mlbench status` asks Slurm about runs the store still thinks active.
+    wait_until(lambda: "state:    cancelled" in mlbench("status", run_id).stdout, 30, "the reconciled state")
+    run_dir = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs" / run_id
+    assert (run_dir / "job.sbatch").exists()
+    assert mlbench("delete", run_id).returncode == 0
+    assert not run_dir.exists()  # its files on the shared filesystem went with it
 
 
 def test_mpi_through_srun_and_pmix(slurm_recorded: slurm_clusters.SlurmCluster, tmp_path: Path) -> None:
