@@ -14,8 +14,6 @@ store by the runner. Every Slurm command runs from an argument list, never throu
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import re
 import socket
 import subprocess
@@ -23,7 +21,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import sbatch, slurm_state
@@ -36,7 +33,7 @@ from mlbench_tui.executors.api import (
     RunState,
     RunStatus,
 )
-from mlbench_tui.executors.local import RankLogTailer, follow_rank_logs
+from mlbench_tui.executors.local import RankLogTailer, _read_json, _write_json, follow_rank_logs
 from mlbench_tui.executors.slurm_state import JobInfo
 from mlbench_tui.infra.slurm import DEFAULT_NAME, SlurmCluster, resolve_cluster
 from mlbench_tui.plan import RunPlan, worker_config
@@ -48,20 +45,6 @@ COMMAND_TIMEOUT_S = 30.0
 _JOB_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
 _WHERE = re.compile(r"^(?P<job>\d+)@(?P<cluster>[a-z][-a-z0-9]*)$")
 _NOT_FOUND = ("Invalid job id", "Invalid job ID", "invalid job id")
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def parse_handle(handle: RunHandle | str) -> tuple[RunHandle, str, str]:

@@ -113,7 +113,10 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous) -> Comm:
         return SingleComm(config.backend)
     if config.backend == "mpi":
         if rdv.launcher not in ("mpi", "slurm", "single"):
-            raise ConfigError("backend 'mpi' must be launched with mpiexec (no MPI rank in the environment)")
+            raise ConfigError(
+                "backend 'mpi' must be launched with mpiexec or srun --mpi=pmix "
+                "(no MPI rank in the environment)"
+            )
         return MpiComm()
     import torch.distributed as dist
 
