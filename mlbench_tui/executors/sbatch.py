@@ -20,6 +20,7 @@ import math
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from mlbench_tui import __version__
@@ -60,11 +61,12 @@ class BatchJob:
 
 def slurm_target(plan: RunPlan) -> SlurmTarget:
     """The plan's target as the typed Slurm target (refused when the plan is for another one)."""
-    target = plan.target
+    target: Any = plan.target
     if isinstance(target, SlurmTarget):
         return target
-    if target.get("kind") != "slurm":
-        raise ExecutorError(f"run {plan.name} does not target slurm (target kind {target.get('kind')!r})")
+    kind = target.get("kind") if isinstance(target, dict) else getattr(target, "kind", None)
+    if kind != "slurm":
+        raise ExecutorError(f"run {plan.name} does not target slurm (target kind {kind!r})")
     return SlurmTarget.model_validate(target)
 
 

@@ -302,7 +302,12 @@ def plan_scripts(plans: list[RunPlan], executor: SlurmExecutor | None = None) ->
     from mlbench_tui.errors import UsageError
     from mlbench_tui.settings import load_settings
 
-    others = sorted({p.name for p in plans if p.target.get("kind") != SCHEME})
+    others = []
+    for plan in plans:
+        try:
+            sbatch.slurm_target(plan)
+        except ExecutorError:
+            others.append(plan.name)
     if others:
         raise UsageError(
             f"-o sbatch shows Slurm batch scripts, but {', '.join(others)} do(es) not target slurm",
