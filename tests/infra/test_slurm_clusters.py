@@ -60,3 +60,9 @@ def test_add_refuses_bad_options(args: list[str], message: str, capsys: pytest.C
     assert message in err and "Traceback" not in err
     assert main(["cluster", "list", "-o", "json"]) == 0
     assert capsys.readouterr().out.strip() == "[]"  # nothing recorded
+
+
+def test_create_says_slurm_clusters_are_added_not_created(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "create", "slurm", "hpc", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "mlbench does not create Slurm clusters" in err and "mlbench cluster add slurm hpc" in err
