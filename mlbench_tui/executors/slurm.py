@@ -64,7 +64,9 @@ class SlurmExecutor(Executor):
     name = SCHEME
     enforces_max_time = True
 
-    def __init__(self, runs_dir: str | Path | None = None, *, host: str | None = None) -> None:
+    def __init__(
+        self, runs_dir: str | Path | None = None, *, host: str | None = None, query_interval_s: float = 2.0
+    ) -> None:
         if runs_dir is None:
             from mlbench_tui.settings import load_settings
 
@@ -73,6 +75,8 @@ class SlurmExecutor(Executor):
         self.host = host or socket.gethostname()
         self._hosts: dict[str, list[str]] = {}  # hostlist -> node names (scontrol show hostnames)
         self._handles: dict[str, RunHandle] = {}  # run id -> handle of the runs submitted here
+        self.query_interval_s = query_interval_s
+        self._asked: dict[tuple[str, str], tuple[float, JobInfo | None]] = {}  # last answer per job
 
     # -- clusters and paths ------------------------------------------------------------------
 
@@ -187,6 +191,17 @@ class SlurmExecutor(Executor):
 
     # -- watching ----------------------------------------------------------------------------
 
+    def _job_now(self, cluster: SlurmCluster, job_id: str) -> JobInfo | None:
+        """``_job``, asked at most once per ``query_interval_s`` per job: watchers poll often, and
+        a cluster's controller should not answer each poll of each run."""
+        now = time.monotonic()
+        asked = self._asked.get((cluster.name, job_id))
+        if asked is not None and now - asked[0] < self.query_interval_s:
+            return asked[1]
+        info = self._job(cluster, job_id)
+        self._asked[(cluster.name, job_id)] = (now, info)
+        return info
+
     def _job(self, cluster: SlurmCluster, job_id: str) -> JobInfo | None:
         """The job from squeue, else accounting; None when Slurm does not know it (any more)."""
         queue = self._slurm(
@@ -232,7 +247,7 @@ class SlurmExecutor(Executor):
         cluster = self.cluster(cluster_name)
         run_dir = self.run_dir(cluster, resolved.run_id)
         final = _read_json(run_dir / FINAL_FILE)
-        info = JobInfo(**final) if final is not None else self._job(cluster, job_id)
+        info = JobInfo(**final) if final is not None else self._job_now(cluster, job_id)
         if info is None:
             return None
         if final is None and info.run_state.is_terminal():
@@ -261,6 +276,7 @@ class SlurmExecutor(Executor):
         _, job_id, cluster_name = parse_handle(handle)
         cluster = self.cluster(cluster_name)
         done = self._slurm(cluster, ["scancel", job_id])
+        self._asked.pop((cluster.name, job_id), None)  # the next describe asks Slurm again
         if done.returncode != 0 and not any(text in done.stderr for text in _NOT_FOUND):
             raise ExecutorError(f"scancel {job_id} failed: {done.stderr.strip() or done.returncode}")
 

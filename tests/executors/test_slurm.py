@@ -78,6 +78,25 @@ def test_a_job_on_a_down_partition_shows_why_it_waits_and_cancel_is_idempotent(
     assert info is not None and (info.state, info.run_state) == ("CANCELLED", RunState.CANCELLED)
 
 
+def test_slurm_is_asked_at_most_once_per_interval(
+    slurm_recorded: slurm_clusters.SlurmCluster, slurm_cluster: SlurmCluster
+) -> None:
+    patient = SlurmExecutor(query_interval_s=3600)
+    handle = patient.submit(slurm_plan(partition="down"), launch("r-polled"))
+    assert (status := patient.describe(handle)) is not None and status.state is RunState.PENDING
+    job_id = handle.where.split("@")[0]
+    slurm_cluster.run("scancel", job_id)  # behind this executor's back
+    squeue = ["squeue", f"--jobs={job_id}", "--states=all", "--noheader", "--format=%T"]
+    deadline = time.monotonic() + 30
+    while slurm_cluster.run(*squeue).stdout.strip() != "CANCELLED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (
+        status := patient.describe(handle)
+    ) is not None and status.state is RunState.PENDING  # its last answer
+    patient.cancel(handle)  # its own cancel forgets the answer
+    assert (status := patient.describe(handle)) is not None and status.state is RunState.CANCELLED
+
+
 def test_the_script_holds_no_token_and_sbatch_refusals_are_clear(
     slurm_recorded: slurm_clusters.SlurmCluster,
 ) -> None:
