@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, RunHandle, RunState
+from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, RunHandle, RunState, RunStatus
 from mlbench_tui.progress import ProgressPrinter, RunProgress
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ DESCRIBE_PATIENCE_S = 60.0
 LOG_BATCH_LINES = 200  # x 16 KiB per line at most stays well under the server's 8 MiB body limit
 PLAN_HEADER = "plan: "
 REDACTED = "<write token>"
+FILE_END = "MLBENCH_FILE_END"
 
 
 @dataclass
@@ -67,7 +68,7 @@ class ActiveRun:
     metric_cursor: int = 0
     tailer: Any = None
     last_poll: float = 0.0
-    rank_pids: dict[int, int] = field(default_factory=dict)
+    rank_seen: dict[int, tuple[Any, ...]] = field(default_factory=dict)  # last state sent per rank
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
     deleted: bool = False
@@ -117,6 +118,11 @@ def render_dry_run(dry: DryRun) -> str:
     for key, value in sorted(dry.env.items()):
         shown = REDACTED if key == "MLBENCH_RUN_TOKEN" else value
         lines.append(f"export {key}={shlex.quote(shown)}")
+    for path, text in dry.files:  # written by schedule: shown as a heredoc, replayable
+        end = FILE_END
+        while end in text:
+            end += "_"
+        lines.extend([f"cat > {shlex.quote(path)} <<'{end}'", text.rstrip("\n"), end])
     for command in dry.commands:
         lines.append(shlex.join(command))
     if dry.manifests:
@@ -254,10 +260,12 @@ class Runner:
         active.describe_failures = 0
         self._read_progress(active)
         self._update_ranks(active, status)
+        if status is not None and not status.state.is_terminal():
+            self._show_waiting(active, status)
         self.printer.update(active.progress)
         if status is None:
             return True
-        limit = active.planned.plan.max_time_s
+        limit = None if active.executor.enforces_max_time else active.planned.plan.max_time_s
         if limit is not None and time.monotonic() - active.started > limit + MAX_TIME_GRACE_S:
             # The worker stops itself at max_time; ranks that did not are stuck: stop them.
             self.printer.note(
@@ -267,6 +275,16 @@ class Runner:
             active.timed_out = True
             return True
         return status.state.is_terminal() or status.state is RunState.UNKNOWN
+
+    def _show_waiting(self, active: ActiveRun, status: RunStatus) -> None:
+        """A run the target has not started yet (a queued Slurm job) shows why it waits."""
+        progress = active.progress
+        waiting = status.state is RunState.PENDING
+        if waiting and status.message and status.message != progress.message:
+            self.printer.note(f"{progress.name}: {status.message}")
+        if waiting or progress.state == "pending":
+            progress.state = "pending" if waiting else "running"
+            progress.message = status.message if waiting else None
 
     def finish(self, active: ActiveRun) -> dict[str, Any]:
         """Ship the last logs, compute and store the result summary and the final state."""
@@ -452,17 +470,19 @@ class Runner:
         from mlbench_tui.store.api_models import RankUpdate
 
         for rank in status.ranks:
-            if final_state is None and (rank.pid is None or active.rank_pids.get(rank.rank) == rank.pid):
+            seen = (rank.state, rank.host, rank.pid, rank.message)
+            if final_state is None and active.rank_seen.get(rank.rank) == seen:
                 continue
             state = final_state or rank.state
             try:
                 self.client.update_rank(
-                    active.run_id, rank.rank, RankUpdate(state=state, host=rank.host, pid=rank.pid)
+                    active.run_id,
+                    rank.rank,
+                    RankUpdate(state=state, host=rank.host, pid=rank.pid, message=rank.message),
                 )
             except MlbenchError:
                 continue
-            if rank.pid is not None:
-                active.rank_pids[rank.rank] = rank.pid
+            active.rank_seen[rank.rank] = seen
 
     # many runs -----------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from mlbench_tui.store.api_models import RunDetail, RunInfo
 
 RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
+# Executors whose runs any shell can look up (process table, run directory, Slurm's queue).
+RECONCILED = ("local", "slurm")
 
 
 class RunNotFound(MlbenchError):
@@ -64,7 +66,7 @@ def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
         return run
     try:
         handle = RunHandle.parse(run.handle)
-        if handle.scheme != "local":
+        if handle.scheme not in RECONCILED:
             return run
         status = _executor_for_handle(handle).describe(handle)
     except MlbenchError:
@@ -255,11 +257,27 @@ def delete_run(client: MlbenchClient, ref: str) -> str:
         handle = RunHandle.parse(run.handle)
         _executor_for_handle(handle).cancel(handle)
     client.delete_run(run.id)
-    if run.handle and RunHandle.parse(run.handle).scheme == "local":
+    if run.handle:
+        _remove_run_files(RunHandle.parse(run.handle))
+    return f"deleted {run.name} ({run.id})"
+
+
+def _remove_run_files(handle: RunHandle) -> None:
+    """The run's working directory (config, rank logs): locally, or on the Slurm cluster's
+    shared filesystem when its record is still known."""
+    if handle.scheme == "local":
         from mlbench_tui.executors.local import LocalExecutor
 
-        shutil.rmtree(LocalExecutor().run_dir(run.id), ignore_errors=True)
-    return f"deleted {run.name} ({run.id})"
+        shutil.rmtree(LocalExecutor().run_dir(handle.run_id), ignore_errors=True)
+    elif handle.scheme == "slurm":
+        from mlbench_tui.executors.slurm import SlurmExecutor, parse_handle
+
+        executor = SlurmExecutor()
+        try:
+            run_dir = executor.run_dir(executor.cluster(parse_handle(handle)[2]), handle.run_id)
+        except MlbenchError:
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def read_metrics(client: MlbenchClient, run_id: str, names: Sequence[str] | None = None) -> list[MetricPoint]:

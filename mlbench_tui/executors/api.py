@@ -1,8 +1,9 @@
-"""The executor API shared by the local and Kubernetes executors.
+"""The executor API shared by the local, Kubernetes and Slurm executors.
 
 ``dryrun(plan, launch)`` is pure and returns exactly what will run (commands or manifests);
 ``schedule(dryrun)`` makes it happen; ``submit = schedule(dryrun(...))``. Handles are strings such
-as ``local://myhost/<run-id>`` or ``kubernetes://<namespace>/<run-id>``, parsed only here.
+as ``local://myhost/<run-id>``, ``kubernetes://<namespace>/<run-id>`` or
+``slurm://<job-id>@<cluster>/<run-id>``, parsed only here.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class RunHandle:
         if not match:
             raise ExecutorError(
                 f"not a run handle: {text!r}",
-                hint="handles look like local://HOST/RUN_ID or kubernetes://NAMESPACE/RUN_ID",
+                hint="handles look like local://HOST/RUN_ID, kubernetes://NAMESPACE/RUN_ID "
+                "or slurm://JOB_ID@CLUSTER/RUN_ID",
             )
         return cls(match["scheme"], match["where"], match["run_id"])
 
@@ -86,6 +88,7 @@ class DryRun:
     commands: tuple[tuple[str, ...], ...] = ()  # local: argv per launcher process
     env: dict[str, str] = field(default_factory=dict, repr=False)  # local: environment of the launcher
     manifests: tuple[dict[str, Any], ...] = ()  # kubernetes: objects to apply, in order
+    files: tuple[tuple[str, str], ...] = ()  # slurm: (path, text) written before the commands run
     worker_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -115,6 +118,9 @@ class Executor(abc.ABC):
     """Launches run plans somewhere and watches them."""
 
     name: str = ""
+    # True when the target itself stops a run at its max_time (Slurm's --time), so the engine
+    # does not stop it early (a queued job's wait does not count against max_time there).
+    enforces_max_time: bool = False
 
     @abc.abstractmethod
     def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:

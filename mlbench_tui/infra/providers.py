@@ -27,6 +27,7 @@ PROVIDERS: dict[str, str] = {
     "gcp": "mlbench_tui.infra.automation:GcpProvider",
     "aws": "mlbench_tui.infra.automation:AwsProvider",
     "kind": "mlbench_tui.infra.kind:KindProvider",
+    "slurm": "mlbench_tui.infra.slurm:SlurmProvider",
 }
 
 # The in-cluster server installer: ``install(context: str | None, namespace: str) -> None``.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlbench_tui.spec.diagnostics import did_you_mean
-from mlbench_tui.spec.models import BenchmarkSpec
+from mlbench_tui.spec.models import BenchmarkSpec, SlurmTarget
 from mlbench_tui.spec.tasks import AUTO, TaskInfo, get_task
 
 Loc = tuple[str | int, ...]
@@ -43,6 +43,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_goal_issues(spec, task),
         *_data_issues(spec, task),
         *_name_issues(spec),
+        *_slurm_issues(spec),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
     ]
 
@@ -137,6 +138,32 @@ def _name_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
             f"run names would be up to {longest} characters (limit {MAX_RUN_NAME}, they name Kubernetes "
             f"objects): shorten metadata.name to at most {MAX_RUN_NAME - suffix} characters",
         )
+
+
+def _slurm_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
+    """A Slurm job places one rank per task: the layout must hold every world size swept."""
+    body = spec.spec
+    target = body.target
+    if not isinstance(target, SlurmTarget):
+        return
+    if "tensorflow" in body.framework:
+        yield PolicyIssue(
+            _framework_loc(spec, body.framework.index("tensorflow")),
+            "the tensorflow implementation runs on local and kubernetes targets, not on slurm: "
+            "use framework pytorch",
+        )
+    if target.nodes is None:
+        field, hint = "tasks_per_node", f"use world sizes that are multiples of {target.tasks_per_node}"
+    elif target.tasks_per_node is None:
+        field, hint = "nodes", "use world sizes that are multiples of nodes, or set tasks_per_node instead"
+    else:
+        field, hint = "nodes", "set only tasks_per_node (nodes then follow from workers)"
+    for index, workers in enumerate(body.workers):
+        try:
+            target.layout(workers)
+        except ValueError as exc:
+            where: Loc = ("spec", "workers", index) if len(body.workers) > 1 else ("spec", "target", field)
+            yield PolicyIssue(where, str(exc), hint)
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:

@@ -13,7 +13,7 @@ from mlbench_worker.comm import SingleComm
 from mlbench_worker.config import ConfigError, parse_config
 from mlbench_worker.context import RunContext, detect_rendezvous, init_comm, select_device
 from mlbench_worker.devices import GpuInfo, Placement, gpu_index, model_matches
-from mlbench_worker.fingerprint import fingerprint, parse_driver_version, rank_facts
+from mlbench_worker.fingerprint import fingerprint, node_name, parse_driver_version, rank_facts
 
 GIB = 2**30
 
@@ -159,7 +159,14 @@ def test_the_fingerprint_lists_every_ranks_gpu_and_counts_the_gpus_used() -> Non
     assert info["gpus_used"] == 3
     assert info["gpu_models"] == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
     cpu = RunContext(config, rdv, SingleComm(), torch.device("cpu"), None)  # type: ignore[arg-type]
-    assert rank_facts(cpu) == {"rank": 0, "local_rank": 0, "hostname": socket.gethostname(), "device": "cpu"}
+    assert info["rank_nodes"] == [node_name()] * 3
+    assert rank_facts(cpu) == {
+        "rank": 0,
+        "local_rank": 0,
+        "hostname": socket.gethostname(),
+        "node": node_name(),
+        "device": "cpu",
+    }
 
 
 def test_the_driver_version_is_read_from_the_kernel_modules_banner() -> None:

@@ -1,7 +1,8 @@
 """Where this rank stands: rendezvous from the environment, process group, device, seeds, threads.
 
-Three launchers are understood: ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), a
-Kubernetes Indexed Job (JOB_COMPLETION_INDEX plus MASTER_* or PET_*), and Open MPI's ``mpiexec``
+Four launchers are understood: ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), a
+Kubernetes Indexed Job (JOB_COMPLETION_INDEX plus MASTER_* or PET_*), Slurm's ``srun``
+(SLURM_PROCID and the step's node list, see ``mlbench_worker.slurm``) and Open MPI's ``mpiexec``
 (OMPI_COMM_WORLD_*). ``RunContext`` is the one object a task receives.
 """
 
@@ -55,7 +56,7 @@ class Rendezvous:
     local_rank: int
     master_addr: str | None
     master_port: int | None
-    launcher: str  # "torchrun", "indexed-job", "mpi" or "single"
+    launcher: str  # "torchrun", "indexed-job", "slurm", "mpi" or "single"
     local_world_size: int = 1  # ranks on this machine (each takes one GPU)
 
 
@@ -92,6 +93,12 @@ def detect_rendezvous(env: Mapping[str, str] | None = None) -> Rendezvous:
         local = _int_env(env, "LOCAL_RANK") or 0
         local_world = _int_env(env, "LOCAL_WORLD_SIZE") or 1
         return Rendezvous(rank, world, local, addr, port, "indexed-job", local_world)
+    if "OMPI_COMM_WORLD_RANK" not in env:  # mpiexec's ranks stay MPI ranks inside a Slurm step
+        from mlbench_worker.slurm import slurm_rendezvous
+
+        slurm = slurm_rendezvous(env)
+        if slurm is not None:
+            return slurm
     mpi_rank = _int_env(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
     if mpi_rank is not None:
         world = _int_env(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") or 1
@@ -115,8 +122,11 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous, device: torch.device | None
     if config.world_size == 1 and rdv.launcher == "single":
         return SingleComm(config.backend)
     if config.backend == "mpi":
-        if rdv.launcher not in ("mpi", "single"):
-            raise ConfigError("backend 'mpi' must be launched with mpiexec (no MPI rank in the environment)")
+        if rdv.launcher not in ("mpi", "slurm", "single"):
+            raise ConfigError(
+                "backend 'mpi' must be launched with mpiexec or srun --mpi=pmix "
+                "(no MPI rank in the environment)"
+            )
         return MpiComm()
     import torch.distributed as dist
 

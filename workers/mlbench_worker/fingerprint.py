@@ -35,6 +35,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def node_name() -> str:
+    """The node this rank runs on: Slurm's node name (several slurmd may share one host, and node
+    names need not be host names), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def parse_driver_version(text: str) -> str | None:
     """The version in ``/proc/driver/nvidia/version``'s text (``... Kernel Module  550.54.15 ...``,
     or ``... Open Kernel Module for x86_64  570.133.20 ...``)."""
@@ -70,6 +76,7 @@ def rank_facts(ctx: RunContext) -> dict[str, Any]:
         "rank": ctx.rank,
         "local_rank": ctx.rendezvous.local_rank,
         "hostname": socket.gethostname(),
+        "node": node_name(),
         "device": str(ctx.device),
     }
     placement = ctx.placement
@@ -106,6 +113,7 @@ def fingerprint(ctx: RunContext, ranks: list[dict[str, Any]] | None = None) -> d
         "launcher": ctx.rendezvous.launcher,
         "world_size": ctx.world_size,
         "hostname": socket.gethostname(),
+        "node": node_name(),
         "os": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
@@ -144,5 +152,6 @@ def fingerprint(ctx: RunContext, ranks: list[dict[str, Any]] | None = None) -> d
         info["gpu_model"] = None
     if ranks is not None:
         info["ranks"] = ranks
+        info["rank_nodes"] = [r["node"] for r in ranks]  # where each rank landed (placement checks)
         info.update(gpu_summary(ranks))
     return info
