@@ -123,6 +123,7 @@ def fingerprint(ctx: RunContext, ranks: list[dict[str, Any]] | None = None) -> d
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "device": str(ctx.device),
         "precision": ctx.config.precision,
+        "cuda_graphs": ctx.config.implementation.cuda_graphs,
     }
     try:
         import numpy
