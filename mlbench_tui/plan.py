@@ -58,6 +58,12 @@ class DataPlan(_Frozen):
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
 
 
+class ImplementationPlan(_Frozen):
+    """How the worker executes steps (the spec's ``implementation``; the math stays the task's)."""
+
+    cuda_graphs: bool = Field(default=False, description="Replay each training step from CUDA graphs.")
+
+
 class RunPlan(_Frozen):
     """One fully resolved run: the unit that executors launch and the store records."""
 
@@ -79,6 +85,7 @@ class RunPlan(_Frozen):
     hyperparameters: dict[str, Any] = Field(
         description="Effective hyperparameters (defaults + overrides, scaled)."
     )
+    implementation: ImplementationPlan = Field(default_factory=ImplementationPlan)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
     target: dict[str, Any] = Field(description="The spec's target section, e.g. {'kind': 'local'}.")
     price_per_hour: float | None = None
@@ -104,6 +111,7 @@ def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
         "threads_per_rank": plan.resources.threads_per_rank,
         "data": plan.data.model_dump(),
         "hyperparameters": dict(plan.hyperparameters),
+        "implementation": plan.implementation.model_dump(),
     }
 
 
@@ -179,6 +187,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
         precision=hw.precision,
     )
     data = DataPlan(source=body.data.source, path=body.data.path, options=dict(body.data.options))
+    implementation = ImplementationPlan(cuda_graphs=body.implementation.cuda_graphs)
     if task.id == "0a" and "data" not in body.model_fields_set:
         data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
@@ -205,6 +214,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     resources=resources,
                     data=data,
                     hyperparameters=dict(hp),
+                    implementation=implementation,
                     env=dict(env),
                     target=dict(target),
                     price_per_hour=body.price_per_hour,

@@ -73,6 +73,8 @@ def official_result(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
         "reached": summary.get("reached"),
         "time_to_accuracy_s": summary.get("time_to_accuracy_s"),
         "validation_time_s": summary.get("validation_time_s"),
+        "graph_capture_s": summary.get("graph_capture_s"),
+        "implementation": summary.get("implementation"),
         "epochs_to_goal": summary.get("epochs_to_goal"),
         "steps_to_goal": summary.get("steps_to_goal"),
         "time_split": summary.get("time_split"),

@@ -276,6 +276,18 @@ class Hardware(StrictModel):
         return self.gpu.count if self.gpu else 0
 
 
+class Implementation(StrictModel):
+    """How a run executes its steps where the task leaves a choice; the math stays the task's."""
+
+    cuda_graphs: bool = Field(
+        default=False,
+        description="Capture each training step in CUDA graphs (one per phase: forward, loss, backward, "
+        "all-reduce, optimizer, metrics) and replay them, so the host no longer launches every kernel. "
+        "Needs GPUs and backend nccl; tasks whose batches change shape on almost every step (0a, 4a, 4b) "
+        "refuse it. Warm-up and capture count as initialisation, reported apart from time to accuracy.",
+    )
+
+
 class Toleration(StrictModel):
     """A Kubernetes toleration for the worker pods (for tainted GPU or spot nodes)."""
 
@@ -610,6 +622,11 @@ class BenchmarkBody(StrictModel):
         description="Communication backend gloo, nccl (GPUs) or mpi, or a list to sweep: [gloo, mpi].",
     )
     hardware: Hardware = Field(default_factory=Hardware, description="Per-rank resources and precision.")
+    implementation: Implementation = Field(
+        default_factory=Implementation,
+        description="Implementation choices, all off by default: {cuda_graphs: true} replays each "
+        "training step from CUDA graphs.",
+    )
     target: Target = Field(
         default_factory=lambda: LocalTarget(kind="local"),
         description="Where ranks run: 'local', {kind: kubernetes, namespace, image, ...} or "
@@ -689,5 +706,11 @@ class BenchmarkSpec(StrictModel):
         return suffix
 
     def normalized(self) -> dict[str, Any]:
-        """The spec as plain JSON data, short forms expanded; the input of the spec hash."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The spec as plain JSON data, short forms expanded; the input of the spec hash.
+
+        Implementation choices left at their defaults are omitted, so specs written before they
+        existed keep their hash (and their stored runs)."""
+        doc = self.model_dump(mode="json", by_alias=True)
+        if self.spec.implementation == Implementation():
+            del doc["spec"]["implementation"]
+        return doc

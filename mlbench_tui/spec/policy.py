@@ -40,6 +40,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_framework_issues(spec, task),
         *_backend_issues(spec, task),
         *_precision_issues(spec, task),
+        *_implementation_issues(spec, task),
         *_goal_issues(spec, task),
         *_data_issues(spec, task),
         *_name_issues(spec),
@@ -121,6 +122,41 @@ def _precision_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIss
         )
     elif hw.precision == "fp16" and hw.gpus == 0:
         yield PolicyIssue(loc, "precision fp16 needs GPUs: set spec.hardware.gpu, or use bf16 or amp on CPU")
+
+
+def _implementation_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    body = spec.spec
+    if not body.implementation.cuda_graphs:
+        return
+    loc: Loc = ("spec", "implementation", "cuda_graphs")
+    off = "or remove spec.implementation.cuda_graphs"
+    if task.no_cuda_graphs:
+        yield PolicyIssue(
+            loc,
+            f"task {task.id} cannot run in CUDA graphs: {task.no_cuda_graphs}",
+            "remove spec.implementation.cuda_graphs",
+        )
+        return
+    if "tensorflow" in body.framework:
+        hint = f"drop tensorflow from spec.framework {off}"
+        yield PolicyIssue(loc, "cuda_graphs is a choice of the pytorch implementation", hint)
+    if body.hardware.gpus == 0:
+        hint = f"set spec.hardware.gpu (e.g. '1xH100') {off}"
+        yield PolicyIssue(loc, "cuda_graphs needs GPUs, and this run has none (CPU only)", hint)
+    for i, backend in enumerate(body.backend):
+        if backend != "nccl":
+            yield PolicyIssue(
+                _backend_loc(spec, i),
+                f"cuda_graphs captures the gradient all-reduce, which only nccl can run inside a graph "
+                f"({backend} goes through the host)",
+                f"use backend nccl {off}",
+            )
+    if body.hyperparameters.get("optimizer") == "power_sgd":
+        yield PolicyIssue(
+            ("spec", "hyperparameters", "optimizer"),
+            "power_sgd cannot run inside a CUDA graph (its QR factorisations take host-side steps)",
+            f"use centralized_sgd or centralized_adam {off}",
+        )
 
 
 MAX_RUN_NAME = 63  # run names become Kubernetes object names and DNS labels

@@ -51,6 +51,7 @@ class TaskInfo:
     lr_scaling: LrScaling = "none"
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     notes: str = ""
+    no_cuda_graphs: str | None = None  # why the task's step cannot be captured in CUDA graphs
 
     @property
     def lr_linearly_scaled(self) -> bool:
@@ -95,6 +96,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             choices=_ro({"dtypes": ("fp32", "fp16", "bf16")}),
             notes="sizes = unique ints of np.logspace(sizes_min_exp, sizes_max_exp, num_sizes); "
             "fp16 is dropped on mpi (Open MPI has no fp16 reduction).",
+            no_cuda_graphs="it measures all-reduce calls themselves and has no training step to capture",
         ),
         "1a": TaskInfo(
             id="1a",
@@ -268,6 +270,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             notes="global_batch_size in sentences is split over workers x update_freq (gradient "
             "accumulation); exponential warm-up to lr over warmup_steps, x decay_factor from "
             "decay_start of training every decay_interval, at most decay_steps times.",
+            no_cuda_graphs="its length-bucketed batches change shape on almost every step and its encoder "
+            "packs sequences by lengths read on the host",
         ),
         "4b": TaskInfo(
             id="4b",
@@ -298,6 +302,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             precisions=ALL_PRECISIONS,
             notes="global_batch_tokens (2^17) is split over workers x update_freq; linear warm-up "
             "to lr over warmup_steps, then inverse-sqrt decay.",
+            no_cuda_graphs="its token-bucketed batches change shape on almost every step (a graph per "
+            "shape would spend more time capturing than it saves)",
         ),
     }
 )

@@ -185,6 +185,17 @@ def test_summary_table_and_fingerprint_from_environment_event() -> None:
     assert "qs-gloo-2w" in render_results([summary])
 
 
+def test_graph_capture_is_reported_apart_from_time_to_accuracy() -> None:
+    stop = {"status": "success", "reason": "goal reached", "graph_capture_s": 4.5, "train_time_s": 16.0}
+    events = [EventRecord("run_start", {}, t=100.0), EventRecord("run_stop", stop, t=150.0)]
+    plan = _plan(implementation={"cuda_graphs": True})
+    summary = summarize_run(plan, "succeeded", _series([50.0, 71.0]), events)
+    assert summary["implementation"] == {"cuda_graphs": True}
+    assert summary["graph_capture_s"] == 4.5 and summary["time_to_accuracy_s"] == 16.0
+    eager = summarize_run(_plan(), "succeeded", _series([71.0]), events[:1])
+    assert eager["implementation"] == {"cuda_graphs": False} and eager["graph_capture_s"] is None
+
+
 def test_allreduce_summary_peak_bus_bandwidth() -> None:
     points = [
         MetricPoint("allreduce_fp32_busbw", 0.1, step=1),
