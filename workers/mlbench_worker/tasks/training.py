@@ -497,6 +497,10 @@ def _report_window(
 
 
 def _report_totals(ctx: RunContext, tracker: Tracker, step: int, epoch: int) -> None:
-    """This rank's cumulative ``time_*`` and ``phase_*`` seconds."""
+    """This rank's cumulative ``time_*`` and ``phase_*`` seconds, and on a GPU the peak of the
+    memory its tensors (CUDA graphs' pools included) have taken."""
     for name, value in tracker.totals().items():
         ctx.reporter.metric(name, value, step=step, epoch=epoch)
+    if ctx.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(ctx.device) / 2**30
+        ctx.reporter.metric("gpu_memory_peak_gib", peak, step=step, epoch=epoch)
