@@ -5,7 +5,7 @@ and extracts it; ``path`` reads the standard ``cifar-10-batches-py`` pickle batc
 generates a learnable stand-in (one fixed random low-frequency image per class plus per-sample
 noise) so smoke runs reach the light goal in a few epochs. The whole set lives in memory on the
 rank's device (150 MB for CIFAR-10, 240 MB padded) and each batch is augmented on that device in
-a few kernels (``Augmenter``), ~5x faster than per-image PIL transforms on a CPU.
+a few kernels (``Augmenter``) rather than image by image.
 """
 
 from __future__ import annotations
