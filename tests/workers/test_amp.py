@@ -105,4 +105,4 @@ def test_gradients_travel_in_the_compute_precision() -> None:
         assert p.grad is not None and p.grad.dtype == torch.float32
         torch.testing.assert_close(p.grad, g, rtol=1e-2, atol=1e-2)  # the mean of two equal grads
     agg.zero_grad()
-    assert all(float(p.grad.abs().sum()) == 0 for p in params)  # type: ignore[union-attr]
+    assert all(p.grad is None for p in params)  # the next backward hands over fresh gradients

@@ -24,9 +24,27 @@ def test_views_keep_each_parameters_layout_and_order() -> None:
     assert backward.spans[0][2] == 0  # the last layer's gradient comes first (backward's order)
     weight = params[0]
     assert weight.grad is not None and weight.grad.stride() == weight.stride()  # channels_last
-    model(torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)).sum().backward()
-    assert forward.bound()  # backward accumulated into the views: no copy, no warning
-    assert weight.grad.data_ptr() == forward.flats[0].data_ptr()
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    model(x).sum().backward()
+    assert forward.bound()  # bound at first: backward accumulated into the views
+    forward.zero_()
+    assert weight.grad is None  # cleared: the next backward hands over fresh gradients
+    model(x).sum().backward()
+    fresh = weight.grad.clone()
+    forward.gather()
+    assert forward.bound() and weight.grad.data_ptr() == forward.flats[0].data_ptr()
+    assert weight.grad.stride() == weight.stride() and torch.equal(weight.grad, fresh)
+
+
+def test_accumulating_views_stay_bound_through_backward() -> None:
+    model = _model()
+    flat = FlatGradients(model.parameters(), accumulate=True)
+    x = torch.randn(2, 3, 8, 8)
+    for _ in range(2):
+        flat.zero_()
+        model(x).sum().backward()
+        assert flat.bound()  # hooks may read the buffers while backward runs
+    assert float(flat.flats[0].abs().sum()) > 0
 
 
 def test_clipping_the_flat_buffer_is_torchs_clip_grad_norm() -> None:
@@ -51,5 +69,6 @@ def test_both_by_model_aggregators_keep_gradients_in_the_shared_helper() -> None
         aggregator.params[0].grad = torch.ones_like(aggregator.params[0])  # replaced by someone else
         aggregator.aggregate()
         assert aggregator.flat.bound() and float(aggregator.flat.flats[0].sum()) > 0
+        assert aggregator.does_work  # even on one rank: it gathers the gradients
         aggregator.zero_grad()
-        assert float(aggregator.flat.flats[0].abs().sum()) == 0
+        assert all(p.grad is None for p in aggregator.params)

@@ -149,9 +149,31 @@ def test_phases_are_recorded_in_order_and_capture_is_set_aside() -> None:
     phases = ["fwd_pass", "comp_loss", "backprop", "agg", "opt_step", "comp_metrics"]
     assert seen == phases * 2
     (graphs,) = runner._graphs.values()
-    assert [name for name, replay in graphs.replays if replay is None] == ["agg"]  # one rank: no all-reduce
+    assert all(replay is not None for _, replay in graphs.replays)  # one rank: agg only gathers
     assert tracker.aside_s >= runner.capture_s > 0
     assert tracker.train_time + tracker.aside_s <= wall  # capture time is not training time
+
+
+def test_the_step_is_not_captured_before_a_warm_up_step() -> None:
+    """The first optimizer step creates the momentum buffers (and a fused SGD step copies the
+    gradient into them): a graph captured there would repeat that first step forever."""
+    trainer = _resnet()
+    with pytest.raises(ValueError, match="warm-up"):
+        GraphedStep(trainer, TapeCapture(), warmup_steps=0)
+    trainer.optimizer.make_capturable()
+    batch = next(iter(trainer.train_batches(1)))
+
+    def gradients() -> None:
+        step = trainer.begin_step(batch)
+        for _, run in trainer.phases()[:4]:  # forward, loss, backward, agg
+            run(step)
+
+    gradients()
+    (replay,) = TapeCapture().capture([trainer.update])  # the optimizer's first step, "captured"
+    gradients()
+    assert replay is not None
+    with pytest.raises(GraphBreak, match="empty_like"):  # what the warm-up prevents
+        replay()
 
 
 def test_an_aggregator_with_host_steps_is_refused() -> None:

@@ -131,6 +131,10 @@ class GraphedStep:
         aside: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
         log: Callable[[str], None] = print,
     ) -> None:
+        if warmup_steps < 1:
+            raise ValueError(
+                "CUDA graphs need at least one warm-up step: the first step creates optimizer state"
+            )
         aggregator = trainer.optimizer.aggregator
         if not aggregator.capturable:
             raise ValueError(
@@ -172,6 +176,7 @@ class GraphedStep:
             start = time.perf_counter()
             static = step.with_inputs(tuple(t.detach().clone() for t in step.inputs))
             state = TrainingState(trainer)
+            trainer.optimizer.zero_grad()  # capture from the state every step starts in
             idle = trainer.idle_phases()
             phases = [
                 (name, None if name in idle else functools.partial(run, static))
@@ -186,6 +191,10 @@ class GraphedStep:
 
             self.capture.warmup(warmup)
             replays = self.capture.capture([run for _, run in phases])
+            # The model output lives only between phases: released, its memory returns to the
+            # shared pool (other shapes' graphs may reuse it; their replays never interleave with
+            # these). What end_step reads after a replay (loss, metrics, carried state) stays.
+            static.output = None
             state.restore()
             named = [(name, replay) for (name, _), replay in zip(phases, replays, strict=True)]
             graphs = _Graphs(static, named)

@@ -1,10 +1,9 @@
 """Gradient aggregation for centralized (all-reduce) optimizers.
 
-``ByModelAllReduce`` all-reduces the whole model's gradients, which live in flat buffers
-(``FlatGradients``), as a few large in-place collectives over buckets of those buffers: no
-per-step flatten/unflatten copies (MLBench's by-model mode flattened and unflattened every
-step). New strategies (by layer, compressed) implement ``Aggregator`` and register in
-``AGGREGATORS``.
+``ByModelAllReduce`` all-reduces the whole model's gradients, gathered in flat buffers
+(``FlatGradients``), as a few large in-place collectives over buckets of those buffers: one
+copy in, none back (MLBench's by-model mode flattened and unflattened every step). New
+strategies (by layer, compressed) implement ``Aggregator`` and register in ``AGGREGATORS``.
 """
 
 from __future__ import annotations
@@ -33,8 +32,9 @@ class Aggregator(abc.ABC):
 
     @property
     def does_work(self) -> bool:
-        """Whether ``aggregate`` changes anything (averaging over one rank does not)."""
-        return self.comm.world_size > 1
+        """Whether ``aggregate`` changes anything: averaging over one rank does not, but gathering
+        fresh gradients into the flat buffers does."""
+        return self.comm.world_size > 1 or (self.flat is not None and not self.flat.accumulate)
 
     @abc.abstractmethod
     def aggregate(self) -> None:
@@ -81,7 +81,7 @@ class ByModelAllReduce(Aggregator):
         self.capturable = not self.overlap
         if self.overlap and bucket_mb <= 0:
             bucket_mb = 0.5
-        self.flat = FlatGradients(self.params, reverse=self.overlap)
+        self.flat = FlatGradients(self.params, reverse=self.overlap, accumulate=self.overlap)
         flats = self.flat.flats
         # buckets: (flat index, start, end) slices of the flat buffers
         ranges: list[tuple[int, int, int]] = []
@@ -120,11 +120,10 @@ class ByModelAllReduce(Aggregator):
 
     def aggregate(self) -> None:
         assert self.flat is not None
-        if not self.flat.bound():
-            if self._pending:  # gradients moved away from the buckets mid-flight: start over
-                self._wait()
-            self.flat.rebind()
+        if self._pending and not self.flat.bound():  # gradients moved away mid-flight: start over
+            self._wait()
             self._pending.clear()
+        self.flat.gather()
         if self.comm.world_size == 1:
             return
         for b, bucket in enumerate(self._buckets):  # buckets no hook started (unused parameters)

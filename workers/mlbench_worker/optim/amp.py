@@ -86,7 +86,7 @@ class ReducedPrecisionAllReduce(Aggregator):
 
     def aggregate(self) -> None:
         assert self.flat is not None
-        self.flat.rebind()
+        self.flat.gather()
         if self.comm.world_size == 1 or not self.flat.flats:
             return
         (flat,) = self.flat.flats  # fp32 parameters on one device: one buffer
@@ -94,8 +94,3 @@ class ReducedPrecisionAllReduce(Aggregator):
         self.buffer.copy_(flat)
         self.comm.all_reduce(self.buffer, "sum")
         flat.copy_(self.buffer)
-
-    def zero_grad(self) -> None:
-        assert self.flat is not None
-        self.flat.rebind()
-        super().zero_grad()

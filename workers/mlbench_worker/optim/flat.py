@@ -1,9 +1,9 @@
 """Gradients as views of one flat buffer per dtype and device, shared by the aggregators.
 
-Binding every ``p.grad`` to a view of a flat buffer lets backward accumulate straight into it, so
-an all-reduce, a cast, a norm or a zeroing is one pass over one tensor instead of one per
-parameter. Each view keeps its parameter's strides when they are dense (channels_last weights
-get channels_last gradients), so autograd accumulates in place instead of warning and copying.
+With every gradient in a flat buffer, an all-reduce, a cast, a norm or the optimizer's read is
+one pass over one tensor instead of one per parameter. Each view keeps its parameter's strides
+when they are dense (channels_last weights get channels_last gradients), so nothing is copied
+into another layout and autograd never warns about mismatched strides.
 """
 
 from __future__ import annotations
@@ -31,14 +31,20 @@ def view_like(chunk: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 class FlatGradients:
-    """The gradients of ``params`` bound to views of flat buffers (one per dtype and device).
+    """The gradients of ``params`` as views of flat buffers (one per dtype and device).
 
-    ``reverse`` lays the parameters out last first, the order backward produces their
-    gradients in (for buckets all-reduced during backward). ``spans`` gives, per parameter,
-    its buffer index and ``[start, end)`` range.
+    By default ``zero_()`` clears every ``p.grad``, backward hands over fresh gradients without
+    launching anything, and ``gather()`` copies them into the views with one foreach copy; with
+    ``accumulate`` (for hooks that read the buffers during backward) the views stay bound and
+    backward adds into them, one kernel per parameter (the GPU step is bound by launches).
+    ``reverse`` lays the parameters out last first, the order backward produces their gradients
+    in. ``spans`` gives, per parameter, its buffer index and ``[start, end)`` range.
     """
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], *, reverse: bool = False) -> None:
+    def __init__(
+        self, params: Iterable[torch.nn.Parameter], *, reverse: bool = False, accumulate: bool = False
+    ) -> None:
+        self.accumulate = accumulate
         self.params = [p for p in params if p.requires_grad]
         ordered = list(reversed(self.params)) if reverse else self.params
         by_key: dict[tuple[torch.dtype, torch.device], list[torch.nn.Parameter]] = {}
@@ -61,22 +67,38 @@ class FlatGradients:
             self.flats.append(flat)
 
     def bound(self) -> bool:
-        """Whether every ``p.grad`` is still its view (nobody replaced or cleared it)."""
+        """Whether every ``p.grad`` is its view (gathered, or never replaced)."""
         return all(p.grad is view for p, view in self.views)
 
-    def rebind(self) -> None:
-        """Copy gradients someone replaced (``zero_grad(set_to_none=True)``, ...) back into the views."""
+    def gather(self) -> None:
+        """After backward: every gradient into its view (one foreach copy), ``p.grad`` the view.
+
+        A parameter without a gradient this step gets zeros; one replaced by someone else
+        (``zero_grad(set_to_none=True)``) is copied in too."""
+        targets: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
         for p, view in self.views:
-            if p.grad is not view:
-                if p.grad is None:
-                    view.zero_()
-                else:
-                    view.copy_(p.grad)
-                p.grad = view
+            grad = p.grad
+            if grad is view:
+                continue
+            if grad is None:
+                view.zero_()
+            else:
+                targets.append(view)
+                grads.append(grad)
+            p.grad = view
+        if targets:
+            torch._foreach_copy_(targets, grads)
 
     def zero_(self) -> None:
-        for flat in self.flats:
-            flat.zero_()
+        """Reset the gradients before the next backward: clear them, or zero the buffers when
+        backward accumulates into the views."""
+        if self.accumulate:
+            for flat in self.flats:
+                flat.zero_()
+        else:
+            for p in self.params:
+                p.grad = None
 
     def clip_norm_(self, max_norm: float) -> torch.Tensor:
         """Scale the gradients so their global 2-norm is at most ``max_norm`` (the arithmetic of

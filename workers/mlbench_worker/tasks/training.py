@@ -48,7 +48,8 @@ class Step:
     ``inputs`` are the tensors the step reads (its batch, and state carried over from the
     previous step such as a recurrent hidden state); phases keep what they compute as attributes
     (``output``, ``loss``, ``correct``). Under CUDA graphs ``inputs`` are static buffers the
-    runner refills before each replay and the attributes are the graphs' static outputs.
+    runner refills before each replay and the attributes are the graphs' static outputs;
+    ``output`` is only valid between the phases (``end_step`` must not read it).
     """
 
     def __init__(self, inputs: tuple[torch.Tensor, ...], samples: int) -> None:
