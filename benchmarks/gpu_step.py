@@ -34,11 +34,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "workers")]
 
-from benchmarks.resnet20_step import build_trainer, plain_sgd  # noqa: E402
+from benchmarks.resnet20_step import REPORT_EVERY, build_trainer, cycle, plain_sgd, runtime_step  # noqa: E402
 
 SIDES = ("plain eager", "plain graph", "ours eager", "ours graphs")
 PRECISIONS = (("fp32", False), ("bf16", True))  # (precision, channels_last)
-REPORT_EVERY = 10
 
 
 def no_gpu_message() -> str | None:
@@ -52,36 +51,18 @@ def no_gpu_message() -> str | None:
     return None
 
 
-def _cycle(make: Callable[[int], Iterator[Any]]) -> Iterator[Any]:
-    epoch = 0
-    while True:
-        epoch += 1
-        yield from make(epoch)
-
-
-class _Null:
-    """A reporter that drops what it gets (the benchmark times the step, not the network)."""
-
-    def metric(self, name: str, value: float, **kw: Any) -> None: ...
-    def log(self, text: str, stream: str = "stdout") -> None: ...
-    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    def close(self, timeout: float = 10.0) -> None: ...
-
-
 def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callable[[], None]]:
     import torch
     from mlbench_worker.comm import SingleComm
     from mlbench_worker.data import cifar10
     from mlbench_worker.graphs import CudaCapture, GraphedStep
     from mlbench_worker.models.resnet import resnet20
-    from mlbench_worker.tasks.training import _iterate, _report_window, _Window
+    from mlbench_worker.reporter import Reporter
     from mlbench_worker.tracker import Tracker
 
     device = torch.device("cuda", torch.cuda.current_device())
     comm = SingleComm("nccl")
+    reporter = Reporter(None, "bench", "", 0)  # no server: what the step reports is dropped
     samples = batch * 40  # whole batches only: every side sees one input shape
     hp = {"channels_last": channels_last}
     common: dict[str, Any] = {
@@ -93,29 +74,15 @@ def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callabl
     }
 
     def ours(graphs: bool) -> Callable[[], None]:
-        trainer = build_trainer(comm, device, _Null(), **common, cuda_graphs=graphs)
+        trainer = build_trainer(comm, device, reporter, **common, cuda_graphs=graphs)
         tracker = Tracker(device)
         tracker.train()
-        step_fn = trainer.train_step
-        if graphs:
-            step_fn = GraphedStep(
-                trainer, CudaCapture(device), aside=tracker.aside, log=lambda _: None
-            ).train_step
-        batches = _cycle(lambda e: _iterate(trainer.train_batches(e), tracker))
-        window = _Window(device)
-        count = [0]
+        if not graphs:
+            return runtime_step(trainer, tracker)
+        runner = GraphedStep(trainer, CudaCapture(device), aside=tracker.aside, log=lambda _: None)
+        return runtime_step(trainer, tracker, runner.train_step)
 
-        def one() -> None:
-            item, record = next(batches)
-            trainer.before_step(count[0])
-            window.add(step_fn(item, record))
-            count[0] += 1
-            if count[0] % REPORT_EVERY == 0:
-                _report_window(trainer.ctx, trainer, window, count[0], 1, tracker)
-
-        return one
-
-    reference = build_trainer(comm, device, _Null(), **common)
+    reference = build_trainer(comm, device, reporter, **common)
     data, seed = reference.train_set, reference.seed
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     autocast_dtype = torch.bfloat16 if precision == "bf16" else None
@@ -125,7 +92,7 @@ def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callabl
         torch.manual_seed(0)
         model = resnet20().to(device, memory_format=memory_format)
         augmenter = cifar10.Augmenter(device, seed=1, channels_last=channels_last)
-        batches = _cycle(lambda e: cifar10.train_batches(data, augmenter, batch, epoch=e, seed=seed))
+        batches = cycle(lambda e: cifar10.train_batches(data, augmenter, batch, epoch=e, seed=seed))
         return model, plain_sgd(model, 1), batches
 
     def forward_loss(model: Any, inputs: Any, target: Any) -> Any:

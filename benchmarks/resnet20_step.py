@@ -6,9 +6,9 @@ the same batched augmentation, batch 128 per rank, SGD (momentum 0.9, nesterov, 
 1e-4), fp32.
 
 - ``ours``: the real training loop body of task 1a with the task's defaults: tracker stamps for
-  every phase, the metric window, the fused SGD step with gradients in one flat buffer averaged
-  by one all-reduce, the LR schedule hook, and ``channels_last: auto`` (on CPU the channels_last
-  memory layout, which oneDNN's convolutions run faster for the same math).
+  every phase, the metric window (read every 10 steps), the fused SGD step with gradients in
+  one flat buffer averaged by one all-reduce, the LR schedule hook, and ``channels_last: auto``
+  (on CPU the channels_last memory layout, which oneDNN's convolutions run faster).
 - ``ours-nchw``: the same with ``channels_last: false``.
 - ``ddp``: the textbook DDP loop (PyTorch's default NCHW layout, bucketed all-reduce overlapped
   with backward): like for like with ``ours-nchw``.
@@ -41,6 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "workers")]  # run as a script by torchrun
 from benchmarks.stats import median_interval  # noqa: E402
 
 SIDES = ("ours", "ours-nchw", "ddp", "ddp-cl")
+REPORT_EVERY = 10  # run_training's default report interval
 PAIRS = (("ours", "ddp-cl", "ratio DDP-cl/ours"), ("ours-nchw", "ddp", "ratio DDP/ours-nchw"))
 
 
@@ -85,6 +86,36 @@ def build_trainer(
     return trainer
 
 
+def cycle(make: Callable[[int], Iterator[Any]]) -> Iterator[Any]:
+    """Epoch after epoch of ``make(epoch)``'s items, forever."""
+    epoch = 0
+    while True:
+        epoch += 1
+        yield from make(epoch)
+
+
+def runtime_step(trainer: Any, tracker: Any, step_fn: Callable[..., Any] | None = None) -> Callable[[], None]:
+    """One step of ``trainer`` as ``run_training`` drives it: batch start on the tracker, the LR
+    hook, the step (``step_fn``, the trainer's own by default), the metric window and its report
+    (a read on the host) every ``REPORT_EVERY`` steps."""
+    from mlbench_worker.tasks.training import _iterate, _report_window, _Window
+
+    batches = cycle(lambda e: _iterate(trainer.train_batches(e), tracker))
+    window = _Window(trainer.device)
+    run = step_fn or trainer.train_step
+    count = [0]
+
+    def one() -> None:
+        item, record = next(batches)
+        trainer.before_step(count[0])
+        window.add(run(item, record))
+        count[0] += 1
+        if count[0] % REPORT_EVERY == 0:
+            _report_window(trainer.ctx, trainer, window, count[0], 1, tracker)
+
+    return one
+
+
 def plain_sgd(model: Any, world: int) -> Any:
     """The optimizer a plain loop would use: ``torch.optim.SGD`` with its defaults (foreach on GPU)."""
     import torch
@@ -95,7 +126,7 @@ def plain_sgd(model: Any, world: int) -> Any:
 
 
 def rank_main(args: argparse.Namespace) -> None:
-    """One rank: build the three trainers, run the rounds, report from rank 0."""
+    """One rank: build the four sides, run the rounds, report from rank 0."""
     import torch
     import torch.distributed as dist
     from mlbench_worker.comm import TorchComm
@@ -103,7 +134,6 @@ def rank_main(args: argparse.Namespace) -> None:
     from mlbench_worker.data import cifar10
     from mlbench_worker.models.resnet import resnet20
     from mlbench_worker.reporter import Reporter
-    from mlbench_worker.tasks.training import _iterate, _Window
     from mlbench_worker.tracker import Tracker
     from torch.nn.parallel import DistributedDataParallel
 
@@ -142,25 +172,6 @@ def rank_main(args: argparse.Namespace) -> None:
         )
 
     loss_fn = torch.nn.CrossEntropyLoss()
-
-    def cycle(make: Callable[[int], Iterator[Any]]) -> Iterator[Any]:
-        epoch = 0
-        while True:
-            epoch += 1
-            yield from make(epoch)
-
-    def runtime_step(t: Any, tracker: Tracker) -> Callable[[], None]:
-        batches = cycle(lambda e: _iterate(t.train_batches(e), tracker))
-        window = _Window(device)
-        step = [0]
-
-        def one() -> None:
-            item, record = next(batches)
-            t.before_step(step[0])
-            window.add(t.train_step(item, record))
-            step[0] += 1
-
-        return one
 
     def peer_step(channels_last: bool) -> Callable[[], None]:
         model, optimizer, augmenter = peer(channels_last)
