@@ -398,7 +398,7 @@ def start_mlflow(mlflow: Path, workdir: Path, workers: int = 1) -> tuple[subproc
     return proc, target
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, 15)
@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             for share, steady, seq in ((0.5, True, 3), (0.5, False, 5), (0.25, True, 7))
         }
     finally:
-        _stop(ours_proc)
+        stop_process(ours_proc)
 
     peer_best: dict[str, tuple[float, int]] = {}
     # MLflow's latency at half of its own capacity, per worker count: (p99, rate, latencies)
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                 p99_ms = _pct(lat, 0.99) * 1000
                 print(f"  mlflow --workers {workers}: p99 {p99_ms:,.1f} ms at {rate:,.1f} requests/s")
             finally:
-                _stop(mlflow_proc)
+                stop_process(mlflow_proc)
 
     labels = {
         "seq100": "sequential, 100 metrics/call",
