@@ -16,7 +16,7 @@ opening the SQLite file after the server stopped), ack latency p50/p99 with a 95
 server's CPU per simulated rank (from ``/proc``, between the end of the start-up burst and the
 final flush), the store's growth per rank-hour, and the load processes' own CPU and timer lag.
 
-Peer, side by side at a small size (``--peer-ranks``, 64): the same ranks send only their metric
+Peer, side by side at a small size (``--peer-ranks``, 16): the same ranks send only their metric
 batches, once to ours and once to an MLflow tracking server (SQLite backend, its default 4
 workers, ``log-batch`` per rank per second), from its own venv as in ``benchmarks/ingest.py``.
 
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.ingest import default_peer_venv, setup_peer, start_mlflow, stop_process
@@ -44,6 +44,7 @@ from benchmarks.scale_load import KEYS, LoadConfig, LoadStats, run_load
 from benchmarks.scale_server import (
     Server,
     create_run,
+    listen_overflows,
     mlflow_rows,
     start_ours,
     stop_ours,
@@ -52,11 +53,9 @@ from benchmarks.scale_server import (
 )
 from benchmarks.stats import quantile_interval
 
-ROOT = Path(__file__).resolve().parents[1]
 CURVE = (64, 256, 1024, 4096)
 P99_GOAL_MS = 100.0
 CORES_GOAL = 0.5
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -74,7 +73,7 @@ class Scale:
     server_cores: float
     server_rss_mb: float
     store_bytes: int
-    notes: list[str] = field(default_factory=list)
+    overflows: int  # connections the kernel dropped from full listen queues meanwhile (SYNs retried)
 
     @property
     def acked(self) -> int:
@@ -85,8 +84,18 @@ class Scale:
         return sum(self.stored.values())
 
     @property
+    def lost(self) -> int:
+        """Items never acknowledged, or acknowledged and missing from the store."""
+        return self.stats.lost + sum(max(0, self.stats.acked[k] - self.stored.get(k, 0)) for k in KEYS)
+
+    @property
+    def extra(self) -> int:
+        """Rows stored beyond those acknowledged (a batch stored twice)."""
+        return sum(max(0, self.stored.get(k, 0) - self.stats.acked[k]) for k in KEYS)
+
+    @property
     def lossless(self) -> bool:
-        return self.stats.lost == 0 and all(self.stats.acked[k] == self.stored.get(k, 0) for k in KEYS)
+        return self.lost == 0 and self.extra == 0
 
     def p(self, q: float, phase: str = "train") -> float:
         """The ``q`` quantile of the ack latency of one phase's batches, in ms."""
@@ -189,7 +198,7 @@ def measure(
     server = start_ours(Path(tempfile.mkdtemp(prefix=f"home-{ranks}-", dir=workdir)) / "home")
     try:
         _, run_id, token = create_run(server, ranks)
-        before = store_bytes(server.db)
+        before, overflows = store_bytes(server.db), listen_overflows()
         stats, cores = drive(
             server,
             run_id,
@@ -202,12 +211,25 @@ def measure(
             validation_every=validation_every,
             profile=profile,
         )
-        rss = server.rss_mb()
+        rss, overflows = server.rss_mb(), listen_overflows() - overflows
     finally:
         stop_ours(server)
     stored, ranks_stored = stored_rows(server.db, run_id)
     growth = store_bytes(server.db) - before
-    return Scale(ranks, seconds, procs, "ours", metrics_only, stats, stored, ranks_stored, cores, rss, growth)
+    return Scale(
+        ranks,
+        seconds,
+        procs,
+        "ours",
+        metrics_only,
+        stats,
+        stored,
+        ranks_stored,
+        cores,
+        rss,
+        growth,
+        overflows,
+    )
 
 
 def measure_mlflow(ranks: int, seconds: float, workdir: Path, mlflow: Path) -> Scale:
@@ -215,13 +237,13 @@ def measure_mlflow(ranks: int, seconds: float, workdir: Path, mlflow: Path) -> S
     proc, target = start_mlflow(mlflow, workdir / "mlflow", workers=4)
     server = Server(proc, "", target.host, target.port, "", workdir / "mlflow" / "mlflow.db", group=True)
     try:
-        procs = default_procs(ranks)
+        procs, overflows = default_procs(ranks), listen_overflows()
         stats, cores = drive(server, target.run_id, "", ranks, seconds, procs=procs, flavour="mlflow")
-        rss = server.rss_mb()
+        rss, overflows = server.rss_mb(), listen_overflows() - overflows
     finally:
         stop_process(proc)
     stored = mlflow_rows(server.db, target.run_id)
-    return Scale(ranks, seconds, procs, "mlflow", True, stats, stored, ranks, cores, rss, 0)
+    return Scale(ranks, seconds, procs, "mlflow", True, stats, stored, ranks, cores, rss, 0, overflows)
 
 
 # ----------------------------------------------------------------------------- report
@@ -256,8 +278,9 @@ def describe(s: Scale) -> str:
         "  stored "
         + ", ".join(f"{k} {s.stored.get(k, 0):,}" for k in KEYS)
         + f" from {s.ranks_stored} ranks",
-        f"  lost {st.lost:,}, retries {st.retries:,}, forced retries {st.forced_retries:,}, "
-        f"duplicate acks {st.duplicates:,}",
+        f"  lost {s.lost:,} (never acknowledged {st.lost:,}), stored twice {s.extra:,}; retries "
+        f"{st.retries:,}, forced retries {st.forced_retries:,}, duplicate acks {st.duplicates:,}; "
+        f"connections dropped by full listen queues {s.overflows:,}",
         f"  ack latency during training: p50 {s.p(0.5):.1f} ms, p99 {s.p(0.99):.1f} ms "
         f"(95% CI {low * 1000:.1f}-{high * 1000:.1f}), max {s.p(1.0):.1f} ms of "
         f"{len(st.latencies['train']):,} batches",
@@ -278,17 +301,18 @@ def describe(s: Scale) -> str:
 
 def table(results: list[Scale]) -> str:
     head = (
-        f"{'ranks':>6} {'who':<7} {'acked rows':>11} {'stored':>11} {'lost':>5} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'ranks':>6} {'who':<7} {'acked rows':>11} {'stored':>11} {'lost':>5} {'twice':>5} {'p50 ms':>7} "
+        f"{'p99 ms':>7} "
         f"{'flush ms':>8} {'srv cores':>9} {'mcore/rank':>10} {'MB/rank-h':>9} {'load cores':>10}  goals"
     )
     rows = [head, "-" * len(head)]
     for s in results:
         who = s.flavour + ("*" if s.metrics_only else "")
         goals = ", ".join(f"{g} {'PASS' if ok else 'FAIL'}" for g, ok in verdicts(s))
-        lost = s.acked - s.stored_total + s.stats.lost
         growth = f"{s.growth_mb_per_rank_hour:9.1f}" if s.store_bytes else f"{'-':>9}"
         rows.append(
-            f"{s.ranks:>6} {who:<7} {s.acked:>11,} {s.stored_total:>11,} {lost:>5} {s.p(0.5):>7.1f} "
+            f"{s.ranks:>6} {who:<7} {s.acked:>11,} {s.stored_total:>11,} {s.lost:>5} {s.extra:>5} "
+            f"{s.p(0.5):>7.1f} "
             f"{s.p(0.99):>7.1f} {s.p(1.0, 'final'):>8.0f} "
             f"{s.server_cores:>9.3f} "
             f"{s.server_cores / s.ranks * 1000:>10.3f} {growth} {s.client_cores:>10.2f}  {goals}"
@@ -308,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="directory for py-spy profiles of the server (collapsed stacks, one file per size)",
     )
-    parser.add_argument("--peer-ranks", type=int, default=64, help="size of the side-by-side with MLflow")
+    parser.add_argument("--peer-ranks", type=int, default=16, help="size of the side-by-side with MLflow")
     parser.add_argument("--peer-venv", type=Path, default=default_peer_venv())
     parser.add_argument("--setup-peer", action="store_true", help="create the MLflow venv if missing")
     parser.add_argument("--skip-peer", action="store_true", help="measure ours only")
@@ -353,13 +377,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append(s)
             print(describe(s), flush=True)
         if not args.skip_peer:
-            for s in (
-                measure(args.peer_ranks, args.seconds, workdir, metrics_only=True),
-                measure_mlflow(args.peer_ranks, args.seconds, workdir, mlflow),
-            ):
-                results.append(s)
-                print(describe(s), flush=True)
-            ours, peer = results[-2], results[-1]
+            ours = measure(args.peer_ranks, args.seconds, workdir, metrics_only=True)
+            results.append(ours)
+            print(describe(ours), flush=True)
+            peer = measure_mlflow(args.peer_ranks, args.seconds, workdir, mlflow)
+            results.append(peer)
+            print(describe(peer), flush=True)
             print(
                 f"side by side at {args.peer_ranks} ranks, metric batches only: MLflow's server uses "
                 f"{peer.server_cores / max(1e-9, ours.server_cores):.1f}x our server's CPU; its p99 ack is "

@@ -7,9 +7,11 @@ reporter interval it sends a metric batch (its report window's training metrics,
 phase totals and one telemetry sample), the log lines it printed and its events. All ranks start
 together (rank 0 after rendezvous); each rank's reporter timer runs at its own phase; the
 ranks leave validation together, so the next batch of every rank carries the validation metrics
-and a log line; and at the end every rank flushes at the same moment (the reporter's ``close()``
-when all ranks stop on the goal). The load process records every acknowledgement, the latency
-of every batch, and its own CPU, so a saturated load generator shows.
+and a log line; a batch sent late (the previous one waited for its ack) carries every window
+since, as the reporter's buffer does; and at the end every rank flushes at the same moment (the
+reporter's ``close()`` when all ranks stop on the goal). The load process records every
+acknowledgement, the latency of every batch, its own CPU and how late its loop wakes, so a
+saturated load generator shows.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class LoadStats:
     # ack latency (seconds) of every batch by phase: "start" (every rank's first batches, with the
     # connection's setup), "train" (the reporter's ticks, validation included), "final" (the flush)
     latencies: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
-    lag: list[float] = field(default_factory=list)  # how late the loop woke for a reporter tick
+    lag: list[float] = field(default_factory=list)  # how late the loop woke from a sleep (a busy loop)
     errors: list[str] = field(default_factory=list)
     cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -154,16 +156,22 @@ class SimRank:
         tick = now + cfg.interval * (0.5 + 0.5 * _unit(p.rank, 2))
         window = epoch = 0
         while tick < end:
-            await _sleep_until(tick)
+            lag = await _sleep_until(tick)
+            if lag is not None:
+                self.stats.lag.append(lag)
             now = time.time()
-            self.stats.lag.append(now - tick)
-            window += 1
-            elapsed = now - cfg.start
-            metrics = model.train_metrics(p, window, now) + model.totals(p, window, now)
-            metrics += model.telemetry(p, window, elapsed, now)
-            texts = model.window_logs(p, window)
+            metrics: list[dict[str, Any]] = []
+            texts: list[tuple[str, str]] = []
             events: list[dict[str, Any]] = []
-            if math.floor(elapsed / cfg.validation_every) > epoch:  # the ranks validated meanwhile
+            while tick <= now and tick < end:  # the windows since the last batch (one, unless it was slow)
+                window += 1
+                metrics += model.train_metrics(p, window, tick) + model.telemetry(
+                    p, window, tick - cfg.start, tick
+                )
+                texts += model.window_logs(p, window)
+                tick += cfg.interval
+            metrics += model.totals(p, window, now)
+            while math.floor((now - cfg.start) / cfg.validation_every) > epoch:  # the ranks validated
                 epoch += 1
                 metrics += model.validation(p, epoch, now)
                 texts.append(("stdout", model.epoch_log(p, epoch)))
@@ -173,7 +181,6 @@ class SimRank:
                 await self.send("logs", self.lines(texts, now), phase="train")
             if events:
                 await self.send("events", events, phase="train")
-            tick += cfg.interval
         await _sleep_until(end)  # every rank stops on the goal together and flushes (close())
         now = time.time()
         reached = model.val_accuracy(epoch) >= model.GOAL
@@ -256,10 +263,13 @@ def _unit(rank: int, salt: int) -> float:
     return noise(rank, 0, 100 + salt)
 
 
-async def _sleep_until(when: float) -> None:
+async def _sleep_until(when: float) -> float | None:
+    """Sleep until the wall-clock time ``when``; returns how late the loop woke (None: no sleep)."""
     delay = when - time.time()
-    if delay > 0:
-        await asyncio.sleep(delay)
+    if delay <= 0:
+        return None
+    await asyncio.sleep(delay)
+    return time.time() - when
 
 
 async def _run_all(cfg: LoadConfig, stats: LoadStats) -> None:

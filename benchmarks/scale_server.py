@@ -160,3 +160,16 @@ def mlflow_rows(db: Path, run_id: str) -> dict[str, int]:
     with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
         n = conn.execute("SELECT count(*) FROM metrics WHERE run_uuid = ?", (run_id,)).fetchone()[0]
     return {"metrics": int(n), "logs": 0, "events": 0}
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listen queue was full (all sockets)."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return 0
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=True))
+            return int(table.get("ListenOverflows", 0))
+    return 0
