@@ -26,7 +26,6 @@ workers, ``log-batch`` per rank per second), from its own venv as in ``benchmark
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import multiprocessing
 import os
 import platform
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.ingest import default_peer_venv, setup_peer, start_mlflow, stop_process
-from benchmarks.scale_load import KEYS, LoadConfig, LoadStats, run_load
+from benchmarks.scale_load import GIVE_UP_AFTER_S, KEYS, LoadConfig, LoadStats, load_process
 from benchmarks.scale_server import (
     Server,
     create_run,
@@ -134,7 +133,6 @@ def drive(
     """Simulate ``ranks`` ranks for ``seconds`` from ``procs`` load processes; returns their merged
     stats and the server's mean cores between the start-up burst and the final flush (sampled by
     py-spy into ``profile``, a collapsed-stacks file, when given)."""
-    start = time.time() + 1.0 + 0.4 * procs  # the load processes start and import meanwhile
     configs = [
         LoadConfig(
             host=server.host,
@@ -143,7 +141,6 @@ def drive(
             token=token,
             ranks=tuple(range(i, ranks, procs)),
             world=ranks,
-            start=start,
             seconds=seconds,
             validation_every=validation_every,
             retry_every=retry_every,
@@ -152,6 +149,16 @@ def drive(
         )
         for i in range(procs)
     ]
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    workers = [ctx.Process(target=load_process, args=(cfg, ready, go, out), daemon=True) for cfg in configs]
+    for w in workers:
+        w.start()
+    for _ in workers:
+        ready.get(timeout=300)
+    start = time.time() + 0.5  # every load process is up: the ranks start together
+    for _ in workers:
+        go.put(start)
     warm = min(2.0, seconds / 4)
     window: list[float] = []
 
@@ -173,10 +180,10 @@ def drive(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     stats = LoadStats()
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(procs, mp_context=ctx) as pool:
-        for result in pool.map(run_load, configs):
-            stats.merge(result)
+    for _ in workers:
+        stats.merge(out.get(timeout=seconds + GIVE_UP_AFTER_S + 300))
+    for w in workers:
+        w.join(30)
     sampler.join()
     cores = (window[1] - window[0]) / (seconds - 0.05 - warm) if len(window) == 2 else float("nan")
     return stats, cores

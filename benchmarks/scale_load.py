@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import secrets
 import time
@@ -45,8 +46,8 @@ class LoadConfig:
     token: str
     ranks: tuple[int, ...]
     world: int
-    start: float  # wall clock when the ranks start (the same in every load process)
     seconds: float
+    start: float = 0.0  # wall clock when the ranks start (the same in every load process)
     interval: float = 1.0
     validation_every: float = 10.0
     retry_every: int = 0  # re-send every k-th batch after its ack (an ack lost on the way): 0 = never
@@ -292,3 +293,9 @@ def run_load(cfg: LoadConfig) -> LoadStats:
     runner(_run_all(cfg, stats))
     stats.cpu_s, stats.wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     return stats
+
+
+def load_process(cfg: LoadConfig, ready: Any, go: Any, out: Any) -> None:
+    """A spawned load process: say it is ready, get the common start time, simulate, report."""
+    ready.put(True)
+    out.put(run_load(dataclasses.replace(cfg, start=go.get())))
