@@ -378,12 +378,16 @@ def start_mlflow(mlflow: Path, workdir: Path, workers: int = 1) -> tuple[subproc
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    _wait_http(f"{url}/health", 180)
-    exp = _post_json(f"{url}/api/2.0/mlflow/experiments/create", {"name": "ingest-bench"})
-    run = _post_json(
-        f"{url}/api/2.0/mlflow/runs/create",
-        {"experiment_id": exp["experiment_id"], "start_time": int(time.time() * 1000)},
-    )
+    try:
+        _wait_http(f"{url}/health", 180)
+        exp = _post_json(f"{url}/api/2.0/mlflow/experiments/create", {"name": "ingest-bench"})
+        run = _post_json(
+            f"{url}/api/2.0/mlflow/runs/create",
+            {"experiment_id": exp["experiment_id"], "start_time": int(time.time() * 1000)},
+        )
+    except BaseException:
+        stop_process(proc)  # no orphaned server (and its workers) when it fails to come up
+        raise
     run_id = run["run"]["info"]["run_id"]
     target = Target(
         "mlflow",

@@ -70,6 +70,7 @@ class Scale:
     stored: dict[str, int]
     ranks_stored: int
     server_cores: float
+    server_wait: float  # seconds per second its threads waited for a CPU held by another process
     server_rss_mb: float
     store_bytes: int
     overflows: int  # connections the kernel dropped from full listen queues meanwhile (SYNs retried)
@@ -129,10 +130,11 @@ def drive(
     retry_every: int = 0,
     validation_every: float = 10.0,
     profile: Path | None = None,
-) -> tuple[LoadStats, float]:
+) -> tuple[LoadStats, float, float]:
     """Simulate ``ranks`` ranks for ``seconds`` from ``procs`` load processes; returns their merged
-    stats and the server's mean cores between the start-up burst and the final flush (sampled by
-    py-spy into ``profile``, a collapsed-stacks file, when given)."""
+    stats, the server's mean cores between the start-up burst and the final flush and the seconds
+    per second its threads waited for a CPU meanwhile (sampled by py-spy into ``profile``, a
+    collapsed-stacks file, when given)."""
     configs = [
         LoadConfig(
             host=server.host,
@@ -160,13 +162,13 @@ def drive(
     for _ in workers:
         go.put(start)
     warm = min(2.0, seconds / 4)
-    window: list[float] = []
+    window: list[tuple[float, float]] = []
 
     def sample() -> None:
         spy = None
         for at in (start + warm, start + seconds - 0.05):
             time.sleep(max(0.0, at - time.time()))
-            window.append(server.cpu_s())
+            window.append((server.cpu_s(), server.cpu_wait_s()))
             if profile is not None and spy is None:
                 spy = subprocess.Popen(
                     ["py-spy", "record", "--pid", str(server.proc.pid), "--rate", "200", "--nonblocking",
@@ -185,8 +187,11 @@ def drive(
     for w in workers:
         w.join(30)
     sampler.join()
-    cores = (window[1] - window[0]) / (seconds - 0.05 - warm) if len(window) == 2 else float("nan")
-    return stats, cores
+    span = seconds - 0.05 - warm
+    if len(window) < 2:
+        return stats, float("nan"), float("nan")
+    (cpu0, wait0), (cpu1, wait1) = window
+    return stats, (cpu1 - cpu0) / span, (wait1 - wait0) / span
 
 
 def measure(
@@ -206,7 +211,7 @@ def measure(
     try:
         _, run_id, token = create_run(server, ranks)
         before, overflows = store_bytes(server.db), listen_overflows()
-        stats, cores = drive(
+        stats, cores, wait = drive(
             server,
             run_id,
             token,
@@ -224,18 +229,19 @@ def measure(
     stored, ranks_stored = stored_rows(server.db, run_id)
     growth = store_bytes(server.db) - before
     return Scale(
-        ranks,
-        seconds,
-        procs,
-        "ours",
-        metrics_only,
-        stats,
-        stored,
-        ranks_stored,
-        cores,
-        rss,
-        growth,
-        overflows,
+        ranks=ranks,
+        seconds=seconds,
+        procs=procs,
+        flavour="ours",
+        metrics_only=metrics_only,
+        stats=stats,
+        stored=stored,
+        ranks_stored=ranks_stored,
+        server_cores=cores,
+        server_wait=wait,
+        server_rss_mb=rss,
+        store_bytes=growth,
+        overflows=overflows,
     )
 
 
@@ -245,12 +251,26 @@ def measure_mlflow(ranks: int, seconds: float, workdir: Path, mlflow: Path) -> S
     server = Server(proc, "", target.host, target.port, "", workdir / "mlflow" / "mlflow.db", group=True)
     try:
         procs, overflows = default_procs(ranks), listen_overflows()
-        stats, cores = drive(server, target.run_id, "", ranks, seconds, procs=procs, flavour="mlflow")
+        stats, cores, wait = drive(server, target.run_id, "", ranks, seconds, procs=procs, flavour="mlflow")
         rss, overflows = server.rss_mb(), listen_overflows() - overflows
     finally:
         stop_process(proc)
     stored = mlflow_rows(server.db, target.run_id)
-    return Scale(ranks, seconds, procs, "mlflow", True, stats, stored, ranks, cores, rss, 0, overflows)
+    return Scale(
+        ranks=ranks,
+        seconds=seconds,
+        procs=procs,
+        flavour="mlflow",
+        metrics_only=True,
+        stats=stats,
+        stored=stored,
+        ranks_stored=ranks,
+        server_cores=cores,
+        server_wait=wait,
+        server_rss_mb=rss,
+        store_bytes=0,
+        overflows=overflows,
+    )
 
 
 # ----------------------------------------------------------------------------- report
@@ -296,9 +316,11 @@ def describe(s: Scale) -> str:
         f"final flush: p99 {s.p(0.99, 'final'):.0f} ms, max {s.p(1.0, 'final'):.0f} ms "
         f"of {len(st.latencies['final']):,}",
         f"  server {s.server_cores:.3f} cores = {s.server_cores / s.ranks * 1000:.2f} millicores/rank, "
-        f"RSS {s.server_rss_mb:.0f} MB; store +{s.store_bytes / 1e6:.1f} MB = "
+        f"waited {s.server_wait * 1000:.0f} ms/s for a CPU, RSS {s.server_rss_mb:.0f} MB; "
+        f"store +{s.store_bytes / 1e6:.1f} MB = "
         f"{s.growth_mb_per_rank_hour:.1f} MB per rank-hour",
-        f"  load processes {st.cpu_s:.1f} CPU s = {s.client_cores:.2f} cores, timer lag p99 "
+        f"  load processes {st.cpu_s:.1f} CPU s = {s.client_cores:.2f} cores, waited "
+        f"{st.cpu_wait_s / max(1e-9, st.wall_s) * 1000:.0f} ms/s for a CPU, timer lag p99 "
         f"{_quantile(st.lag, 0.99) * 1000:.0f} ms",
     ]
     lines += [f"  error: {e}" for e in st.errors[:3]]
@@ -310,7 +332,8 @@ def table(results: list[Scale]) -> str:
     head = (
         f"{'ranks':>6} {'who':<7} {'acked rows':>11} {'stored':>11} {'lost':>5} {'twice':>5} {'p50 ms':>7} "
         f"{'p99 ms':>7} "
-        f"{'flush ms':>8} {'srv cores':>9} {'mcore/rank':>10} {'MB/rank-h':>9} {'load cores':>10}  goals"
+        f"{'flush ms':>8} {'srv cores':>9} {'mcore/rank':>10} {'srv wait':>8} {'MB/rank-h':>9} "
+        f"{'load cores':>10}  goals"
     )
     rows = [head, "-" * len(head)]
     for s in results:
@@ -322,7 +345,8 @@ def table(results: list[Scale]) -> str:
             f"{s.p(0.5):>7.1f} "
             f"{s.p(0.99):>7.1f} {s.p(1.0, 'final'):>8.0f} "
             f"{s.server_cores:>9.3f} "
-            f"{s.server_cores / s.ranks * 1000:>10.3f} {growth} {s.client_cores:>10.2f}  {goals}"
+            f"{s.server_cores / s.ranks * 1000:>10.3f} {s.server_wait * 1000:>5.0f} ms {growth} "
+            f"{s.client_cores:>10.2f}  {goals}"
         )
     return "\n".join(rows)
 
@@ -348,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ranks must be at least 1")
     if args.seconds < 4:
         parser.error("--seconds must be at least 4")
+    if args.profile is not None and shutil.which("py-spy") is None:
+        parser.error("--profile needs py-spy on PATH (pip install py-spy)")
     sizes = (args.ranks,) if args.ranks else CURVE
     mlflow = args.peer_venv / "bin" / "mlflow"
     if not args.skip_peer and args.setup_peer:
@@ -387,18 +413,26 @@ def main(argv: list[str] | None = None) -> int:
             ours = measure(args.peer_ranks, args.seconds, workdir, metrics_only=True)
             results.append(ours)
             print(describe(ours), flush=True)
-            peer = measure_mlflow(args.peer_ranks, args.seconds, workdir, mlflow)
-            results.append(peer)
-            print(describe(peer), flush=True)
-            print(
-                f"side by side at {args.peer_ranks} ranks, metric batches only: MLflow's server uses "
-                f"{peer.server_cores / max(1e-9, ours.server_cores):.1f}x our server's CPU; its p99 ack is "
-                f"{peer.p(0.99) / max(1e-9, ours.p(0.99)):.1f}x ours"
-            )
+            try:
+                peer = measure_mlflow(args.peer_ranks, args.seconds, workdir, mlflow)
+            except (OSError, RuntimeError) as exc:  # a peer that cannot start costs the side by side only
+                print(f"MLflow did not come up ({exc!r}): no side by side this time", flush=True)
+            else:
+                results.append(peer)
+                print(describe(peer), flush=True)
+                print(
+                    f"side by side at {args.peer_ranks} ranks, metric batches only: MLflow's server uses "
+                    f"{peer.server_cores / max(1e-9, ours.server_cores):.1f}x our server's CPU; its p99 ack "
+                    f"is {peer.p(0.99) / max(1e-9, ours.p(0.99)):.1f}x ours"
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print("* metric batches only (the side-by-side with MLflow)")
+    print(
+        "* metric batches only (the side by side with MLflow); srv wait: ms per second the server's "
+        "threads were runnable but waited for a CPU (the machine's other load; latency figures with a "
+        "large wait are the machine's, not the server's)"
+    )
     print(table(results))
     failed = [g for s in results for g, ok in verdicts(s) if not ok]
     return 1 if failed else 0

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from benchmarks.scale_model import RankProfile, RunModel, noise
+from benchmarks.scale_server import cpu_wait_s
 
 KEYS = {"metrics": "metrics", "logs": "lines", "events": "events"}
 PHASES = ("start", "train", "final")
@@ -72,6 +73,7 @@ class LoadStats:
     lag: list[float] = field(default_factory=list)  # how late the loop woke from a sleep (a busy loop)
     errors: list[str] = field(default_factory=list)
     cpu_s: float = 0.0
+    cpu_wait_s: float = 0.0  # runnable but waiting for a CPU (the machine's other processes)
     wall_s: float = 0.0
 
     def merge(self, other: LoadStats) -> None:
@@ -87,6 +89,7 @@ class LoadStats:
         self.lag += other.lag
         self.errors += other.errors[: max(0, 10 - len(self.errors))]
         self.cpu_s += other.cpu_s
+        self.cpu_wait_s += other.cpu_wait_s
         self.wall_s = max(self.wall_s, other.wall_s)
 
 
@@ -275,7 +278,7 @@ async def _sleep_until(when: float) -> float | None:
 
 async def _run_all(cfg: LoadConfig, stats: LoadStats) -> None:
     windows = max(1, round(cfg.validation_every / cfg.interval))
-    goal_epoch = max(1, math.floor(cfg.seconds / cfg.validation_every))
+    goal_epoch = max(1, math.ceil(cfg.seconds / cfg.validation_every) - 1)  # the last validation
     model = RunModel(cfg.world, seed=cfg.seed, windows_per_epoch=windows, goal_epoch=goal_epoch)
     ranks = [SimRank(cfg, model, r, stats) for r in cfg.ranks]
     await asyncio.gather(*(r.run() for r in ranks))
@@ -289,9 +292,10 @@ def run_load(cfg: LoadConfig) -> LoadStats:
         import uvloop
 
         runner = uvloop.run
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wait0, wall0 = time.process_time(), cpu_wait_s(), time.perf_counter()
     runner(_run_all(cfg, stats))
     stats.cpu_s, stats.wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    stats.cpu_wait_s = cpu_wait_s() - wait0
     return stats
 
 

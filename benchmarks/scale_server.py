@@ -39,6 +39,11 @@ class Server:
     def cpu_s(self) -> float:
         return group_cpu_s(self.proc.pid) if self.group else process_cpu_s(self.proc.pid)
 
+    def cpu_wait_s(self) -> float:
+        """Seconds its threads were runnable but waited for a CPU (other processes had them)."""
+        pids = group_pids(self.proc.pid) if self.group else [self.proc.pid]
+        return sum(cpu_wait_s(pid) for pid in pids)
+
     def rss_mb(self) -> float:
         try:
             for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -116,19 +121,37 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def group_pids(pgid: int) -> list[int]:
+    """The live processes of a process group."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                pids.append(int(entry.name))
+    return pids
+
+
 def group_cpu_s(pgid: int) -> float:
     """CPU seconds of every live process of a process group."""
     total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    for pid in group_pids(pgid):
+        with contextlib.suppress(OSError):
+            total += process_cpu_s(pid)
     return total
+
+
+def cpu_wait_s(pid: int | str = "self") -> float:
+    """Seconds the live threads of a process spent runnable but waiting for a CPU (schedstat)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
 
 
 def store_bytes(db: Path) -> int:
