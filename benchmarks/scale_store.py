@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from benchmarks.scale_load import KEYS
-from benchmarks.scale_model import TELEMETRY, RunModel
+from benchmarks.scale_model import RunModel
 from benchmarks.scale_server import create_run, start_ours, stop_ours
 
 MAX_ITEMS = 10_000  # per batch (the server's limit)
@@ -212,6 +212,3 @@ def _finish(client: Any, run_id: str, plan: Any, finished: float) -> None:
             result=summary,
         ),
     )
-
-
-__all__ = ["TELEMETRY", "ScaleStore", "build_scale_store", "rank_history"]

@@ -6,6 +6,7 @@ acknowledged row stored once."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,19 @@ def test_every_rank_logs_and_stragglers_warn(built: ScaleStore, client: MlbenchC
     assert warnings and all("throttled" in ln.text for ln in warnings)
     assert not client.logs(built.run_id, rank=next(r for r in range(RANKS) if r not in built.stragglers),
                            stream="stderr").lines  # fmt: skip
+
+
+def test_an_unfinished_run_is_live_its_last_report_just_now(tmp_path: Path) -> None:
+    built = build_scale_store(tmp_path / "live.db", ranks=8, finished=False)
+    server = EmbeddedServer(built.path, record=False).start()
+    try:
+        with MlbenchClient(server.url, server.info.read_token) as c:
+            run = c.get_run(built.run_id)
+            assert run.state == "running" and run.finished is None and run.result is None
+            assert {r.state for r in run.ranks} == {"running"} and len(run.ranks) == 8
+            kinds = {e.kind for e in c.events(built.run_id).events}
+            assert "run_start" in kinds and not kinds & {"goal_reached", "run_stop"}
+            last = max(s.t[-1] for s in c.metrics(built.run_id, "step_time").series)
+            assert 0 <= time.time() - last < 120
+    finally:
+        server.stop()
