@@ -179,7 +179,7 @@ class SimRank:
                 epoch += 1
                 metrics += model.validation(p, epoch, now)
                 texts.append(("stdout", model.epoch_log(p, epoch)))
-                events += model.epoch_events(p, epoch, now)
+                events += model.epoch_events(p, epoch, now, last=False)
             await self.send("metrics", metrics, phase="train")
             if texts:
                 await self.send("logs", self.lines(texts, now), phase="train")

@@ -278,7 +278,8 @@ class RunModel:
         return f"[rank {p.rank}] run stopped: {how}"
 
     def start_events(self, p: RankProfile, t: float) -> list[dict[str, Any]]:
-        """Every rank's environment fingerprint; rank 0 also starts the timed run."""
+        """Every rank's environment fingerprint (the worker sends rank 0's; a run this size needs
+        each host's, and it is the heavier case); rank 0 also starts setup, the run, epoch 1."""
         env = {
             "worker_version": "0.1.0",
             "python": "3.11.9",
@@ -296,20 +297,26 @@ class RunModel:
         }
         events = [{"kind": "environment", "payload": env, "t": t}]
         if p.rank == 0:
-            events.append({"kind": "run_start", "payload": {}, "t": t})
+            facts = {"train_samples": 50_000, "eval_samples": 10_000, "comm_precision": "fp32"}
+            events.insert(0, {"kind": "init_start", "payload": {}, "t": t})
+            events.append({"kind": "run_start", "payload": facts, "t": t})
+            events.append({"kind": "epoch_start", "payload": {"epoch": 1}, "t": t})
         return events
 
-    def epoch_events(self, p: RankProfile, epoch: int, t: float) -> list[dict[str, Any]]:
+    def epoch_events(self, p: RankProfile, epoch: int, t: float, *, last: bool) -> list[dict[str, Any]]:
+        """Rank 0's validation of ``epoch`` (``eval_start`` .. ``epoch_end``, ``VAL_S`` apart, the
+        end at ``t``) and the next epoch's start unless it is the ``last``."""
         if p.rank != 0:
             return []
         train_s = self.step_s * self.steps_per_window * self.windows_per_epoch * epoch
-        return [
-            {
-                "kind": "epoch_end",
-                "payload": {"epoch": epoch, "train_time_s": train_s, "val_time_s": self.VAL_S * epoch},
-                "t": t,
-            }
+        end = {"epoch": epoch, "train_time_s": train_s, "val_time_s": self.VAL_S * epoch}
+        events = [
+            {"kind": "eval_start", "payload": {"epoch": epoch}, "t": t - self.VAL_S},
+            {"kind": "epoch_end", "payload": end, "t": t},
         ]
+        if not last:
+            events.append({"kind": "epoch_start", "payload": {"epoch": epoch + 1}, "t": t})
+        return events
 
     def end_events(self, p: RankProfile, epoch: int, t: float) -> list[dict[str, Any]]:
         """Rank 0's goal and stop events after ``epoch`` epochs."""

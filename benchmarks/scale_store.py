@@ -91,7 +91,7 @@ def rank_history(
         t += model.VAL_S
         metrics += model.totals(p, window, t) + model.validation(p, epoch, t)
         texts.append(("stdout", model.epoch_log(p, epoch), t))
-        events += model.epoch_events(p, epoch, t)
+        events += model.epoch_events(p, epoch, t, last=epoch == epochs)
     if finished:
         texts.append(("stdout", model.end_log(p, model.val_accuracy(epochs) >= model.GOAL), t))
         events += model.end_events(p, epochs, t)

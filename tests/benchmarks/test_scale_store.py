@@ -73,7 +73,16 @@ def test_the_run_is_a_finished_1024_rank_run_that_reached_its_goal(
     assert {r.state for r in run.ranks} == {"succeeded"}
     assert run.ranks[517].host == "gpu-node-0064" and run.ranks[517].pod == f"{built.run_name}-517"
     kinds = Counter(e.kind for e in client.events(built.run_id, limit=5000).events)
-    assert kinds == {"environment": RANKS, "run_start": 1, "epoch_end": 2, "goal_reached": 1, "run_stop": 1}
+    assert kinds == {
+        "environment": RANKS,
+        "init_start": 1,
+        "run_start": 1,
+        "epoch_start": 2,
+        "eval_start": 2,
+        "epoch_end": 2,
+        "goal_reached": 1,
+        "run_stop": 1,
+    }
 
 
 def test_every_rank_has_its_curves_totals_and_telemetry(built: ScaleStore, client: MlbenchClient) -> None:
