@@ -55,6 +55,7 @@ from benchmarks.stats import quantile_interval
 CURVE = (64, 256, 1024, 4096)
 P99_GOAL_MS = 100.0
 CORES_GOAL = 0.5
+CONTENDED_WAIT = 0.2  # seconds per second the server may wait for a CPU before its figures are the machine's
 
 
 @dataclass
@@ -325,6 +326,11 @@ def describe(s: Scale) -> str:
     ]
     lines += [f"  error: {e}" for e in st.errors[:3]]
     lines += [f"  {goal}: {'PASS' if ok else 'FAIL'}" for goal, ok in verdicts(s)]
+    if s.server_wait > CONTENDED_WAIT:
+        lines.append(
+            f"  (the server waited {s.server_wait * 1000:.0f} ms/s for a CPU held by other processes: its "
+            "latency and cores here are the machine's load as much as its own)"
+        )
     return "\n".join(lines)
 
 

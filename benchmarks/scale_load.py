@@ -203,10 +203,11 @@ class SimRank:
 
     def body(self, kind: str, items: list[dict[str, Any]]) -> tuple[bytes, bytes]:
         """(path, body) of one batch."""
-        if self.cfg.flavour == "mlflow":
+        if self.cfg.flavour == "mlflow":  # an MLflow run has no ranks: the rank goes in the key
+            prefix = f"rank{self.profile.rank}/"
             metrics = [
                 {
-                    "key": m["name"].replace("@", "_at_"),
+                    "key": prefix + m["name"].replace("@", "_at_"),
                     "value": m["value"],
                     "timestamp": int(m["t"] * 1000),
                     "step": m.get("step") or 0,
