@@ -5,11 +5,13 @@ acknowledged row stored once."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,8 +41,8 @@ def client(built: ScaleStore) -> Iterator[MlbenchClient]:
         server.stop()
 
 
-def _rows(path: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as conn:
+def _rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         return list(conn.execute(sql, args))
 
 
@@ -114,9 +116,9 @@ def test_stragglers_have_the_most_compute_and_the_least_communication(built: Sca
     compute = {rank: value for name, rank, value in last if name == "time_compute"}
     comm = {rank: value for name, rank, value in last if name == "time_communication"}
     assert len(compute) == len(comm) == RANKS
-    slowest = sorted(compute, key=lambda r: -compute[r])  # type: ignore[operator]
+    slowest = sorted(compute, key=lambda r: -compute[r])
     assert tuple(slowest[: len(built.stragglers)]) == built.stragglers
-    share = {r: comm[r] / (comm[r] + compute[r]) for r in compute}  # type: ignore[operator]
+    share = {r: comm[r] / (comm[r] + compute[r]) for r in compute}
     assert set(sorted(share, key=share.__getitem__)[: len(built.stragglers)]) == set(built.stragglers)
 
 
