@@ -15,6 +15,9 @@ validation, one flush of every rank at the end. Figures: acknowledged vs stored 
 opening the SQLite file after the server stopped), ack latency p50/p99 with a 95% interval, the
 server's CPU per simulated rank (from ``/proc``, between the end of the start-up burst and the
 final flush), the store's growth per rank-hour, and the load processes' own CPU and timer lag.
+Because a shared machine skews all of these, each size also prints how long the server and the
+load processes waited for a CPU held by another process (schedstat) and how many connections
+the kernel dropped from a full listen queue.
 
 Peer, side by side at a small size (``--peer-ranks``, 16): the same ranks send only their metric
 batches, once to ours and once to an MLflow tracking server (SQLite backend, its default 4
