@@ -32,6 +32,7 @@ import argparse
 import multiprocessing
 import os
 import platform
+import queue
 import shutil
 import subprocess
 import sys
@@ -186,8 +187,16 @@ def drive(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     stats = LoadStats()
+    deadline = time.time() + seconds + GIVE_UP_AFTER_S + 300
     for _ in workers:
-        stats.merge(out.get(timeout=seconds + GIVE_UP_AFTER_S + 300))
+        while True:
+            try:
+                stats.merge(out.get(timeout=1.0))
+                break
+            except queue.Empty:
+                dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+                if dead or time.time() > deadline:
+                    raise RuntimeError(f"a load process failed (exit codes {dead}) or hung") from None
     for w in workers:
         w.join(30)
     sampler.join()
