@@ -42,6 +42,9 @@ class ResourcesPlan(_Frozen):
     memory: str | None = Field(default=None, description="Kubernetes memory quantity per rank, e.g. '12Gi'.")
     gpus: int = Field(default=0, ge=0, description="GPUs per rank.")
     gpu_type: str | None = Field(default=None, description="GPU model, e.g. 'T4', 'A100'.")
+    gpu_type_strict: bool = Field(
+        default=True, description="Ranks fail at start on a GPU that is not gpu_type (hardware.gpu.strict)."
+    )
     precision: Literal["fp32", "bf16", "fp16", "amp"] = "fp32"
 
 
@@ -96,6 +99,8 @@ def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
         "max_time_s": plan.max_time_s,
         "precision": plan.resources.precision,
         "device": "cuda" if plan.resources.gpus > 0 else "cpu",
+        "gpu_type": plan.resources.gpu_type if plan.resources.gpus > 0 else None,
+        "gpu_type_strict": plan.resources.gpu_type_strict,
         "threads_per_rank": plan.resources.threads_per_rank,
         "data": plan.data.model_dump(),
         "hyperparameters": dict(plan.hyperparameters),
@@ -170,6 +175,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
         memory=hw.memory,
         gpus=hw.gpus,
         gpu_type=hw.gpu.type if hw.gpu else None,
+        gpu_type_strict=hw.gpu.strict if hw.gpu else True,
         precision=hw.precision,
     )
     data = DataPlan(source=body.data.source, path=body.data.path, options=dict(body.data.options))

@@ -153,6 +153,7 @@ def test_resources_env_target_labels() -> None:
         "memory": "32Gi",
         "gpus": 1,
         "gpu_type": "A100",
+        "gpu_type_strict": True,
         "precision": "amp",
     }
     assert plan.env == {"OMP_NUM_THREADS": "4", "NCCL_DEBUG": "INFO"}  # the spec's env wins

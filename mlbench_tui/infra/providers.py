@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from mlbench_tui.errors import InfraError, UsageError
+from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
 
 # name -> "module:Class". The kind provider and the in-cluster install live with the Kubernetes
 # code (issue 6); they are optional here and a clear error says so when they are missing.
@@ -32,8 +33,6 @@ PROVIDERS: dict[str, str] = {
 # The in-cluster server installer: ``install(context: str | None, namespace: str) -> None``.
 INCLUSTER_INSTALLER = "mlbench_tui.infra.incluster:install"
 
-# GPU models users may ask for with ``--gpu NxMODEL``; per-cloud availability is in the price table.
-GPU_MODELS: tuple[str, ...] = ("T4", "L4", "A10G", "P4", "P100", "V100", "A100", "A100-80GB", "H100")
 
 Progress = Callable[[str], None]
 
@@ -57,11 +56,17 @@ def parse_gpu(text: str) -> GpuSpec:
     match = _GPU_RE.match(text)
     if match is None:
         raise UsageError(f"invalid GPU spec {text!r}", hint="use COUNTxMODEL, e.g. 1xT4 or 8xA100")
-    count, model = int(match.group(1)), match.group(2).upper()
+    count, typed = int(match.group(1)), match.group(2)
     if not 1 <= count <= 16:
         raise UsageError(f"invalid GPU count {count} in {text!r}", hint="GPUs per node must be 1..16")
-    if model not in GPU_MODELS:
-        raise UsageError(f"unknown GPU model {model!r}", hint=f"known models: {', '.join(GPU_MODELS)}")
+    model = canonical_gpu_model(typed)
+    if model is None:
+        suggestion = suggest_gpu_model(typed)
+        known = f"known models: {', '.join(GPU_MODELS)}"
+        raise UsageError(
+            f"unknown GPU model {typed!r}",
+            hint=f"did you mean '{suggestion}'? ({known})" if suggestion else known,
+        )
     return GpuSpec(count, model)
 
 

@@ -20,6 +20,7 @@ from mlbench_tui.results.time_to_accuracy import (
     EventRecord,
     MetricPoint,
     allreduce_summary,
+    allreduce_text,
     goal_outcome,
     time_split,
     wall_time,
@@ -116,7 +117,7 @@ def summarize_run(
         "best_value": None,
         "last_value": None,
         "time_split": time_split(metrics),
-        "allreduce": allreduce_summary(metrics),
+        "allreduce": allreduce_summary(metrics, events, plan.get("workers")),
         "cost_to_target": None,
         "price_per_hour": plan.get("price_per_hour"),
         "failures": failures,
@@ -163,12 +164,7 @@ def _goal_text(summary: Mapping[str, Any]) -> str:
     goal = summary.get("goal")
     if not goal:
         ar = summary.get("allreduce") or {}
-        parts = [
-            f"{dtype} peak {entry['peak_busbw_gbps']:.3g} GB/s"
-            for dtype, entry in sorted(ar.items())
-            if entry.get("peak_busbw_gbps") is not None
-        ]
-        return ", ".join(parts) or "-"
+        return ", ".join(allreduce_text(dtype, entry) for dtype, entry in sorted(ar.items())) or "-"
     op = ">=" if goal.get("direction") == "max" else "<="
     metric = str(goal.get("metric", "")).removeprefix("val_global_")
     best = summary.get("best_value")

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     GPU_RE,
@@ -55,6 +56,8 @@ GOAL_METRICS: dict[str, Literal["max", "min"]] = {
     "val_global_BLEU-Score": "max",
     "val_global_loss": "min",
 }
+
+_GPU_TYPE_DOC = f"GPU model, one of {', '.join(GPU_MODELS)} (case and separators are free: 'h100')."
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -179,10 +182,37 @@ Goal = Annotated[
 
 
 class Gpu(StrictModel):
-    """GPUs per rank."""
+    """GPUs per rank, and which model they must be."""
 
     count: int = Field(default=1, ge=0, le=16, description="GPUs per rank.")
-    type: str | None = Field(default=None, description="GPU model, e.g. 'T4', 'A100', 'H100'.")
+    type: str | None = Field(default=None, description=_GPU_TYPE_DOC)
+    strict: bool = Field(
+        default=True,
+        description="With a type: every rank checks at start that its GPU is that model and fails the "
+        "run when it is not, so a result labelled A100 never ran on a T4. false: the type is a label, "
+        "any GPU runs; the environment fingerprint still records each rank's model.",
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_model(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        canonical = canonical_gpu_model(value)
+        if canonical is not None:
+            return canonical
+        suggestion = suggest_gpu_model(value)
+        raise PydanticCustomError(
+            "gpu_model",
+            "unknown GPU model {value}: expected one of {expected}",
+            {
+                "value": show_value(value),
+                "expected": ", ".join(GPU_MODELS),
+                "hint": f"did you mean '{suggestion}'?"
+                if suggestion
+                else "give only a count (gpu: 1) to run on any GPU",
+            },
+        )
 
 
 GpuField = Annotated[
@@ -203,12 +233,18 @@ GpuField = Annotated[
                             "maximum": 16,
                             "description": "GPUs per rank.",
                         },
-                        "type": {"type": "string", "description": "GPU model, e.g. 'T4', 'A100'."},
+                        "type": {"type": "string", "description": _GPU_TYPE_DOC},
+                        "strict": {
+                            "type": "boolean",
+                            "default": True,
+                            "description": "Fail the run when a rank's GPU is not this type (default); "
+                            "false: the type is a label only.",
+                        },
                     },
                     "additionalProperties": False,
                 },
             ],
-            "examples": ["1xT4", "2xA100", 1],
+            "examples": ["1xT4", "2xA100", 1, {"count": 1, "type": "A100", "strict": False}],
         }
     ),
 ]
@@ -224,7 +260,9 @@ class Hardware(StrictModel):
     )
     memory: MemoryQuantity | None = Field(default=None, description="Memory per rank, e.g. '12Gi'.")
     gpu: GpuField | None = Field(
-        default=None, description="GPUs per rank: '1xT4', 'T4', a count, or {count, type}. Unset: CPU only."
+        default=None,
+        description="GPUs per rank: '1xT4', 'T4', a count, or {count, type, strict}. Unset: CPU only. "
+        "Rank i uses GPU LOCAL_RANK of those visible to its machine (CUDA_VISIBLE_DEVICES honoured).",
     )
     precision: Literal["fp32", "bf16", "fp16", "amp"] = Field(
         default="fp32",

@@ -201,6 +201,53 @@ def test_allreduce_summary_peak_bus_bandwidth() -> None:
     assert "fp32 peak 1.5 GB/s" in table
 
 
+def test_one_rank_allreduce_has_latency_only_with_a_note() -> None:
+    # what a one-rank sweep reported before it stopped reporting bandwidth: must not be shown
+    points = [
+        MetricPoint("allreduce_fp32_latency_p50", 2e-5, step=1),
+        MetricPoint("allreduce_fp32_latency_p50", 3e-5, step=10**8),
+        MetricPoint("allreduce_fp32_busbw", 9021.0, step=10**8),
+    ]
+    summary = summarize_run(_plan(goal=None, task="0a", workers=1), "succeeded", points, [])
+    (entry,) = summary["allreduce"].values()
+    assert "peak_busbw_gbps" not in entry and entry["min_size_latency_p50_s"] == 2e-5
+    assert entry["latency_only"] is True and "moves no data" in entry["note"]
+    table = render_results([summary])
+    assert (
+        "fp32 latency 20 us (1 rank: no bandwidth)" in table
+        and "9021" not in table
+        and "9.02e+03" not in table
+    )
+    sweep = EventRecord("allreduce_sweep", {"latency_only": True, "world_size": 1})
+    assert allreduce_summary(points[:2], [sweep])["fp32"]["latency_only"]  # the worker's word suffices
+
+
+def test_a_bandwidth_above_the_devices_ceiling_is_flagged() -> None:
+    sweep = EventRecord(
+        "allreduce_sweep",
+        {
+            "latency_only": False,
+            "busbw_ceiling_gbps": 3352.3,
+            "ceiling_basis": "the GPU's peak memory bandwidth",
+        },
+    )
+    points = [
+        MetricPoint("allreduce_fp32_latency_p50", 1e-5, step=1),
+        MetricPoint("allreduce_fp32_busbw", 400.0, step=10**6),
+        MetricPoint("allreduce_fp32_busbw", 9021.0, step=10**8),
+        MetricPoint("allreduce_fp16_latency_p50", 1e-5, step=1),
+        MetricPoint("allreduce_fp16_busbw", 380.0, step=10**8),
+    ]
+    summary = summarize_run(_plan(goal=None, task="0a", workers=2), "succeeded", points, [sweep])
+    fp32, fp16 = summary["allreduce"]["fp32"], summary["allreduce"]["fp16"]
+    assert fp32["above_ceiling"] == 1 and fp32["busbw_ceiling_gbps"] == 3352.3
+    assert "1 size(s) above the 3,352 GB/s ceiling (the GPU's peak memory bandwidth)" in fp32["note"]
+    assert "above_ceiling" not in fp16 and "note" not in fp16
+    table = render_results([summary])
+    assert "fp32 peak 9.02e+03 GB/s (! above the 3,352 GB/s ceiling)" in table
+    assert "fp16 peak 380 GB/s" in table
+
+
 def test_export_zip_has_everything(tmp_path: Path) -> None:
     metrics = _series([50.0, 71.0])
     events = [

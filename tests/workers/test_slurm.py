@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from mlbench_worker.config import ConfigError
 from mlbench_worker.context import detect_rendezvous
-from mlbench_worker.slurm import expand_hostlist, master_port, slurm_rendezvous
+from mlbench_worker.slurm import expand_hostlist, local_world_size, master_port, slurm_rendezvous
 
 # Rank 3 (the second on its node) of a 4-rank step on two nodes, as srun leaves it
 # (node names that resolve: localhost).
@@ -52,6 +52,18 @@ def test_rank_world_local_rank_master_and_port() -> None:
     assert rdv.master_addr == "localhost"  # the first node of the step
     assert rdv.master_port == master_port(4242) == 10000 + 4242
     assert detect_rendezvous(STEP) == rdv
+
+
+@pytest.mark.parametrize(
+    ("tasks", "node", "expected"),
+    [("2(x2)", "1", 2), ("4,1", "1", 1), ("3(x2),2", "2", 2), ("8", "0", 8), ("", "0", 1)],
+)
+def test_ranks_on_this_node_come_from_the_steps_tasks_per_node(tasks: str, node: str, expected: int) -> None:
+    """Each rank takes GPU LOCAL_RANK of its node, so placement needs how many ranks share the node."""
+    env = {**STEP, "SLURM_STEP_TASKS_PER_NODE": tasks, "SLURM_NODEID": node}
+    assert local_world_size(env) == expected
+    rdv = slurm_rendezvous(env)
+    assert rdv is not None and rdv.local_world_size == expected
 
 
 def test_ports_of_neighbouring_jobs_differ_and_stay_below_the_ephemeral_range() -> None:

@@ -42,6 +42,7 @@ def test_engine_worker_config_parses_into_the_worker_dataclasses() -> None:
     assert config.precision == "bf16" and config.max_time_s == 600.0
     assert config.data.options == {"train_samples": 256}
     assert config.hp("batch_size", 128) == 32 and config.hp("missing", 3) == 3
+    assert (config.device, config.gpu_type, config.gpu_type_strict) == ("cpu", None, True)
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,8 @@ class WorkerConfig:
     max_time_s: float | None = None
     precision: str = "fp32"
     device: str = "cpu"
+    gpu_type: str | None = None  # the GPU model the spec asks for ('A100'); None: any GPU
+    gpu_type_strict: bool = True  # a rank on another model fails the run (else it only says so)
     threads_per_rank: int = 1
     data: DataConfig = field(default_factory=DataConfig)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
@@ -159,6 +161,8 @@ def parse_config(doc: Any) -> WorkerConfig:
         max_time_s=float(max_time) if max_time is not None else None,
         precision=_choice(_optional(doc, "precision", str, "fp32"), PRECISIONS, "precision"),
         device=_choice(_optional(doc, "device", str, "cpu"), DEVICES, "device"),
+        gpu_type=_optional(doc, "gpu_type", str, None),
+        gpu_type_strict=_optional(doc, "gpu_type_strict", bool, True),
         threads_per_rank=threads,
         data=data,
         hyperparameters=dict(hps),

@@ -118,4 +118,19 @@ def slurm_rendezvous(env: Mapping[str, str]) -> Rendezvous | None:
             raise ConfigError("Slurm set no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST for this step")
         addr = master_address(nodes[0], env)
     port = _int(env, "MASTER_PORT") if env.get("MASTER_PORT") else master_port(_int(env, "SLURM_JOB_ID"))
-    return Rendezvous(rank, world, local, addr, port, "slurm")
+    return Rendezvous(rank, world, local, addr, port, "slurm", local_world_size(env))
+
+
+def local_world_size(env: Mapping[str, str]) -> int:
+    """Ranks of this step on this node, from ``SLURM_STEP_TASKS_PER_NODE`` (``2(x3),1``: two on
+    each of the first three nodes, one on the fourth) at this node's index ``SLURM_NODEID``."""
+    text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or ""
+    counts: list[int] = []
+    for part in filter(None, text.split(",")):
+        count, _, repeat = part.partition("(x")
+        try:
+            counts.extend([int(count)] * (int(repeat.rstrip(")")) if repeat else 1))
+        except ValueError:
+            raise ConfigError(f"Slurm set a tasks-per-node list {text!r} that is not N or N(xM)") from None
+    node = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
+    return counts[node] if node < len(counts) else 1

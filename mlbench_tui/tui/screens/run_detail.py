@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from mlbench_tui.results.time_to_accuracy import allreduce_text
 from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import RunFeed, fetch_history
@@ -591,13 +592,12 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
             rows.append(("cost to target", f"${result['cost_to_target']:.2f}"))
         allreduce = result.get("allreduce") or {}
         for dtype, entry in allreduce.items():
-            rows.append(
-                (
-                    f"all-reduce {dtype}",
-                    f"peak busbw {_num(entry.get('peak_busbw_gbps'))} GB/s"
-                    f" at {entry.get('peak_busbw_size')} elements",
-                )
-            )
+            text = allreduce_text(dtype, entry).removeprefix(f"{dtype} ")
+            if entry.get("peak_busbw_size") is not None:
+                text += f" at {entry['peak_busbw_size']} elements"
+            rows.append((f"all-reduce {dtype}", text))
+            if entry.get("note"):
+                rows.append(("", str(entry["note"])))
         parts.append(_kv_table(rows, "Result"))
     if stop:
         parts.append(Text(f"stopped: {stop.get('status', '')} {stop.get('reason') or ''}", style="grey62"))
