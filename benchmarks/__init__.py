@@ -20,4 +20,5 @@ BENCHMARKS: dict[str, str] = {
     "tui_chart": "benchmarks.tui_chart",
     "tui_ingest": "benchmarks.tui_ingest",
     "tui_startup": "benchmarks.tui_startup",
+    "scale": "benchmarks.scale",
 }
