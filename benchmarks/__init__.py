@@ -11,6 +11,8 @@ BENCHMARKS: dict[str, str] = {
     "cli_startup": "benchmarks.cli_startup",
     "allreduce_task": "benchmarks.allreduce_task",
     "resnet20_step": "benchmarks.resnet20_step",
+    "gpu_step": "benchmarks.gpu_step",
+    "gpu_suite": "benchmarks.gpu_suite",
     "tracker_overhead": "benchmarks.tracker_overhead",
     "task_steps": "benchmarks.task_steps",
     "powersgd": "benchmarks.powersgd",
@@ -18,4 +20,5 @@ BENCHMARKS: dict[str, str] = {
     "tui_chart": "benchmarks.tui_chart",
     "tui_ingest": "benchmarks.tui_ingest",
     "tui_startup": "benchmarks.tui_startup",
+    "scale": "benchmarks.scale",
 }

@@ -378,12 +378,16 @@ def start_mlflow(mlflow: Path, workdir: Path, workers: int = 1) -> tuple[subproc
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    _wait_http(f"{url}/health", 180)
-    exp = _post_json(f"{url}/api/2.0/mlflow/experiments/create", {"name": "ingest-bench"})
-    run = _post_json(
-        f"{url}/api/2.0/mlflow/runs/create",
-        {"experiment_id": exp["experiment_id"], "start_time": int(time.time() * 1000)},
-    )
+    try:
+        _wait_http(f"{url}/health", 180)
+        exp = _post_json(f"{url}/api/2.0/mlflow/experiments/create", {"name": "ingest-bench"})
+        run = _post_json(
+            f"{url}/api/2.0/mlflow/runs/create",
+            {"experiment_id": exp["experiment_id"], "start_time": int(time.time() * 1000)},
+        )
+    except BaseException:
+        stop_process(proc)  # no orphaned server (and its workers) when it fails to come up
+        raise
     run_id = run["run"]["info"]["run_id"]
     target = Target(
         "mlflow",
@@ -398,7 +402,7 @@ def start_mlflow(mlflow: Path, workdir: Path, workers: int = 1) -> tuple[subproc
     return proc, target
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, 15)
@@ -557,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             for share, steady, seq in ((0.5, True, 3), (0.5, False, 5), (0.25, True, 7))
         }
     finally:
-        _stop(ours_proc)
+        stop_process(ours_proc)
 
     peer_best: dict[str, tuple[float, int]] = {}
     # MLflow's latency at half of its own capacity, per worker count: (p99, rate, latencies)
@@ -578,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
                 p99_ms = _pct(lat, 0.99) * 1000
                 print(f"  mlflow --workers {workers}: p99 {p99_ms:,.1f} ms at {rate:,.1f} requests/s")
             finally:
-                _stop(mlflow_proc)
+                stop_process(mlflow_proc)
 
     labels = {
         "seq100": "sequential, 100 metrics/call",

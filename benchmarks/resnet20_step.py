@@ -1,17 +1,18 @@
 """ResNet-20 training step on 2 gloo ranks: the worker runtime vs a plain DistributedDataParallel loop.
 
-Goal (issue 4): our step is at least as fast as DDP's (ratio DDP time / our time >= 1.0).
-Every side trains ResNet-20 from the same weights on the same rank shard with the same batched
-augmentation, batch 128 per rank, SGD (momentum 0.9, nesterov, weight decay 1e-4), fp32.
+Goal (issues 4 and 17): our step is at least as fast as DDP's in the same layout (ratio DDP time /
+our time >= 1.0). Every side trains ResNet-20 from the same weights on the same rank shard with
+the same batched augmentation, batch 128 per rank, SGD (momentum 0.9, nesterov, weight decay
+1e-4), fp32.
 
 - ``ours``: the real training loop body of task 1a with the task's defaults: tracker stamps for
-  every phase, CentralizedSGD with gradients bound to one flat buffer and averaged by one
-  all-reduce, the LR schedule hook, and ``channels_last: auto`` (on CPU the channels_last memory
-  layout, which oneDNN's convolutions run faster for the same math).
-- ``ours-nchw``: the same with ``channels_last: false``: like for like with DDP, so the runtime's
-  own overhead shows apart from the layout it picks.
+  every phase, the metric window (read every 10 steps), the fused SGD step with gradients in
+  one flat buffer averaged by one all-reduce, the LR schedule hook, and ``channels_last: auto``
+  (on CPU the channels_last memory layout, which oneDNN's convolutions run faster).
+- ``ours-nchw``: the same with ``channels_last: false``.
 - ``ddp``: the textbook DDP loop (PyTorch's default NCHW layout, bucketed all-reduce overlapped
-  with backward).
+  with backward): like for like with ``ours-nchw``.
+- ``ddp-cl``: the same loop on a channels_last model and batches: like for like with ``ours``.
 
 Each round runs K steps of every side, in an order that reverses every round (ABC CBA ...), so
 drift on a shared machine hits the sides alike; ranks are pinned to their own cores (the same
@@ -39,21 +40,100 @@ sys.path[:0] = [str(ROOT), str(ROOT / "workers")]  # run as a script by torchrun
 
 from benchmarks.stats import median_interval  # noqa: E402
 
-SIDES = ("ours", "ours-nchw", "ddp")
+SIDES = ("ours", "ours-nchw", "ddp", "ddp-cl")
+REPORT_EVERY = 10  # run_training's default report interval
+PAIRS = (("ours", "ddp-cl", "ratio DDP-cl/ours"), ("ours-nchw", "ddp", "ratio DDP/ours-nchw"))
+
+
+def build_trainer(
+    comm: Any,
+    device: Any,
+    reporter: Any,
+    *,
+    batch: int,
+    samples: int,
+    threads: int = 1,
+    precision: str = "fp32",
+    backend: str = "gloo",
+    hp: dict[str, Any] | None = None,
+    cuda_graphs: bool = False,
+) -> Any:
+    """Task 1a's trainer on synthetic data, configured as a run of the task would be."""
+    import torch
+    from mlbench_worker.config import parse_config
+    from mlbench_worker.context import RunContext, detect_rendezvous
+    from mlbench_worker.tasks.resnet20 import ResNet20Trainer
+
+    world = comm.world_size
+    config = parse_config(
+        {
+            "run_id": "bench",
+            "task": "1a",
+            "backend": backend,
+            "world_size": world,
+            "threads_per_rank": threads,
+            "precision": precision,
+            "device": device.type,
+            "implementation": {"cuda_graphs": cuda_graphs},
+            "data": {"source": "synthetic", "options": {"train_samples": samples, "val_samples": 16}},
+            "hyperparameters": {"batch_size": batch, "lr": 0.02 * world, "base_lr": 0.02, **(hp or {})},
+        }
+    )
+    ctx = RunContext(config, detect_rendezvous(), comm, device, reporter)
+    torch.manual_seed(0)
+    trainer = ResNet20Trainer(ctx)
+    trainer.model.train()
+    return trainer
+
+
+def cycle(make: Callable[[int], Iterator[Any]]) -> Iterator[Any]:
+    """Epoch after epoch of ``make(epoch)``'s items, forever."""
+    epoch = 0
+    while True:
+        epoch += 1
+        yield from make(epoch)
+
+
+def runtime_step(trainer: Any, tracker: Any, step_fn: Callable[..., Any] | None = None) -> Callable[[], None]:
+    """One step of ``trainer`` as ``run_training`` drives it: batch start on the tracker, the LR
+    hook, the step (``step_fn``, the trainer's own by default), the metric window and its report
+    (a read on the host) every ``REPORT_EVERY`` steps."""
+    from mlbench_worker.tasks.training import _iterate, _report_window, _Window
+
+    batches = cycle(lambda e: _iterate(trainer.train_batches(e), tracker))
+    window = _Window(trainer.device)
+    run = step_fn or trainer.train_step
+    count = [0]
+
+    def one() -> None:
+        item, record = next(batches)
+        trainer.before_step(count[0])
+        window.add(run(item, record))
+        count[0] += 1
+        if count[0] % REPORT_EVERY == 0:
+            _report_window(trainer.ctx, trainer, window, count[0], 1, tracker)
+
+    return one
+
+
+def plain_sgd(model: Any, world: int) -> Any:
+    """The optimizer a plain loop would use: ``torch.optim.SGD`` with its defaults (foreach on GPU)."""
+    import torch
+
+    return torch.optim.SGD(
+        model.parameters(), lr=0.02 * world, momentum=0.9, nesterov=True, weight_decay=1e-4
+    )
 
 
 def rank_main(args: argparse.Namespace) -> None:
-    """One rank: build the three trainers, run the rounds, report from rank 0."""
+    """One rank: build the four sides, run the rounds, report from rank 0."""
     import torch
     import torch.distributed as dist
     from mlbench_worker.comm import TorchComm
-    from mlbench_worker.config import parse_config
-    from mlbench_worker.context import RunContext, detect_rendezvous, limit_threads
+    from mlbench_worker.context import limit_threads
     from mlbench_worker.data import cifar10
     from mlbench_worker.models.resnet import resnet20
     from mlbench_worker.reporter import Reporter
-    from mlbench_worker.tasks.resnet20 import ResNet20Trainer
-    from mlbench_worker.tasks.training import _iterate
     from mlbench_worker.tracker import Tracker
     from torch.nn.parallel import DistributedDataParallel
 
@@ -68,80 +148,50 @@ def rank_main(args: argparse.Namespace) -> None:
     batch = 128
     samples = batch * world * max(2, args.steps) * 2
 
-    def trainer(layout: dict[str, Any]) -> tuple[ResNet20Trainer, RunContext]:
-        config = parse_config(
-            {
-                "run_id": "bench",
-                "task": "1a",
-                "backend": "gloo",
-                "world_size": world,
-                "threads_per_rank": args.threads,
-                "data": {"source": "synthetic", "options": {"train_samples": samples, "val_samples": 16}},
-                "hyperparameters": {
-                    "batch_size": batch,
-                    "lr": 0.02 * world,
-                    "base_lr": 0.02,
-                    "warmup_epochs": 0,
-                    "overlap_comm": args.overlap,
-                    **layout,
-                },
-            }
-        )
-        ctx = RunContext(config, detect_rendezvous(), comm, torch.device("cpu"), reporter)
-        torch.manual_seed(0)
-        built = ResNet20Trainer(ctx)
-        built.model.train()
-        return built, ctx
-
     reporter = Reporter(None, "bench", "", comm.rank)
-    ours, ctx = trainer({})  # the task's defaults: channels_last auto
-    nchw, _ = trainer({"channels_last": False})
-    trackers = {"ours": Tracker(ctx.device), "ours-nchw": Tracker(ctx.device)}
+    device = torch.device("cpu")
+    common = {"batch": batch, "samples": samples, "threads": args.threads}
+    overlap = {"overlap_comm": args.overlap}
+    ours = build_trainer(comm, device, reporter, **common, hp=overlap)  # the task's defaults
+    nchw = build_trainer(comm, device, reporter, **common, hp={**overlap, "channels_last": False})
+    trackers = {"ours": Tracker(device), "ours-nchw": Tracker(device)}
     for tracker in trackers.values():
         tracker.train()
 
-    torch.manual_seed(0)
-    peer_model = DistributedDataParallel(resnet20())
-    peer_model.train()
-    peer_opt = torch.optim.SGD(
-        peer_model.parameters(), lr=0.02 * world, momentum=0.9, nesterov=True, weight_decay=1e-4
-    )
+    def peer(channels_last: bool) -> tuple[Any, Any, Any]:
+        torch.manual_seed(0)
+        model = resnet20()
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        ddp = DistributedDataParallel(model)
+        ddp.train()
+        return (
+            ddp,
+            plain_sgd(ddp, world),
+            cifar10.Augmenter(device, seed=comm.rank, channels_last=channels_last),
+        )
+
     loss_fn = torch.nn.CrossEntropyLoss()
-    augmenter = cifar10.Augmenter(ctx.device, seed=comm.rank)
 
-    def cycle(make: Callable[[int], Iterator[Any]]) -> Iterator[Any]:
-        epoch = 0
-        while True:
-            epoch += 1
-            yield from make(epoch)
-
-    def runtime_step(t: ResNet20Trainer, tracker: Tracker) -> Callable[[], None]:
-        batches = cycle(lambda e: _iterate(t.train_batches(e), tracker))
-        step = [0]
+    def peer_step(channels_last: bool) -> Callable[[], None]:
+        model, optimizer, augmenter = peer(channels_last)
+        batches = cycle(
+            lambda e: cifar10.train_batches(ours.train_set, augmenter, batch, epoch=e, seed=ours.seed)
+        )
 
         def one() -> None:
-            item, record = next(batches)
-            t.before_step(step[0])
-            t.train_step(item, record)
-            step[0] += 1
+            inputs, target = next(batches)
+            optimizer.zero_grad()
+            loss_fn(model(inputs), target).backward()
+            optimizer.step()
 
         return one
-
-    peer_batches = cycle(
-        lambda e: cifar10.train_batches(ours.train_set, augmenter, batch, epoch=e, seed=ours.seed)
-    )
-
-    def peer_step() -> None:
-        inputs, target = next(peer_batches)
-        peer_opt.zero_grad()
-        loss = loss_fn(peer_model(inputs), target)
-        loss.backward()
-        peer_opt.step()
 
     sides: dict[str, Callable[[], None]] = {
         "ours": runtime_step(ours, trackers["ours"]),
         "ours-nchw": runtime_step(nchw, trackers["ours-nchw"]),
-        "ddp": peer_step,
+        "ddp": peer_step(False),
+        "ddp-cl": peer_step(True),
     }
     for fn in sides.values():  # warm-up (DDP builds its buckets on the first steps)
         for _ in range(2):
@@ -182,22 +232,25 @@ def report(
     )
     for name, label in (
         ("ours", "ours (runtime defaults: channels_last on CPU)"),
-        ("ours-nchw", "ours, channels_last off (like for like)"),
+        ("ours-nchw", "ours, channels_last off"),
         ("ddp", "plain DDP loop (NCHW)"),
+        ("ddp-cl", "plain DDP loop, channels_last"),
     ):
         print(
             f"  {label:<47}: {statistics.median(times[name]) * 1e3:7.1f} ms/step, "
             f"CPU {statistics.median(cpu[name]) * 1e3:5.0f} ms/step (both ranks)"
         )
-    for name, label in (("ours", "ratio DDP/ours"), ("ours-nchw", "ratio DDP/ours-nchw")):
-        ratios = [d / o for o, d in zip(times[name], times["ddp"], strict=True)]
-        cpu_ratios = [d / o for o, d in zip(cpu[name], cpu["ddp"], strict=True)]
+    for name, peer, label in PAIRS:  # like for like: the same layout on both sides
+        ratios = [d / o for o, d in zip(times[name], times[peer], strict=True)]
+        cpu_ratios = [d / o for o, d in zip(cpu[name], cpu[peer], strict=True)]
         low, high = median_interval(ratios)
         print(
             f"  {label:<20}: {statistics.median(ratios):6.3f} wall (95% interval {low:.3f} .. {high:.3f}; "
             f"faster in {sum(r > 1 for r in ratios)} of {len(ratios)} rounds), "
-            f"{statistics.median(cpu_ratios):6.3f} CPU time" + ("   goal: >= 1.0" if name == "ours" else "")
+            f"{statistics.median(cpu_ratios):6.3f} CPU time   goal: >= 1.0"
         )
+    ddp_ratios = [d / o for o, d in zip(times["ours"], times["ddp"], strict=True)]
+    print(f"  ratio DDP (NCHW)/ours (runtime defaults): {statistics.median(ddp_ratios):6.3f} wall")
     phases = {k[len("phase_") :]: v for k, v in totals.items() if k.startswith("phase_")}
     total = max(1e-9, sum(phases.values()))
     shares = ", ".join(f"{k} {v / total * 100:.1f}%" for k, v in phases.items())

@@ -35,7 +35,8 @@ _HANDLE_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+-]*)://(?P<where>[^/]*)/(?P<r
 class RunHandle:
     """Where a run lives: executor scheme, location (host or namespace) and run id.
 
-    As text ``local://myhost/<run-id>`` or ``kubernetes://<namespace>/<run-id>``, parsed only here.
+    As text ``local://myhost/<run-id>``, ``kubernetes://<namespace>/<run-id>`` or
+    ``slurm://<job-id>@<cluster>/<run-id>``, parsed only here.
     """
 
     scheme: str
@@ -48,7 +49,8 @@ class RunHandle:
         if not match:
             raise ExecutorError(
                 f"not a run handle: {text!r}",
-                hint="handles look like local://HOST/RUN_ID or kubernetes://NAMESPACE/RUN_ID",
+                hint="handles look like local://HOST/RUN_ID, kubernetes://NAMESPACE/RUN_ID "
+                "or slurm://JOB_ID@CLUSTER/RUN_ID",
             )
         return cls(match["scheme"], match["where"], match["run_id"])
 

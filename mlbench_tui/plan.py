@@ -44,6 +44,9 @@ class ResourcesPlan(_Frozen):
     memory: str | None = Field(default=None, description="Kubernetes memory quantity per rank, e.g. '12Gi'.")
     gpus: int = Field(default=0, ge=0, description="GPUs per rank.")
     gpu_type: str | None = Field(default=None, description="GPU model, e.g. 'T4', 'A100'.")
+    gpu_type_strict: bool = Field(
+        default=True, description="Ranks fail at start on a GPU that is not gpu_type (hardware.gpu.strict)."
+    )
     precision: Literal["fp32", "bf16", "fp16", "amp"] = "fp32"
 
 
@@ -55,6 +58,12 @@ class DataPlan(_Frozen):
         default=None, description="Dataset directory (path) or cache directory (download)."
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
+
+
+class ImplementationPlan(_Frozen):
+    """How the worker executes steps (the spec's ``implementation``; the math stays the task's)."""
+
+    cuda_graphs: bool = Field(default=False, description="Replay each training step from CUDA graphs.")
 
 
 class RunPlan(_Frozen):
@@ -78,8 +87,9 @@ class RunPlan(_Frozen):
     hyperparameters: dict[str, Any] = Field(
         description="Effective hyperparameters (defaults + overrides, scaled)."
     )
+    implementation: ImplementationPlan = Field(default_factory=ImplementationPlan)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
-    target: Target = Field(description="The spec's target: local processes or a Kubernetes cluster.")
+    target: Target = Field(description="The spec's target: local processes, a Kubernetes or a Slurm cluster.")
     price_per_hour: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -104,9 +114,12 @@ def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
         "max_time_s": plan.max_time_s,
         "precision": plan.resources.precision,
         "device": "cuda" if plan.resources.gpus > 0 else "cpu",
+        "gpu_type": plan.resources.gpu_type if plan.resources.gpus > 0 else None,
+        "gpu_type_strict": plan.resources.gpu_type_strict,
         "threads_per_rank": plan.resources.threads_per_rank,
         "data": plan.data.model_dump(),
         "hyperparameters": dict(plan.hyperparameters),
+        "implementation": plan.implementation.model_dump(),
     }
 
 
@@ -178,9 +191,11 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
         memory=hw.memory,
         gpus=hw.gpus,
         gpu_type=hw.gpu.type if hw.gpu else None,
+        gpu_type_strict=hw.gpu.strict if hw.gpu else True,
         precision=hw.precision,
     )
     data = DataPlan(source=body.data.source, path=body.data.path, options=dict(body.data.options))
+    implementation = ImplementationPlan(cuda_graphs=body.implementation.cuda_graphs)
     if task.id == "0a" and "data" not in body.model_fields_set:
         data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
@@ -206,6 +221,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     resources=resources,
                     data=data,
                     hyperparameters=dict(hp),
+                    implementation=implementation,
                     env=dict(env),
                     target=body.target,
                     price_per_hour=body.price_per_hour,

@@ -1,10 +1,17 @@
-"""Suite-wide fixtures: every test gets its own MLBENCH_HOME so no test touches a user's store."""
+"""Suite-wide fixtures: every test gets its own MLBENCH_HOME so no test touches a user's store;
+``slurm_cluster`` is a real two-node Slurm cluster on 127.0.0.1 shared by the session."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from support.slurm import SlurmCluster, start_cluster, why_unavailable
+
+if TYPE_CHECKING:
+    from mlbench_tui.executors import slurm_cluster as slurm_clusters
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +21,29 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     for var in ("MLBENCH_DB", "MLBENCH_SERVER_URL", "MLBENCH_TOKEN", "MLBENCH_READ_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     return home
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """munged, slurmctld and slurmd n1/n2 on 127.0.0.1 (skipped with the reason where they cannot
+    run: not installed, or not root); every job is cancelled and every daemon stopped after."""
+    reason = why_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm_recorded(slurm_cluster: SlurmCluster, _isolated_home: Path) -> slurm_clusters.SlurmCluster:
+    """The test cluster recorded as ``test`` (``mlbench cluster add slurm test``) in this test's
+    MLBENCH_HOME, partition ``debug``, so specs say ``target: {kind: slurm, cluster: test}``."""
+    from mlbench_tui.executors import slurm_cluster as slurm_clusters
+    from mlbench_tui.infra.slurm import SlurmProvider
+
+    cluster = slurm_clusters.SlurmCluster(name="test", partition="debug", conf=str(slurm_cluster.conf))
+    SlurmProvider().add(cluster)
+    return cluster

@@ -153,6 +153,7 @@ def test_resources_env_target_labels() -> None:
         "memory": "32Gi",
         "gpus": 1,
         "gpu_type": "A100",
+        "gpu_type_strict": True,
         "precision": "amp",
     }
     assert plan.env == {"OMP_NUM_THREADS": "4", "NCCL_DEBUG": "INFO"}  # the spec's env wins
@@ -207,3 +208,22 @@ def test_allreduce_reads_no_dataset() -> None:
     with pytest.raises(SpecError) as info:
         make({"task": "0a", "data": "download"})
     assert "reads no dataset" in info.value.render()
+
+
+def test_cuda_graphs_are_recorded_in_the_plan_and_the_worker_config() -> None:
+    gpu = {"task": "1a", "backend": "nccl", "hardware": {"gpu": "1xH100"}}
+    (eager,) = expand(make(gpu))
+    (graphed,) = expand(make({**gpu, "implementation": {"cuda_graphs": True}}))
+    assert eager.implementation.cuda_graphs is False  # off by default
+    assert graphed.implementation.cuda_graphs is True
+    assert worker_config(eager, "r")["implementation"] == {"cuda_graphs": False}
+    assert worker_config(graphed, "r")["implementation"] == {"cuda_graphs": True}
+    assert RunPlan.model_validate(graphed.model_dump()).implementation.cuda_graphs is True
+
+
+def test_an_implementation_left_at_its_defaults_keeps_the_spec_hash() -> None:
+    body = {"task": "1a", "backend": "nccl", "hardware": {"gpu": "1xH100"}}
+    plain = make(body)
+    assert "implementation" not in plain.normalized()["spec"]  # specs from before the field: same hash
+    assert spec_hash(make({**body, "implementation": {"cuda_graphs": False}})) == spec_hash(plain)
+    assert spec_hash(make({**body, "implementation": {"cuda_graphs": True}})) != spec_hash(plain)

@@ -1,4 +1,4 @@
-"""Cluster commands: ``cluster create|delete|list|use|init``.
+"""Cluster commands: ``cluster create|add|delete|list|use|init``.
 
 Thin: parse, build a ``ClusterRequest``, show the cost estimate and ask, call the provider from
 ``mlbench_tui.infra.providers``' registry, print. Progress goes to stderr; stdout carries only
@@ -9,6 +9,7 @@ module level (``mlbench --help`` stays fast).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import IO, Any
@@ -65,8 +66,43 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="namespace for the in-cluster server")
     p.set_defaults(handler=cmd_create)
 
-    p = cmds.add_parser("delete", help="delete a cluster, its kubeconfig context and its record")
-    p.add_argument("provider", metavar="PROVIDER", help="gcp, aws or kind")
+    p = cmds.add_parser(
+        "add",
+        help="record an existing Slurm cluster (partition, shared directory, server URL)",
+        description="Record how to use an existing Slurm cluster from this login node, so a spec can say "
+        "target: {kind: slurm, cluster: NAME}. Nothing is provisioned; adding NAME again updates it.",
+    )
+    p.add_argument("provider", metavar="PROVIDER", choices=("slurm",), help="slurm")
+    p.add_argument("name", metavar="NAME", help="cluster name (lowercase letters, digits, '-')")
+    p.add_argument("--partition", help="default partition (a spec's target.partition wins)")
+    p.add_argument("--account", help="default account")
+    p.add_argument("--qos", help="default quality of service")
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="directory on the shared filesystem for run files and per-rank logs "
+        "(default: mlbench's runs directory, which must then be shared)",
+    )
+    p.add_argument(
+        "--server-url",
+        metavar="URL",
+        help="metrics server URL as the compute nodes see it (default: this host's address when "
+        "`mlbench server --host 0.0.0.0` runs, else the local URL)",
+    )
+    p.add_argument("--conf", metavar="FILE", help="slurm.conf for the client tools (SLURM_CONF)")
+    p.add_argument("--python", metavar="PATH", help="Python on the compute nodes (default: this one)")
+    p.add_argument(
+        "--gpu-option",
+        choices=("gpus-per-task", "gres"),
+        default="gpus-per-task",
+        help="how to ask for GPUs: --gpus-per-task (default) or --gres=gpu:N per node",
+    )
+    p.set_defaults(handler=cmd_add)
+
+    p = cmds.add_parser(
+        "delete", help="delete a cluster, its kubeconfig context and its record (slurm: forget the record)"
+    )
+    p.add_argument("provider", metavar="PROVIDER", help="gcp, aws, kind or slurm")
     p.add_argument("name", metavar="NAME")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler=cmd_delete)
@@ -75,9 +111,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.set_defaults(handler=cmd_list)
 
-    p = cmds.add_parser("use", help="make a cluster's context the current kubeconfig context")
+    p = cmds.add_parser(
+        "use",
+        help="make a cluster current: its kubeconfig context, or the default Slurm cluster of specs",
+    )
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--provider", help="gcp, aws or kind (when several clusters share NAME)")
+    p.add_argument("--provider", help="gcp, aws, kind or slurm (when several clusters share NAME)")
     p.set_defaults(handler=cmd_use)
 
     p = cmds.add_parser(
@@ -189,10 +228,41 @@ def _install_server(context: str | None, namespace: str, *, required: bool) -> N
     installer(context, namespace)
 
 
+def cmd_add(args: argparse.Namespace) -> int:
+    from mlbench_tui.executors.slurm_cluster import SlurmCluster
+    from mlbench_tui.infra.slurm import SlurmProvider
+
+    cluster = SlurmCluster(
+        name=args.name,
+        partition=args.partition,
+        account=args.account,
+        qos=args.qos,
+        workdir=args.workdir,
+        server_url=args.server_url,
+        conf=args.conf,
+        python=args.python,
+        gpu_option=args.gpu_option,
+    )
+    record = SlurmProvider().add(cluster)
+    if not args.server_url:
+        _progress(
+            "note: workers report to this host's metrics server; compute nodes other than this host reach "
+            "it only if it listens beyond loopback (`mlbench server --host 0.0.0.0`) or with --server-url"
+        )
+    _progress(
+        f"recorded Slurm cluster {args.name}; use it with target: {{kind: slurm, cluster: {args.name}}}"
+    )
+    print(record.context)
+    return 0
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     from mlbench_tui.infra.providers import load_provider
 
     provider = load_provider(args.provider)
+    if args.provider == "slurm":  # only a record to forget: nothing to confirm
+        provider.delete(args.name, progress=_progress)
+        return 0
     check = getattr(provider, "check_delete", None)
     if callable(check):
         check(args.name)  # missing tools/credentials before asking
@@ -226,23 +296,25 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_json() for r in records], indent=2, sort_keys=True))
         return 0
     if not records:
-        _progress("no clusters; create one with `mlbench cluster create gcp|aws|kind NAME`")
+        _progress(
+            "no clusters; create one with `mlbench cluster create gcp|aws|kind NAME` "
+            "or record a Slurm cluster with `mlbench cluster add slurm NAME`"
+        )
         return 0
     from mlbench_tui.commands.spec import render_table
     from mlbench_tui.infra import kubeconfig
+    from mlbench_tui.infra.slurm import SlurmProvider
 
-    current = ""
-    try:
-        current = kubeconfig.current_context() or ""
-    except Exception:  # a broken kubeconfig must not hide the list
-        current = ""
+    current = {SlurmProvider().current_context()}
+    with contextlib.suppress(Exception):  # a broken kubeconfig must not hide the list
+        current.add(kubeconfig.current_context())
     header = ("", "NAME", "PROVIDER", "STATUS", "LOCATION", "NODES", "GPU", "MACHINE", "SPOT", "CONTEXT")
     rows = []
     for r in records:
         location = r.zone or r.region or "-"
         rows.append(
             (
-                "*" if r.context == current else "",
+                "*" if r.context in current else "",
                 r.name,
                 r.provider,
                 r.status,

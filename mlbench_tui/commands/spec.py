@@ -39,7 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Expand specs into run plans: one per backend x workers x repeat.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
-    p.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table", help="output format")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml", "json", "sbatch"),
+        default="table",
+        help="output format (sbatch: the batch scripts of a slurm target)",
+    )
     p.set_defaults(handler=cmd_plan)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the spec language")
@@ -165,9 +171,13 @@ def plan_documents(plans: Sequence[RunPlan]) -> list[dict[str, Any]]:
 
 
 def render_plans(plans: Sequence[RunPlan], output: str) -> str:
-    """Text for ``mlbench plan -o table|yaml|json``."""
+    """Text for ``mlbench plan -o table|yaml|json|sbatch``."""
     if output == "json":
         return json.dumps(plan_documents(plans), indent=2) + "\n"
+    if output == "sbatch":
+        from mlbench_tui.executors.slurm import plan_scripts
+
+        return plan_scripts(list(plans))
     if output == "yaml":
         if plans and all(p.target.kind == "kubernetes" for p in plans):
             # Kubernetes targets: the manifests `kubectl apply -f -` accepts (tokens left out).

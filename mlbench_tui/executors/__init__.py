@@ -1,4 +1,5 @@
-"""Executors launch run plans: local processes or Kubernetes Jobs (modelled on TorchX schedulers)."""
+"""Executors launch run plans: local processes, Kubernetes Jobs or Slurm batch jobs (modelled on
+TorchX schedulers)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
 EXECUTORS: dict[str, str] = {
     "local": "mlbench_tui.executors.local:LocalExecutor",
     "kubernetes": "mlbench_tui.executors.kubernetes:KubernetesExecutor",
+    "slurm": "mlbench_tui.executors.slurm:SlurmExecutor",
 }
 
 

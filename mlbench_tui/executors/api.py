@@ -1,8 +1,9 @@
-"""The executor API shared by the local and Kubernetes executors (modelled on TorchX's Scheduler).
+"""The executor API shared by the local, Kubernetes and Slurm executors (modelled on TorchX's
+Scheduler).
 
-``dryrun(plan, launch)`` is pure and returns exactly what will run (commands or manifests);
-``schedule(dryrun)`` makes it happen; ``submit = schedule(dryrun(...))``. Logs are optional:
-``log_iter`` and ``log_tailer`` refuse with a clear error unless an executor supports them.
+``dryrun(plan, launch)`` is pure and returns exactly what will run (commands, manifests or a batch
+script); ``schedule(dryrun)`` makes it happen; ``submit = schedule(dryrun(...))``. Logs are
+optional: ``log_iter`` and ``log_tailer`` refuse with a clear error unless an executor supports them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class DryRun:
     commands: tuple[tuple[str, ...], ...] = ()  # local: argv per launcher process
     env: dict[str, str] = field(default_factory=dict, repr=False)  # local: environment of the launcher
     manifests: tuple[dict[str, Any], ...] = ()  # kubernetes: objects to apply, in order
+    files: tuple[tuple[str, str], ...] = ()  # slurm: (path, text) written before the commands run
     worker_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -73,6 +75,9 @@ class Executor(abc.ABC):
     """Launches run plans somewhere and watches them."""
 
     name: str = ""
+    # True when the target itself stops a run at its max_time (Slurm's --time), so the engine
+    # does not stop it early (a queued job's wait does not count against max_time there).
+    enforces_max_time: bool = False
 
     @abc.abstractmethod
     def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:

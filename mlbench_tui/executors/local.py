@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -407,17 +407,10 @@ class LocalExecutor(Executor):
         resolved = self._resolve(handle)
         if self.describe(resolved) is None:
             raise ExecutorError(f"unknown run {resolved}")
-        pattern = log_filter(regex)
         tailer = RankLogTailer(self.log_dir(resolved.run_id), ranks=None if rank is None else [rank])
-        while True:
-            done = not follow or self._finished(resolved)
-            for line_rank, line in tailer.poll(final=done, since=since):
-                if pattern is not None and not pattern.search(line):
-                    continue
-                yield line if rank is not None else f"[rank {line_rank}] {line}"
-            if done:
-                return
-            time.sleep(0.2)
+        yield from follow_rank_logs(
+            tailer, lambda: self._finished(resolved), rank=rank, follow=follow, since=since, regex=regex
+        )
 
     def log_tailer(self, handle: RunHandle | str) -> RankLogTailer:
         """A tailer over this run's rank logs plus the launcher's own output (as rank -1)."""
@@ -427,6 +420,29 @@ class LocalExecutor(Executor):
     def _finished(self, handle: RunHandle) -> bool:
         status = self.describe(handle)
         return status is None or status.state.is_terminal() or status.state is RunState.UNKNOWN
+
+
+def follow_rank_logs(
+    tailer: RankLogTailer,
+    finished: Callable[[], bool],
+    *,
+    rank: int | None,
+    follow: bool,
+    since: float | None,
+    regex: str | None,
+) -> Iterator[str]:
+    """``log_iter`` over rank log files: one rank's lines, or every rank's prefixed ``[rank N]``,
+    filtered by ``regex``; ``follow`` reads on until ``finished()``."""
+    pattern = log_filter(regex)
+    while True:
+        done = not follow or finished()
+        for line_rank, line in tailer.poll(final=done, since=since):
+            if pattern is not None and not pattern.search(line):
+                continue
+            yield line if rank is not None else f"[rank {line_rank}] {line}"
+        if done:
+            return
+        time.sleep(0.2)
 
 
 _RANK_FILE = re.compile(r"^rank-(\d+)\.log$")

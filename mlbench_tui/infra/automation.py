@@ -27,19 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlbench_tui.errors import InfraError
-from mlbench_tui.infra import kubeconfig
-from mlbench_tui.infra.prices import NodeShape, resolve_shape
-from mlbench_tui.infra.providers import (
+from mlbench_tui.cluster_records import (
     ClusterRecord,
-    ClusterRequest,
-    Progress,
-    context_name,
     find_record,
     load_records,
     remove_record,
     save_record,
     state_dir,
+)
+from mlbench_tui.errors import InfraError
+from mlbench_tui.infra import kubeconfig
+from mlbench_tui.infra.prices import NodeShape, resolve_shape
+from mlbench_tui.infra.providers import (
+    ClusterRequest,
+    Progress,
+    context_name,
 )
 
 MIN_PULUMI_VERSION = (3, 100, 0)

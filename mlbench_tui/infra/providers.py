@@ -1,24 +1,23 @@
-"""The cluster provider protocol, the provider registry, and the local record of clusters.
+"""The cluster provider protocol and the provider registry.
 
-``mlbench cluster`` talks to every backend (GKE, EKS, KIND) through the small ``Provider``
+``mlbench cluster`` talks to every backend (GKE, EKS, KIND, Slurm) through the small ``Provider``
 protocol. Providers are registered by name as ``"module:Class"`` and imported lazily (TorchX's
-scheduler registry), so a new backend is one module plus one line. Clusters created through
-mlbench are remembered as JSON records under the state directory, which is what ``cluster list``
-and ``cluster use`` read without needing any cloud tool installed.
+scheduler registry), so a new backend is one module plus one line. Clusters are remembered as
+JSON records under the state directory (``mlbench_tui.cluster_records``), which is what
+``cluster list`` and ``cluster use`` read without needing any cloud tool installed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from mlbench_tui.cluster_records import ClusterRecord
 from mlbench_tui.errors import InfraError, UsageError
+from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
 
 # name -> "module:Class". The kind provider and the in-cluster install live with the Kubernetes
 # code (issue 6); they are optional here and a clear error says so when they are missing.
@@ -26,13 +25,12 @@ PROVIDERS: dict[str, str] = {
     "gcp": "mlbench_tui.infra.automation:GcpProvider",
     "aws": "mlbench_tui.infra.automation:AwsProvider",
     "kind": "mlbench_tui.infra.kind:KindProvider",
+    "slurm": "mlbench_tui.infra.slurm:SlurmProvider",
 }
 
 # The in-cluster server installer: ``install(context: str | None, namespace: str) -> None``.
 INCLUSTER_INSTALLER = "mlbench_tui.infra.incluster:install"
 
-# GPU models users may ask for with ``--gpu NxMODEL``; per-cloud availability is in the price table.
-GPU_MODELS: tuple[str, ...] = ("T4", "L4", "A10G", "P4", "P100", "V100", "A100", "A100-80GB", "H100")
 
 Progress = Callable[[str], None]
 
@@ -56,11 +54,17 @@ def parse_gpu(text: str) -> GpuSpec:
     match = _GPU_RE.match(text)
     if match is None:
         raise UsageError(f"invalid GPU spec {text!r}", hint="use COUNTxMODEL, e.g. 1xT4 or 8xA100")
-    count, model = int(match.group(1)), match.group(2).upper()
+    count, typed = int(match.group(1)), match.group(2)
     if not 1 <= count <= 16:
         raise UsageError(f"invalid GPU count {count} in {text!r}", hint="GPUs per node must be 1..16")
-    if model not in GPU_MODELS:
-        raise UsageError(f"unknown GPU model {model!r}", hint=f"known models: {', '.join(GPU_MODELS)}")
+    model = canonical_gpu_model(typed)
+    if model is None:
+        suggestion = suggest_gpu_model(typed)
+        known = f"known models: {', '.join(GPU_MODELS)}"
+        raise UsageError(
+            f"unknown GPU model {typed!r}",
+            hint=f"did you mean '{suggestion}'? ({known})" if suggestion else known,
+        )
     return GpuSpec(count, model)
 
 
@@ -110,33 +114,6 @@ class ClusterRequest:
     def autoscaling_max(self) -> int:
         """Upper bound of the GPU pool size (defaults to ``max(nodes, min_nodes)``)."""
         return max(self.nodes, self.autoscaling_min) if self.max_nodes is None else self.max_nodes
-
-
-@dataclass
-class ClusterRecord:
-    """A cluster mlbench created: enough to list it, switch to it and delete it."""
-
-    provider: str
-    name: str
-    context: str
-    region: str | None = None
-    zone: str | None = None
-    project: str | None = None
-    nodes: int | None = None
-    gpu: str | None = None
-    machine_type: str | None = None
-    spot: bool = False
-    created_at: str | None = None
-    status: str = "ready"  # "creating", "failed" (a half-created cluster that may cost money), "ready"
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClusterRecord:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 class Provider(Protocol):
@@ -206,63 +183,9 @@ def load_incluster_installer() -> Callable[[str | None, str], None] | None:
     return installer
 
 
-def state_dir() -> Path:
-    """mlbench's state directory (``$MLBENCH_HOME/state``, else the platform's user state dir)."""
-    from mlbench_tui.settings import Paths
-
-    return Paths.from_env().state_dir
-
-
 def context_name(provider: str, name: str) -> str:
     """The kubeconfig context mlbench writes for a cluster."""
     return f"mlbench-{provider}-{name}"
-
-
-def _records_dir() -> Path:
-    return state_dir() / "clusters"
-
-
-def save_record(record: ClusterRecord) -> Path:
-    """Write (or overwrite) a cluster record; returns its path."""
-    path = _records_dir() / record.provider / f"{record.name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
-def load_records(provider: str | None = None) -> list[ClusterRecord]:
-    """All saved records (of one provider when given), sorted by provider and name."""
-    root = _records_dir()
-    if not root.is_dir():
-        return []
-    pattern = f"{provider}/*.json" if provider else "*/*.json"
-    records = []
-    for path in sorted(root.glob(pattern)):
-        try:
-            records.append(ClusterRecord.from_json(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, TypeError):
-            continue  # a corrupt record must not break `cluster list`
-    return records
-
-
-def find_record(provider: str, name: str) -> ClusterRecord | None:
-    """The record of one cluster, or None."""
-    for record in load_records(provider):
-        if record.name == name:
-            return record
-    return None
-
-
-def remove_record(provider: str, name: str) -> bool:
-    """Forget a cluster; returns whether a record existed."""
-    path = _records_dir() / provider / f"{name}.json"
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return True
 
 
 class ClusterConfigError(ValueError):

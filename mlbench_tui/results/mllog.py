@@ -295,28 +295,30 @@ def _epochs(
 
 def _sweep(plan: RunPlan, metrics: Sequence[MetricPoint], *, start: float) -> list[Entry]:
     """Task 0a: each (dtype, size) point is a block of ``repetitions`` timed all-reduces (samples);
-    its eval_accuracy is its bus bandwidth in GB/s, with the latencies in the metadata."""
+    its eval_accuracy is its bus bandwidth in GB/s, with the latencies in the metadata. One rank
+    moves no data and reports no bandwidth: its points' eval_accuracy is the p50 latency in s."""
     repetitions = int(plan.hyperparameters.get("repetitions", 1))
+    figure_of, unit = ("busbw", "GB/s") if plan.workers > 1 else ("latency_p50", "s")
     points: dict[tuple[str, int], dict[str, MetricPoint]] = {}  # (dtype, size) -> figure -> point
     for p in metrics:
         if p.rank == 0 and p.name.startswith("allreduce_") and p.step is not None:
             dtype, _, figure = p.name.removeprefix("allreduce_").partition("_")
             points.setdefault((dtype, p.step), {})[figure] = p
     measured = sorted(
-        ((dtype, size, figures) for (dtype, size), figures in points.items() if "busbw" in figures),
-        key=lambda item: (_t(item[2]["busbw"].t), item[1]),
+        ((dtype, size, figures) for (dtype, size), figures in points.items() if figure_of in figures),
+        key=lambda item: (_t(item[2][figure_of].t), item[1]),
     )
     out: list[Entry] = []
     done, block_t = 0, start
     for dtype, size, figures in measured:
-        busbw = figures["busbw"]
-        end_t = _t(busbw.t, block_t)
+        value = figures[figure_of]
+        end_t = _t(value.t, block_t)
         out.append(Entry("block_start", None, block_t, "INTERVAL_START", {"samples_count": done}))
         done += repetitions
-        extra = {figure: p.value for figure, p in figures.items() if figure != "busbw"}
-        meta = {"samples_count": done, "dtype": dtype, "size": size, "unit": "GB/s", **extra}
+        extra = {figure: p.value for figure, p in figures.items() if figure != figure_of}
+        meta = {"samples_count": done, "dtype": dtype, "size": size, "unit": unit, **extra}
         out += [
-            Entry("eval_accuracy", busbw.value, end_t, metadata={**meta, "metric": busbw.name}),
+            Entry("eval_accuracy", value.value, end_t, metadata={**meta, "metric": value.name}),
             Entry("block_stop", None, end_t, "INTERVAL_END", {"samples_count": done}),
         ]
         block_t = end_t

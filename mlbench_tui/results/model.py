@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from mlbench_tui.lifecycle import RunState
-from mlbench_tui.plan import GoalPlan
+from mlbench_tui.plan import GoalPlan, ImplementationPlan
 
 
 def _stored_goal(value: Any) -> Any:
@@ -29,6 +29,16 @@ def _stored_goal(value: Any) -> Any:
 
 
 StoredGoal = Annotated[GoalPlan | None, BeforeValidator(_stored_goal)]
+
+
+def _stored_implementation(value: Any) -> Any:
+    """An implementation as any version stored it: options a newer version added are ignored."""
+    if not isinstance(value, dict):
+        return value
+    return {key: option for key, option in value.items() if key in ImplementationPlan.model_fields}
+
+
+StoredImplementation = Annotated[ImplementationPlan, BeforeValidator(_stored_implementation)]
 
 
 class _Loose(BaseModel):
@@ -47,12 +57,20 @@ class TimeSplit(_Loose):
 
 
 class AllreduceFigures(_Loose):
-    """Task 0a, per dtype: sizes measured, peak bus bandwidth and the smallest size's latency."""
+    """Task 0a, per dtype: sizes measured, peak bus bandwidth and the smallest size's latency,
+    and what to make of them (one rank has latency only; a bandwidth above the device's
+    plausibility ceiling is timing, not transfer)."""
 
     sizes: int = 0
     peak_busbw_gbps: float | None = None
     peak_busbw_size: int | None = None
     min_size_latency_p50_s: float | None = None
+    latency_only: bool = Field(default=False, description="One rank: its all-reduce moves no data.")
+    busbw_ceiling_gbps: float | None = Field(
+        default=None, description="The plausibility ceiling the worker reported for its device."
+    )
+    above_ceiling: int = Field(default=0, description="Sizes whose bus bandwidth is above the ceiling.")
+    note: str | None = Field(default=None, description="Why there is no bandwidth, or why it is flagged.")
 
 
 class RunResult(_Loose):
@@ -68,6 +86,9 @@ class RunResult(_Loose):
     backend: str = ""
     workers: int = 1
     repeat: int = 0
+    implementation: StoredImplementation = Field(
+        default_factory=ImplementationPlan, description="How the worker executed steps (CUDA graphs)."
+    )
     state: RunState = RunState.UNKNOWN
     message: str | None = Field(default=None, description="Why the run ended as it did, when it failed.")
     stop_reason: str | None = Field(default=None, description="The worker's reason for stopping.")
@@ -76,6 +97,9 @@ class RunResult(_Loose):
     reached: bool | None = Field(default=None, description="None for runs without a goal (0a).")
     time_to_accuracy_s: float | None = Field(default=None, description="Training time until the goal.")
     validation_time_s: float | None = Field(default=None, description="Validation time until the goal.")
+    graph_capture_s: float | None = Field(
+        default=None, description="Time capturing CUDA graphs, apart from the time to accuracy."
+    )
     epochs_to_goal: float | None = None
     steps_to_goal: int | None = None
     best_value: float | None = None

@@ -6,20 +6,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlbench_tui.formatting import format_figure, render_table
-from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.model import AllreduceFigures, RunResult
 from mlbench_tui.results.scoring import config_key, score_configs
 
 
+def allreduce_text(dtype: str, figures: AllreduceFigures) -> str:
+    """One dtype of a 0a result in a few words: the peak bandwidth, flagged when no link could
+    carry it, or the latency with the reason there is no bandwidth."""
+    peak = figures.peak_busbw_gbps
+    if peak is None:
+        if not figures.latency_only:
+            return f"{dtype} -"
+        latency = figures.min_size_latency_p50_s
+        shown = "-" if latency is None else f"{latency * 1e6:.3g} us"
+        return f"{dtype} latency {shown} (1 rank: no bandwidth)"
+    text = f"{dtype} peak {peak:.3g} GB/s"
+    if figures.above_ceiling and figures.busbw_ceiling_gbps is not None:
+        text += f" (! above the {figures.busbw_ceiling_gbps:,.0f} GB/s ceiling)"
+    return text
+
+
 def outcome_text(result: RunResult) -> str:
-    """``Prec@1 71 (goal >= 70.0)`` for a run with a goal; peak bus bandwidths for 0a."""
+    """``Prec@1 71 (goal >= 70.0)`` for a run with a goal; per dtype, peak bus bandwidth (or
+    latency for one rank) for 0a."""
     goal = result.goal
     if goal is None:
-        parts = [
-            f"{dtype} peak {entry.peak_busbw_gbps:.3g} GB/s"
-            for dtype, entry in sorted((result.allreduce or {}).items())
-            if entry.peak_busbw_gbps is not None
-        ]
-        return ", ".join(parts) or "-"
+        shown = [allreduce_text(dtype, entry) for dtype, entry in sorted((result.allreduce or {}).items())]
+        return ", ".join(shown) or "-"
     op = ">=" if goal.direction == "max" else "<="
     best = "-" if result.best_value is None else f"{result.best_value:.4g}"
     return f"{goal.metric.removeprefix('val_global_')} {best} (goal {op} {goal.target})"

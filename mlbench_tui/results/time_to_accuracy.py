@@ -187,9 +187,23 @@ def wall_time(events: Iterable[EventRecord]) -> float | None:
     return max(0.0, max(stops) - min(starts))
 
 
-def allreduce_summary(metrics: Iterable[MetricPoint]) -> dict[str, AllreduceFigures] | None:
-    """Task 0a: per dtype, the peak bus bandwidth (GB/s) with its size, and the p50 latency of
-    the smallest size; None when the run reported no all-reduce metrics."""
+LATENCY_ONLY_NOTE = "latency only: one rank's all-reduce moves no data, so it has no bandwidth"
+
+
+def allreduce_summary(
+    metrics: Iterable[MetricPoint], events: Iterable[EventRecord] = (), workers: int | None = None
+) -> dict[str, AllreduceFigures] | None:
+    """Task 0a: per dtype, the number of sizes, the p50 latency of the smallest size and the peak
+    bus bandwidth (GB/s) with its size; None when the run reported no all-reduce metrics.
+
+    A run of one rank (``workers`` 1, or the worker's ``allreduce_sweep`` event says so) has
+    latency only (``latency_only``) and a ``note`` saying why. With the ceiling the worker
+    reported for its device, ``above_ceiling`` counts the sizes whose bandwidth no link could
+    carry (a timing artefact).
+    """
+    sweep = next((e.payload for e in events if e.kind == "allreduce_sweep"), {})
+    latency_only = workers == 1 or bool(sweep.get("latency_only"))
+    ceiling = sweep.get("busbw_ceiling_gbps")
     by_dtype: dict[str, dict[str, Any]] = {}
     for point in metrics:
         if not point.name.startswith("allreduce_") or point.rank != 0:
@@ -197,12 +211,26 @@ def allreduce_summary(metrics: Iterable[MetricPoint]) -> dict[str, AllreduceFigu
         dtype, _, kind = point.name.removeprefix("allreduce_").partition("_")
         entry = by_dtype.setdefault(dtype, {"sizes": 0})
         size = point.step if point.step is not None else 0
-        if kind == "busbw" and point.value > entry.get("peak_busbw_gbps", -1.0):
-            entry["peak_busbw_gbps"] = point.value
-            entry["peak_busbw_size"] = size
+        if kind == "busbw" and not latency_only:
+            if point.value > entry.get("peak_busbw_gbps", -1.0):
+                entry["peak_busbw_gbps"] = point.value
+                entry["peak_busbw_size"] = size
+            if isinstance(ceiling, int | float) and point.value > ceiling:
+                entry["above_ceiling"] = entry.get("above_ceiling", 0) + 1
         elif kind == "latency_p50":
             entry["sizes"] += 1
             if size < entry.get("_min_size", math.inf):
                 entry["_min_size"] = size
                 entry["min_size_latency_p50_s"] = point.value
+    for entry in by_dtype.values():
+        entry.pop("_min_size", None)
+        if latency_only:
+            entry.update(latency_only=True, note=LATENCY_ONLY_NOTE)
+        elif isinstance(ceiling, int | float):
+            entry["busbw_ceiling_gbps"] = float(ceiling)
+            if entry.get("above_ceiling"):
+                entry["note"] = (
+                    f"{entry['above_ceiling']} size(s) above the {ceiling:,.0f} GB/s ceiling "
+                    f"({sweep.get('ceiling_basis') or 'the device'}): timing, not transfer"
+                )
     return {dtype: AllreduceFigures(**entry) for dtype, entry in by_dtype.items()} or None

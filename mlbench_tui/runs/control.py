@@ -6,6 +6,7 @@ import shutil
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from mlbench_tui.errors import MlbenchError
 from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.runs.lookup import executor_for_handle, resolve_run
 
@@ -26,14 +27,30 @@ def cancel_run(client: MlbenchClient, ref: str) -> str:
 
 
 def delete_run(client: MlbenchClient, ref: str) -> str:
-    """Cancel a run if it is still going, then delete it from the store and its local files."""
+    """Cancel a run if it is still going, then delete it from the store and its files."""
     run = resolve_run(client, ref)
     if not run.state.is_terminal() and run.handle:
         handle = RunHandle.parse(run.handle)
         executor_for_handle(handle).cancel(handle)
     client.delete_run(run.id)
-    if run.handle and RunHandle.parse(run.handle).scheme == "local":
+    if run.handle:
+        _remove_run_files(RunHandle.parse(run.handle))
+    return f"deleted {run.name} ({run.id})"
+
+
+def _remove_run_files(handle: RunHandle) -> None:
+    """The run's working directory (config, rank logs): locally, or on the Slurm cluster's
+    shared filesystem when its record is still known."""
+    if handle.scheme == "local":
         from mlbench_tui.executors.local import LocalExecutor
 
-        shutil.rmtree(LocalExecutor().run_dir(run.id), ignore_errors=True)
-    return f"deleted {run.name} ({run.id})"
+        shutil.rmtree(LocalExecutor().run_dir(handle.run_id), ignore_errors=True)
+    elif handle.scheme == "slurm":
+        from mlbench_tui.executors.slurm import SlurmExecutor, parse_handle
+
+        executor = SlurmExecutor()
+        try:
+            run_dir = executor.run_dir(executor.cluster(parse_handle(handle)[2]), handle.run_id)
+        except MlbenchError:
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -41,6 +41,8 @@ PUBLISHED = (
     "reached",
     "time_to_accuracy_s",
     "validation_time_s",
+    "graph_capture_s",
+    "implementation",
     "epochs_to_goal",
     "steps_to_goal",
     "time_split",

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 
 RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
+# Executors whose runs any shell can look up (process table, run directory, Slurm's queue).
+RECONCILED = ("local", "slurm")
 
 
 class RunNotFound(MlbenchError):
@@ -58,7 +60,7 @@ def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
         return run
     try:
         handle = RunHandle.parse(run.handle)
-        if handle.scheme != "local":
+        if handle.scheme not in RECONCILED:
             return run
         status = executor_for_handle(handle).describe(handle)
     except MlbenchError:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 PLAN_HEADER = "plan: "
 REDACTED = "<write token>"
+FILE_END = "MLBENCH_FILE_END"
 
 
 @dataclass
@@ -75,13 +76,19 @@ def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Exe
 
 
 def render_dry_run(dry: DryRun) -> str:
-    """The exact commands (or manifests) of a dry run, shell-quoted, the token redacted."""
+    """The exact commands (or manifests, or files as heredocs) of a dry run, shell-quoted, the token
+    redacted."""
     lines = [
         f"# {dry.plan.name}: {dry.plan.workers} rank(s), backend {dry.plan.backend}, executor {dry.executor}"
     ]
     for key, value in sorted(dry.env.items()):
         shown = REDACTED if key == "MLBENCH_RUN_TOKEN" else value
         lines.append(f"export {key}={shlex.quote(shown)}")
+    for path, text in dry.files:  # written by schedule: shown as a heredoc, replayable
+        end = FILE_END
+        while end in text:
+            end += "_"
+        lines.extend([f"cat > {shlex.quote(path)} <<'{end}'", text.rstrip("\n"), end])
     for command in dry.commands:
         lines.append(shlex.join(command))
     if dry.manifests:

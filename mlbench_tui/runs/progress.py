@@ -39,6 +39,7 @@ class RunProgress:
     done_steps: int = 0
     message: str | None = None
     eta_bounded: bool = False  # the ETA is the time to max_epochs, not to the goal
+    note: str | None = None  # what the numbers mean, e.g. why a 0a run has no bandwidth
 
     def on_event(self, kind: str, payload: Mapping[str, Any], t: float) -> None:
         if kind == "run_start":
@@ -57,6 +58,8 @@ class RunProgress:
             self.phase = f"stopped: {payload.get('status', '?')}"
         elif kind == "rank_failed":
             self.phase = f"rank {payload.get('rank')} failed"
+        elif self.sweep is not None and kind == self.sweep.event and payload.get("latency_only"):
+            self.note = "latency only (1 rank moves no data)"
 
     def on_metric(self, name: str, value: float | None, epoch: float | None, t: float) -> None:
         if self.goal is not None and name == self.goal.metric and value is not None:
@@ -94,6 +97,8 @@ class RunProgress:
             parts.append(f"{metric} {current} (goal {op} {self.goal.target})")
         elif self.total_steps:
             parts.append(f"{self.done_steps}/{self.total_steps} {self.sweep.unit if self.sweep else 'steps'}")
+        if self.note:
+            parts.append(self.note)
         parts.append(f"elapsed {format_duration(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":

@@ -45,7 +45,7 @@ class ActiveRun:
     event_cursor: int = 0
     metric_cursor: int = 0
     tailer: LogTailer | None = None
-    rank_pids: dict[int, int] = field(default_factory=dict)
+    rank_seen: dict[int, tuple[Any, ...]] = field(default_factory=dict)  # last state sent per rank
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
     deleted: bool = False
@@ -139,10 +139,12 @@ class Runner:
         active.describe_failures = 0
         self._read_progress(active)
         self._update_ranks(active, status)
+        if status is not None and not status.state.is_terminal():
+            self._show_waiting(active, status)
         self.printer.update(active.progress)
         if status is None:
             return True
-        limit = active.planned.plan.max_time_s
+        limit = None if active.executor.enforces_max_time else active.planned.plan.max_time_s
         if limit is not None and time.monotonic() - active.started > limit + MAX_TIME_GRACE_S:
             # The worker stops itself at max_time; ranks that did not are stuck: stop them.
             self.printer.note(
@@ -152,6 +154,16 @@ class Runner:
             active.timed_out = True
             return True
         return status.state.is_terminal() or status.state is RunState.UNKNOWN
+
+    def _show_waiting(self, active: ActiveRun, status: RunStatus) -> None:
+        """A run the target has not started yet (a queued Slurm job) shows why it waits."""
+        progress = active.progress
+        waiting = status.state is RunState.PENDING
+        if waiting and status.message and status.message != progress.message:
+            self.printer.note(f"{progress.name}: {status.message}")
+        if waiting or progress.state == "pending":
+            progress.state = "pending" if waiting else "running"
+            progress.message = status.message if waiting else None
 
     def finish(self, active: ActiveRun) -> RunResult:
         """Ship the last logs and record the final state as the executor saw it; the server
@@ -267,17 +279,19 @@ class Runner:
         if status is None:
             return
         for rank in status.ranks:
-            if final_state is None and (rank.pid is None or active.rank_pids.get(rank.rank) == rank.pid):
+            seen = (rank.state, rank.host, rank.pid, rank.message)
+            if final_state is None and active.rank_seen.get(rank.rank) == seen:
                 continue
             state = final_state or rank.state
             try:
                 self.client.update_rank(
-                    active.run_id, rank.rank, RankUpdate(state=state, host=rank.host, pid=rank.pid)
+                    active.run_id,
+                    rank.rank,
+                    RankUpdate(state=state, host=rank.host, pid=rank.pid, message=rank.message),
                 )
             except MlbenchError:
                 continue
-            if rank.pid is not None:
-                active.rank_pids[rank.rank] = rank.pid
+            active.rank_seen[rank.rank] = seen
 
     # many runs -----------------------------------------------------------------------------
 

@@ -264,4 +264,5 @@ def issue_from_error(
         return SpecIssue(file, line, col, f"{where} {msg}")
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    return SpecIssue(file, line, col, f"{where}: {msg}")
+    hint = ctx.get("hint") if isinstance(ctx.get("hint"), str) else None  # a validator's own hint
+    return SpecIssue(file, line, col, f"{where}: {msg}", hint)

@@ -14,6 +14,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -26,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     GPU_RE,
@@ -54,6 +56,8 @@ GOAL_METRICS: dict[str, Literal["max", "min"]] = {
     "val_global_BLEU-Score": "max",
     "val_global_loss": "min",
 }
+
+_GPU_TYPE_DOC = f"GPU model, one of {', '.join(GPU_MODELS)} (case and separators are free: 'h100')."
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -178,10 +182,37 @@ Goal = Annotated[
 
 
 class Gpu(StrictModel):
-    """GPUs per rank."""
+    """GPUs per rank, and which model they must be."""
 
     count: int = Field(default=1, ge=0, le=16, description="GPUs per rank.")
-    type: str | None = Field(default=None, description="GPU model, e.g. 'T4', 'A100', 'H100'.")
+    type: str | None = Field(default=None, description=_GPU_TYPE_DOC)
+    strict: bool = Field(
+        default=True,
+        description="With a type: every rank checks at start that its GPU is that model and fails the "
+        "run when it is not, so a result labelled A100 never ran on a T4. false: the type is a label, "
+        "any GPU runs; the environment fingerprint still records each rank's model.",
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_model(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        canonical = canonical_gpu_model(value)
+        if canonical is not None:
+            return canonical
+        suggestion = suggest_gpu_model(value)
+        raise PydanticCustomError(
+            "gpu_model",
+            "unknown GPU model {value}: expected one of {expected}",
+            {
+                "value": show_value(value),
+                "expected": ", ".join(GPU_MODELS),
+                "hint": f"did you mean '{suggestion}'?"
+                if suggestion
+                else "give only a count (gpu: 1) to run on any GPU",
+            },
+        )
 
 
 GpuField = Annotated[
@@ -202,12 +233,18 @@ GpuField = Annotated[
                             "maximum": 16,
                             "description": "GPUs per rank.",
                         },
-                        "type": {"type": "string", "description": "GPU model, e.g. 'T4', 'A100'."},
+                        "type": {"type": "string", "description": _GPU_TYPE_DOC},
+                        "strict": {
+                            "type": "boolean",
+                            "default": True,
+                            "description": "Fail the run when a rank's GPU is not this type (default); "
+                            "false: the type is a label only.",
+                        },
                     },
                     "additionalProperties": False,
                 },
             ],
-            "examples": ["1xT4", "2xA100", 1],
+            "examples": ["1xT4", "2xA100", 1, {"count": 1, "type": "A100", "strict": False}],
         }
     ),
 ]
@@ -223,7 +260,9 @@ class Hardware(StrictModel):
     )
     memory: MemoryQuantity | None = Field(default=None, description="Memory per rank, e.g. '12Gi'.")
     gpu: GpuField | None = Field(
-        default=None, description="GPUs per rank: '1xT4', 'T4', a count, or {count, type}. Unset: CPU only."
+        default=None,
+        description="GPUs per rank: '1xT4', 'T4', a count, or {count, type, strict}. Unset: CPU only. "
+        "Rank i uses GPU LOCAL_RANK of those visible to its machine (CUDA_VISIBLE_DEVICES honoured).",
     )
     precision: Literal["fp32", "bf16", "fp16", "amp"] = Field(
         default="fp32",
@@ -235,6 +274,18 @@ class Hardware(StrictModel):
     def gpus(self) -> int:
         """GPUs per rank (0 when unset)."""
         return self.gpu.count if self.gpu else 0
+
+
+class Implementation(StrictModel):
+    """How a run executes its steps where the task leaves a choice; the math stays the task's."""
+
+    cuda_graphs: bool = Field(
+        default=False,
+        description="Capture each training step in CUDA graphs (one per phase: forward, loss, backward, "
+        "all-reduce, optimizer, metrics) and replay them, so the host no longer launches every kernel. "
+        "Needs GPUs and backend nccl; tasks whose batches change shape on almost every step (0a, 4a, 4b) "
+        "refuse it. Warm-up and capture count as initialisation, reported apart from time to accuracy.",
+    )
 
 
 class Toleration(StrictModel):
@@ -295,6 +346,169 @@ class KubernetesTarget(StrictModel):
         return value
 
 
+_SLURM_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+# Slurm names and feature expressions: no whitespace, quotes or shell syntax, so they stay one
+# token in a #SBATCH line.
+_SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+,-]*$")
+_SLURM_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|,*\[\]()!-]+$")
+_SLURM_OPTION_RE = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"`$\\;]+)?$")
+# sbatch options mlbench sets from the spec: an extra_args entry may not override them.
+SLURM_MANAGED_OPTIONS: dict[str, str] = {
+    "nodes": "target.nodes",
+    "ntasks": "workers",
+    "ntasks-per-node": "target.tasks_per_node",
+    "cpus-per-task": "hardware.cpu",
+    "mem": "hardware.memory",
+    "mem-per-cpu": "hardware.memory",
+    "gpus-per-task": "hardware.gpu",
+    "gres": "hardware.gpu",
+    "time": "max_time",
+    "partition": "target.partition",
+    "account": "target.account",
+    "qos": "target.qos",
+    "constraint": "target.constraint",
+    "job-name": "metadata.name",
+    "output": "the run directory",
+    "error": "the run directory",
+    "chdir": "the run directory",
+    "export": "mlbench (the run's token travels in sbatch's environment)",
+    "parsable": "mlbench",
+    "wrap": "the batch script",
+    "array": "the batch script",
+}
+DEFAULT_SLURM_GRACE_S = 120.0
+
+
+def _sbatch_option(arg: str) -> str:
+    if not _SLURM_OPTION_RE.match(arg):
+        raise PydanticCustomError(
+            "slurm_option",
+            "{value} is not one sbatch option: write '--name' or '--name=value' (long form, no "
+            "spaces, quotes or shell characters)",
+            {"value": show_value(arg)},
+        )
+    name = arg[2:].partition("=")[0]
+    if name in SLURM_MANAGED_OPTIONS:
+        raise PydanticCustomError(
+            "slurm_option",
+            "extra_args may not set --{name}: mlbench sets it from {source}",
+            {"name": name, "source": SLURM_MANAGED_OPTIONS[name]},
+        )
+    return arg
+
+
+SbatchOption = Annotated[str, AfterValidator(_sbatch_option)]
+
+
+class SlurmTarget(StrictModel):
+    """Run the ranks as one Slurm batch job: one Slurm task per rank, launched by ``srun``."""
+
+    kind: Literal["slurm"] = Field(description="'slurm': a batch job on a Slurm cluster.")
+    cluster: str | None = Field(
+        default=None,
+        description="Cluster recorded with `mlbench cluster add slurm NAME` (its partition, account, "
+        "shared directory and server URL are the defaults here); default: the one chosen with "
+        "`mlbench cluster use`, else the Slurm configuration of this login node.",
+    )
+    partition: str | None = Field(default=None, description="Partition (sbatch --partition).")
+    account: str | None = Field(default=None, description="Account charged for the job (sbatch --account).")
+    qos: str | None = Field(default=None, description="Quality of service (sbatch --qos).")
+    constraint: str | None = Field(
+        default=None, description="Node features the job needs, e.g. 'a100&ib' (sbatch --constraint)."
+    )
+    nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Nodes of the job (sbatch --nodes); nodes x tasks_per_node must equal workers. "
+        "Default: workers / tasks_per_node.",
+    )
+    tasks_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Ranks per node, one Slurm task each (sbatch --ntasks-per-node), e.g. the GPUs of "
+        "a node. Default: workers / nodes, or 1 when nodes is unset too.",
+    )
+    extra_args: list[SbatchOption] = Field(
+        default_factory=list,
+        description="More sbatch options, one '--name' or '--name=value' each, e.g. ['--exclusive', "
+        "'--reservation=bench']; options mlbench sets from the spec are refused.",
+    )
+    time_limit_grace: Duration = Field(
+        default=DEFAULT_SLURM_GRACE_S,
+        description="Added to max_time for the job's time limit (sbatch --time, whole minutes), so a "
+        "run that stops itself at max_time (counted after its setup) ends before Slurm kills it.",
+    )
+    server_url: str | None = Field(
+        default=None,
+        description="Metrics server URL as seen from the compute nodes; default: the cluster's, else "
+        "this host's address when the server listens beyond loopback, else the local URL.",
+    )
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_CLUSTER_RE.match(value):
+            raise PydanticCustomError(
+                "slurm_name",
+                "cluster {value} is not a cluster name: 1-30 lowercase letters, digits and '-', "
+                "starting with a letter (see `mlbench cluster list`)",
+                {"value": show_value(value)},
+            )
+        return value
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _slurm_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_NAME_RE.match(value):
+            raise PydanticCustomError(
+                "slurm_name",
+                "{value} is not a Slurm name: use letters, digits and '_.+-' (commas between "
+                "several), no spaces or quotes",
+                {"value": show_value(value)},
+            )
+        return value
+
+    @field_validator("constraint")
+    @classmethod
+    def _constraint(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_CONSTRAINT_RE.match(value):
+            raise PydanticCustomError(
+                "slurm_constraint",
+                "{value} is not a Slurm feature expression: use feature names with & | , * [ ] ( ) "
+                "! :, no spaces or quotes",
+                {"value": show_value(value)},
+            )
+        return value
+
+    def layout(self, workers: int) -> tuple[int, int]:
+        """``(nodes, tasks_per_node)`` for ``workers`` ranks; ValueError when they do not fit."""
+        nodes, per_node = self.nodes, self.tasks_per_node
+        if nodes is None and per_node is None:
+            nodes, per_node = workers, 1
+        elif nodes is None:
+            assert per_node is not None
+            nodes = workers // per_node if workers % per_node == 0 else 0
+        elif per_node is None:
+            per_node = workers // nodes if workers % nodes == 0 else 0
+        if not nodes or not per_node or nodes * per_node != workers:
+            if self.nodes is None:
+                what = f"do not fill whole nodes of {self.tasks_per_node} task(s) each"
+            elif self.tasks_per_node is None:
+                what = f"do not split evenly over {self.nodes} node(s)"
+            else:
+                what = (
+                    f"cannot be placed as {self.nodes} node(s) x {self.tasks_per_node} task(s) per node "
+                    f"(= {self.nodes * self.tasks_per_node} ranks)"
+                )
+            raise ValueError(
+                f"{workers} worker(s) {what}: the slurm target runs one rank per Slurm task, so "
+                "nodes x tasks_per_node must equal workers"
+            )
+        return nodes, per_node
+
+
 def _with_short_form(*names: str) -> Any:
     """A ``json_schema_extra`` that also accepts the string short form (``target: local``)."""
 
@@ -313,7 +527,7 @@ def _target_short_form(value: Any) -> Any:
 
 
 Target = Annotated[
-    LocalTarget | KubernetesTarget,
+    LocalTarget | KubernetesTarget | SlurmTarget,
     Field(discriminator="kind"),
     BeforeValidator(_target_short_form),
 ]
@@ -408,10 +622,16 @@ class BenchmarkBody(StrictModel):
         description="Communication backend gloo, nccl (GPUs) or mpi, or a list to sweep: [gloo, mpi].",
     )
     hardware: Hardware = Field(default_factory=Hardware, description="Per-rank resources and precision.")
+    implementation: Implementation = Field(
+        default_factory=Implementation,
+        description="Implementation choices, all off by default: {cuda_graphs: true} replays each "
+        "training step from CUDA graphs.",
+    )
     target: Target = Field(
         default_factory=lambda: LocalTarget(kind="local"),
-        description="Where ranks run: 'local' or {kind: kubernetes, namespace, image, ...}.",
-        json_schema_extra=_with_short_form("local"),
+        description="Where ranks run: 'local', {kind: kubernetes, namespace, image, ...} or "
+        "{kind: slurm, cluster, partition, ...}.",
+        json_schema_extra=_with_short_form("local", "slurm"),
     )
     data: DataField = Field(
         default_factory=lambda: Data(source="download"),
@@ -486,5 +706,11 @@ class BenchmarkSpec(StrictModel):
         return suffix
 
     def normalized(self) -> dict[str, Any]:
-        """The spec as plain JSON data, short forms expanded; the input of the spec hash."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The spec as plain JSON data, short forms expanded; the input of the spec hash.
+
+        Implementation choices left at their defaults are omitted, so specs written before they
+        existed keep their hash (and their stored runs)."""
+        doc = self.model_dump(mode="json", by_alias=True)
+        if self.spec.implementation == Implementation():
+            del doc["spec"]["implementation"]
+        return doc

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlbench_tui.spec.diagnostics import did_you_mean
-from mlbench_tui.spec.models import BenchmarkSpec
+from mlbench_tui.spec.models import BenchmarkSpec, SlurmTarget
 from mlbench_tui.spec.tasks import AUTO, TaskInfo, get_task
 
 Loc = tuple[str | int, ...]
@@ -40,9 +40,11 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_framework_issues(spec, task),
         *_backend_issues(spec, task),
         *_precision_issues(spec, task),
+        *_implementation_issues(spec, task),
         *_goal_issues(spec, task),
         *_data_issues(spec, task),
         *_name_issues(spec),
+        *_slurm_issues(spec),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
     ]
 
@@ -122,6 +124,41 @@ def _precision_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIss
         yield PolicyIssue(loc, "precision fp16 needs GPUs: set spec.hardware.gpu, or use bf16 or amp on CPU")
 
 
+def _implementation_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
+    body = spec.spec
+    if not body.implementation.cuda_graphs:
+        return
+    loc: Loc = ("spec", "implementation", "cuda_graphs")
+    off = "or remove spec.implementation.cuda_graphs"
+    if task.no_cuda_graphs:
+        yield PolicyIssue(
+            loc,
+            f"task {task.id} cannot run in CUDA graphs: {task.no_cuda_graphs}",
+            "remove spec.implementation.cuda_graphs",
+        )
+        return
+    if "tensorflow" in body.framework:
+        hint = f"drop tensorflow from spec.framework {off}"
+        yield PolicyIssue(loc, "cuda_graphs is a choice of the pytorch implementation", hint)
+    if body.hardware.gpus == 0:
+        hint = f"set spec.hardware.gpu (e.g. '1xH100') {off}"
+        yield PolicyIssue(loc, "cuda_graphs needs GPUs, and this run has none (CPU only)", hint)
+    for i, backend in enumerate(body.backend):
+        if backend != "nccl":
+            yield PolicyIssue(
+                _backend_loc(spec, i),
+                f"cuda_graphs captures the gradient all-reduce, which only nccl can run inside a graph "
+                f"({backend} goes through the host)",
+                f"use backend nccl {off}",
+            )
+    if body.hyperparameters.get("optimizer") == "power_sgd":
+        yield PolicyIssue(
+            ("spec", "hyperparameters", "optimizer"),
+            "power_sgd cannot run inside a CUDA graph (its QR factorisations take host-side steps)",
+            f"use centralized_sgd or centralized_adam {off}",
+        )
+
+
 MAX_RUN_NAME = 63  # run names become Kubernetes object names and DNS labels
 
 
@@ -137,6 +174,32 @@ def _name_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
             f"run names would be up to {longest} characters (limit {MAX_RUN_NAME}, they name Kubernetes "
             f"objects): shorten metadata.name to at most {MAX_RUN_NAME - suffix} characters",
         )
+
+
+def _slurm_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
+    """A Slurm job places one rank per task: the layout must hold every world size swept."""
+    body = spec.spec
+    target = body.target
+    if not isinstance(target, SlurmTarget):
+        return
+    if "tensorflow" in body.framework:
+        yield PolicyIssue(
+            _framework_loc(spec, body.framework.index("tensorflow")),
+            "the tensorflow implementation runs on local and kubernetes targets, not on slurm: "
+            "use framework pytorch",
+        )
+    if target.nodes is None:
+        field, hint = "tasks_per_node", f"use world sizes that are multiples of {target.tasks_per_node}"
+    elif target.tasks_per_node is None:
+        field, hint = "nodes", "use world sizes that are multiples of nodes, or set tasks_per_node instead"
+    else:
+        field, hint = "nodes", "set only tasks_per_node (nodes then follow from workers)"
+    for index, workers in enumerate(body.workers):
+        try:
+            target.layout(workers)
+        except ValueError as exc:
+            where: Loc = ("spec", "workers", index) if len(body.workers) > 1 else ("spec", "target", field)
+            yield PolicyIssue(where, str(exc), hint)
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:

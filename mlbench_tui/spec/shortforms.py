@@ -93,6 +93,29 @@ def parse_memory(value: Any) -> Any:
     return text
 
 
+_MEMORY_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def memory_bytes(quantity: str) -> int:
+    """Bytes in a canonical memory quantity string (``12Gi`` -> 12884901888), rounded up."""
+    number = quantity.rstrip("kKMGTPEi")
+    return math.ceil(float(number) * _MEMORY_UNITS[quantity[len(number) :]])
+
+
 def _as_list(what: str) -> Any:
     """Before-validator for sweeps: a scalar is a sweep of one; an empty list is an error."""
 

@@ -39,7 +39,8 @@ class TaskSweep:
 
     Metrics are named ``<prefix><series>_<figure>`` (``allreduce_fp32_busbw``). Each point of
     ``count_figure`` is one size measured, so progress counts ``unit`` up to
-    ``hyperparameters[size_param] x len(hyperparameters[series_param])``.
+    ``hyperparameters[size_param] x len(hyperparameters[series_param])``. The worker describes
+    the sweep once in an ``event`` (``latency_only`` when one rank moves no data).
     """
 
     prefix: str
@@ -49,6 +50,7 @@ class TaskSweep:
     unit: str
     x_label: str
     charts: tuple[str, ...]  # charted when a run opens
+    event: str
 
     def owns(self, metric: str) -> bool:
         """Whether ``metric`` is a curve of this sweep (its x is a size, every point counts)."""
@@ -83,6 +85,7 @@ class TaskInfo:
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     notes: str = ""
     sweep: TaskSweep | None = None  # measurement tasks without a goal
+    no_cuda_graphs: str | None = None  # why the task's step cannot be captured in CUDA graphs
 
     @property
     def lr_linearly_scaled(self) -> bool:
@@ -135,7 +138,9 @@ TASKS: Mapping[str, TaskInfo] = _ro(
                 unit="sizes",
                 x_label="size (elements)",
                 charts=("allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"),
+                event="allreduce_sweep",
             ),
+            no_cuda_graphs="it measures all-reduce calls themselves and has no training step to capture",
         ),
         "1a": TaskInfo(
             id="1a",
@@ -309,6 +314,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             notes="global_batch_size in sentences is split over workers x update_freq (gradient "
             "accumulation); exponential warm-up to lr over warmup_steps, x decay_factor from "
             "decay_start of training every decay_interval, at most decay_steps times.",
+            no_cuda_graphs="its length-bucketed batches change shape on almost every step and its encoder "
+            "packs sequences by lengths read on the host",
         ),
         "4b": TaskInfo(
             id="4b",
@@ -339,6 +346,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             precisions=ALL_PRECISIONS,
             notes="global_batch_tokens (2^17) is split over workers x update_freq; linear warm-up "
             "to lr over warmup_steps, then inverse-sqrt decay.",
+            no_cuda_graphs="its token-bucketed batches change shape on almost every step (a graph per "
+            "shape would spend more time capturing than it saves)",
         ),
     }
 )

@@ -114,6 +114,13 @@ def test_dry_run_prints_exact_commands_without_running(
     kind = mlbench("apply", "--dry-run", str(Path(__file__).parents[2] / "specs" / "smoke-kind.yaml"))
     assert kind.returncode == 0, kind.stderr
     assert "kind: Job" in kind.stdout and "completionMode: Indexed" in kind.stdout
+    slurm = mlbench("apply", "--dry-run", str(Path(__file__).parents[2] / "specs" / "smoke-slurm.yaml"))
+    assert slurm.returncode == 0, slurm.stderr
+    assert (
+        "<<'MLBENCH_FILE_END'\n#!/bin/bash\n" in slurm.stdout
+        and "\nsbatch --parsable --export=ALL" in slurm.stdout
+    )
+    assert "MLBENCH_RUN_TOKEN='<write token>'" in slurm.stdout  # sbatch's environment, redacted
 
 
 def test_bad_input_is_a_clean_error(tmp_path: Path, mlbench: Callable[..., Result]) -> None:

@@ -79,6 +79,19 @@ def test_plan_formats() -> None:
     assert docs[0]["metadata"]["annotations"]["mlbench.io/run-name"] == "smoke-kind-gloo-2w"
 
 
+def test_plan_prints_slurm_batch_scripts() -> None:
+    script = mlbench("plan", "-o", "sbatch", "specs/smoke-slurm.yaml")
+    assert script.returncode == 0, script.stderr
+    assert (
+        "#SBATCH --job-name=smoke-slurm-gloo-2w\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+        in script.stdout
+    )
+    assert "#SBATCH --time=7\n" in script.stdout  # max_time 5m + 2m grace
+    assert "exec srun --ntasks=2" in script.stdout and "MLBENCH_RUN_TOKEN=" not in script.stdout
+    others = mlbench("plan", "-o", "sbatch", "specs/quickstart.yaml")
+    assert others.returncode == 2 and "quickstart-gloo-2w do(es) not target slurm" in others.stderr
+
+
 def test_plan_of_a_bad_spec_exits_2() -> None:
     proc = mlbench("plan", str(BAD / "04-nccl-without-gpu.yaml"))
     assert proc.returncode == 2 and proc.stdout == ""

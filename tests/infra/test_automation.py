@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support.kube_api import kube_api
 
+from mlbench_tui import cluster_records
 from mlbench_tui.errors import InfraError, UsageError
 from mlbench_tui.infra import automation, device_plugin, providers
 from mlbench_tui.infra.prices import resolve_shape
@@ -26,7 +27,7 @@ def clean_pulumi_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_local_backend_and_generated_passphrase(clean_pulumi_env: None, tmp_path: Path) -> None:
     env = automation.workspace_env()
     backend = Path(env["PULUMI_BACKEND_URL"].removeprefix("file://"))
-    assert backend.is_dir() and backend.is_relative_to(providers.state_dir())
+    assert backend.is_dir() and backend.is_relative_to(cluster_records.state_dir())
     passphrase = Path(env["PULUMI_CONFIG_PASSPHRASE_FILE"])
     assert stat.S_IMODE(passphrase.stat().st_mode) == 0o600
     secret = passphrase.read_text()

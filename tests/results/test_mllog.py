@@ -254,20 +254,29 @@ def test_accuracy_has_one_unit_throughout(exports: dict[str, Path]) -> None:
 def test_an_allreduce_sweep_logs_each_point_as_a_block(exports: dict[str, Path]) -> None:
     log = _log(exports["0a"])
     with zipfile.ZipFile(exports["0a"]) as zf:
-        busbw = {
-            (p["name"], p["step"]): p["value"]
-            for p in json.loads(zf.read("metrics.json"))
-            if p["name"].endswith("_busbw")
-        }
+        reported = json.loads(zf.read("metrics.json"))
+    # one rank moves no data: no bandwidth was reported, each point's figure is its p50 latency
+    assert not [p for p in reported if p["name"].endswith(("_busbw", "_algbw"))]
+    latency = {(p["name"], p["step"]): p["value"] for p in reported if p["name"].endswith("_latency_p50")}
     points = [line for line in log if line["key"] == "eval_accuracy"]
-    assert {(p["metadata"]["metric"], p["metadata"]["size"]): p["value"] for p in points} == busbw
+    assert {(p["metadata"]["metric"], p["metadata"]["size"]): p["value"] for p in points} == latency
     assert len(points) == 8  # sizes 1, 10, 100, 1000 in fp32 and fp16
     assert [p["metadata"]["samples_count"] for p in points] == [3 * i for i in range(1, 9)]
-    assert all(p["metadata"]["unit"] == "GB/s" and p["metadata"]["latency_p50"] > 0 for p in points)
+    assert all(p["metadata"]["unit"] == "s" and p["metadata"]["latency_p99"] > 0 for p in points)
     assert _value(log, "train_samples") == 4 * 2 * 3 and _value(log, "eval_samples") == 3
     assert _value(log, "lowest_numerical_precision_in_comm") == "fp16"
     blocks = [line["key"] for line in log if line["key"].startswith("block_")]
     assert blocks == ["block_start", "block_stop"] * 8
+
+
+def test_a_sweep_of_several_ranks_logs_bus_bandwidth_in_gb_per_s() -> None:
+    plan = _plan(_spec("0a", "\n  hyperparameters: {sizes_max_exp: 2, num_sizes: 3}")).model_copy(
+        update={"workers": 2}
+    )
+    metrics, events = recorded_run(plan)
+    points = [e for e in entries(plan, metrics, events, state="succeeded") if e.key == "eval_accuracy"]
+    assert {(e.metadata["unit"], e.metadata["metric"]) for e in points} == {("GB/s", "allreduce_fp32_busbw")}
+    assert [e.value for e in points] == [p.value for p in metrics if p.name.endswith("_busbw")]
 
 
 def test_a_synthetic_run_logs_the_sizes_it_ran_with(exports: dict[str, Path]) -> None:
@@ -301,7 +310,10 @@ def recorded_run(plan: RunPlan, *, reach: bool = True) -> tuple[list[MetricPoint
     if plan.goal is None:
         for size in sizes:
             t += 0.5
-            for figure, value in (("latency_p50", 1e-4), ("latency_p99", 2e-4), ("busbw", size * 4e-5)):
+            figures = [("latency_p50", 1e-4), ("latency_p99", 2e-4)]
+            if plan.workers > 1:  # one rank moves no data and reports no bandwidth
+                figures.append(("busbw", size * 4e-5))
+            for figure, value in figures:
                 metrics.append(MetricPoint(f"allreduce_fp32_{figure}", value, step=size, t=t))
         events.append(EventRecord("run_stop", {"status": "success", "reason": "swept"}, t=t + 1))
         return metrics, events

@@ -8,10 +8,11 @@ import pytest
 from support.results import OLD_STORED, plan, series
 
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import ImplementationPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import needed_metrics, settle_state, summarize_run
 from mlbench_tui.results.table import render_results, results_rows
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint, allreduce_summary
 
 
 def test_summary_table_and_fingerprint_from_environment_event() -> None:
@@ -37,6 +38,17 @@ def test_summary_table_and_fingerprint_from_environment_event() -> None:
     assert "qs-gloo-2w" in render_results([result])
 
 
+def test_graph_capture_is_reported_apart_from_time_to_accuracy() -> None:
+    stop = {"status": "success", "reason": "goal reached", "graph_capture_s": 4.5, "train_time_s": 16.0}
+    events = [EventRecord("run_start", {}, t=100.0), EventRecord("run_stop", stop, t=150.0)]
+    graphed = plan(implementation=ImplementationPlan(cuda_graphs=True))
+    result = summarize_run(graphed, RunState.SUCCEEDED, series([50.0, 71.0]), events)
+    assert result.implementation == ImplementationPlan(cuda_graphs=True)
+    assert result.graph_capture_s == 4.5 and result.time_to_accuracy_s == 16.0
+    eager = summarize_run(plan(), RunState.SUCCEEDED, series([71.0]), events[:1])
+    assert eager.implementation == ImplementationPlan(cuda_graphs=False) and eager.graph_capture_s is None
+
+
 def test_allreduce_run_shows_its_peak_bandwidth() -> None:
     points = [
         MetricPoint("allreduce_fp32_busbw", 1.5, step=1000),
@@ -45,6 +57,57 @@ def test_allreduce_run_shows_its_peak_bandwidth() -> None:
     result = summarize_run(plan(goal=None, task="0a"), RunState.SUCCEEDED, points, [])
     assert result.reached is None and result.allreduce is not None
     assert "fp32 peak 1.5 GB/s" in render_results([result])
+
+
+def test_one_rank_allreduce_has_latency_only_with_a_note() -> None:
+    # what a one-rank sweep reported before it stopped reporting bandwidth: must not be shown
+    points = [
+        MetricPoint("allreduce_fp32_latency_p50", 2e-5, step=1),
+        MetricPoint("allreduce_fp32_latency_p50", 3e-5, step=10**8),
+        MetricPoint("allreduce_fp32_busbw", 9021.0, step=10**8),
+    ]
+    result = summarize_run(plan(goal=None, task="0a", workers=1), RunState.SUCCEEDED, points, [])
+    assert result.allreduce is not None
+    (entry,) = result.allreduce.values()
+    assert entry.peak_busbw_gbps is None and entry.min_size_latency_p50_s == 2e-5
+    assert entry.latency_only is True and entry.note is not None and "moves no data" in entry.note
+    table = render_results([result])
+    assert (
+        "fp32 latency 20 us (1 rank: no bandwidth)" in table
+        and "9021" not in table
+        and "9.02e+03" not in table
+    )
+    sweep = EventRecord("allreduce_sweep", {"latency_only": True, "world_size": 1})
+    by_word = allreduce_summary(points[:2], [sweep])  # the worker's word suffices
+    assert by_word is not None and by_word["fp32"].latency_only
+
+
+def test_a_bandwidth_above_the_devices_ceiling_is_flagged() -> None:
+    sweep = EventRecord(
+        "allreduce_sweep",
+        {
+            "latency_only": False,
+            "busbw_ceiling_gbps": 3352.3,
+            "ceiling_basis": "the GPU's peak memory bandwidth",
+        },
+    )
+    points = [
+        MetricPoint("allreduce_fp32_latency_p50", 1e-5, step=1),
+        MetricPoint("allreduce_fp32_busbw", 400.0, step=10**6),
+        MetricPoint("allreduce_fp32_busbw", 9021.0, step=10**8),
+        MetricPoint("allreduce_fp16_latency_p50", 1e-5, step=1),
+        MetricPoint("allreduce_fp16_busbw", 380.0, step=10**8),
+    ]
+    result = summarize_run(plan(goal=None, task="0a", workers=2), RunState.SUCCEEDED, points, [sweep])
+    assert result.allreduce is not None
+    fp32, fp16 = result.allreduce["fp32"], result.allreduce["fp16"]
+    assert fp32.above_ceiling == 1 and fp32.busbw_ceiling_gbps == 3352.3
+    assert fp32.note is not None
+    assert "1 size(s) above the 3,352 GB/s ceiling (the GPU's peak memory bandwidth)" in fp32.note
+    assert fp16.above_ceiling == 0 and fp16.note is None
+    table = render_results([result])
+    assert "fp32 peak 9.02e+03 GB/s (! above the 3,352 GB/s ceiling)" in table
+    assert "fp16 peak 380 GB/s" in table
 
 
 def test_a_result_stored_by_an_older_version_loads_with_its_figures() -> None:

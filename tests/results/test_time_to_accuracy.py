@@ -81,5 +81,14 @@ def test_allreduce_summary_peak_bus_bandwidth() -> None:
     summary = allreduce_summary(points)
     assert summary is not None
     assert {dtype: figures.model_dump() for dtype, figures in summary.items()} == {
-        "fp32": {"sizes": 2, "peak_busbw_gbps": 1.5, "peak_busbw_size": 1000, "min_size_latency_p50_s": 5e-4}
+        "fp32": {
+            "sizes": 2,
+            "peak_busbw_gbps": 1.5,
+            "peak_busbw_size": 1000,
+            "min_size_latency_p50_s": 5e-4,
+            "latency_only": False,
+            "busbw_ceiling_gbps": None,
+            "above_ceiling": 0,
+            "note": None,
+        }
     }

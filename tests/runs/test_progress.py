@@ -57,6 +57,14 @@ def test_plain_printer_writes_only_changes() -> None:
     assert "hidden" not in stream.getvalue()
 
 
+def test_a_one_rank_allreduce_says_it_reports_latency_only() -> None:
+    progress = RunProgress("ar", None, total_steps=4, sweep=TASKS["0a"].sweep, state="running")
+    progress.on_event("allreduce_sweep", {"latency_only": False, "busbw_ceiling_gbps": 1000.0}, 0.0)
+    assert "latency only" not in progress.line()
+    progress.on_event("allreduce_sweep", {"latency_only": True, "world_size": 1}, 0.0)
+    assert "0/4 sizes  latency only (1 rank moves no data)" in progress.line()
+
+
 def test_parallel_runs_only_while_cores_allow() -> None:
     from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
     from mlbench_tui.runs.plans import fits

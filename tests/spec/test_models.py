@@ -126,3 +126,13 @@ def test_every_field_is_documented() -> None:
     ]
     assert undocumented == []
     assert all(m.__doc__ for m in seen)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "size"),
+    [("12Gi", 12 * 2**30), ("512Mi", 512 * 2**20), ("1.5G", 1_500_000_000), ("100", 100), ("0.5Ki", 512)],
+)
+def test_memory_quantities_in_bytes(quantity: str, size: int) -> None:
+    from mlbench_tui.spec.shortforms import memory_bytes
+
+    assert memory_bytes(quantity) == size

@@ -42,7 +42,13 @@ class RecordingReporter:
 
 
 def single_rank_context(
-    task: str, hp: dict[str, Any], data: dict[str, Any], goal: dict[str, Any] | None
+    task: str,
+    hp: dict[str, Any],
+    data: dict[str, Any],
+    goal: dict[str, Any] | None,
+    *,
+    precision: str = "fp32",
+    seed: int = 3,
 ) -> tuple[RunContext, RecordingReporter]:
     config = parse_config(
         {
@@ -50,10 +56,11 @@ def single_rank_context(
             "task": task,
             "backend": "gloo",
             "world_size": 1,
-            "seed": 3,
+            "seed": seed,
             "goal": goal,
             "data": data,
             "hyperparameters": hp,
+            "precision": precision,
         }
     )
     reporter = RecordingReporter()

@@ -124,6 +124,28 @@ def test_augmentation_is_a_shifted_flipped_crop_and_deterministic() -> None:
     assert not torch.equal(out, cifar10.Augmenter(torch.device("cpu"), seed=4).crop_flip(images))
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_epoch_batches_are_augmented_windows_of_their_own_samples(channels_last: bool) -> None:
+    """The per-epoch path (the shard padded once, one gather per batch) keeps each label with a
+    crop of its own image, in the configured layout."""
+    data = cifar10.ImageSet(torch.randint(0, 256, (40, 3, 32, 32), dtype=torch.uint8), torch.arange(40))
+    aug = cifar10.Augmenter(torch.device("cpu"), seed=1, channels_last=channels_last)
+    batches = list(cifar10.train_batches(data, aug, 16, epoch=1, seed=2))
+    assert [len(y) for _, y in batches] == [16, 16, 8]
+    padded = torch.nn.functional.pad(data.images, (4, 4, 4, 4))
+    mirrored = 0
+    for x, y in batches:
+        assert x.dtype == torch.float32 and x.is_contiguous(memory_format=aug.memory_format)
+        for image, label in zip(x, y.tolist(), strict=True):
+            windows = [padded[label, :, r : r + 32, c : c + 32] for r in range(9) for c in range(9)]
+            plain = [aug.normalize(w[None])[0] for w in windows]
+            if any(torch.allclose(image, w) for w in plain):
+                continue
+            assert any(torch.allclose(image, w.flip(2)) for w in plain)
+            mirrored += 1
+    assert 5 < mirrored < 35
+
+
 def test_normalisation_and_channels_last() -> None:
     images = torch.full((2, 3, 32, 32), 128, dtype=torch.uint8)
     aug = cifar10.Augmenter(torch.device("cpu"), seed=0, channels_last=True)

@@ -128,6 +128,9 @@ def test_allreduce_sweep_on_two_gloo_ranks(server: EmbeddedServer, tmp_path: Pat
     (env,) = run.events("environment")
     assert env.payload["backend"] == "gloo" and env.payload["world_size"] == 2 and env.payload["torch"]
     assert env.payload["torch_threads"] == 1 and "cpu_model" in env.payload
+    ranks = env.payload["ranks"]  # every rank's device, gathered by rank 0
+    assert [(r["rank"], r["local_rank"], r["device"]) for r in ranks] == [(0, 0, "cpu"), (1, 1, "cpu")]
+    assert env.payload["gpus_used"] == 0 and env.payload["gpu_models"] == []
     assert [e.kind for e in run.events() if e.kind.startswith("run_")] == ["run_start", "run_stop"]
     assert run.events("run_stop")[0].payload["status"] == "success"
 
@@ -139,6 +142,7 @@ def test_allreduce_sweep_on_two_mpi_ranks(server: EmbeddedServer, tmp_path: Path
     (env,) = run.events("environment")
     assert env.payload["backend"] == "mpi" and env.payload["launcher"] == "mpi"
     assert "Open MPI" in env.payload["mpi_library"] and env.payload["mpi4py"]
+    assert [(r["rank"], r["local_rank"]) for r in env.payload["ranks"]] == [(0, 0), (1, 1)]
     assert run.events("run_stop")[0].payload["status"] == "success"
 
 

@@ -11,7 +11,7 @@ import pytest
 from mlbench_worker.config import ConfigError, load_config, parse_config
 from mlbench_worker.context import detect_rendezvous
 
-from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan, worker_config
+from mlbench_tui.plan import DataPlan, GoalPlan, ImplementationPlan, ResourcesPlan, RunPlan, worker_config
 
 
 def _plan() -> RunPlan:
@@ -42,6 +42,23 @@ def test_engine_worker_config_parses_into_the_worker_dataclasses() -> None:
     assert config.precision == "bf16" and config.max_time_s == 600.0
     assert config.data.options == {"train_samples": 256}
     assert config.hp("batch_size", 128) == 32 and config.hp("missing", 3) == 3
+    assert (config.device, config.gpu_type, config.gpu_type_strict) == ("cpu", None, True)
+    assert config.implementation.cuda_graphs is False
+
+
+def test_cuda_graphs_reach_the_worker_and_need_a_gpu_device() -> None:
+    plan = _plan().model_copy(
+        update={
+            "backend": "nccl",
+            "resources": ResourcesPlan(threads_per_rank=1, gpus=1),
+            "implementation": ImplementationPlan(cuda_graphs=True),
+        }
+    )
+    config = parse_config(json.loads(json.dumps(worker_config(plan, "run-1"))))
+    assert config.device == "cuda" and config.implementation.cuda_graphs is True
+    on_cpu = {**worker_config(plan, "run-1"), "device": "cpu"}
+    with pytest.raises(ConfigError, match="cuda_graphs' needs device 'cuda'"):
+        parse_config(on_cpu)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         seed_everything,
         select_device,
     )
-    from mlbench_worker.fingerprint import fingerprint
+    from mlbench_worker.fingerprint import fingerprint, rank_facts
     from mlbench_worker.tasks import UnknownTaskError, load_task
 
     comm: Comm | None = None
@@ -75,12 +75,20 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         limit_threads(config.threads_per_rank)
         seed_everything(config.seed)
         task = load_task(config.task)
-        comm = init_comm(config, rdv)
+        placement = select_device(config, rdv)
+        comm = init_comm(config, rdv, placement.device)
         rank = comm.rank
-        device = select_device(config, rdv)
-        ctx = RunContext(config=config, rendezvous=rdv, comm=comm, device=device, reporter=reporter)
+        ctx = RunContext(
+            config=config,
+            rendezvous=rdv,
+            comm=comm,
+            device=placement.device,
+            reporter=reporter,
+            placement=placement,
+        )
+        ranks = comm.allgather_object(rank_facts(ctx))  # every rank takes part
         if ctx.is_main:
-            reporter.event("environment", fingerprint(ctx))
+            reporter.event("environment", fingerprint(ctx, ranks))
         outcome = task(ctx)
         ctx.mark_run_start()
         if ctx.is_main:

@@ -51,6 +51,13 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class ImplementationConfig:
+    """How the step is run, where the spec chose (the math stays the task's)."""
+
+    cuda_graphs: bool = False
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     """Everything a rank needs to run one task of one run."""
 
@@ -65,9 +72,12 @@ class WorkerConfig:
     max_time_s: float | None = None
     precision: str = "fp32"
     device: str = "cpu"
+    gpu_type: str | None = None  # the GPU model the spec asks for ('A100'); None: any GPU
+    gpu_type_strict: bool = True  # a rank on another model fails the run (else it only says so)
     threads_per_rank: int = 1
     data: DataConfig = field(default_factory=DataConfig)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
 
     def hp(self, key: str, default: Any) -> Any:
         """A hyperparameter, or ``default`` when the plan did not set it."""
@@ -144,6 +154,15 @@ def parse_config(doc: Any) -> WorkerConfig:
     threads = _optional(doc, "threads_per_rank", int, 1)
     if threads < 1:
         raise ConfigError(f"'threads_per_rank' must be >= 1, got {threads}")
+    impl_doc = doc.get("implementation") or {}
+    if not isinstance(impl_doc, dict):
+        raise ConfigError("'implementation' must be an object")
+    implementation = ImplementationConfig(
+        cuda_graphs=bool(_optional(impl_doc, "cuda_graphs", bool, False)),
+    )
+    device = _choice(_optional(doc, "device", str, "cpu"), DEVICES, "device")
+    if implementation.cuda_graphs and device != "cuda":
+        raise ConfigError("'implementation.cuda_graphs' needs device 'cuda' (CUDA graphs run on GPUs)")
     max_time = _optional(doc, "max_time_s", (int, float), None)
     if max_time is not None and max_time <= 0:
         raise ConfigError(f"'max_time_s' must be positive, got {max_time}")
@@ -158,10 +177,13 @@ def parse_config(doc: Any) -> WorkerConfig:
         goal=goal,
         max_time_s=float(max_time) if max_time is not None else None,
         precision=_choice(_optional(doc, "precision", str, "fp32"), PRECISIONS, "precision"),
-        device=_choice(_optional(doc, "device", str, "cpu"), DEVICES, "device"),
+        device=device,
+        gpu_type=_optional(doc, "gpu_type", str, None),
+        gpu_type_strict=_optional(doc, "gpu_type_strict", bool, True),
         threads_per_rank=threads,
         data=data,
         hyperparameters=dict(hps),
+        implementation=implementation,
     )
 
 

@@ -1,7 +1,8 @@
 """Where this rank stands: rendezvous from the environment, process group, device, seeds, threads.
 
-Three launchers are understood: ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), a
-Kubernetes Indexed Job (JOB_COMPLETION_INDEX plus MASTER_* or PET_*), and Open MPI's ``mpiexec``
+Four launchers are understood: ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), a
+Kubernetes Indexed Job (JOB_COMPLETION_INDEX plus MASTER_* or PET_*), Slurm's ``srun``
+(SLURM_PROCID and the step's node list, see ``mlbench_worker.slurm``) and Open MPI's ``mpiexec``
 (OMPI_COMM_WORLD_*). ``RunContext`` is the one object a task receives.
 """
 
@@ -21,6 +22,7 @@ import torch
 
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.config import ConfigError, WorkerConfig
+from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
 
 
 class ReporterLike(Protocol):
@@ -54,7 +56,8 @@ class Rendezvous:
     local_rank: int
     master_addr: str | None
     master_port: int | None
-    launcher: str  # "torchrun", "indexed-job", "mpi" or "single"
+    launcher: str  # "torchrun", "indexed-job", "slurm", "mpi" or "single"
+    local_world_size: int = 1  # ranks on this machine (each takes one GPU)
 
 
 def _int_env(env: Mapping[str, str], *names: str) -> int | None:
@@ -77,7 +80,8 @@ def detect_rendezvous(env: Mapping[str, str] | None = None) -> Rendezvous:
         rank = _int_env(env, "RANK") or 0
         world = _int_env(env, "WORLD_SIZE") or 1
         local = _int_env(env, "LOCAL_RANK") or 0
-        return Rendezvous(rank, world, local, addr, port, "torchrun")
+        local_world = _int_env(env, "LOCAL_WORLD_SIZE") or 1
+        return Rendezvous(rank, world, local, addr, port, "torchrun", local_world)
     if "JOB_COMPLETION_INDEX" in env:
         rank = _int_env(env, "JOB_COMPLETION_INDEX") or 0
         world_env = _int_env(env, "WORLD_SIZE")
@@ -86,17 +90,30 @@ def detect_rendezvous(env: Mapping[str, str] | None = None) -> Rendezvous:
             raise ConfigError("an Indexed Job rank needs WORLD_SIZE or PET_NNODES in its environment")
         nproc = _int_env(env, "PET_NPROC_PER_NODE") or 1
         world = world_env if world_env is not None else (nnodes or 1) * nproc
-        return Rendezvous(rank, world, _int_env(env, "LOCAL_RANK") or 0, addr, port, "indexed-job")
+        local = _int_env(env, "LOCAL_RANK") or 0
+        local_world = _int_env(env, "LOCAL_WORLD_SIZE") or 1
+        return Rendezvous(rank, world, local, addr, port, "indexed-job", local_world)
+    if "OMPI_COMM_WORLD_RANK" not in env:  # mpiexec's ranks stay MPI ranks inside a Slurm step
+        from mlbench_worker.slurm import slurm_rendezvous
+
+        slurm = slurm_rendezvous(env)
+        if slurm is not None:
+            return slurm
     mpi_rank = _int_env(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
     if mpi_rank is not None:
         world = _int_env(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") or 1
         local = _int_env(env, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID") or 0
-        return Rendezvous(mpi_rank, world, local, addr, port, "mpi")
+        local_world = _int_env(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS") or 1
+        return Rendezvous(mpi_rank, world, local, addr, port, "mpi", local_world)
     return Rendezvous(0, 1, 0, addr, port, "single")
 
 
-def init_comm(config: WorkerConfig, rdv: Rendezvous) -> Comm:
-    """Join the process group of the configured backend and check the world size matches the plan."""
+def init_comm(config: WorkerConfig, rdv: Rendezvous, device: torch.device | None = None) -> Comm:
+    """Join the process group of the configured backend and check the world size matches the plan.
+
+    For nccl, ``device`` (this rank's GPU, from ``select_device``) is bound to the process group,
+    so NCCL forms its communicator on that GPU at once instead of guessing it from the rank.
+    """
     if rdv.world_size != config.world_size:
         raise ConfigError(
             f"the launcher started {rdv.world_size} rank(s) but the run plans {config.world_size} "
@@ -105,8 +122,11 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous) -> Comm:
     if config.world_size == 1 and rdv.launcher == "single":
         return SingleComm(config.backend)
     if config.backend == "mpi":
-        if rdv.launcher not in ("mpi", "single"):
-            raise ConfigError("backend 'mpi' must be launched with mpiexec (no MPI rank in the environment)")
+        if rdv.launcher not in ("mpi", "slurm", "single"):
+            raise ConfigError(
+                "backend 'mpi' must be launched with mpiexec or srun --mpi=pmix "
+                "(no MPI rank in the environment)"
+            )
         return MpiComm()
     import torch.distributed as dist
 
@@ -115,25 +135,38 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous) -> Comm:
     if rdv.master_addr is None or rdv.master_port is None:
         raise ConfigError("rendezvous needs MASTER_ADDR and MASTER_PORT (or PET_MASTER_ADDR/PORT)")
     timeout = datetime.timedelta(seconds=float(os.environ.get("MLBENCH_COLLECTIVE_TIMEOUT_S", "1800")))
+    bound = device if config.backend == "nccl" and device is not None and device.type == "cuda" else None
     dist.init_process_group(
         backend=config.backend,
         init_method=f"tcp://{rdv.master_addr}:{rdv.master_port}",
         rank=rdv.rank,
         world_size=rdv.world_size,
         timeout=timeout,
+        device_id=bound,
     )
     return TorchComm(config.backend)
 
 
-def select_device(config: WorkerConfig, rdv: Rendezvous) -> torch.device:
-    """``cuda:<local rank>`` for GPU runs (failing clearly when no GPU is visible), else CPU."""
-    if config.device == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("the run asks for GPUs but CUDA is not available to this rank")
-        index = rdv.local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+def select_device(config: WorkerConfig, rdv: Rendezvous, query: GpuQuery | None = None) -> Placement:
+    """GPU ``LOCAL_RANK`` of the visible ones for GPU runs, checked against the spec's model; else CPU.
+
+    Call it before ``init_comm`` so NCCL binds the right GPU and a wrong machine fails before any
+    rendezvous. ``query`` stands in for CUDA in tests.
+    """
+    if config.device != "cuda":
+        return Placement(torch.device("cpu"))
+    placement = place(
+        CudaQuery() if query is None else query,
+        local_rank=rdv.local_rank,
+        local_world_size=rdv.local_world_size,
+        rank=rdv.rank,
+        expected=config.gpu_type,
+        strict=config.gpu_type_strict,
+    )
+    if placement.mismatch is not None:
+        warning = f"[rank {rdv.rank}] warning: {placement.mismatch} (hardware.gpu.strict: false)"
+        print(warning, file=sys.stderr, flush=True)
+    return placement
 
 
 def limit_threads(threads: int) -> None:
@@ -169,6 +202,7 @@ class RunContext:
     reporter: ReporterLike
     started_at: float = field(default_factory=time.time)
     run_started: bool = False
+    placement: Placement | None = None  # set by the runtime (None: a CPU context built by hand)
 
     @property
     def rank(self) -> int:

@@ -1,31 +1,17 @@
 """Per-rank timing of training phases with MLBench's phase names, cheap enough to leave on.
 
-A training step stamps time once per phase: ``batch_start()`` then ``record(phase)`` after each
-phase charges the time since the previous stamp to that phase (one ``perf_counter`` call and a
-list update on CPU). On GPU, stamps are CUDA events resolved in bulk later, so asynchronous
-kernels are charged to the phase that launched them rather than to the next synchronising call
-(MLBench charged queued compute to ``agg``). Totals group phases the way MLBench did:
-compute = fwd_pass + comp_loss + backprop + opt_step, communication = agg, preprocess =
-batch_load, metrics = comp_metrics. ``time_train`` and ``time_validation`` are wall times.
-
-The training loop starts each batch from ``next(tracker.schedule)``, which samples: it gives
-``_start`` for a batch whose phases are stamped (which stamps the start and returns ``record``,
-the function the step calls with each phase's name) and None for one that is not; steps guard
-each call (``if record: record("fwd_pass")``), so an unstamped batch costs a branch per phase.
-Every batch is stamped while stamps cost little next to a step (the default policy keeps their
-estimated cost under 0.1% of the measured step time: a 100 ms ResNet-20 step on CPU or a GPU step
-is stamped every time); on micro-steps (logistic regression on CPU, ~0.2 ms, where one Python
-call per phase weighs ~0.1%) one batch in ``k`` is stamped, the gaps drawn at random (mean ``k``,
-so periodic work cannot alias with the sample), and phase totals are scaled by batches / stamped
-batches: unbiased estimates whose relative error shrinks as 1/sqrt(stamped). The schedule is a
-precomputed random pattern walked by a C-level iterator, so a batch that is not stamped runs no
-Python function at all (even one C method-wrapper call per batch measured ~0.4% of a 230 us
-step; ``next()`` on the iterator costs nothing measurable). ``Tracker(sample_every=1)`` stamps
-every batch; ``batch_start()`` always stamps (exact, for callers that time batches themselves).
+A step stamps time as each phase ends (``record(phase)``): ``perf_counter`` on CPU, CUDA events
+on GPU (resolved in bulk later), so queued GPU work is charged to the phase that launched it.
+Totals group phases as MLBench did (compute, communication, preprocess, metrics) next to the
+train and validation wall times. Stamps are sampled where they would weigh on a micro-step:
+``next(tracker.schedule)`` gives a starter for the batches whose phases are stamped (a random
+pattern keeping the stamps' cost under ``STAMP_BUDGET`` of a step) and None for the others, and
+phase totals are scaled by batches / stamped batches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
@@ -80,8 +66,10 @@ class Tracker:
         self._acc: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._last = 0.0
         self._events: list[tuple[str | None, Any]] = []  # (phase, or None for a batch start; event)
+        self._free_events: list[Any] = []
         self._train_s = 0.0
         self._val_s = 0.0
+        self.aside_s = 0.0  # time set aside (CUDA-graph capture): neither training nor validation
         self._mode_since: float | None = None
         self._mode: str | None = None
         self.batches = 0  # training batches (counted by the loop, or by ``begin``/``batch_start``)
@@ -174,7 +162,7 @@ class Tracker:
         self._stamp_event(phase)
 
     def _stamp_event(self, phase: str | None) -> None:
-        event = torch.cuda.Event(enable_timing=True)
+        event = self._free_events.pop() if self._free_events else torch.cuda.Event(enable_timing=True)
         event.record()
         self._events.append((phase, event))
         if len(self._events) >= _RESOLVE_EVERY:
@@ -192,6 +180,7 @@ class Tracker:
                 self._acc[phase] += previous.elapsed_time(event) / 1000.0
             previous = event
         # the last stamp stays as the reference for the next phase of an unfinished batch
+        self._free_events += [event for _, event in self._events[:-1]]  # resolved: reusable
         self._events = [(None, keep_last[1])]
 
     # -- train / validation wall time ----------------------------------------------------------
@@ -219,6 +208,23 @@ class Tracker:
     def pause(self) -> None:
         """Neither training nor validation (reporting, goal checks, the end of the run)."""
         self._switch(None)
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Time that counts as neither training nor validation (warming up and capturing CUDA
+        graphs: initialisation, as MLPerf counts it); the next phase is timed from the end."""
+        mode = self._mode
+        self._switch(None)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.aside_s += time.perf_counter() - start
+            self._switch(mode)
+            if self._cuda:
+                self._stamp_event(None)
+            else:
+                self._last = _clock()
 
     def _running(self, mode: str) -> float:
         """Seconds of the interval still open in ``mode`` (0 in any other mode)."""

@@ -15,6 +15,7 @@ from rich.text import Text
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.table import allreduce_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -51,7 +52,8 @@ def _plan(run: RunDetail) -> RunPlan | None:
 def summary_renderable(run: RunDetail) -> Group:
     plan = _plan(run)
     goal_text = f"{goal_label(run.goal)} ({run.goal.kind})" if run.goal else "none (measurement task)"
-    resources = plan.resources.model_dump() if plan is not None else {}
+    # as stored: a plan from an older version shows no newer defaults (gpu_type_strict)
+    resources = plan.resources.model_dump(exclude_unset=True) if plan is not None else {}
     data = f"{plan.data.source} {plan.data.options or ''}".strip() if plan is not None else "—"
     rows = [
         ("name", run.name),
@@ -101,12 +103,12 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
         if result.cost_to_target is not None:
             rows.append(("cost to target", f"${result.cost_to_target:.2f}"))
         for dtype, entry in (result.allreduce or {}).items():
-            rows.append(
-                (
-                    f"all-reduce {dtype}",
-                    f"peak busbw {_num(entry.peak_busbw_gbps)} GB/s at {entry.peak_busbw_size} elements",
-                )
-            )
+            text = allreduce_text(dtype, entry).removeprefix(f"{dtype} ")
+            if entry.peak_busbw_size is not None:
+                text += f" at {entry.peak_busbw_size} elements"
+            rows.append((f"all-reduce {dtype}", text))
+            if entry.note:
+                rows.append(("", entry.note))
         parts.append(_kv_table(rows, "Result"))
     if stop:
         parts.append(Text(f"stopped: {stop.get('status', '')} {stop.get('reason') or ''}", style="grey62"))

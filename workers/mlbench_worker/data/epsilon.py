@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import torch
 
+from mlbench_worker.data.device import copy_into, to_device
 from mlbench_worker.data.fetch import DatasetError, RemoteFile, fetch, stderr_progress
 
 N_FEATURES = 2000
@@ -295,11 +297,54 @@ class LinearBatches:
     def __len__(self) -> int:
         return -(-len(self.indices) // self.batch_size)
 
-    def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(x, y)`` numpy batches; rows within a batch are read in file order (memmap locality)."""
+    def rows(self, epoch: int) -> Iterator[np.ndarray]:
+        """Each batch's row numbers, in file order within the batch (memmap locality)."""
         order = self.indices
         if self.shuffle:
             order = np.random.default_rng((self.seed, epoch)).permutation(order)
         for start in range(0, len(order), self.batch_size):
-            idx = np.sort(order[start : start + self.batch_size])
+            yield np.sort(order[start : start + self.batch_size])
+
+    def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield ``(x, y)`` numpy batches."""
+        for idx in self.rows(epoch):
             yield np.asarray(self.split.x[idx], dtype=np.float32), np.asarray(self.split.y[idx])
+
+
+class ResidentBatches:
+    """``LinearBatches``' batches from a copy of the shard in device memory (a GPU's: 400k x 2000
+    floats is 3.2 GB, which an 80 GB GPU holds many times over): per epoch one copy of the batch
+    order to the device, per batch two gathers there, no host copy of features at all."""
+
+    def __init__(self, batches: LinearBatches, device: torch.device, chunk_rows: int = 8192) -> None:
+        self.batches = batches
+        self.device = device
+        self.shard = np.sort(batches.indices)
+        split = batches.split
+        self.x = torch.empty((len(self.shard), split.features), dtype=torch.float32, device=device)
+        self.y = torch.empty(len(self.shard), dtype=torch.uint8, device=device)
+        for start in range(0, len(self.shard), chunk_rows):
+            rows = self.shard[start : start + chunk_rows]
+            end = start + len(rows)
+            copy_into(self.x[start:end], torch.from_numpy(np.asarray(split.x[rows], np.float32)))
+            copy_into(self.y[start:end], torch.from_numpy(np.asarray(split.y[rows])))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    @staticmethod
+    def fits(batches: LinearBatches, free_bytes: int) -> bool:
+        """Whether the shard takes at most half of ``free_bytes`` of device memory."""
+        need = len(batches.indices) * (batches.split.features * 4 + 1)
+        return need <= free_bytes // 2
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield ``(x, y)`` device batches, the same rows in the same order as ``LinearBatches``."""
+        parts = list(self.batches.rows(epoch))
+        positions = np.searchsorted(self.shard, np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        order = to_device(torch.from_numpy(positions.astype(np.int64)), self.device)
+        start = 0
+        for part in parts:
+            idx = order[start : start + len(part)]
+            start += len(part)
+            yield self.x.index_select(0, idx), self.y.index_select(0, idx)

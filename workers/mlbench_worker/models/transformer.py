@@ -7,19 +7,48 @@ embeddings scaled by sqrt(d_model). Attention goes through
 ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU, a
 fused CPU kernel otherwise) instead of a custom CUDA extension. ``decode_step`` keeps per-layer
 key/value caches for incremental beam search.
+
+The model's entry points run attention under ``VARIABLE_SHAPE_BACKENDS``: cuDNN's attention
+builds an execution plan for every new shape, and token-bucketed batches and beam search's
+growing prefixes meet a new shape on nearly every call, while the flash and memory-efficient
+kernels have no per-shape cost (cuDNN is the default choice for fp16/bf16 on recent GPUs).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import ParamSpec, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 PAD = 0
+
+# Every backend but cuDNN's; MATH stays as the fallback that accepts every input.
+VARIABLE_SHAPE_BACKENDS: tuple[SDPBackend, ...] = (
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def variable_shape_attention(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``method`` with attention limited to ``VARIABLE_SHAPE_BACKENDS`` (restored after)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with sdpa_kernel(list(VARIABLE_SHAPE_BACKENDS)):
+            return method(*args, **kwargs)
+
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -180,6 +209,7 @@ class Transformer(nn.Module):
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.embed.weight)
 
+    @variable_shape_attention
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, V) for the decoder inputs ``tgt_in`` (BOS + target without its EOS)."""
         memory, mask = self.encode(src)
@@ -189,11 +219,13 @@ class Transformer(nn.Module):
         return self._logits(x)
 
     # -- incremental decoding (beam search) --------------------------------------------------
+    @variable_shape_attention
     def start(self, src: torch.Tensor, src_lens: torch.Tensor) -> dict[str, object]:
         memory, mask = self.encode(src)
         cross = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers()]
         return {"mask": mask, "cross": cross, "caches": [{} for _ in self.decoder], "pos": 0}
 
+    @variable_shape_attention
     def decode_step(
         self, tokens: torch.Tensor, state: dict[str, object]
     ) -> tuple[torch.Tensor, dict[str, object]]:

@@ -31,6 +31,7 @@ def centralized_adam(
         betas=(float(betas[0]), float(betas[1])),
         eps=float(hp.get("adam_eps", 1e-8) or 1e-8),
         weight_decay=float(hp.get("weight_decay", 0.0) or 0.0),
+        fused=True,
     )
     options: dict[str, Any] = {}
     if hp.get("bucket_mb"):

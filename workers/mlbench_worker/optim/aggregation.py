@@ -1,10 +1,9 @@
 """Gradient aggregation for centralized (all-reduce) optimizers.
 
-``ByModelAllReduce`` binds every parameter's ``.grad`` to a view of one flat buffer per dtype, so
-backward accumulates straight into it and aggregation is a few large in-place all-reduces over
-buckets of that buffer: no per-step flatten/unflatten copies (MLBench's by-model mode flattened
-and unflattened every step). New strategies (by layer, compressed) implement ``Aggregator`` and
-register in ``AGGREGATORS``.
+``ByModelAllReduce`` all-reduces the whole model's gradients, gathered in flat buffers
+(``FlatGradients``), as a few large in-place collectives over buckets of those buffers: one
+copy in, none back (MLBench's by-model mode flattened and unflattened every step). New
+strategies (by layer, compressed) implement ``Aggregator`` and register in ``AGGREGATORS``.
 """
 
 from __future__ import annotations
@@ -15,14 +14,27 @@ from collections.abc import Callable, Sequence
 import torch
 
 from mlbench_worker.comm import Comm, Pending
+from mlbench_worker.optim.flat import FlatGradients
 
 
 class Aggregator(abc.ABC):
     """Averages the gradients of ``params`` over all ranks, in place."""
 
+    #: the flat gradient buffers, when the aggregator keeps the gradients in them
+    flat: FlatGradients | None = None
+    #: whether ``aggregate`` can be captured in a CUDA graph (device work only, all of it inside
+    #: the call: no host-side steps, no collectives started by hooks during backward)
+    capturable: bool = True
+
     def __init__(self, comm: Comm, params: Sequence[torch.nn.Parameter]) -> None:
         self.comm = comm
         self.params = [p for p in params if p.requires_grad]
+
+    @property
+    def does_work(self) -> bool:
+        """Whether ``aggregate`` changes anything: averaging over one rank does not, but gathering
+        fresh gradients into the flat buffers does."""
+        return self.comm.world_size > 1 or (self.flat is not None and not self.flat.accumulate)
 
     @abc.abstractmethod
     def aggregate(self) -> None:
@@ -30,27 +42,19 @@ class Aggregator(abc.ABC):
 
     def zero_grad(self) -> None:
         """Reset gradients before the next backward (kept allocated, never set to None)."""
+        if self.flat is not None:
+            self.flat.zero_()
+            return
         for p in self.params:
             if p.grad is not None:
                 p.grad.zero_()
 
-
-def _is_dense(t: torch.Tensor) -> bool:
-    """Whether ``t``'s strides are a permutation of a dense layout (contiguous, channels_last, ...)."""
-    expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda d: d[1]):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def _grad_view(chunk: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """A view of ``chunk`` shaped like ``p`` with ``p``'s strides when they are dense (so
-    channels_last weights get channels_last gradients and autograd never copies), else contiguous."""
-    if p.is_contiguous() or not _is_dense(p):
-        return chunk.view(p.shape)
-    return chunk.as_strided(p.shape, p.stride())
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        """Clip the global gradient norm to ``max_norm`` (one pass over the flat buffers if any)."""
+        if self.flat is not None:
+            self.flat.clip_norm_(max_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.params, max_norm, foreach=True)
 
 
 class ByModelAllReduce(Aggregator):
@@ -74,38 +78,22 @@ class ByModelAllReduce(Aggregator):
     ) -> None:
         super().__init__(comm, params)
         self.overlap = overlap and comm.world_size > 1
+        self.capturable = not self.overlap
         if self.overlap and bucket_mb <= 0:
             bucket_mb = 0.5
-        ordered = list(reversed(self.params)) if self.overlap else self.params
-        self._flats: list[torch.Tensor] = []
-        self._views: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
-        spans: list[tuple[torch.nn.Parameter, int, int, int]] = []  # param, flat index, start, end
-        by_key: dict[tuple[torch.dtype, torch.device], list[torch.nn.Parameter]] = {}
-        for p in ordered:
-            by_key.setdefault((p.dtype, p.device), []).append(p)
-        for (dtype, device), group in by_key.items():
-            flat = torch.zeros(sum(p.numel() for p in group), dtype=dtype, device=device)
-            offset = 0
-            for p in group:
-                view = _grad_view(flat[offset : offset + p.numel()], p)
-                if p.grad is not None:
-                    view.copy_(p.grad)
-                p.grad = view
-                self._views.append((p, view))
-                spans.append((p, len(self._flats), offset, offset + p.numel()))
-                offset += p.numel()
-            self._flats.append(flat)
+        self.flat = FlatGradients(self.params, reverse=self.overlap, accumulate=self.overlap)
+        flats = self.flat.flats
         # buckets: (flat index, start, end) slices of the flat buffers
         ranges: list[tuple[int, int, int]] = []
-        for index, flat in enumerate(self._flats):
+        for index, flat in enumerate(flats):
             per = flat.numel() if bucket_mb <= 0 else max(1, int(bucket_mb * 2**20) // flat.element_size())
             ranges += [(index, lo, min(lo + per, flat.numel())) for lo in range(0, flat.numel(), per)]
-        self._buckets = [self._flats[i][lo:hi] for i, lo, hi in ranges]
+        self._buckets = [flats[i][lo:hi] for i, lo, hi in ranges]
         self._pending: dict[int, Pending] = {}
         if self.overlap:
             self._needed = [0] * len(ranges)
             touches: dict[int, list[int]] = {}
-            for p, index, lo, hi in spans:
+            for p, index, lo, hi in self.flat.spans:
                 hit = [b for b, (i, blo, bhi) in enumerate(ranges) if i == index and blo < hi and lo < bhi]
                 touches[id(p)] = hit
                 for b in hit:
@@ -123,16 +111,6 @@ class ByModelAllReduce(Aggregator):
 
         return hook
 
-    def _rebind(self) -> None:
-        """Someone replaced a ``.grad`` (e.g. ``zero_grad(set_to_none=True)``): copy back into the views."""
-        for p, view in self._views:
-            if p.grad is not view:
-                if p.grad is None:
-                    view.zero_()
-                else:
-                    view.copy_(p.grad)
-                p.grad = view
-
     def _wait(self) -> None:
         for pending in self._pending.values():
             pending.wait()
@@ -141,13 +119,11 @@ class ByModelAllReduce(Aggregator):
             self._remaining = list(self._needed)
 
     def aggregate(self) -> None:
-        for p, view in self._views:
-            if p.grad is not view:
-                if self._pending:  # gradients moved away from the buckets mid-flight: start over
-                    self._wait()
-                self._rebind()
-                self._pending.clear()
-                break
+        assert self.flat is not None
+        if self._pending and not self.flat.bound():  # gradients moved away mid-flight: start over
+            self._wait()
+            self._pending.clear()
+        self.flat.gather()
         if self.comm.world_size == 1:
             return
         for b, bucket in enumerate(self._buckets):  # buckets no hook started (unused parameters)
@@ -158,8 +134,7 @@ class ByModelAllReduce(Aggregator):
     def zero_grad(self) -> None:
         if self._pending:
             self._wait()
-        for flat in self._flats:
-            flat.zero_()
+        super().zero_grad()
 
 
 class ByLayerAllReduce(Aggregator):

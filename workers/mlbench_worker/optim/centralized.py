@@ -3,7 +3,9 @@
 ``CentralizedOptimizer`` pairs a stock ``torch.optim`` optimizer with an ``Aggregator``. The
 training loop calls ``aggregate()`` (timed as the ``agg`` phase) and ``step()`` (``opt_step``)
 separately so the tracker can split communication from compute. Builders such as
-``centralized_sgd`` read their settings from the task's hyperparameters.
+``centralized_sgd`` read their settings from the task's hyperparameters and build the fused
+optimizers: one kernel for every parameter, and a ``GradScaler`` step that never waits for the
+device (a fused step checks the scaler's inf flag itself).
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from mlbench_worker.optim.aggregation import AGGREGATORS, Aggregator
 
 
 class CentralizedOptimizer:
-    """A torch optimizer whose gradients are all-reduced (averaged) before each step."""
+    """A torch optimizer whose gradients are all-reduced (averaged) before each step.
+
+    The learning rate is mirrored in a Python float, so reading it never waits for the device;
+    ``make_capturable`` turns it into a device tensor that CUDA-graph replays read.
+    """
 
     def __init__(self, optimizer: torch.optim.Optimizer, aggregator: Aggregator) -> None:
         self.optimizer = optimizer
         self.aggregator = aggregator
+        self._lr = float(optimizer.param_groups[0]["lr"])
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -31,16 +38,34 @@ class CentralizedOptimizer:
     @property
     def lr(self) -> float:
         """The learning rate of the first parameter group."""
-        return float(self.optimizer.param_groups[0]["lr"])
+        return self._lr
 
     def set_lr(self, lr: float) -> None:
-        """Set the learning rate of every parameter group."""
+        """Set the learning rate of every parameter group (in place when it is a device tensor)."""
+        self._lr = lr
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+
+    def make_capturable(self) -> None:
+        """Prepare for CUDA-graph capture: learning rates become device tensors (a replay reads
+        them, so ``set_lr`` between replays takes effect) and Adam keeps its step count there."""
+        for group in self.optimizer.param_groups:
+            device = group["params"][0].device
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+            if "capturable" in group:
+                group["capturable"] = True
 
     def aggregate(self) -> None:
         """Average gradients over ranks (communication)."""
         self.aggregator.aggregate()
+
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        """Clip the averaged gradients' global norm (every rank clips the same gradient)."""
+        self.aggregator.clip_grad_norm_(max_norm)
 
     def step(self) -> None:
         """Apply the local update with the averaged gradients (compute)."""
@@ -75,6 +100,7 @@ def centralized_sgd(
         momentum=momentum,
         nesterov=bool(hp.get("nesterov", False)) and momentum > 0,
         weight_decay=float(hp.get("weight_decay", 0.0) or 0.0),
+        fused=True,
     )
     options: dict[str, Any] = {}
     if hp.get("bucket_mb"):

@@ -42,7 +42,11 @@ class _Matrix:
 
 
 class PowerSGDAggregator(Aggregator):
-    """Averages gradients over ranks through rank-``rank`` PowerSGD with error feedback."""
+    """Averages gradients over ranks through rank-``rank`` PowerSGD with error feedback.
+
+    Not capturable in a CUDA graph: its QR factorisations take host-side steps."""
+
+    capturable = False
 
     def __init__(
         self,
@@ -83,6 +87,10 @@ class PowerSGDAggregator(Aggregator):
             self.matrices.append(_Matrix(p, rows, cols, r, pv, qv, error))
             p_off += rows * r
             q_off += cols * r
+
+    @property
+    def does_work(self) -> bool:
+        return True  # compression and error feedback change the gradient even on one rank
 
     # -- accounting -------------------------------------------------------------------------------
     def elements_per_step(self) -> int:
@@ -170,6 +178,7 @@ def power_sgd(params: Iterable[torch.nn.Parameter], comm: Comm, hp: dict[str, An
         momentum=momentum,
         nesterov=bool(hp.get("nesterov", False)) and momentum > 0,
         weight_decay=float(hp.get("weight_decay", 0.0) or 0.0),
+        fused=True,
     )
     aggregator = PowerSGDAggregator(comm, plist, rank=int(hp.get("powersgd_rank", 1)))
     return CentralizedOptimizer(sgd, aggregator)

@@ -23,8 +23,9 @@ What a task uses from ``ctx`` (``mlbench_worker.context.RunContext``):
   timed part starts there (the training helper does this for you, with the trainer's
   ``train_samples``, ``eval_samples`` and ``comm_precision`` for the run's MLPerf log).
 
-Training tasks should not write their own loop: subclass ``tasks.training.Trainer`` (or
-``ClassificationTrainer`` for ``(inputs, labels)`` batches) and call
+Training tasks should not write their own loop: subclass ``tasks.training.PhasedTrainer`` (its
+step split into MLBench's phases, which ``implementation: {cuda_graphs: true}`` can capture), or
+``ClassificationTrainer`` for ``(inputs, labels)`` batches, and call
 ``tasks.training.run_training(ctx, trainer, max_epochs=...)``. It times MLBench's phases with the
 tracker, reports ``train_loss``/``train_Prec@1``/``lr``/``step_time`` every few steps, validates
 each epoch on global (all-reduced) metrics, reports ``val_global_*``, ``time_*``, ``phase_*``,

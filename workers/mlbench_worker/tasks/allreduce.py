@@ -7,6 +7,11 @@ A repetition's latency is the slowest rank's (the collective is done when the la
 the reported bandwidths use the median latency: algbw = bytes / latency, busbw = algbw * 2(n-1)/n
 (nccl-tests' definition), in GB/s (1e9 bytes). Metrics: ``allreduce_<dtype>_latency_p50`` and
 ``_latency_p99`` (seconds), ``_algbw`` and ``_busbw``, each with ``step`` = size in elements.
+
+One rank moves no data: its all-reduce time is launch and synchronisation only, so a world of
+one reports latency and no bandwidth. A bandwidth above the rank's plausibility ceiling
+(``busbw_ceiling``) cannot be a transfer and is flagged where it is printed; the ``allreduce_sweep``
+event tells the results both facts.
 """
 
 from __future__ import annotations
@@ -40,6 +45,49 @@ def bus_bandwidth(algbw: float, world_size: int) -> float:
     if world_size <= 1:
         return algbw
     return algbw * 2.0 * (world_size - 1) / world_size
+
+
+# CPU ranks: host memory bandwidth bounds any transfer between them; 1,000 GB/s is above a
+# dual-socket, 12-channel DDR5 server (~920 GB/s), so only impossible values pass it.
+CPU_BUSBW_CEILING_GBPS = 1000.0
+# A GPU whose memory clock torch does not report: above the fastest HBM shipped (~8,000 GB/s).
+GPU_FALLBACK_CEILING_GBPS = 10_000.0
+ONE_RANK_NOTE = "one rank: an all-reduce moves no data, so only latency is reported (no bandwidth)"
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The largest bus bandwidth this rank's device could carry, and where the number comes from."""
+
+    gbps: float
+    basis: str
+
+
+def busbw_ceiling(
+    device_type: str, memory_clock_khz: int | None = None, bus_width_bits: int | None = None
+) -> Ceiling:
+    """The plausibility ceiling of an all-reduce's bus bandwidth on a device kind (GB/s).
+
+    No link moves data into or out of a device faster than the device's own memory can read and
+    write it, so a GPU's ceiling is its peak memory bandwidth (double data rate: 2 x clock x bus
+    width; 3,350 GB/s for an H100 SXM); CPU ranks use ``CPU_BUSBW_CEILING_GBPS``.
+    """
+    if device_type != "cuda":
+        return Ceiling(CPU_BUSBW_CEILING_GBPS, "host memory bandwidth (CPU ranks)")
+    if memory_clock_khz and bus_width_bits:
+        gbps = 2 * memory_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
+        return Ceiling(round(gbps, 1), "the GPU's peak memory bandwidth")
+    return Ceiling(GPU_FALLBACK_CEILING_GBPS, "fastest GPU memory made (this GPU's clock is unknown)")
+
+
+def device_ceiling(device: torch.device) -> Ceiling:
+    """``busbw_ceiling`` for ``device`` (asks CUDA for the memory clock and bus width)."""
+    if device.type != "cuda":
+        return busbw_ceiling(device.type)
+    props = torch.cuda.get_device_properties(device)
+    return busbw_ceiling(
+        "cuda", getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    )
 
 
 @dataclass(frozen=True)
@@ -100,6 +148,20 @@ def measure(
     return SizeResult(dtype_name, size, nbytes, p50, p99, algbw, bus_bandwidth(algbw, comm.world_size))
 
 
+def format_row(result: SizeResult, moves_data: bool, ceiling: Ceiling) -> str:
+    """One progress line of the sweep: no bandwidth for one rank, a flag above the ceiling."""
+    head = (
+        f"{result.dtype:>5} {result.size:>10} {result.nbytes:>12} {result.latency_p50 * 1e6:>10.1f} "
+        f"{result.latency_p99 * 1e6:>10.1f}"
+    )
+    if not moves_data:
+        return f"{head} {'-':>10} {'-':>10}"
+    row = f"{head} {result.algbw:>10.3f} {result.busbw:>10.3f}"
+    if result.busbw > ceiling.gbps:
+        row += f"  ! above the {ceiling.gbps:,.0f} GB/s ceiling ({ceiling.basis}): not a transfer rate"
+    return row
+
+
 def run(ctx: RunContext) -> Outcome:
     """Run the sweep on every rank; rank 0 reports the metrics."""
     sizes = sweep_sizes(
@@ -114,6 +176,19 @@ def run(ctx: RunContext) -> Outcome:
     if unknown:
         raise ValueError(f"unknown dtype(s) {unknown}; known: {', '.join(DTYPES)}")
     sync = _synchronizer(ctx.device)
+    moves_data = ctx.world_size > 1
+    ceiling = device_ceiling(ctx.device)
+    if ctx.is_main:
+        ctx.reporter.event(
+            "allreduce_sweep",
+            {
+                "world_size": ctx.world_size,
+                "latency_only": not moves_data,
+                "note": None if moves_data else ONE_RANK_NOTE,
+                "busbw_ceiling_gbps": ceiling.gbps,
+                "ceiling_basis": ceiling.basis,
+            },
+        )
     measurable = sum(ctx.comm.supports_dtype(DTYPES[d]) for d in dtype_names)
     # MLPerf's sample counts for a sweep: every timed all-reduce, and the repetitions behind each point
     ctx.mark_run_start({"train_samples": len(sizes) * measurable * repetitions, "eval_samples": repetitions})
@@ -123,6 +198,8 @@ def run(ctx: RunContext) -> Outcome:
         f"{repetitions} repetitions (+{warmup} warm-up), dtypes {', '.join(dtype_names)}, "
         f"{ctx.world_size} rank(s) on {ctx.config.backend}"
     )
+    if not moves_data:
+        ctx.log(ONE_RANK_NOTE)
     measured = 0
     for dtype_name in dtype_names:
         dtype = DTYPES[dtype_name]
@@ -142,12 +219,10 @@ def run(ctx: RunContext) -> Outcome:
                 prefix = f"allreduce_{dtype_name}"
                 ctx.reporter.metric(f"{prefix}_latency_p50", result.latency_p50, step=size)
                 ctx.reporter.metric(f"{prefix}_latency_p99", result.latency_p99, step=size)
-                ctx.reporter.metric(f"{prefix}_algbw", result.algbw, step=size)
-                ctx.reporter.metric(f"{prefix}_busbw", result.busbw, step=size)
-            ctx.log(
-                f"{dtype_name:>5} {size:>10} {result.nbytes:>12} {result.latency_p50 * 1e6:>10.1f} "
-                f"{result.latency_p99 * 1e6:>10.1f} {result.algbw:>10.3f} {result.busbw:>10.3f}"
-            )
+                if moves_data:
+                    ctx.reporter.metric(f"{prefix}_algbw", result.algbw, step=size)
+                    ctx.reporter.metric(f"{prefix}_busbw", result.busbw, step=size)
+            ctx.log(format_row(result, moves_data, ceiling))
         del buffer
     if measured == 0:
         raise ValueError(f"none of the dtypes {dtype_names} can be all-reduced on {ctx.config.backend}")

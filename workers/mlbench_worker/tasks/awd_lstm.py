@@ -34,9 +34,9 @@ from mlbench_worker.data import wikitext2
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.models.awd_lstm import AWDLSTM, AWDLSTMConfig, Hidden, ar_tar_penalty, detach_hidden
 from mlbench_worker.optim import build_optimizer
+from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.training import StepResult, Trainer, autocast_for, run_training
-from mlbench_worker.tracker import Record
+from mlbench_worker.tasks.training import PhasedTrainer, Step, StepResult, run_autocast, run_training
 
 EVAL_BATCH_SIZE = 10
 _MODEL_KEYS = ("emb_size", "hidden_size", "num_layers")
@@ -68,23 +68,30 @@ def load_wikitext2(ctx: RunContext) -> wikitext2.Corpus:
 Batch = tuple[torch.Tensor, torch.Tensor, int]
 
 
-class AWDLSTMTrainer(Trainer):
+class LMStep(Step):
+    """A language-model step: the next hidden state and the loss without AR/TAR, too."""
+
+    hidden: Hidden
+    raw_loss: torch.Tensor
+
+
+class AWDLSTMTrainer(PhasedTrainer[LMStep]):
     """AWD-LSTM on this rank's share of the token stream."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         config = ctx.config
         self.device = ctx.device
-        self.autocast = autocast_for(config.precision, ctx.device)
-        # fp16 autocast on GPU needs loss scaling; unscaled after the all-reduce, before clipping.
-        self.scaler = torch.amp.GradScaler("cuda") if config.precision in ("fp16", "amp") else None
+        self.autocast = run_autocast(ctx)
+        # fp16 scales the loss; the gradients are unscaled after the all-reduce, before clipping
+        self.scaler = make_scaler(config.hyperparameters, config.precision, ctx.device)
         data = config.data
         smoke: dict[str, Any] = dict(data.options) if data.source == "synthetic" else {}
         self.batch_size = int(ctx.hp("batch_size", 80))
         self.bptt = int(smoke.get("bptt", ctx.hp("bptt", 70)))
         if self.batch_size < 1 or self.bptt < 2:
             raise ValueError(f"batch_size must be >= 1 and bptt >= 2, got {self.batch_size} and {self.bptt}")
-        self.clip = float(ctx.hp("clip", 0.25))
+        self.grad_clip = float(ctx.hp("clip", 0.25))
         self.alpha = float(ctx.hp("alpha", 2.0))
         self.beta = float(ctx.hp("beta", 1.0))
         self.nonmono = int(ctx.hp("nonmono", 5))
@@ -166,51 +173,40 @@ class AWDLSTMTrainer(Trainer):
         elif step == self.warmup_steps:
             self.current_lr = self.target_lr
 
-    def train_step(self, batch: Batch, record: Record | None) -> StepResult:
+    def begin_step(self, batch: Batch) -> LMStep:
         inputs, target, seq_len = batch
         self.optimizer.set_lr(self.current_lr * seq_len / self.bptt)
+        hidden = [t for pair in self.hidden for t in pair]  # detached at the end of the last step
+        return LMStep((inputs, target, *hidden), int(target.numel()))
+
+    def forward(self, step: LMStep) -> None:
+        inputs, _, *flat = step.inputs
+        hidden = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
         with self.autocast():
-            logits, hidden, raw, dropped = self.model(inputs, detach_hidden(self.hidden))
-        if record:
-            record("fwd_pass")
+            logits, new_hidden, raw, dropped = self.model(inputs, hidden)
+        step.output = (logits, raw, dropped)
+        step.hidden = detach_hidden(new_hidden)
+
+    def compute_loss(self, step: LMStep) -> None:
+        logits, raw, dropped = step.output
         with self.autocast():
-            raw_loss = F.cross_entropy(logits.float(), target.reshape(-1))
-            loss = raw_loss + ar_tar_penalty(raw.float(), dropped.float(), self.alpha, self.beta)
-        if record:
-            record("comp_loss")
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
-        if record:
-            record("backprop")
-        self.optimizer.aggregate()
-        if record:
-            record("agg")
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer.optimizer)
-        if self.clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad()
+            step.raw_loss = F.cross_entropy(logits.float(), step.inputs[1].reshape(-1))
+            step.loss = step.raw_loss + ar_tar_penalty(raw.float(), dropped.float(), self.alpha, self.beta)
+
+    def idle_phases(self) -> set[str]:
+        return {*super().idle_phases(), "comp_metrics"}
+
+    def end_step(self, step: LMStep) -> StepResult:
+        self.hidden = step.hidden
         if self.averaged is not None:
             self._update_average()
-        if record:
-            record("opt_step")
-        self.hidden = hidden
-        return StepResult(raw_loss.detach(), int(target.numel()))
+        return StepResult(step.raw_loss.detach(), step.samples)
 
     @torch.no_grad()
     def _update_average(self) -> None:
         self.averaged_steps += 1
-        weight = 1.0 / self.averaged_steps
         assert self.averaged is not None
-        for avg, p in zip(self.averaged, self.params, strict=True):
-            avg.add_(p.detach() - avg, alpha=weight)
+        torch._foreach_lerp_(self.averaged, [p.detach() for p in self.params], 1.0 / self.averaged_steps)
 
     # -- validation -----------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:

@@ -24,6 +24,7 @@ from torch import nn
 
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import epsilon
+from mlbench_worker.data.device import to_device
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.models.logreg import LogisticRegression
 from mlbench_worker.optim import build_optimizer
@@ -88,7 +89,11 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
             raise DatasetError(f"train has {train.features} features but validation {val.features}")
         shard = epsilon.shard_indices(len(train), ctx.rank, ctx.world_size, seed=config.seed)
         val_share = epsilon.shard_indices(len(val), ctx.rank, ctx.world_size, seed=config.seed, equal=False)
-        self.train_loader = epsilon.LinearBatches(train, shard, self.batch_size, seed=config.seed)
+        batches = epsilon.LinearBatches(train, shard, self.batch_size, seed=config.seed)
+        self.train_loader: epsilon.LinearBatches | epsilon.ResidentBatches = batches
+        if self.device.type == "cuda" and epsilon.ResidentBatches.fits(batches, torch.cuda.mem_get_info()[0]):
+            self.train_loader = epsilon.ResidentBatches(batches, self.device)
+        resident = isinstance(self.train_loader, epsilon.ResidentBatches)
         self.val_loader = epsilon.LinearBatches(
             val, val_share, max(self.batch_size, 4096), seed=0, shuffle=False
         )
@@ -118,17 +123,21 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
         ctx.log(
             f"epsilon ({config.data.source}): {len(train)} train / {len(val)} val rows x {train.features} "
             f"features, shard {len(shard)} per rank, {len(self.train_loader)} steps/epoch, "
-            f"batch {self.batch_size}, lr {target_lr:g}"
+            f"batch {self.batch_size}, lr {target_lr:g}, training shard "
+            + ("in device memory" if resident else "read by batch")
         )
 
     def _tensors(
         self, batches: Iterable[tuple[np.ndarray, np.ndarray]]
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for x, y in batches:
-            yield torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+            yield to_device(torch.from_numpy(x), self.device), to_device(torch.from_numpy(y), self.device)
 
     def train_batches(self, epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        return self._tensors(self.train_loader.epoch(epoch))
+        loader = self.train_loader
+        if isinstance(loader, epsilon.ResidentBatches):
+            return loader.epoch(epoch)
+        return self._tensors(loader.epoch(epoch))
 
     def val_batches(self) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         return self._tensors(self.val_loader.epoch(0))

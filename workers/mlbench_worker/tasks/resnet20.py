@@ -5,15 +5,13 @@ warm-up over log2(k) epochs, then reduce-on-plateau of the validation loss (pati
 0.5); SGD momentum 0.9, nesterov, weight decay 1e-4; cross-entropy; gradients averaged with
 all-reduce over the whole model (CentralizedSGD); disjoint data per worker. Options:
 ``channels_last`` (``auto``, the default: the channels_last memory layout on CPU, where oneDNN's
-convolutions run it 1.3-1.5x faster than NCHW for the same math, NCHW on GPU); precision
-``bf16`` autocast on CPU or GPU, ``fp16``/``amp`` on GPU;
-``overlap_comm`` (off, as in MLBench, so ``agg`` is the whole all-reduce) starts bucket
-all-reduces during backward like DDP, and ``agg`` then measures only the exposed communication.
-Synthetic data options: ``train_samples`` (4096: with 2 ranks and batch 128 the light goal
-comes after ~3 epochs, ~48 steps, once BatchNorm's running statistics have settled),
-``val_samples`` (512), ``noise`` (48.0), ``seed`` (0). ``download`` caches in ``data.path``
-(default ``$MLBENCH_DATA_DIR`` or
-``~/.cache/mlbench/data``).
+convolutions run faster for the same math, NCHW on GPU); precision ``bf16`` autocast on CPU or
+GPU, ``fp16``/``amp`` on GPU; ``overlap_comm`` (off, as in MLBench, so ``agg`` is the whole
+all-reduce) starts bucket all-reduces during backward like DDP, and ``agg`` then measures only
+the exposed communication. Synthetic data options: ``train_samples`` (4096: enough steps for
+BatchNorm's running statistics to settle before the light goal), ``val_samples`` (512),
+``noise`` (48.0), ``seed`` (0). ``download`` caches in ``data.path`` (default
+``$MLBENCH_DATA_DIR`` or ``~/.cache/mlbench/data``).
 """
 
 from __future__ import annotations

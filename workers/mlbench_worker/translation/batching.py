@@ -16,33 +16,34 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlbench_worker.data.device import to_device
 from mlbench_worker.data.wmt import BOS, PAD, SplitView, bucket_order
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One padded micro-batch: source, its lengths, decoder inputs (BOS-shifted) and targets."""
+    """One padded micro-batch: source, its lengths, decoder inputs (BOS-shifted), targets, and
+    the number of real target tokens (the loss normaliser, counted on the host when collated).
+    ``src_lens`` stays in host memory (packing sequences reads it there)."""
 
     src: torch.Tensor
     src_lens: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     index: np.ndarray  # positions in the split view (for references)
-
-    @property
-    def tokens(self) -> int:
-        """Number of real target tokens (the loss normaliser)."""
-        return int((self.tgt_out != PAD).sum())
+    tokens: int
 
     def to(self, device: torch.device) -> Batch:
+        """The batch on ``device``, copied through pinned memory without blocking the host."""
         if device.type == "cpu":
             return self
         return Batch(
-            self.src.to(device, non_blocking=True),
+            to_device(self.src, device),
             self.src_lens,
-            self.tgt_in.to(device, non_blocking=True),
-            self.tgt_out.to(device, non_blocking=True),
+            to_device(self.tgt_in, device),
+            to_device(self.tgt_out, device),
             self.index,
+            self.tokens,
         )
 
 
@@ -62,7 +63,10 @@ def collate(data: SplitView, index: Sequence[int] | np.ndarray) -> Batch:
         tgt_in[row, 0] = BOS
         tgt_in[row, 1 : len(t)] = t[:-1]
     lens = torch.tensor([len(s) for s, _ in pairs], dtype=torch.int64)
-    return Batch(torch.from_numpy(src), lens, torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), index)
+    tokens = sum(len(t) for _, t in pairs)
+    return Batch(
+        torch.from_numpy(src), lens, torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), index, tokens
+    )
 
 
 def sentence_batches(order: np.ndarray, sentences: int) -> list[np.ndarray]:

@@ -3,7 +3,9 @@
 With smoothing ``eps`` the target distribution puts ``1 - eps`` on the reference token and
 spreads ``eps`` uniformly over the vocabulary, so the loss is
 ``(1 - eps) * nll + eps * mean_v(-log p_v)``. Sums are returned (not means) so gradient
-accumulation can normalise by the token count of the whole optimizer step.
+accumulation can normalise by the token count of the whole optimizer step. Padding is masked by
+``where`` rather than selected out, so the output's size never depends on the data (selecting
+would make the host wait for the device to learn the size).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ def label_smoothed_loss(
     """Summed (smoothed loss, plain NLL) over the non-padding tokens of ``target`` (B, T)."""
     logprobs = F.log_softmax(logits.float(), dim=-1)
     mask = target != pad
-    nll = -logprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    nll = nll.masked_select(mask).sum()
+    zero = logprobs.new_zeros(())
+    nll = torch.where(mask, -logprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1), zero).sum()
     if smoothing <= 0:
         return nll, nll.detach()
-    smooth = -logprobs.mean(dim=-1).masked_select(mask).sum()
+    smooth = torch.where(mask, -logprobs.mean(dim=-1), zero).sum()
     return (1.0 - smoothing) * nll + smoothing * smooth, nll.detach()

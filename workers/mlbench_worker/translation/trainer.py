@@ -29,10 +29,10 @@ from mlbench_worker.context import RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.optim import build_optimizer
+from mlbench_worker.optim.amp import ReducedPrecisionAllReduce, comm_dtype, make_scaler
 from mlbench_worker.optim.centralized import CentralizedOptimizer
-from mlbench_worker.tasks.training import StepResult, Trainer, autocast_for
+from mlbench_worker.tasks.training import StepResult, Trainer, run_autocast
 from mlbench_worker.tracker import Record
-from mlbench_worker.translation.amp import ReducedPrecisionAllReduce, ScaleCap, comm_dtype, make_scaler
 from mlbench_worker.translation.batching import Batch, BatchPlan, collate
 from mlbench_worker.translation.beam import beam_search
 from mlbench_worker.translation.bleu import STATS, bleu_from_stats, bleu_stats
@@ -92,7 +92,7 @@ class TranslationTrainer(Trainer):
         config = ctx.config
         self.device = ctx.device
         self.precision = config.precision
-        self.autocast = autocast_for(config.precision, ctx.device)
+        self.autocast = run_autocast(ctx)
         hp: dict[str, Any] = dict(config.hyperparameters)
         self.hp = hp
         corpus = self.corpus = load_corpus(ctx, task.dataset)
@@ -146,9 +146,7 @@ class TranslationTrainer(Trainer):
         self.optimizer = self._build_optimizer(hp)
         self.optimizer.set_lr(self.schedule(0))
         self.scaler = make_scaler(hp, self.precision, self.device)
-        cap = hp.get("loss_scale_max")
-        self.scale_cap = ScaleCap(self.scaler, float(cap) if cap is not None else None)
-        self.clip = float(ctx.hp("clip", task.default_clip))
+        self.grad_clip = float(ctx.hp("clip", task.default_clip))
         self.label_smoothing = float(ctx.hp("label_smoothing", 0.1))
         self.beam_size = int(ctx.hp("beam_size", task.default_beam))
         self.eval_batch_size = int(ctx.hp("eval_batch_size", 64))
@@ -199,7 +197,7 @@ class TranslationTrainer(Trainer):
                 record("fwd_pass")
             loss, nll = label_smoothed_loss(logits, b.tgt_out, self.label_smoothing)
             loss = loss / max(1, total)
-            nll_sum += nll.double()
+            nll_sum += nll
             if record:
                 record("comp_loss")
             self.scaler.scale(loss).backward()
@@ -208,16 +206,13 @@ class TranslationTrainer(Trainer):
         return nll_sum, total
 
     def train_step(self, batch: list[Batch], record: Record | None) -> StepResult:
+        """The step's micro-batches (their phases stamped per micro-batch), then the shared
+        all-reduce and update (unscale, clip, fused step, capped scale update)."""
         nll_sum, tokens = self.accumulate(batch, record)
-        self.optimizer.aggregate()
+        self.aggregate()
         if record:
             record("agg")
-        self.scaler.unscale_(self.optimizer.optimizer)
-        if self.clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        self.scaler.step(self.optimizer.optimizer)
-        self.scale_cap.update()
-        self.optimizer.zero_grad()
+        self.update()
         if record:
             record("opt_step")
         return StepResult(nll_sum / max(1, tokens), tokens)

@@ -1,0 +1,231 @@
+"""ResNet-20 training step on one GPU: plain PyTorch vs the worker runtime, eager and CUDA graphs.
+
+Goals (issue 17): ours eager at least as fast as a plain eager loop doing the same work (ratio
+plain / ours >= 1.0), and ours with ``cuda_graphs`` within 1.25x of a plain loop captured whole
+in one CUDA graph, the floor (ratio floor / ours >= 0.8). Every side trains ResNet-20 at batch
+128 on the same synthetic CIFAR-10 resident on the GPU with the same on-device augmentation,
+SGD (momentum 0.9, nesterov, weight decay 1e-4), in fp32 (NCHW) and bf16 autocast
+(channels_last), one rank:
+
+- ``plain eager``: the textbook loop (``zero_grad``, forward, loss, backward, ``torch.optim.SGD``
+  with its defaults, which are foreach on a GPU).
+- ``plain graph``: the same step captured whole in one CUDA graph (torch's recipe), the floor.
+- ``ours eager``: task 1a's trainer driven like ``run_training`` drives it (tracker events for
+  every phase, the LR hook, the metric window read every 10 steps).
+- ``ours graphs``: the same through ``GraphedStep`` (one graph per phase, events between them).
+
+Rounds alternate the order of the sides; the table gives the median ms/step, images/s and the
+share of wall time the GPU spent running kernels (torch's profiler over a few steps). On a
+machine without an NVIDIA GPU it says so and exits 0.
+
+    python -m benchmarks gpu_step [--rounds 5] [--steps 50] [--batch 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "workers")]
+
+from benchmarks.resnet20_step import REPORT_EVERY, build_trainer, cycle, plain_sgd, runtime_step  # noqa: E402
+
+SIDES = ("plain eager", "plain graph", "ours eager", "ours graphs")
+PRECISIONS = (("fp32", False), ("bf16", True))  # (precision, channels_last)
+
+
+def no_gpu_message() -> str | None:
+    """Why this machine cannot run a GPU benchmark, or None when it can."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"no NVIDIA GPU is visible to torch {torch.__version__} (torch.cuda.is_available() is False)"
+    return None
+
+
+def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callable[[], None]]:
+    import torch
+    from mlbench_worker.comm import SingleComm
+    from mlbench_worker.data import cifar10
+    from mlbench_worker.graphs import CudaCapture, GraphedStep
+    from mlbench_worker.models.resnet import resnet20
+    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.tracker import Tracker
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    comm = SingleComm("nccl")
+    reporter = Reporter(None, "bench", "", 0)  # no server: what the step reports is dropped
+    samples = batch * 40  # whole batches only: every side sees one input shape
+    hp = {"channels_last": channels_last}
+    common: dict[str, Any] = {
+        "batch": batch,
+        "samples": samples,
+        "precision": precision,
+        "backend": "nccl",
+        "hp": hp,
+    }
+
+    def ours(graphs: bool) -> Callable[[], None]:
+        trainer = build_trainer(comm, device, reporter, **common, cuda_graphs=graphs)
+        tracker = Tracker(device)
+        tracker.train()
+        if not graphs:
+            return runtime_step(trainer, tracker)
+        runner = GraphedStep(trainer, CudaCapture(device), aside=tracker.aside, log=lambda _: None)
+        return runtime_step(trainer, tracker, runner.train_step)
+
+    reference = build_trainer(comm, device, reporter, **common)
+    data, seed = reference.train_set, reference.seed
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    autocast_dtype = torch.bfloat16 if precision == "bf16" else None
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def plain_parts() -> tuple[Any, Any, Iterator[Any]]:
+        torch.manual_seed(0)
+        model = resnet20().to(device, memory_format=memory_format)
+        augmenter = cifar10.Augmenter(device, seed=1, channels_last=channels_last)
+        batches = cycle(lambda e: cifar10.train_batches(data, augmenter, batch, epoch=e, seed=seed))
+        return model, plain_sgd(model, 1), batches
+
+    def forward_loss(model: Any, inputs: Any, target: Any) -> Any:
+        if autocast_dtype is None:
+            return loss_fn(model(inputs), target)
+        with torch.autocast("cuda", dtype=autocast_dtype, cache_enabled=False):
+            return loss_fn(model(inputs), target)
+
+    def plain_eager() -> Callable[[], None]:
+        model, optimizer, batches = plain_parts()
+
+        def one() -> None:
+            inputs, target = next(batches)
+            optimizer.zero_grad()
+            forward_loss(model, inputs, target).backward()
+            optimizer.step()
+
+        return one
+
+    def plain_graph() -> Callable[[], None]:
+        model, optimizer, batches = plain_parts()
+        static_inputs, static_target = (t.clone() for t in next(batches))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                forward_loss(model, static_inputs, static_target).backward()
+                optimizer.step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            forward_loss(model, static_inputs, static_target).backward()
+            optimizer.step()
+
+        def one() -> None:
+            inputs, target = next(batches)
+            static_inputs.copy_(inputs)
+            static_target.copy_(target)
+            graph.replay()
+
+        return one
+
+    return {
+        "plain eager": plain_eager(),
+        "plain graph": plain_graph(),
+        "ours eager": ours(False),
+        "ours graphs": ours(True),
+    }
+
+
+def _busy_share(step: Callable[[], None], steps: int) -> float:
+    """The share of wall time the GPU spent in kernels over ``steps`` steps (torch's profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    busy_us = sum(event.self_device_time_total for event in prof.key_averages())
+    return busy_us / 1e6 / wall
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    for precision, channels_last in PRECISIONS:
+        sides = _sides(precision, channels_last, args.batch)
+        for fn in sides.values():  # warm-up: cuDNN plans, lazy state, the first capture
+            for _ in range(REPORT_EVERY + 2):
+                fn()
+        times: dict[str, list[float]] = {name: [] for name in SIDES}
+        for r in range(args.rounds):
+            for name in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    sides[name]()
+                torch.cuda.synchronize()
+                times[name].append((time.perf_counter() - start) / args.steps)
+        for name in SIDES:
+            ms = statistics.median(times[name]) * 1e3
+            busy = _busy_share(sides[name], min(args.steps, 20))
+            rows.append({"precision": precision, "side": name, "ms": ms, "busy": busy})
+        del sides
+        torch.cuda.empty_cache()
+    return rows
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    import torch
+
+    print(
+        f"\nResNet-20 training step on {torch.cuda.get_device_name()}, batch {args.batch}, one rank, "
+        f"torch {torch.__version__}, median of {args.rounds} rounds of {args.steps} steps per side"
+    )
+    print(f"  {'precision':<17} {'side':<12} {'ms/step':>8} {'images/s':>9} {'GPU busy':>9}")
+    for row in rows:
+        layout = "bf16 channels_last" if row["precision"] == "bf16" else "fp32 NCHW"
+        print(
+            f"  {layout:<17} {row['side']:<12} {row['ms']:8.2f} {args.batch / row['ms'] * 1e3:9.0f} "
+            f"{row['busy'] * 100:8.0f}%"
+        )
+    for precision, _ in PRECISIONS:
+        ms = {r["side"]: r["ms"] for r in rows if r["precision"] == precision}
+        eager = ms["plain eager"] / ms["ours eager"]
+        graphs = ms["plain graph"] / ms["ours graphs"]
+        gain = ms["ours eager"] / ms["ours graphs"]
+        print(
+            f"  {precision}: plain eager / ours eager {eager:.3f} (goal >= 1.0), floor / ours graphs "
+            f"{graphs:.3f} (goal >= 0.8), ours eager / ours graphs {gain:.2f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (every side runs once per round)")
+    parser.add_argument("--steps", type=int, default=50, help="steps per side per round")
+    parser.add_argument("--batch", type=int, default=128)
+    args = parser.parse_args(argv)
+    reason = no_gpu_message()
+    if reason is not None:
+        print(f"gpu_step: nothing to measure: {reason}")
+        return 0
+    report(args, measure(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
