@@ -5,15 +5,17 @@ are spread over worker processes. They fork from a forkserver that imported matp
 (preloaded, clean of the caller's threads: the CLI's embedded server runs in one), so a worker
 starts in milliseconds; the forkserver starts when the renderer is entered, so its import overlaps
 whatever the caller does next (starting the server, reading the runs). One figure, or one core,
-draws in this process.
+draws in this process, and so does everything where worker processes cannot start.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
 
 from mlbench_tui.report.figure import Figure
@@ -32,7 +34,7 @@ def _render(figure: Figure, fmt: ImageFormat, width: int | None, height: int | N
 
 
 def _ready() -> None:
-    """A no-op task: the first one starts the forkserver and a worker (importing matplotlib)."""
+    """A no-op task: running it means a worker is up, matplotlib imported."""
 
 
 class Renderer:
@@ -41,19 +43,41 @@ class Renderer:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = min(MAX_WORKERS, workers or len(os.sched_getaffinity(0)))
         self._pool: ProcessPoolExecutor | None = None
-        self._warm: Future[None] | None = None
+        self._starting: threading.Thread | None = None
 
     def __enter__(self) -> Renderer:
         if self.workers >= 2 and "forkserver" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([DRAW_MODULE])
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
-            self._warm = self._pool.submit(_ready)
+            # Starting blocks until the forkserver has imported matplotlib: off the caller's thread.
+            self._starting = threading.Thread(target=self._start, name="report-renderer", daemon=True)
+            self._starting.start()
         return self
 
+    def _start(self) -> None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([DRAW_MODULE])
+        pool: ProcessPoolExecutor | None = None
+        try:
+            pool = ProcessPoolExecutor(self.workers, mp_context=context)
+            for future in [pool.submit(_ready) for _ in range(self.workers)]:
+                future.result()
+        except (OSError, ValueError, RuntimeError, BrokenProcessPool):
+            # No helper processes here (a TUI's stderr has no file descriptor to hand on, say):
+            # the figures draw in this process instead.
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            return
+        self._pool = pool
+
+    def _ready_pool(self) -> ProcessPoolExecutor | None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+        return self._pool
+
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        pool = self._ready_pool()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
             self._pool = None
 
     def render(
@@ -65,7 +89,8 @@ class Renderer:
         height: int | None = None,
     ) -> list[bytes]:
         """Each figure's image, in order."""
-        if self._pool is None or len(figures) < 2:
+        pool = self._ready_pool() if len(figures) >= 2 else None
+        if pool is None:
             return [_render(f, fmt, width, height) for f in figures]
-        futures = [self._pool.submit(_render, f, fmt, width, height) for f in figures]
+        futures = [pool.submit(_render, f, fmt, width, height) for f in figures]
         return [future.result() for future in futures]

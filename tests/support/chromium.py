@@ -10,6 +10,7 @@ resource, console errors and uncaught exceptions, and a PNG screenshot.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
@@ -95,10 +96,8 @@ class Chromium:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
             self.send("Browser.close", timeout=10)
-        except (OSError, TimeoutError, RuntimeError):
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -124,7 +123,12 @@ class Chromium:
         return json.loads(message)
 
     def send(
-        self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None, timeout: float = 30
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        session: str | None = None,
+        timeout: float = 30,
     ) -> dict[str, Any]:
         """Send one command and wait for its reply; events that arrive meanwhile are kept."""
         self._next_id += 1
@@ -188,7 +192,9 @@ class Chromium:
             session=session,
         )
         load.images = json.loads(images["result"]["value"])
-        title = self.send("Runtime.evaluate", {"expression": "document.title", "returnByValue": True}, session=session)
+        title = self.send(
+            "Runtime.evaluate", {"expression": "document.title", "returnByValue": True}, session=session
+        )
         load.title = str(title["result"]["value"])
         shot = self.send("Page.captureScreenshot", {"format": "png"}, session=session)
         load.screenshot = base64.b64decode(shot["data"])
