@@ -175,9 +175,11 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs.results import collect_results, results_output
+    from mlbench_tui.runs.results import collect_results, results_output, sweep_curves
 
-    write_text(sys.stdout, results_output(collect_results(_client(), args.ref), args.output))
+    client = _client()
+    results = collect_results(client, args.ref)
+    write_text(sys.stdout, results_output(results, args.output, sweep_curves(client, results)))
     return 0
 
 
