@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "mlbench_tui.commands.tui",
     "mlbench_tui.commands.cluster",
     "mlbench_tui.commands.data",
+    "mlbench_tui.commands.report",
 )
 
 

@@ -1,4 +1,5 @@
-"""`mlbench --help`, `validate` and `plan` stay light: no torch, textual, kubernetes, pulumi, sqlmodel.
+"""`mlbench --help`, `validate`, `plan` and `apply --dry-run` stay light: no torch, textual, kubernetes,
+pulumi, sqlmodel, matplotlib (only `mlbench report` draws).
 
 Each command runs in a fresh interpreter, which then reports which heavy packages got imported.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("torch", "textual", "kubernetes", "pulumi", "sqlmodel")
+FORBIDDEN = ("torch", "textual", "kubernetes", "pulumi", "sqlmodel", "matplotlib")
 
 _PROBE = """
 import json, sys
@@ -37,8 +38,18 @@ raise SystemExit(code)
         ["validate", "specs"],
         ["plan", "specs/quickstart.yaml", "-o", "json"],
         ["plan", "specs/smoke-kind.yaml", "-o", "yaml"],
+        ["apply", "--dry-run", "specs/quickstart.yaml"],
+        ["report", "--help"],
     ],
-    ids=["help", "validate", "validate-dir", "plan-json", "plan-yaml-kubernetes"],
+    ids=[
+        "help",
+        "validate",
+        "validate-dir",
+        "plan-json",
+        "plan-yaml-kubernetes",
+        "apply-dry-run",
+        "report-help",
+    ],
 )
 def test_light_commands_import_no_heavy_package(argv: list[str]) -> None:
     probe = _PROBE % json.dumps(FORBIDDEN)

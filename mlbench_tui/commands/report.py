@@ -1,0 +1,75 @@
+"""``mlbench report``: figures and an offline HTML page from stored results (nothing is re-run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+FORMATS = ("html", "png", "svg")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``report`` to the ``mlbench`` parser."""
+    p = sub.add_parser(
+        "report",
+        help="write an offline HTML report (or PNG/SVG figures) of runs' stored results",
+        description="Scaling (time to accuracy, speedup, efficiency, compute/communication split per "
+        "worker count), all-reduce curves (task 0a) and per-run training curves, drawn with matplotlib "
+        "from the store. Choose a spec's runs (a spec file or directory, or a spec name), single runs "
+        "(id or name), or leave REF out for every finished run in the store.",
+    )
+    p.add_argument("refs", nargs="*", metavar="SPEC|RUN|DIR", help="spec file/directory/name, or run id/name")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("report.html"),
+        metavar="FILE.html",
+        help="HTML file to write (default report.html)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="html",
+        help="html (one self-contained page, the default) or png/svg figure files",
+    )
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("report-figures"),
+        metavar="DIR",
+        help="where --format png|svg writes its files (default report-figures)",
+    )
+    p.add_argument("--width", type=_pixels, metavar="PX", help="figure width in pixels (png/svg)")
+    p.add_argument("--height", type=_pixels, metavar="PX", help="figure height in pixels (png/svg)")
+    p.set_defaults(handler=cmd_report)
+
+
+def _pixels(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of pixels, got {text!r}") from None
+    if not 100 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected 100 to 10000 pixels, got {value}")
+    return value
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from mlbench_tui.report.build import write_figures, write_report
+    from mlbench_tui.report.renderer import Renderer
+    from mlbench_tui.runs.results import report_run_ids
+    from mlbench_tui.server.serve import ensure_server
+
+    with Renderer() as renderer:  # its processes import matplotlib while the server starts
+        client = ensure_server().client()
+        run_ids = report_run_ids(client, args.refs)
+        if args.format == "html":
+            written = write_report(client, run_ids, args.output, renderer=renderer)
+        else:
+            size = {"width": args.width, "height": args.height}
+            written = write_figures(client, run_ids, args.out_dir, args.format, renderer=renderer, **size)
+    where = written.paths[0] if args.format == "html" else args.out_dir
+    print(f"wrote {where} ({written.runs} runs, {written.figures} figures)", file=sys.stderr)
+    return 0

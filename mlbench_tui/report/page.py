@@ -1,0 +1,161 @@
+"""The report as one self-contained HTML page: a header (specs with their hashes, the runs and
+their outcomes, the environment fingerprints) and the figures, embedded as base64 PNG, each with
+what it measures. No script, stylesheet, font or image is fetched when the page opens.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from mlbench_tui import __version__
+from mlbench_tui.report.figure import Figure
+from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.scaling import outcome
+
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1280px;
+       padding: 0 1.5em; color: #1a1a1a; background: #fff; }
+h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+.meta { color: #555; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: 13px; }
+th, td { text-align: left; padding: .25em .7em; border-bottom: 1px solid #eee; vertical-align: top; }
+th { background: #f5f5f5; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.bad { color: #b71c1c; font-weight: 600; } .ok { color: #1b5e20; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #333; max-width: 70em; } figcaption ul { margin: .3em 0; color: #b71c1c; }
+pre { background: #f7f7f7; padding: .7em; overflow-x: auto; font-size: 12px; }
+code { font-size: 12px; }
+"""
+
+FINGERPRINT_KEYS = (  # shown first, in this order; the rest follow sorted
+    "device",
+    "gpu_model",
+    "gpu_count",
+    "cpu_model",
+    "cpu_count",
+    "torch",
+    "backend_version",
+    "launcher",
+    "precision",
+    "python",
+    "platform",
+    "image_digest",
+    "mlbench",
+)
+PER_RUN_KEYS = {"world_size", "hostname", "executable", "backend"}  # differ between runs of one setup
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} s"
+
+
+def runs_table(records: Sequence[RunRecord]) -> str:
+    rows = []
+    for record in records:
+        r = record.result
+        why = outcome(r)
+        if r.goal is None:
+            shown = "sweep recorded" if why is None else why
+        elif why is None:
+            shown = f"reached in {_seconds(r.time_to_accuracy_s)}"
+        else:
+            shown = why
+        cls = "ok" if why is None else "bad"
+        rows.append(
+            f"<tr><td>{_e(r.name)}</td><td>{_e(r.task_name or r.task)}</td><td>{_e(r.framework)}</td>"
+            f"<td>{_e(r.backend)}</td><td class=num>{r.workers}</td><td class=num>{r.repeat}</td>"
+            f"<td>{_e(r.state.value)}</td><td class={cls}>{_e(shown)}</td>"
+            f"<td class=num>{_seconds(r.wall_time_s)}</td><td><code>{_e(record.run_id)}</code></td></tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "run",
+            "task",
+            "framework",
+            "backend",
+            "workers",
+            "repeat",
+            "state",
+            "outcome",
+            "wall",
+            "id",
+        )
+    )
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def specs_section(records: Sequence[RunRecord]) -> str:
+    specs: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for record in records:
+        key = (record.result.spec_name, record.result.spec_hash)
+        text, names = specs.setdefault(key, (record.spec_text, []))
+        names.append(record.result.name)
+    parts = []
+    for (name, digest), (text, names) in sorted(specs.items()):
+        parts.append(
+            f"<h3>{_e(name)}</h3><p class=meta>spec hash <code>{_e(digest)}</code>, {len(names)} run(s)</p>"
+            f"<details><summary>spec</summary><pre>{_e(text)}</pre></details>"
+        )
+    return "".join(parts)
+
+
+def environment_section(records: Sequence[RunRecord]) -> str:
+    """One table per distinct environment (per-run details such as the host name left out)."""
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for record in records:
+        fp = {
+            k: v
+            for k, v in record.result.fingerprint.items()
+            if k not in PER_RUN_KEYS and v not in (None, "")
+        }
+        ordered = [k for k in FINGERPRINT_KEYS if k in fp] + sorted(
+            k for k in fp if k not in FINGERPRINT_KEYS
+        )
+        groups.setdefault(tuple((k, str(fp[k])) for k in ordered), []).append(record.result.name)
+    parts = []
+    for items, names in groups.items():
+        rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
+        rows = rows or "<tr><td>not recorded</td></tr>"
+        parts.append(f"<p class=meta>{_e(', '.join(names))}</p><table>{rows}</table>")
+    return "".join(parts)
+
+
+def figure_block(figure: Figure, png: bytes) -> str:
+    notes = "".join(f"<li>{_e(n)}</li>" for n in figure.notes)
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure id="{_e(figure.key)}"><img alt="{_e(figure.title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption><p>{_e(figure.caption)}</p>{f'<ul>{notes}</ul>' if notes else ''}</figcaption></figure>"
+    )
+
+
+def render_page(
+    records: Sequence[RunRecord], figures: Sequence[Figure], images: Mapping[str, bytes], *, title: str
+) -> str:
+    """The whole page; ``images`` maps each figure's key to its PNG."""
+    sections: dict[str, list[str]] = {}
+    for figure in figures:
+        sections.setdefault(figure.section or "Figures", []).append(figure_block(figure, images[figure.key]))
+    body = "".join(f"<h2>{_e(name)}</h2>{''.join(blocks)}" for name, blocks in sections.items())
+    contents = "".join(f'<li><a href="#{_e(f.key)}">{_e(f.title)}</a></li>' for f in figures)
+    failed = sum(1 for r in records if outcome(r.result) is not None)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{_e(title)}</h1><p class=meta>{len(records)} run(s), {failed} without a result"
+        f" &middot; made by mlbench {_e(__version__)} on {stamp} from the stored results (nothing re-run)</p>"
+        f"<h2>Figures</h2><ol>{contents}</ol>"
+        f"<h2>Runs</h2>{runs_table(records)}<h2>Specs</h2>{specs_section(records)}"
+        f"<h2>Environment</h2>{environment_section(records)}{body}</body></html>"
+    )

@@ -1,0 +1,229 @@
+"""Scaling figures of time-to-accuracy runs, one figure per spec.
+
+Time to accuracy against workers, one line per backend (and framework), at the olympic mean of
+the repeats that reached the goal with their min-max spread; speedup and efficiency against the
+ideal; and where the time went (compute, communication, data loading, other) per worker count.
+Runs that failed or never reached the goal are marked and listed, never left out; MLBench's
+published figures for the same task are drawn beside the user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.report.anchors import anchors_for
+from mlbench_tui.report.figure import (
+    LINE_STYLES,
+    REFERENCE_COLOUR,
+    BarStack,
+    Figure,
+    Mark,
+    Panel,
+    RefLine,
+    Series,
+    backend_colour,
+)
+from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.scoring import ConfigScore, score_configs
+
+SPLIT_PARTS = (  # (label, colour, hatch)
+    ("compute", "#4C72B0", ""),
+    ("communication", "#DD8452", "//"),
+    ("data loading", "#55A868", ".."),
+    ("other", "#B0B0B0", ""),
+)
+TTA_CAPTION = (
+    "Time to accuracy is training time from the first step until the global (all-reduced) "
+    "validation metric first meets the goal; validation time is excluded (MLBench's rule). A point "
+    "is the olympic mean of the repeats that reached the goal (fastest and slowest dropped from 3 "
+    "repeats on); the bar spans their min and max. Speedup is T(1 worker) / T(k), efficiency "
+    "speedup / k. In the split, compute is forward + loss + backward + optimizer step, "
+    "communication is the gradient all-reduce (agg), data loading is batch_load, other is the rest "
+    "of training time (metrics and untracked time); seconds per rank, averaged over ranks and "
+    "repeats, over the whole run."
+)
+
+
+def outcome(result: RunResult) -> str | None:
+    """Why a run has no time to accuracy, in words; None when it reached its goal."""
+    if result.reached and result.time_to_accuracy_s is not None:
+        return None
+    if result.state in (RunState.FAILED, RunState.CANCELLED, RunState.UNKNOWN):
+        why = result.message or result.stop_reason
+        return f"{result.state.value}" + (f": {why}" if why else "")
+    if result.state is not RunState.SUCCEEDED:
+        return f"still {result.state.value}"
+    goal = result.goal
+    best = "-" if result.best_value is None else f"{result.best_value:.4g}"
+    if goal is None:
+        return None
+    op = ">=" if goal.direction == "max" else "<="
+    return f"never reached the goal (best {best}, goal {op} {goal.target:g})"
+
+
+def _series_key(score: ConfigScore | RunResult) -> tuple[str, str]:
+    return score.backend, score.framework
+
+
+def _series_label(backend: str, framework: str, frameworks: int) -> str:
+    return f"{backend} ({framework})" if frameworks > 1 else backend
+
+
+def _lines(
+    records: Sequence[RunRecord], colours: dict[str, str]
+) -> tuple[list[Series], list[Series], list[Series]]:
+    """Time to accuracy, speedup and efficiency lines: one per (backend, framework)."""
+    results = [r.result for r in records]
+    scores = score_configs(results)
+    frameworks = sorted({r.framework for r in results})
+    tta, speedup, efficiency = [], [], []
+    for backend, framework in sorted({_series_key(r) for r in results}):
+        colour = backend_colour(backend, colours)
+        style = LINE_STYLES[frameworks.index(framework) % len(LINE_STYLES)]
+        label = _series_label(backend, framework, len(frameworks))
+        mine = [
+            s for s in scores if _series_key(s) == (backend, framework) and s.time_to_accuracy_s is not None
+        ]
+        if mine:
+            workers = tuple(float(s.workers) for s in mine)
+            times = tuple(s.time_to_accuracy_s or 0.0 for s in mine)
+            low, high = tuple(s.min_s or 0.0 for s in mine), tuple(s.max_s or 0.0 for s in mine)
+            tta.append(Series(label, workers, times, colour, style, low=low, high=high))
+        scaled = [s for s in mine if s.speedup is not None and s.efficiency is not None]
+        if scaled:
+            workers = tuple(float(s.workers) for s in scaled)
+            speedup.append(Series(label, workers, tuple(s.speedup or 0.0 for s in scaled), colour, style))
+            efficiency.append(
+                Series(label, workers, tuple(s.efficiency or 0.0 for s in scaled), colour, style)
+            )
+    return tta, speedup, efficiency
+
+
+def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[str, str]) -> Figure:
+    """The scaling figure of one spec's runs."""
+    results = [r.result for r in records]
+    tta_lines, speedup_lines, efficiency_lines = _lines(records, colours)
+    marks, notes = _missed(records, colours)
+    refs, ref_notes = _anchor_refs(results)
+    values = [t for s in tta_lines for t in (*s.y, *(s.high or ()))] + [m.y for m in marks]
+    values += [r.y for r in refs if r.y is not None]
+    log = bool(values) and min(values) > 0 and max(values) / min(values) > 20  # decades apart: log axis
+    no_base = "speedup needs a 1-worker run that reached the goal"
+    tta = Panel(
+        "Time to accuracy", "workers", "seconds" + (" (log)" if log else ""), series=tuple(tta_lines),
+        marks=tuple(marks), refs=tuple(refs), x_integer=True, y_log=log, y_from_zero=not log,
+        note="no run reached its goal",
+    )  # fmt: skip
+    speed = Panel(
+        "Speedup", "workers", "speedup vs 1 worker (x)", series=tuple(speedup_lines),
+        refs=(RefLine("ideal (linear)", None),) if speedup_lines else (), x_integer=True, y_from_zero=True,
+        note=no_base,
+    )  # fmt: skip
+    efficiency = Panel(
+        "Parallel efficiency", "workers", "efficiency (speedup / workers)", series=tuple(efficiency_lines),
+        refs=(RefLine("ideal", 1.0),) if efficiency_lines else (), x_integer=True, y_from_zero=True,
+        note=no_base,
+    )  # fmt: skip
+    task = (results[0].task_name or results[0].task) if results else ""
+    goal = next((r.goal for r in results if r.goal is not None), None)
+    goal_text = (
+        f", goal {goal.metric} {'>=' if goal.direction == 'max' else '<='} {goal.target:g}" if goal else ""
+    )
+    return Figure(
+        key=f"scaling-{spec_name}",
+        title=f"{spec_name}: scaling ({task}{goal_text})",
+        caption=TTA_CAPTION,
+        panels=(tta, speed, efficiency, _split_panel(records)),
+        section="Scaling",
+        notes=tuple(notes + ref_notes),
+    )
+
+
+def _missed(records: Sequence[RunRecord], colours: dict[str, str]) -> tuple[list[Mark], list[str]]:
+    """A mark per run without a time to accuracy (at its wall time), and a note naming it."""
+    marks, notes = [], []
+    for record in records:
+        result = record.result
+        why = outcome(result)
+        if why is None:
+            continue
+        notes.append(f"{result.name}: {why}")
+        if result.wall_time_s:
+            short = "failed" if result.state is RunState.FAILED else "not reached"
+            if result.state is RunState.CANCELLED:
+                short = "cancelled"
+            marks.append(
+                Mark(
+                    float(result.workers),
+                    result.wall_time_s,
+                    f"{short} ({result.wall_time_s:.0f} s)",
+                    backend_colour(result.backend, colours),
+                )
+            )
+    return marks, notes
+
+
+def _anchor_refs(results: Sequence[RunResult]) -> tuple[list[RefLine], list[str]]:
+    """Published references for the task, labelled with source, hardware and their own goal."""
+    if not results:
+        return [], []
+    goal = next((r.goal for r in results if r.goal is not None), None)
+    refs, notes = [], []
+    for i, anchor in enumerate(anchors_for(results[0].task)):
+        refs.append(
+            RefLine(anchor.label, anchor.time_to_accuracy_s, REFERENCE_COLOUR, LINE_STYLES[1 + i % 3])
+        )
+        notes.append(anchor.description)
+        if goal is not None and (goal.metric != anchor.metric or goal.target != anchor.target):
+            metric = anchor.metric.removeprefix("val_global_")
+            notes.append(
+                f"{anchor.source}'s baselines reached {metric} {anchor.target:g}; these runs' goal is "
+                f"{goal.metric.removeprefix('val_global_')} {goal.target:g}: the times are not like for like."
+            )
+    return refs, list(dict.fromkeys(notes))
+
+
+def _split_panel(records: Sequence[RunRecord]) -> Panel:
+    """Stacked seconds per rank by (backend, workers), averaged over repeats."""
+    groups: dict[tuple[str, str, int], list[tuple[float, float, float, float]]] = {}
+    for record in records:
+        split = record.result.time_split
+        if split is None:
+            continue
+        train = _mean_last(record, "time_train")
+        tracked = split.compute + split.communication + split.preprocess
+        other = max(0.0, train - tracked) if train is not None else split.metrics
+        key = (record.result.backend, record.result.framework, record.result.workers)
+        groups.setdefault(key, []).append((split.compute, split.communication, split.preprocess, other))
+    keys = sorted(groups, key=lambda k: (k[0], k[1], k[2]))
+    frameworks = len({k[1] for k in keys})
+    categories = tuple(f"{_series_label(b, f, frameworks)} {w}w" for b, f, w in keys)
+    stacks = tuple(
+        BarStack(label, tuple(sum(v[i] for v in groups[k]) / len(groups[k]) for k in keys), colour, hatch)
+        for i, (label, colour, hatch) in enumerate(SPLIT_PARTS)
+    )
+    return Panel(
+        "Where the time went",
+        "backend and workers",
+        "seconds per rank",
+        categories=categories,
+        stacks=stacks if keys else (),
+        y_from_zero=True,
+        note="no run reported its phase times",
+    )
+
+
+def _mean_last(record: RunRecord, name: str) -> float | None:
+    """The mean over ranks of each rank's last value of ``name``."""
+    last = {p.rank: p.value for p in record.points(name)}
+    return sum(last.values()) / len(last) if last else None
+
+
+def scaling_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list[Figure]:
+    """One scaling figure per spec among ``records`` (runs with a goal)."""
+    by_spec: dict[str, list[RunRecord]] = {}
+    for record in records:
+        by_spec.setdefault(record.result.spec_name or record.result.name, []).append(record)
+    return [scaling_figure(spec, members, colours) for spec, members in sorted(by_spec.items())]

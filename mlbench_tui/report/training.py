@@ -1,0 +1,204 @@
+"""Per-run figures of a time-to-accuracy run: the goal metric against training time with the
+goal line, the loss, step time per rank with stragglers marked, and GPU telemetry when recorded.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from mlbench_tui.report.figure import (
+    GOAL_COLOUR,
+    SPARE_COLOURS,
+    Figure,
+    LineStyle,
+    Mark,
+    Panel,
+    RefLine,
+    Series,
+    backend_colour,
+)
+from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.scaling import outcome
+from mlbench_tui.results.time_to_accuracy import MetricPoint
+
+STRAGGLER = 1.10  # a rank whose median step time is 10% above the ranks' median straggles
+MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
+TELEMETRY_PREFIX = "sys/"
+TELEMETRY_PANELS = (  # (title, y label, words the metric name holds)
+    ("GPU utilisation", "percent", ("gpu", "util")),
+    ("GPU memory", "memory", ("gpu", "mem")),
+)
+RUN_CAPTION = (
+    "Training time excludes validation. The goal metric is the global (all-reduced) validation "
+    "value after each evaluation; the dashed line is the goal. Step time is per rank (one training "
+    "step, data loading to optimizer step); a rank whose median step time is more than 10% above "
+    "the ranks' median is marked as a straggler. GPU panels appear when the run recorded telemetry."
+)
+
+
+def stragglers(step_times: dict[int, list[float]]) -> dict[int, float]:
+    """Ranks whose median step time exceeds the median over ranks by ``STRAGGLER``: rank -> excess
+    (0.25 = 25% slower)."""
+    medians = {rank: statistics.median(values) for rank, values in step_times.items() if values}
+    if len(medians) < 2:
+        return {}
+    overall = statistics.median(medians.values())
+    if overall <= 0:
+        return {}
+    return {rank: m / overall - 1 for rank, m in sorted(medians.items()) if m > overall * STRAGGLER}
+
+
+def _xy(points: Sequence[MetricPoint], scale: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    kept = [p for p in points if p.step is not None]
+    return tuple(float(p.step or 0) for p in kept), tuple(p.value * scale for p in kept)
+
+
+def goal_panel(record: RunRecord, colour: str) -> Panel:
+    result, goal = record.result, record.result.goal
+    assert goal is not None
+    values = record.lowest_rank(goal.metric)
+    train = {p.step: p.value for p in record.lowest_rank("time_train")}
+    points = [(train[p.step], p.value) for p in values if p.step in train]
+    x_label = "training time (s)"
+    if not points and values:  # no training clock: fall back to epochs
+        points = [(p.epoch or 0.0, p.value) for p in values]
+        x_label = "epoch"
+    metric = goal.metric.removeprefix("val_global_")
+    op = ">=" if goal.direction == "max" else "<="
+    marks = []
+    if result.reached and result.time_to_accuracy_s is not None and x_label.startswith("training"):
+        reached_at = next((y for x, y in points if x >= result.time_to_accuracy_s - 1e-6), goal.target)
+        marks.append(
+            Mark(
+                result.time_to_accuracy_s,
+                reached_at,
+                f"reached in {result.time_to_accuracy_s:.1f} s",
+                GOAL_COLOUR,
+                "*",
+            )
+        )
+    series = (
+        (Series(metric, tuple(x for x, _ in points), tuple(y for _, y in points), colour),) if points else ()
+    )
+    return Panel(
+        f"Validation {metric}",
+        x_label,
+        metric,
+        series=series,
+        marks=tuple(marks),
+        refs=(RefLine(f"goal {op} {goal.target:g}", goal.target, GOAL_COLOUR),),
+        note="no evaluation recorded",
+    )
+
+
+def loss_panel(record: RunRecord, colour: str) -> Panel:
+    series = []
+    lines: tuple[tuple[str, str, LineStyle], ...] = (
+        ("train_loss", "train", "-"),
+        ("val_global_loss", "validation", "--"),
+    )
+    for name, label, style in lines:
+        x, y = _xy(record.lowest_rank(name))
+        if x:
+            series.append(Series(label, x, y, colour, style, marker=None if label == "train" else "o"))
+    return Panel("Loss", "step", "loss", series=tuple(series), note="no loss recorded")
+
+
+def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
+    """Step time per rank (ms), stragglers drawn thicker and named."""
+    ranks = record.ranks("step_time")
+    by_rank = {rank: record.points("step_time", rank) for rank in ranks}
+    slow = stragglers({rank: [p.value for p in points] for rank, points in by_rank.items()})
+    series = []
+    if len(ranks) <= MAX_RANK_LINES:
+        shown = ranks
+    else:  # many ranks: median and band across ranks, then the stragglers on top
+        shown = list(slow)
+        steps = sorted({p.step for points in by_rank.values() for p in points if p.step is not None})
+        at = {rank: {p.step: p.value for p in points} for rank, points in by_rank.items()}
+        per_step = [[at[r][s] * 1000 for r in ranks if s in at[r]] for s in steps]
+        series.append(
+            Series(
+                f"median of {len(ranks)} ranks",
+                tuple(float(s) for s in steps),
+                tuple(statistics.median(v) for v in per_step),
+                "#333333",
+                marker=None,
+                low=tuple(min(v) for v in per_step),
+                high=tuple(max(v) for v in per_step),
+            )
+        )
+    for i, rank in enumerate(shown):
+        x, y = _xy(by_rank[rank], 1000.0)
+        excess = slow.get(rank)
+        label = f"rank {rank}" + (f" (straggler, +{excess:.0%})" if excess is not None else "")
+        series.append(
+            Series(
+                label,
+                x,
+                y,
+                SPARE_COLOURS[i % len(SPARE_COLOURS)] if excess is None else GOAL_COLOUR,
+                marker=None,
+                width=2.4 if excess is not None else 1.0,
+            )
+        )
+    notes = [f"{record.result.name}: rank {r} straggles, median step time +{e:.0%}" for r, e in slow.items()]
+    return Panel(
+        "Step time per rank",
+        "step",
+        "milliseconds",
+        series=tuple(series),
+        y_from_zero=True,
+        note="no step time recorded",
+    ), notes
+
+
+def telemetry_panels(record: RunRecord) -> list[Panel]:
+    """GPU utilisation and memory per rank, when the run recorded ``sys/`` series."""
+    panels = []
+    names = [n for n in record.metrics if n.startswith(TELEMETRY_PREFIX)]
+    for title, unit, words in TELEMETRY_PANELS:
+        chosen = [n for n in sorted(names) if all(w in n.lower() for w in words)]
+        series = []
+        for name in chosen:
+            for i, rank in enumerate(record.ranks(name)):
+                x, y = _xy(record.points(name, rank))
+                label = f"rank {rank} {name.removeprefix(TELEMETRY_PREFIX)}"
+                series.append(Series(label, x, y, SPARE_COLOURS[i % len(SPARE_COLOURS)], marker=None))
+        if series:
+            panels.append(Panel(title, "step", unit, series=tuple(series), y_from_zero=True))
+    return panels
+
+
+def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
+    result = record.result
+    colour = backend_colour(result.backend, colours)
+    steps, notes = step_time_panel(record)
+    why = outcome(result)
+    if why is not None:
+        notes.insert(0, f"{result.name}: {why}")
+    panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *telemetry_panels(record))
+    head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
+    state = (
+        ""
+        if why is None
+        else f", {result.state.value}" + ("" if result.reached is not False else ", goal missed")
+    )
+    return Figure(f"run-{result.name}", head + state + ")", RUN_CAPTION, panels, "Runs", tuple(notes))
+
+
+def run_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list[Figure]:
+    """One figure per time-to-accuracy run, by spec, framework, backend, workers and repeat."""
+    ordered = sorted(
+        records,
+        key=lambda r: (
+            r.result.spec_name,
+            r.result.framework,
+            r.result.backend,
+            r.result.workers,
+            r.result.repeat,
+            r.result.name,
+        ),
+    )
+    return [run_figure(record, colours) for record in ordered]

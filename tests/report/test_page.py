@@ -1,0 +1,39 @@
+"""The HTML page: header (runs with their outcomes, specs with hashes, environments), every
+figure embedded with what it measures, and nothing to fetch."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+from report.test_figures import sweep, trained
+
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.report.build import build_figures
+from mlbench_tui.report.page import render_page
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def test_page_names_every_run_outcome_spec_and_environment() -> None:
+    failed = trained("gloo", 4, 0, None, state=RunState.FAILED, message="rank 3 exited with code 1")
+    records = [trained("gloo", 1, 0, 100.0), failed, sweep("mpi", 2, 0, {1: 0.5}, {1: 1e-5})]
+    records[0].result.fingerprint.update({"cpu_model": "EPYC <7763>", "torch": "2.13", "hostname": "node-1"})
+    figures = build_figures(records)
+    page = render_page(records, figures, {f.key: PNG for f in figures}, title="mlbench report: spec")
+    assert page.startswith("<!doctype html>") and "<title>mlbench report: spec</title>" in page
+    assert "3 run(s), 1 without a result" in page
+    assert "<td class=ok>reached in 100.0 s</td>" in page
+    assert "<td class=bad>failed: rank 3 exited with code 1</td>" in page
+    assert "<td class=ok>sweep recorded</td>" in page
+    assert "spec hash <code>abc123</code>, 2 run(s)" in page and "<pre>spec: text</pre>" in page
+    assert "<td>EPYC &lt;7763&gt;</td>" in page  # escaped
+    assert "node-1" not in page  # per-run details stay out of the environment table
+    assert re.findall(r'<figure id="([^"]+)"', page) == [f.key for f in figures]
+    assert page.count("data:image/png;base64,") == len(figures)
+    assert "<li>spec-gloo-4w-r0: failed: rank 3 exited with code 1</li>" in page
+    for figure in figures:
+        assert figure.caption.replace("'", "&#x27;") in page
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing fetched when opened
