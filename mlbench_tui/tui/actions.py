@@ -122,6 +122,9 @@ ACTIONS: tuple[Action, ...] = (
         "compare.baseline", "b", "Baseline", "Use the selected run as the speedup baseline", "set_baseline"
     ),
     Action("compare.open", "enter", "Open", "Open the selected run", "open_run"),
+    Action(
+        "compare.report", "R", "Report", "Write the HTML report of the compared runs here", "write_report"
+    ),
     # Getting started
     Action("first.quickstart", "a", "Run quick start", "Launch specs/quickstart.yaml", "quickstart"),
 )

@@ -3,29 +3,42 @@
 Per run, figures come from the result summary the engine stores with each finished run; speedup
 is against a baseline run (the fewest workers that reached the goal, or the one chosen with
 ``b``). Below, runs of the same configuration are scored over their repeats with the olympic
-mean (``mlbench_tui.results.scoring``), as MLPerf does.
+mean (``mlbench_tui.results.scoring``), as MLPerf does. Beside, two terminal charts draw the
+report's own figure data (``mlbench_tui.report``): speedup against workers per backend, and the
+all-reduce bus bandwidth curves of compared 0a runs. ``R`` writes the report of the compared runs.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
+from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_duration
+from mlbench_tui.report.figure import Figure, Panel
+from mlbench_tui.report.inputs import RunRecord, metric_points, sweeps, training
+from mlbench_tui.report.scaling import scaling_figures
+from mlbench_tui.report.sweep import sweep_figures
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import Backoff, sleep_until
-from mlbench_tui.tui.messages import ConnectionChanged, RunsUpdated
+from mlbench_tui.tui.messages import ConnectionChanged
 from mlbench_tui.tui.rows import CompareRow, compare_rows
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
+from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
 from mlbench_tui.tui.widgets.table import FittedTable
 
@@ -114,20 +127,54 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
     return table
 
 
+SPEEDUP_TITLE = "speedup vs workers"
+BUSBW_TITLE = "all-reduce bus bandwidth (GB/s)"
+
+
+def chart_lines(figures: list[Figure], panel_title: str) -> list[tuple[str, list[tuple[float, float]]]]:
+    """The lines of ``panel_title`` in each figure (label, points), for a terminal chart; the
+    ideal ``y = x`` of a speedup panel becomes a line of its own."""
+    lines: list[tuple[str, list[tuple[float, float]]]] = []
+    panels: list[tuple[Figure, Panel]] = [
+        (f, p) for f in figures for p in f.panels if p.title == panel_title and p.series
+    ]
+    for figure, panel in panels:
+        prefix = f"{figure.key.split('-', 1)[-1]} " if len(panels) > 1 else ""
+        for series in panel.series:
+            lines.append((prefix + series.label, list(zip(series.x, series.y, strict=True))))
+        if any(ref.y is None for ref in panel.refs):
+            xs = sorted({x for series in panel.series for x in series.x})
+            lines.append((f"{prefix}ideal", [(x, x) for x in xs]))
+    return lines
+
+
+class CompareData(Message):
+    """The compared runs, with the metrics of their all-reduce sweeps (fetched once each)."""
+
+    def __init__(self, runs: list[RunInfo], sweeps: dict[str, dict[str, tuple[MetricPoint, ...]]]) -> None:
+        super().__init__()
+        self.runs = runs
+        self.sweeps = sweeps
+
+
 class CompareScreen(Screen[None]):
     """Side-by-side table of chosen runs, refreshed while any of them is still going."""
 
     SCOPES: ClassVar[tuple[str, ...]] = ("compare",)
     BINDINGS: ClassVar = bindings("compare")
 
-    def __init__(self, run_ids: list[str]) -> None:
+    def __init__(self, run_ids: list[str], *, report_dir: Path | None = None) -> None:
         super().__init__()
         self.run_ids = list(run_ids)
         self.runs: dict[str, RunInfo] = {}
+        self.sweeps: dict[str, dict[str, tuple[MetricPoint, ...]]] = {}
         self.rows: list[CompareRow] = []
         self.baseline_id: str | None = None
         self.chosen_baseline: str | None = None
         self.sort = "workers"
+        self.report_dir = report_dir  # where R writes (the working directory when None)
+        self.charted = False  # the charts hold the latest data (tests wait for it)
+        self.report_path: Path | None = None  # the last report R wrote
 
     @property
     def mlbench(self) -> MlbenchApp:
@@ -137,6 +184,9 @@ class CompareScreen(Screen[None]):
         yield Static(id="title")
         yield ConnectionBanner(id="banner")
         yield FittedTable(cursor_type="row", zebra_stripes=True, id="compare")
+        with Horizontal(id="compare-charts"):
+            yield MetricChart(SPEEDUP_TITLE, x_label="workers", id="speedup-chart")
+            yield MetricChart(BUSBW_TITLE, x_label="message size (bytes)", log_x=True, id="busbw-chart")
         yield Static(id="configs")
         yield Footer()
 
@@ -170,16 +220,22 @@ class CompareScreen(Screen[None]):
                     self.mlbench.post_status(ConnectionChanged(True))
                 backoff.reset()
                 wanted = [r for r in runs if r.id in set(self.run_ids)]
-                self.post_message(RunsUpdated(wanted, {}))
+                sweeps = dict(self.sweeps)
+                for run in wanted:  # a finished sweep's curves do not change: fetch them once
+                    if run.id not in sweeps and run.goal is None and run.state.is_terminal():
+                        sweeps[run.id] = metric_points(client.metrics(run.id, rank=0, timeout=60.0))
+                self.post_message(CompareData(wanted, sweeps))
                 going = any(r.state.value in ("running", "pending") for r in wanted)
                 sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
         finally:
             client.close()
 
-    def on_runs_updated(self, message: RunsUpdated) -> None:
+    def on_compare_data(self, message: CompareData) -> None:
         message.stop()
         self.runs = {r.id: r for r in message.runs}
+        self.sweeps = message.sweeps
         self._rebuild()
+        self._chart()
 
     def _rebuild(self) -> None:
         ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
@@ -206,6 +262,50 @@ class CompareScreen(Screen[None]):
         if missing:
             note.append(f"   {missing} run(s) no longer in the store", style="yellow")
         self.query_one("#configs", Static).update(_stack(note, config_table(ordered)))
+
+    def _chart(self) -> None:
+        """Draw the report's speedup and bus bandwidth lines of the compared runs."""
+        ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
+        records = [RunRecord(r.known_result(), "", self.sweeps.get(r.id, {})) for r in ordered]
+        colours: dict[str, str] = {}
+        charts = (
+            ("#speedup-chart", SPEEDUP_TITLE, scaling_figures(training(records), colours), "Speedup",
+             "needs a 1-worker run that reached its goal"),
+            ("#busbw-chart", BUSBW_TITLE, sweep_figures(sweeps(records), colours), "Bus bandwidth",
+             "no all-reduce run compared"),
+        )  # fmt: skip
+        for chart_id, title, figures, panel, empty in charts:
+            chart = self.query_one(chart_id, MetricChart)
+            chart.clear()
+            lines = chart_lines(figures, panel)
+            for label, points in lines:
+                chart.add_points(label, points, label)
+            chart.border_title = title if lines else f"{title}: {empty}"
+        self.charted = True
+
+    def action_write_report(self) -> None:
+        ids = [i for i in self.run_ids if i in self.runs]
+        if not ids:
+            self.notify("no runs to report on yet", severity="warning")
+            return
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self._write_report(ids, (self.report_dir or Path.cwd()) / f"mlbench-report-{stamp}.html")
+
+    @work(thread=True, exclusive=True, group="compare-report", exit_on_error=False)
+    def _write_report(self, run_ids: list[str], path: Path) -> None:
+        from mlbench_tui.report.build import write_report
+
+        self.app.call_from_thread(self.notify, f"writing the report of {len(run_ids)} runs…")
+        try:
+            with self.mlbench.address.client() as client:
+                written = write_report(client, run_ids, path)
+        except (MlbenchError, OSError) as exc:
+            self.app.call_from_thread(self.notify, f"report failed: {exc}", severity="error")
+            return
+        self.report_path = path
+        self.app.call_from_thread(
+            self.notify, f"wrote {path} ({written.runs} runs, {written.figures} figures)", timeout=10
+        )
 
     def selected_id(self) -> str | None:
         table = self.query_one(DataTable)

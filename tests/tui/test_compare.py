@@ -1,0 +1,86 @@
+"""The compare screen's charts (the report's own figure data, in the terminal) and its report key."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from tui.test_pilot import make_app, wait_for
+
+from mlbench_tui.server.serve import EmbeddedServer
+from mlbench_tui.tui.app import MlbenchApp
+from mlbench_tui.tui.screens.compare import BUSBW_TITLE, SPEEDUP_TITLE, CompareScreen
+from mlbench_tui.tui.widgets.metric_chart import MetricChart
+
+pytestmark = pytest.mark.anyio
+
+NAMES = ("tui-fixture-gloo-1w", "tui-fixture-gloo-2w", "tui-fixture-allreduce-gloo-2w")
+
+
+def _compare(app: MlbenchApp, srv: EmbeddedServer, tmp_path: Path) -> CompareScreen:
+    ids = {r.name: r.id for r in srv.info.client().list_runs()}
+    return CompareScreen([ids[name] for name in NAMES], report_dir=tmp_path)
+
+
+async def test_compare_charts_speedup_per_backend_and_bandwidth_curves(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    app = make_app(server)
+    async with app.run_test(size=(150, 45)) as pilot:
+        screen = _compare(app, server, tmp_path)
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.charted, what="the compare charts")
+        speedup = screen.query_one("#speedup-chart", MetricChart)
+        assert speedup.border_title == SPEEDUP_TITLE
+        assert list(speedup.series) == ["gloo", "ideal"]
+        gloo = speedup.series["gloo"]
+        assert (gloo.xmin, gloo.xmax) == (1.0, 2.0)
+        assert gloo.ymax == 1.0 and 0 < gloo.ymin < 1  # the 2-worker run was slower on 2 shared cores
+        busbw = screen.query_one("#busbw-chart", MetricChart)
+        assert busbw.border_title == BUSBW_TITLE
+        assert sorted(busbw.series) == ["fp16 gloo 2w", "fp32 gloo 2w"]
+        fp32 = busbw.series["fp32 gloo 2w"]
+        assert len(fp32) == 12  # one point per size measured
+        assert fp32.xmax == pytest.approx(math.log10(100_000 * 4))  # bytes on a log axis
+        assert fp32.ymax == pytest.approx(0.897, rel=1e-2)  # the run's peak, as `mlbench results` shows
+
+
+async def test_compare_charts_say_why_they_are_empty(server: EmbeddedServer, tmp_path: Path) -> None:
+    app = make_app(server)
+    async with app.run_test(size=(150, 45)) as pilot:
+        ids = {r.name: r.id for r in server.info.client().list_runs()}
+        screen = CompareScreen([ids["tui-fixture-gloo-2w"]], report_dir=tmp_path)
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.charted, what="the compare charts")
+        assert screen.query_one("#speedup-chart", MetricChart).border_title.endswith(
+            "needs a 1-worker run that reached its goal"
+        )
+        assert screen.query_one("#busbw-chart", MetricChart).border_title.endswith(
+            "no all-reduce run compared"
+        )
+
+
+async def test_report_key_writes_the_report_of_the_compared_runs(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    app = make_app(server)
+    async with app.run_test(size=(150, 45)) as pilot:
+        screen = _compare(app, server, tmp_path)
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.rows, what="the compare rows")
+        await pilot.press("R")
+        path = await wait_for(pilot, lambda: screen.report_path, timeout=120, what="the report")
+        assert path.parent == tmp_path and path.suffix == ".html"
+        page = path.read_text()
+        for name in NAMES:
+            assert name in page
+        assert re.findall(r'<figure id="([^"]+)"', page) == [
+            "scaling-tui-fixture",
+            "allreduce-fp16",
+            "allreduce-fp32",
+            "allreduce-best-busbw",
+            "run-tui-fixture-gloo-1w",
+            "run-tui-fixture-gloo-2w",
+        ]
