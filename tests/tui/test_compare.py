@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tui.test_pilot import make_app, wait_for
 
 from mlbench_tui.server.serve import EmbeddedServer
-from mlbench_tui.tui.app import MlbenchApp
 from mlbench_tui.tui.screens.compare import BUSBW_TITLE, SPEEDUP_TITLE, CompareScreen
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 
@@ -19,19 +21,24 @@ pytestmark = pytest.mark.anyio
 NAMES = ("tui-fixture-gloo-1w", "tui-fixture-gloo-2w", "tui-fixture-allreduce-gloo-2w")
 
 
-def _compare(app: MlbenchApp, srv: EmbeddedServer, tmp_path: Path) -> CompareScreen:
-    ids = {r.name: r.id for r in srv.info.client().list_runs()}
-    return CompareScreen([ids[name] for name in NAMES], report_dir=tmp_path)
+@asynccontextmanager
+async def compare(
+    srv: EmbeddedServer, tmp_path: Path, names: tuple[str, ...] = NAMES
+) -> AsyncIterator[tuple[Any, CompareScreen]]:
+    """The app showing the compare screen of ``names`` once its charts are drawn."""
+    app = make_app(srv)
+    async with app.run_test(size=(150, 45)) as pilot:
+        ids = {r.name: r.id for r in srv.info.client().list_runs()}
+        screen = CompareScreen([ids[name] for name in names], report_dir=tmp_path)
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.charted, what="the compare charts")
+        yield pilot, screen
 
 
 async def test_compare_charts_speedup_per_backend_and_bandwidth_curves(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    app = make_app(server)
-    async with app.run_test(size=(150, 45)) as pilot:
-        screen = _compare(app, server, tmp_path)
-        await app.push_screen(screen)
-        await wait_for(pilot, lambda: screen.charted, what="the compare charts")
+    async with compare(server, tmp_path) as (_, screen):
         speedup = screen.query_one("#speedup-chart", MetricChart)
         assert speedup.border_title == SPEEDUP_TITLE
         assert list(speedup.series) == ["gloo", "ideal"]
@@ -48,12 +55,7 @@ async def test_compare_charts_speedup_per_backend_and_bandwidth_curves(
 
 
 async def test_compare_charts_say_why_they_are_empty(server: EmbeddedServer, tmp_path: Path) -> None:
-    app = make_app(server)
-    async with app.run_test(size=(150, 45)) as pilot:
-        ids = {r.name: r.id for r in server.info.client().list_runs()}
-        screen = CompareScreen([ids["tui-fixture-gloo-2w"]], report_dir=tmp_path)
-        await app.push_screen(screen)
-        await wait_for(pilot, lambda: screen.charted, what="the compare charts")
+    async with compare(server, tmp_path, ("tui-fixture-gloo-2w",)) as (_, screen):
         assert screen.query_one("#speedup-chart", MetricChart).border_title.endswith(
             "needs a 1-worker run that reached its goal"
         )
@@ -65,11 +67,7 @@ async def test_compare_charts_say_why_they_are_empty(server: EmbeddedServer, tmp
 async def test_report_key_writes_the_report_of_the_compared_runs(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    app = make_app(server)
-    async with app.run_test(size=(150, 45)) as pilot:
-        screen = _compare(app, server, tmp_path)
-        await app.push_screen(screen)
-        await wait_for(pilot, lambda: screen.rows, what="the compare rows")
+    async with compare(server, tmp_path) as (pilot, screen):
         await pilot.press("R")
         path = await wait_for(pilot, lambda: screen.report_path, timeout=120, what="the report")
         assert path.parent == tmp_path and path.suffix == ".html"
