@@ -37,7 +37,9 @@ STYLE: Any = {  # rc settings for every figure (Any: matplotlib types each key a
     "grid.alpha": 0.3,
     "grid.linewidth": 0.6,
     "legend.fontsize": 7.5,
-    "legend.frameon": False,
+    "legend.frameon": True,  # a light box: a legend over a reference line stays readable
+    "legend.framealpha": 0.9,
+    "legend.edgecolor": "#dddddd",
     "figure.titlesize": 11,
     "figure.titleweight": "bold",
     "svg.hashsalt": "mlbench",  # stable ids: the same figure data gives the same SVG
@@ -171,18 +173,8 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         if ref.y is None:
             top = max(xs) if xs else 1.0
             ax.plot([1, top], [1, top], linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
-        else:  # labelled on the line, not in the legend: long labels (published baselines) fit
-            ax.axhline(ref.y, linestyle=ref.style, color=ref.colour, linewidth=1.0)
-            ax.annotate(
-                ref.label,
-                (0.01, ref.y),
-                xycoords=("axes fraction", "data"),
-                textcoords="offset points",
-                xytext=(0, 2),
-                fontsize=7,
-                color=ref.colour,
-                va="bottom",
-            )
+        else:
+            ax.axhline(ref.y, linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
     for mark in panel.marks:
         ax.scatter([mark.x], [mark.y], marker=mark.symbol, s=45, color=mark.colour, zorder=5)
         ax.annotate(
@@ -218,8 +210,8 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         ax.set_xticklabels([f"{t:g}" for t in ticks])
     if panel.y_from_zero and not panel.y_log:
         ax.set_ylim(bottom=0)
-    if ax.get_legend_handles_labels()[1]:  # clear of the reference labels drawn at the top left
-        ax.legend(loc="center right" if any(ref.y is not None for ref in panel.refs) else "best")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(loc="best")
 
 
 def _draw_bars(ax: Any, panel: Panel) -> None:

@@ -26,7 +26,7 @@ th { background: #f5f5f5; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .bad { color: #b71c1c; font-weight: 600; } .ok { color: #1b5e20; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
-figcaption { color: #333; max-width: 70em; } figcaption ul { margin: .3em 0; color: #b71c1c; }
+figcaption { color: #333; max-width: 70em; } figcaption ul { margin: .3em 0; color: #444; }
 pre { background: #f7f7f7; padding: .7em; overflow-x: auto; font-size: 12px; }
 code { font-size: 12px; }
 """
