@@ -33,6 +33,13 @@ def _render(figure: Figure, fmt: ImageFormat, width: int | None, height: int | N
     return render(figure, fmt, width=width, height=height)
 
 
+def _cores() -> int:
+    """The cores this process may run on (all of them where the OS cannot say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _ready() -> None:
     """A no-op task: running it means a worker is up, matplotlib imported."""
 
@@ -41,7 +48,7 @@ class Renderer:
     """A context manager that renders figures, in parallel where cores allow."""
 
     def __init__(self, workers: int | None = None) -> None:
-        self.workers = min(MAX_WORKERS, workers or len(os.sched_getaffinity(0)))
+        self.workers = min(MAX_WORKERS, workers or _cores())
         self._pool: ProcessPoolExecutor | None = None
         self._starting: threading.Thread | None = None
 
