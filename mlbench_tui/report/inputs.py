@@ -1,7 +1,7 @@
 """What a report is drawn from: each chosen run's stored result, spec text and metric series.
 
 Read through the server's HTTP API (the CLI's embedded server or a remote one, the TUI's own),
-two requests per run; long series come downsampled by the server (min/max/last buckets), so a
+a few requests per run; long series come downsampled by the server (min/max/last buckets), so a
 report of a long run costs about the same as one of a short run. Nothing is re-run or recomputed
 beyond what the figures need.
 """
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.time_to_accuracy import MetricPoint
+from mlbench_tui.server.paging import all_metrics
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-    from mlbench_tui.store.api_models import MetricsPage
 
 POINTS_PER_SERIES = 400  # buckets per (metric, rank): more than a figure's width in points
 
@@ -48,18 +48,29 @@ class RunRecord:
         return sorted({p.rank for p in self.metrics.get(name, ())})
 
 
-def metric_points(page: MetricsPage) -> dict[str, tuple[MetricPoint, ...]]:
-    """The page's series as points by name (steps in order, missing values dropped)."""
-    by_name: dict[str, list[MetricPoint]] = {}
-    for series in page.series:
-        points = by_name.setdefault(series.name, [])
-        for step, value, t, epoch in zip(series.step, series.value, series.t, series.epoch, strict=True):
-            if value is not None:
-                points.append(MetricPoint(series.name, value, series.rank, step, epoch, t))
+def by_name(points: Iterable[MetricPoint]) -> dict[str, tuple[MetricPoint, ...]]:
+    """Points grouped by metric name, each in (rank, step) order."""
+    grouped: dict[str, list[MetricPoint]] = {}
+    for point in points:
+        grouped.setdefault(point.name, []).append(point)
     return {
         name: tuple(sorted(points, key=lambda p: (p.rank, p.step if p.step is not None else -1, p.t or 0.0)))
-        for name, points in by_name.items()
+        for name, points in grouped.items()
     }
+
+
+def read_series(
+    client: MlbenchClient, run_id: str, *, rank: int | None = None, points: int | None = POINTS_PER_SERIES
+) -> dict[str, tuple[MetricPoint, ...]]:
+    """A run's metrics by name (of one rank when given), each series downsampled to ``points``
+    buckets by the server (None: every point)."""
+    return by_name(
+        all_metrics(
+            lambda batch, since: client.metrics(
+                run_id, names=batch, since=since, rank=rank, points=points, timeout=120.0
+            )
+        )
+    )
 
 
 def load_records(client: MlbenchClient, run_ids: Sequence[str]) -> list[RunRecord]:
@@ -67,8 +78,7 @@ def load_records(client: MlbenchClient, run_ids: Sequence[str]) -> list[RunRecor
     records = []
     for run_id in run_ids:
         run = client.get_run(run_id)
-        page = client.metrics(run_id, points=POINTS_PER_SERIES, timeout=120.0)
-        records.append(RunRecord(run.known_result(), run.spec_text, metric_points(page)))
+        records.append(RunRecord(run.known_result(), run.spec_text, read_series(client, run_id)))
     return records
 
 

@@ -28,7 +28,7 @@ from textual.worker import get_current_worker
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.report.figure import Figure, Panel
-from mlbench_tui.report.inputs import RunRecord, metric_points, sweeps, training
+from mlbench_tui.report.inputs import RunRecord, read_series, sweeps, training
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -223,7 +223,7 @@ class CompareScreen(Screen[None]):
                 sweeps = dict(self.sweeps)
                 for run in wanted:  # a finished sweep's curves do not change: fetch them once
                     if run.id not in sweeps and run.goal is None and run.state.is_terminal():
-                        sweeps[run.id] = metric_points(client.metrics(run.id, rank=0, timeout=60.0))
+                        sweeps[run.id] = read_series(client, run.id, rank=0, points=None)
                 self.post_message(CompareData(wanted, sweeps))
                 going = any(r.state.value in ("running", "pending") for r in wanted)
                 sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
