@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from mlbench_tui.spec.models import Target
+from mlbench_tui.spec.targets import Target
 
 if TYPE_CHECKING:
     from mlbench_tui.spec.models import BenchmarkSpec

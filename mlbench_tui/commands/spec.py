@@ -356,7 +356,7 @@ def _task_detail(task: TaskInfo) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     """Write a commented spec for a task to stdout or ``-o FILE``."""
     from mlbench_tui.errors import UsageError
-    from mlbench_tui.spec.models import DNS1123_LABEL
+    from mlbench_tui.spec.base import DNS1123_LABEL
     from mlbench_tui.spec.templates import spec_template
 
     task = _resolve_task(args.task)

@@ -26,7 +26,7 @@ from mlbench_tui.executors.kube import api_error, apply_object, call_json, make_
 from mlbench_tui.executors.pod_status import rank_of, run_status
 from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.spec.models import KubernetesTarget
+from mlbench_tui.spec.targets import KubernetesTarget
 
 MPI_OPERATOR_INSTALL = (
     "install the Kubeflow MPI Operator (v2beta1 API): kubectl apply --server-side -f "

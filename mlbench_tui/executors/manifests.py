@@ -23,7 +23,7 @@ from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
 from mlbench_tui.plan import RunPlan, worker_config
-from mlbench_tui.spec.models import KubernetesTarget
+from mlbench_tui.spec.targets import KubernetesTarget
 
 # Names and paths shared with the executor and the in-cluster server.
 LABEL_RUN_ID = "mlbench.io/run-id"

@@ -27,8 +27,8 @@ from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.slurm_cluster import SlurmCluster
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.spec.models import SlurmTarget
 from mlbench_tui.spec.shortforms import memory_bytes
+from mlbench_tui.spec.targets import SlurmTarget
 
 SCRIPT_FILE = "job.sbatch"
 CONFIG_FILE = "config.json"

@@ -25,7 +25,7 @@ def check_options(cluster: SlurmCluster) -> None:
     """Refuse values that cannot go into a batch script (the spec's own rules) or a bad URL."""
     from pydantic import ValidationError
 
-    from mlbench_tui.spec.models import SlurmTarget
+    from mlbench_tui.spec.targets import SlurmTarget
 
     try:
         SlurmTarget.model_validate(

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlbench_tui.spec.diagnostics import did_you_mean
-from mlbench_tui.spec.models import BenchmarkSpec, SlurmTarget
+from mlbench_tui.spec.models import BenchmarkSpec
+from mlbench_tui.spec.targets import SlurmTarget
 from mlbench_tui.spec.tasks import AUTO, TaskInfo, get_task
 
 Loc = tuple[str | int, ...]

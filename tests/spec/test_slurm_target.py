@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from mlbench_tui.spec.models import DEFAULT_SLURM_GRACE_S, BenchmarkSpec, SlurmTarget
+from mlbench_tui.spec.models import BenchmarkSpec
 from mlbench_tui.spec.policy import policy_issues
+from mlbench_tui.spec.targets import DEFAULT_SLURM_GRACE_S, SlurmTarget
 
 
 def doc(target: Any, **body: Any) -> dict[str, Any]:

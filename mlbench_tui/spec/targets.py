@@ -1,0 +1,245 @@
+"""Where a spec's ranks run: the ``target`` section (local processes, a Kubernetes Indexed Job, or
+a Slurm batch job), a union discriminated by ``kind`` that also takes the short form ``target: local``."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel
+from mlbench_tui.spec.shortforms import Duration, show_value
+
+
+class Toleration(StrictModel):
+    """A Kubernetes toleration for the worker pods (for tainted GPU or spot nodes)."""
+
+    key: str | None = Field(default=None, description="Taint key; empty with operator Exists matches all.")
+    operator: Literal["Equal", "Exists"] = Field(default="Equal", description="Equal or Exists.")
+    value: str | None = Field(default=None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty tolerates all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, description="For NoExecute: how long the pod stays bound after the taint appears."
+    )
+
+
+class LocalTarget(StrictModel):
+    """Run every rank as a local process (torchrun for gloo/nccl, mpiexec for mpi)."""
+
+    kind: Literal["local"] = Field(description="'local': processes on this machine.")
+    server_url: str | None = Field(
+        default=None,
+        description="Metrics server to report to; default: the one from settings or an embedded server.",
+    )
+
+
+class KubernetesTarget(StrictModel):
+    """Run the ranks as a Kubernetes Indexed Job with a headless Service."""
+
+    kind: Literal["kubernetes"] = Field(description="'kubernetes': an Indexed Job in a cluster.")
+    context: str | None = Field(default=None, description="kubeconfig context; default: the current context.")
+    namespace: str = Field(
+        default="mlbench", description="Namespace for the Job, Service, Secret and ConfigMap."
+    )
+    image: str = Field(
+        description="Worker image, e.g. 'mlbench-worker:dev' or 'ghcr.io/org/mlbench-worker:0.1'."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Image pull policy; default: Kubernetes' own (Always for ':latest')."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the pods must match."
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate.")
+    service_account: str | None = Field(default=None, description="Service account of the worker pods.")
+    server_url: str | None = Field(
+        default=None,
+        description="Metrics server URL as seen from the pods; default: the in-cluster server.",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if len(value) > 63 or not DNS1123_LABEL.match(value):
+            raise PydanticCustomError(
+                "dns_label", "namespace {value} is not a DNS-1123 label", {"value": show_value(value)}
+            )
+        return value
+
+
+_SLURM_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+# Slurm names and feature expressions: no whitespace, quotes or shell syntax, so they stay one
+# token in a #SBATCH line.
+_SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+,-]*$")
+_SLURM_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|,*\[\]()!-]+$")
+_SLURM_OPTION_RE = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"`$\\;]+)?$")
+# sbatch options mlbench sets from the spec: an extra_args entry may not override them.
+SLURM_MANAGED_OPTIONS: dict[str, str] = {
+    "nodes": "target.nodes",
+    "ntasks": "workers",
+    "ntasks-per-node": "target.tasks_per_node",
+    "cpus-per-task": "hardware.cpu",
+    "mem": "hardware.memory",
+    "mem-per-cpu": "hardware.memory",
+    "gpus-per-task": "hardware.gpu",
+    "gres": "hardware.gpu",
+    "time": "max_time",
+    "partition": "target.partition",
+    "account": "target.account",
+    "qos": "target.qos",
+    "constraint": "target.constraint",
+    "job-name": "metadata.name",
+    "output": "the run directory",
+    "error": "the run directory",
+    "chdir": "the run directory",
+    "export": "mlbench (the run's token travels in sbatch's environment)",
+    "parsable": "mlbench",
+    "wrap": "the batch script",
+    "array": "the batch script",
+}
+DEFAULT_SLURM_GRACE_S = 120.0
+
+
+def _sbatch_option(arg: str) -> str:
+    if not _SLURM_OPTION_RE.match(arg):
+        raise PydanticCustomError(
+            "slurm_option",
+            "{value} is not one sbatch option: write '--name' or '--name=value' (long form, no "
+            "spaces, quotes or shell characters)",
+            {"value": show_value(arg)},
+        )
+    name = arg[2:].partition("=")[0]
+    if name in SLURM_MANAGED_OPTIONS:
+        raise PydanticCustomError(
+            "slurm_option",
+            "extra_args may not set --{name}: mlbench sets it from {source}",
+            {"name": name, "source": SLURM_MANAGED_OPTIONS[name]},
+        )
+    return arg
+
+
+SbatchOption = Annotated[str, AfterValidator(_sbatch_option)]
+
+
+class SlurmTarget(StrictModel):
+    """Run the ranks as one Slurm batch job: one Slurm task per rank, launched by ``srun``."""
+
+    kind: Literal["slurm"] = Field(description="'slurm': a batch job on a Slurm cluster.")
+    cluster: str | None = Field(
+        default=None,
+        description="Cluster recorded with `mlbench cluster add slurm NAME` (its partition, account, "
+        "shared directory and server URL are the defaults here); default: the one chosen with "
+        "`mlbench cluster use`, else the Slurm configuration of this login node.",
+    )
+    partition: str | None = Field(default=None, description="Partition (sbatch --partition).")
+    account: str | None = Field(default=None, description="Account charged for the job (sbatch --account).")
+    qos: str | None = Field(default=None, description="Quality of service (sbatch --qos).")
+    constraint: str | None = Field(
+        default=None, description="Node features the job needs, e.g. 'a100&ib' (sbatch --constraint)."
+    )
+    nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Nodes of the job (sbatch --nodes); nodes x tasks_per_node must equal workers. "
+        "Default: workers / tasks_per_node.",
+    )
+    tasks_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Ranks per node, one Slurm task each (sbatch --ntasks-per-node), e.g. the GPUs of "
+        "a node. Default: workers / nodes, or 1 when nodes is unset too.",
+    )
+    extra_args: list[SbatchOption] = Field(
+        default_factory=list,
+        description="More sbatch options, one '--name' or '--name=value' each, e.g. ['--exclusive', "
+        "'--reservation=bench']; options mlbench sets from the spec are refused.",
+    )
+    time_limit_grace: Duration = Field(
+        default=DEFAULT_SLURM_GRACE_S,
+        description="Added to max_time for the job's time limit (sbatch --time, whole minutes), so a "
+        "run that stops itself at max_time (counted after its setup) ends before Slurm kills it.",
+    )
+    server_url: str | None = Field(
+        default=None,
+        description="Metrics server URL as seen from the compute nodes; default: the cluster's, else "
+        "this host's address when the server listens beyond loopback, else the local URL.",
+    )
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_CLUSTER_RE.match(value):
+            raise PydanticCustomError(
+                "slurm_name",
+                "cluster {value} is not a cluster name: 1-30 lowercase letters, digits and '-', "
+                "starting with a letter (see `mlbench cluster list`)",
+                {"value": show_value(value)},
+            )
+        return value
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _slurm_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_NAME_RE.match(value):
+            raise PydanticCustomError(
+                "slurm_name",
+                "{value} is not a Slurm name: use letters, digits and '_.+-' (commas between "
+                "several), no spaces or quotes",
+                {"value": show_value(value)},
+            )
+        return value
+
+    @field_validator("constraint")
+    @classmethod
+    def _constraint(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_CONSTRAINT_RE.match(value):
+            raise PydanticCustomError(
+                "slurm_constraint",
+                "{value} is not a Slurm feature expression: use feature names with & | , * [ ] ( ) "
+                "! :, no spaces or quotes",
+                {"value": show_value(value)},
+            )
+        return value
+
+    def layout(self, workers: int) -> tuple[int, int]:
+        """``(nodes, tasks_per_node)`` for ``workers`` ranks; ValueError when they do not fit."""
+        nodes, per_node = self.nodes, self.tasks_per_node
+        if nodes is None and per_node is None:
+            nodes, per_node = workers, 1
+        elif nodes is None:
+            assert per_node is not None
+            nodes = workers // per_node if workers % per_node == 0 else 0
+        elif per_node is None:
+            per_node = workers // nodes if workers % nodes == 0 else 0
+        if not nodes or not per_node or nodes * per_node != workers:
+            if self.nodes is None:
+                what = f"do not fill whole nodes of {self.tasks_per_node} task(s) each"
+            elif self.tasks_per_node is None:
+                what = f"do not split evenly over {self.nodes} node(s)"
+            else:
+                what = (
+                    f"cannot be placed as {self.nodes} node(s) x {self.tasks_per_node} task(s) per node "
+                    f"(= {self.nodes * self.tasks_per_node} ranks)"
+                )
+            raise ValueError(
+                f"{workers} worker(s) {what}: the slurm target runs one rank per Slurm task, so "
+                "nodes x tasks_per_node must equal workers"
+            )
+        return nodes, per_node
+
+
+def _target_short_form(value: Any) -> Any:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+Target = Annotated[
+    LocalTarget | KubernetesTarget | SlurmTarget,
+    Field(discriminator="kind"),
+    BeforeValidator(_target_short_form),
+]
