@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlbench_tui import __version__
-from mlbench_tui.errors import StoreError, UsageError
+from mlbench_tui.errors import NotFound, StoreError, UsageError
 from mlbench_tui.server.auth import AuthConfig, AuthError, Authorizer, bearer
 from mlbench_tui.server.ingest import ApiError, IngestFastPath, Ingestor, clean_errors
 from mlbench_tui.server.reads import ReadAborted, ReadGate
@@ -62,8 +62,8 @@ from mlbench_tui.store.api_models import (
     RunInfo,
     RunUpdate,
 )
-from mlbench_tui.store.db import Change, NotFound
 from mlbench_tui.store.store import Store
+from mlbench_tui.store.writer import Change
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger("mlbench.server")

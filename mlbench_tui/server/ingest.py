@@ -25,7 +25,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlbench_tui.errors import StoreError, UsageError
+from mlbench_tui.errors import NotFound, StoreError, UsageError
 from mlbench_tui.server.auth import AuthError, Authorizer
 from mlbench_tui.store.api_models import (
     MAX_BATCH_ITEMS,
@@ -37,8 +37,8 @@ from mlbench_tui.store.api_models import (
     LogBatch,
     MetricBatch,
 )
-from mlbench_tui.store.db import Change, NotFound, Writer
 from mlbench_tui.store.store import Store, dumps_json
+from mlbench_tui.store.writer import Change, Writer
 
 MODELS: dict[str, type[BaseModel]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
 _PREFIX = "/v1/runs/"

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from mlbench_tui.store.db import Change
+from mlbench_tui.store.writer import Change
 
 log = logging.getLogger("mlbench.server")
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import orjson
 from sqlalchemy import Connection
 
-from mlbench_tui.errors import StoreError, UsageError
+from mlbench_tui.errors import NotFound, StoreError, UsageError
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     BatchAck,
@@ -30,7 +30,8 @@ from mlbench_tui.store.api_models import (
     RunDetail,
     RunUpdate,
 )
-from mlbench_tui.store.db import Change, NotFound, Writer, _FileLock, default_db_path, make_engine, prepare
+from mlbench_tui.store.engine import FileLock, default_db_path, make_engine, prepare
+from mlbench_tui.store.writer import Change, Writer
 
 T = TypeVar("T")
 
@@ -59,10 +60,10 @@ class Store:
 
     def __init__(self, path: str | Path | None = None, *, write: bool = True, pool_size: int = 8) -> None:
         self.path = Path(path).expanduser().resolve() if path else default_db_path().resolve()
-        self._lock: _FileLock | None = None
+        self._lock: FileLock | None = None
         if write:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = _FileLock(self.path.with_name(self.path.name + ".lock"))
+            self._lock = FileLock(self.path.with_name(self.path.name + ".lock"))
             self._lock.acquire()
         try:
             self.migrations_applied = prepare(self.path) if write else []

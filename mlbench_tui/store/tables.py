@@ -6,7 +6,7 @@ narrow, one row per value: ``(series, rank, step, epoch, t, value)`` where a ser
 ``(run_id, name)`` pair of the ``series`` table, indexed on ``(series, step)``. Interning the run
 and name keeps rows and index entries small (the ingest ceiling is the index insert); the view
 ``metrics_v`` spells rows out with ``run_id`` and ``name``. Row ids are assigned by the single
-writer (see ``db.py``), so they double as read cursors and live-stream positions.
+writer (see ``writer.py``), so they double as read cursors and live-stream positions.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def test_store_from_a_newer_mlbench_is_refused(tmp_path: Path) -> None:
 
 
 def test_ingest_columns_mirror_the_table_models() -> None:
-    from mlbench_tui.store.db import INGEST_COLUMNS
+    from mlbench_tui.store.writer import INGEST_COLUMNS
 
     by_name = {t.name: t for t in TABLES}
     for kind, columns in INGEST_COLUMNS.items():

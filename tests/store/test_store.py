@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from mlbench_tui.errors import NotFound
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
-from mlbench_tui.store.db import Checkpointer, NotFound, StoreLocked, default_db_path
+from mlbench_tui.store.checkpointer import Checkpointer
+from mlbench_tui.store.engine import StoreLocked, default_db_path
 from mlbench_tui.store.store import Store, hash_token
 
 

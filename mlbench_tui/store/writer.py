@@ -1,18 +1,9 @@
-"""The store's engine and its single writer: SQLite in WAL mode, group commit, ids as cursors.
+"""The store's single writer: group commit, ack after commit, ids as cursors, change notifications.
 
-Every write goes through one ``Writer`` thread that owns the only write connection. Requests are
-queued; the writer drains as many as are waiting into one transaction (group commit), commits,
-and only then resolves each request's future, so an acknowledged batch is on disk. WAL with
-``synchronous=NORMAL`` keeps committed data across a crash of the server process (``kill -9``);
-only an operating-system crash or power loss can lose the last transactions.
-
-Bulk ingest uses SQLAlchemy Core ``executemany`` with positional rows (``exec_driver_sql`` on the
-compiled ``insert()``). Metric rows of a whole group go in as multi-row ``VALUES`` statements
-(an ``executemany`` over chunks of ``METRIC_CHUNK`` rows, then one statement for the rest, see
-``_flush_metrics``): SQLite then runs one statement per chunk instead of one per row, about twice
-the rate of a per-row ``executemany``. The writer assigns row ids and series ids itself, so ids
-are read cursors and live-stream positions without a round trip. An advisory lock file
-(``<db>.lock``) keeps a second writer process off the same store.
+Every write goes through one ``Writer`` that owns the only write connection. Requests are queued;
+the writer drains as many as are waiting into one transaction (group commit), commits, and only
+then resolves each request's future, so an acknowledged batch is on disk. The writer assigns row
+ids and series ids itself, so ids are read cursors and live-stream positions without a round trip.
 """
 
 from __future__ import annotations
@@ -22,22 +13,18 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
-import os
 import queue
 import sqlite3
-import struct
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, column, create_engine, event, insert, table
-from sqlalchemy.pool import NullPool, QueuePool
+from sqlalchemy import Connection, Engine, column, insert, table
 
-from mlbench_tui.errors import StoreError
-from mlbench_tui.store import migrations
+from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.store.checkpointer import Checkpointer
 
 # Columns of the ingest tables in insert order. They mirror the SQLModel tables in ``tables.py``
 # (a test pins it); using Core's lightweight ``table()`` here keeps sqlmodel and the ORM out of
@@ -55,10 +42,9 @@ MAX_GROUP_JOBS = 512
 # Metric rows are inserted in multi-row VALUES statements of this many rows, and the rest of a
 # group in one statement of exactly its size; each row binds 6 values (series, rank, step, epoch,
 # t, value) and the statement binds its first id. Statements of every size up to METRIC_CHUNK
-# stay compiled in the connection's statement cache (STATEMENT_CACHE).
+# stay compiled in the connection's statement cache (``engine.STATEMENT_CACHE``).
 METRIC_CHUNK = 128
 METRIC_WIDTH = 6
-STATEMENT_CACHE = 2 * METRIC_CHUNK
 
 # When the loop's previous group had at least LINGER_MIN_GROUP requests (many clients are
 # sending), the next group waits LINGER_ITERATIONS loop iterations so that requests arriving
@@ -66,98 +52,6 @@ STATEMENT_CACHE = 2 * METRIC_CHUNK
 # lightly loaded server writes each request at once.
 LINGER_MIN_GROUP = 8
 LINGER_ITERATIONS = 2
-
-
-def default_db_path() -> Path:
-    """Where the store lives: ``MLBENCH_DB``, else the settings file's ``store``, else the data dir."""
-    from mlbench_tui.settings import load_settings
-
-    return load_settings().store_path
-
-
-def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-    # Let SQLAlchemy emit BEGIN itself (pysqlite's implicit transactions break SAVEPOINT).
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.execute("PRAGMA foreign_keys=OFF")
-    cur.execute("PRAGMA cache_size=-32000")
-    cur.execute("PRAGMA temp_store=MEMORY")
-    cur.close()
-
-
-def _begin(conn: Connection) -> None:
-    # BEGIN on the DB-API connection: Core's execution machinery around this one statement cost
-    # about 20 us per transaction, a tenth of a small ingest group's.
-    conn.connection.driver_connection.execute("BEGIN")  # type: ignore[union-attr]
-
-
-def make_engine(path: Path, *, pool_size: int = 8) -> Engine:
-    """A SQLAlchemy engine on ``path`` with WAL pragmas applied to every connection."""
-    engine = create_engine(
-        f"sqlite:///{path}",
-        connect_args={"check_same_thread": False, "timeout": 30, "cached_statements": STATEMENT_CACHE},
-        poolclass=QueuePool if pool_size else NullPool,
-        pool_size=pool_size or 5,
-        max_overflow=16,
-    )
-    event.listen(engine, "connect", _on_connect)
-    event.listen(engine, "begin", _begin)
-    return engine
-
-
-def _raw_connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-    _on_connect(conn, None)
-    return conn
-
-
-def prepare(path: Path) -> list[str]:
-    """Create the store file if needed and bring its schema up to date; returns applied migrations."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = _raw_connect(path)
-    except (OSError, sqlite3.Error) as exc:
-        raise StoreError(f"cannot open store {path}: {exc}", hint="check --db / MLBENCH_DB") from exc
-    try:
-        return migrations.migrate(conn, str(path))
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} is not a usable mlbench store: {exc}") from exc
-    finally:
-        conn.close()
-
-
-class StoreLocked(StoreError):
-    """Another process already writes this store."""
-
-
-class _FileLock:
-    """An exclusive advisory lock (``flock``) held for the writer's lifetime."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        import fcntl
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreLocked(
-                f"store {self.path.with_suffix('')} is in use by another mlbench server",
-                hint="use that server (mlbench finds it through its state file) or stop it",
-            ) from exc
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 # ------------------------------------------------------------------------------------- jobs
@@ -224,179 +118,6 @@ def _chunk_sql(rows: int) -> str:
         values.append(f"({row_id},?{b},?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5})")
     columns = ", ".join(INGEST_COLUMNS["metrics"])
     return f"INSERT INTO metrics ({columns}) VALUES {','.join(values)}"
-
-
-class Checkpointer:
-    """Keeps the WAL synced, copied into the database file and bounded, from its own thread.
-
-    SQLite's automatic checkpoint runs inside a writer's COMMIT and fsyncs there, which stalls
-    every request waiting on that commit. The writer turns it off and this thread does the work
-    instead, in small steps so that the writer never waits for a large flush:
-
-    * Sync. Each checkpoint first fsyncs the WAL (``synchronous=NORMAL``). Tens of megabytes of
-      frames flushed at once stall the writer's appends to the same file for 5-40 ms (measured
-      under heavy ingest: its ``pwrite`` blocks while the filesystem writes the WAL back), so
-      the WAL is fdatasync'ed here every ``sync_bytes`` of new frames, polled every
-      ``sync_interval`` while it grows. A checkpoint then has only a few frames left to flush.
-    * Copy. Once ``wal_bytes`` of frames wait to be copied (read from the wal-index, without
-      touching the database), a PASSIVE checkpoint copies them while the writer goes on, and the
-      database file is synced right after: SQLite itself syncs it only when a checkpoint copies
-      everything, which would leave every partial checkpoint's pages to one large sync.
-    * Start over. Under steady writes a PASSIVE checkpoint never quite catches up, and SQLite
-      starts the WAL over only after a complete one: the WAL would grow without bound. So from
-      time to time the rest is copied with the writer paused (``pause``, the writer's lock), and
-      its next transaction writes from the start of the WAL again. Everything before is synced
-      first, so the pause costs the acks waiting on it only the frames written meanwhile (about
-      3 ms measured, against 40-50 ms when the pause also flushed the database). It is still
-      rationed: a WAL of at least ``wal_bytes`` starts over once ``restart_every`` seconds have
-      passed since the last time, or at once when it reaches ``wal_cap`` bytes.
-
-    The wal-index, the WAL and the database are read and synced through descriptors opened once
-    and kept until ``close``: closing any descriptor of a file drops every POSIX lock this
-    process holds on it, SQLite's included (on the wal-index, the lock that tells another
-    process the index is in use, which would then reinitialise it under this one).
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        interval: float = 0.25,
-        *,
-        pause: threading.Lock | None = None,
-        wal_bytes: int = 64 * 1024 * 1024,
-        restart_every: float = 30.0,
-        wal_cap: int = 512 * 1024 * 1024,
-        sync_bytes: int = 2 * 1024 * 1024,
-        sync_interval: float = 0.02,
-    ) -> None:
-        self.path = path
-        self.shm = path.with_name(path.name + "-shm")
-        self.wal = path.with_name(path.name + "-wal")
-        self.interval = interval
-        self.pause = pause
-        self.wal_bytes = wal_bytes
-        self.restart_every = restart_every
-        self.wal_cap = wal_cap
-        self.sync_bytes = sync_bytes
-        self.sync_interval = sync_interval
-        self.checkpoints = 0
-        self.restarts = 0  # checkpoints completed with the writer paused
-        self.syncs = 0  # fdatasyncs of the WAL between checkpoints
-        self._synced = 0  # WAL bytes (frames) known to be synced
-        self._fds: dict[Path, int] = {}
-        self._fds_lock = threading.Lock()
-        self._last_restart = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mlbench-store-checkpoint", daemon=True)
-        self._thread.start()
-
-    def _fd(self, path: Path) -> int | None:
-        """A read-only descriptor of ``path``, opened on first use and kept (see the class doc)."""
-        fd = self._fds.get(path)
-        if fd is None:
-            with self._fds_lock:
-                if self._stop.is_set():
-                    return None
-                fd = self._fds.get(path)
-                if fd is None:
-                    try:
-                        fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                    except OSError:
-                        return None
-        return fd
-
-    def wal_state(self) -> tuple[int, int]:
-        """``(bytes of frames in the WAL, bytes of them not yet copied into the database)``.
-
-        From the wal-index: the header's ``szPage`` and ``mxFrame``, and the checkpoint info's
-        ``nBackfill`` (frames already copied) right after the header's two copies.
-        """
-        fd = self._fd(self.shm)
-        try:
-            head = os.pread(fd, 100, 0) if fd is not None else b""
-        except OSError:
-            return 0, 0
-        if len(head) < 100:
-            return 0, 0
-        page, frames = struct.unpack_from("=HI", head, 14)  # szPage (1 means 65536), mxFrame
-        (copied,) = struct.unpack_from("=I", head, 96)  # nBackfill
-        frame = (65536 if page == 1 else int(page)) + 24
-        return int(frames) * frame, max(0, int(frames) - int(copied)) * frame
-
-    def _sync(self, path: Path) -> None:
-        fd = self._fd(path)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.fdatasync(fd)
-
-    def _sync_wal(self, size: int) -> None:
-        """fdatasync the WAL once ``sync_bytes`` of frames were written since the last sync."""
-        if size < self._synced:  # the WAL started over
-            self._synced = 0
-        if size - self._synced >= self.sync_bytes:
-            self._sync(self.wal)
-            self._synced = size
-            self.syncs += 1
-
-    def _restart_due(self, size: int) -> bool:
-        if self.pause is None or size < self.wal_bytes:
-            return False
-        return size >= self.wal_cap or time.monotonic() - self._last_restart >= self.restart_every
-
-    def _run(self) -> None:
-        conn: sqlite3.Connection | None = None
-        last = -1
-        try:
-            wait = self.interval
-            while not self._stop.wait(wait):
-                size, waiting = self.wal_state()
-                wait = self.sync_interval if size != last else self.interval  # poll often while it grows
-                last = size
-                self._sync_wal(size)
-                restart = self._restart_due(size)
-                if waiting < self.wal_bytes and not restart:
-                    continue
-                with contextlib.suppress(sqlite3.Error):
-                    if conn is None:
-                        conn = _raw_connect(self.path)
-                    self._checkpoint(conn, restart)
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _checkpoint(self, conn: sqlite3.Connection, restart: bool) -> None:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        self.checkpoints += 1
-        self._sync(self.path)  # the copied pages, now rather than all at the restart
-        if not restart or self.pause is None:
-            return
-        self._sync(self.wal)  # what came since, so the paused checkpoint flushes only the rest
-        with self.pause:  # no writes meanwhile: this one completes, the WAL starts over
-            _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        self._last_restart = time.monotonic()
-        if copied >= frames:
-            self.restarts += 1
-
-    def close(self) -> None:
-        """Stop the thread and fold the whole WAL into the database (clean shutdown)."""
-        self._stop.set()
-        self._thread.join(10)
-        with contextlib.suppress(sqlite3.Error, OSError):
-            conn = _raw_connect(self.path)
-            try:
-                conn.execute("PRAGMA busy_timeout=1000")  # never hold up shutdown for long
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            finally:
-                conn.close()
-        with self._fds_lock:
-            for fd in self._fds.values():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._fds.clear()
-
-
-class NotFound(StoreError):
-    """The run does not exist (HTTP 404)."""
 
 
 @dataclass
@@ -896,7 +617,3 @@ def _settle(items: list[tuple[Any, Any, BaseException | None]]) -> None:
             fut.set_exception(exc)
         else:
             fut.set_result(result)
-
-
-def now() -> float:
-    return time.time()
