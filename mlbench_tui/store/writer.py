@@ -12,7 +12,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
 import queue
 import sqlite3
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, column, insert, table
 
 from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.store.changes import Change, MetricChunk
 from mlbench_tui.store.checkpointer import Checkpointer
 
 # Columns of the ingest tables in insert order. They mirror the SQLModel tables in ``tables.py``
@@ -40,11 +40,11 @@ MAX_GROUP_ROWS = 50_000
 MAX_GROUP_JOBS = 512
 
 # Metric rows are inserted in multi-row VALUES statements of this many rows, and the rest of a
-# group in one statement of exactly its size; each row binds 6 values (series, rank, step, epoch,
-# t, value) and the statement binds its first id. Statements of every size up to METRIC_CHUNK
-# stay compiled in the connection's statement cache (``engine.STATEMENT_CACHE``).
+# group in one statement of exactly its size; each row binds its ``MetricChunk.FIELDS`` and the
+# statement its first id. Statements of every size up to METRIC_CHUNK stay compiled in the
+# connection's statement cache (``engine.STATEMENT_CACHE``).
 METRIC_CHUNK = 128
-METRIC_WIDTH = 6
+METRIC_WIDTH = MetricChunk.WIDTH
 
 # When the loop's previous group had at least LINGER_MIN_GROUP requests (many clients are
 # sending), the next group waits LINGER_ITERATIONS loop iterations so that requests arriving
@@ -54,68 +54,13 @@ LINGER_MIN_GROUP = 8
 LINGER_ITERATIONS = 2
 
 
-# ------------------------------------------------------------------------------------- jobs
-
-
-class Change:
-    """What one committed job changed, for live streams: ``rows`` are full rows incl. ids.
-
-    Metric rows ``(id, run_id, rank, name, step, epoch, t, value)`` are built on first access
-    (``build``), so a group nobody streams costs nothing beyond its insert.
-    """
-
-    __slots__ = ("_build", "_rows", "kind", "run_id")
-
-    def __init__(
-        self,
-        kind: str,  # "metrics" | "logs" | "events" | "run" | "run_deleted" | "rank"
-        run_id: str,
-        rows: list[tuple[Any, ...]] | None = None,
-        *,
-        build: Callable[[], list[tuple[Any, ...]]] | None = None,
-    ) -> None:
-        self.kind = kind
-        self.run_id = run_id
-        self._rows = rows if rows is not None or build is not None else []
-        self._build = build
-
-    @property
-    def rows(self) -> list[tuple[Any, ...]]:
-        if self._rows is None:
-            self._rows = self._build() if self._build is not None else []
-        return self._rows
-
-    @property
-    def metric_params(self) -> tuple[int, list[Any], dict[int, str]] | None:
-        """``(first id, insert parameters, series id -> name)`` of a metrics change: six values
-        per row (series, rank, step, epoch, t, value). Live summaries fold these in directly,
-        at a fraction of the cost of building ``rows``; None for changes made from rows."""
-        build = self._build
-        if isinstance(build, functools.partial) and build.func is _metric_rows:
-            start, _run_id, params, names = build.args
-            return start, params, names
-        return None
-
-    def __repr__(self) -> str:
-        return f"Change({self.kind!r}, {self.run_id!r}, {len(self.rows)} rows)"
-
-
-def _metric_rows(start: int, run_id: str, params: list[Any], names: dict[int, str]) -> list[tuple[Any, ...]]:
-    """Full metric rows of one stored batch from its insert parameters (see ``Change``)."""
-    it = iter(params)
-    return [
-        (start + i, run_id, rank, names.get(series, ""), step, epoch, t, value)
-        for i, (series, rank, step, epoch, t, value) in enumerate(zip(it, it, it, it, it, it, strict=True))
-    ]
-
-
 def _chunk_sql(rows: int) -> str:
     """``INSERT INTO metrics ... VALUES`` of ``rows`` rows; ?1 is the first id, the rest count up."""
     values = []
     for i in range(rows):
-        b = 2 + METRIC_WIDTH * i
+        first = 2 + METRIC_WIDTH * i
         row_id = "?1" if i == 0 else f"?1+{i}"
-        values.append(f"({row_id},?{b},?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5})")
+        values.append(f"({row_id},{','.join(f'?{first + k}' for k in range(METRIC_WIDTH))})")
     columns = ", ".join(INGEST_COLUMNS["metrics"])
     return f"INSERT INTO metrics ({columns}) VALUES {','.join(values)}"
 
@@ -148,7 +93,7 @@ class _MetricJob(_Job):
     rank: int = 0
     session: str = ""
     seq: int = 0
-    params: list[Any] = field(default_factory=list)  # METRIC_WIDTH values per row, see metric_params
+    params: list[Any] = field(default_factory=list)  # MetricChunk.FIELDS of each row
 
     def size(self) -> int:
         return len(self.params) // METRIC_WIDTH
@@ -294,7 +239,7 @@ class Writer:
     def ingest_metrics_async(
         self, run_id: str, rank: int, session: str, seq: int, params: list[Any]
     ) -> asyncio.Future[Any]:
-        """Queue a metric batch (``metric_params`` layout); resolves to ``(accepted, duplicate)``."""
+        """Queue a metric batch (``MetricChunk`` layout); resolves to ``(accepted, duplicate)``."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._submit_async(_MetricJob(fut, loop, run_id, rank, session, seq, params), loop)
@@ -564,8 +509,7 @@ class Writer:
             group.metric_start = start
         group.metric_params += params
         names = self._series_names.get(job.run_id, {})
-        build = functools.partial(_metric_rows, start, job.run_id, params, names)
-        changes.append(Change("metrics", job.run_id, build=build))
+        changes.append(Change("metrics", job.run_id, metrics=MetricChunk(start, job.run_id, params, names)))
         return (n, False), None
 
     def _write_series(self, run_id: str, sids: set[int], group: _Group) -> None:
