@@ -38,7 +38,7 @@ from mlbench_tui.store.api_models import (
     MetricBatch,
 )
 from mlbench_tui.store.store import Store, dumps_json
-from mlbench_tui.store.writer import Change, Writer
+from mlbench_tui.store.writer import Writer
 
 MODELS: dict[str, type[BaseModel]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
 _PREFIX = "/v1/runs/"
@@ -132,15 +132,6 @@ class Ingestor:
     def __init__(self, store: Store, authz: Authorizer) -> None:
         self.store = store
         self.authz = authz
-        # run -> {metric name: series id} for names that passed the wire model's checks
-        self._names: dict[str, dict[str, int]] = {}
-        if store.writer is not None:
-            store.writer.listeners.append(self._forget_deleted)
-
-    def _forget_deleted(self, changes: list[Change]) -> None:
-        for change in changes:
-            if change.kind == "run_deleted":
-                self._names.pop(change.run_id, None)
 
     async def handle(self, run_id: str, kind: str, token: str | None, body: bytes) -> bytes:
         """Store the batch in ``body``; returns the JSON acknowledgement (after commit)."""
@@ -170,17 +161,16 @@ class Ingestor:
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
 
     def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
-        """(rank, session, seq, insert parameters) of a metric batch; ApiError 422 when invalid.
+        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid.
 
-        Names are checked once per run and then found in ``_names`` with their series id, so a
-        steady stream of batches costs one dict lookup per metric beyond decoding.
+        A name the store's series catalog knows needs no check, so a steady stream of batches
+        costs one dict lookup per metric beyond decoding; a new name is checked once.
         """
         batch: Any = fast_metric_batch(body)
         if batch is None:
             batch = _validate(MetricBatch, body)
-        ids = self._names.get(run_id)
-        if ids is None:
-            ids = self._names[run_id] = {}
+        catalog = writer.series
+        ids = catalog.ids(run_id)
         now = time.time()
         rank = batch.rank
         params: list[Any] = []
@@ -192,7 +182,8 @@ class Ingestor:
                 if not valid_name(name):
                     _validate(MetricBatch, body)  # raises with pydantic's reasons
                     raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")  # not reached
-                sid = ids[name] = writer.series_id(run_id, name)
+                sid = catalog.id(run_id, name)
+                ids = catalog.ids(run_id)
             t = m.t
             add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
         return rank, batch.session, batch.seq, params

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, column, insert, table
 from mlbench_tui.errors import NotFound, StoreError
 from mlbench_tui.store.changes import Change, MetricChunk
 from mlbench_tui.store.checkpointer import Checkpointer
+from mlbench_tui.store.series import SeriesCatalog
 
 # Columns of the ingest tables in insert order. They mirror the SQLModel tables in ``tables.py``
 # (a test pins it); using Core's lightweight ``table()`` here keeps sqlmodel and the ORM out of
@@ -113,7 +114,7 @@ class _Group:
 
     next_id: dict[str, int]
     runs_changed: list[tuple[str, bool]] = field(default_factory=list)  # (run id, added) in order
-    series_written: dict[int, tuple[str, str]] = field(default_factory=dict)
+    series_written: list[tuple[int, str, str]] = field(default_factory=list)  # (id, run id, name)
     metric_params: list[Any] = field(default_factory=list)
     metric_start: int = 0
 
@@ -145,18 +146,7 @@ class Writer:
             self._insert_sql[kind] = str(insert(core_table).compile(dialect=engine.dialect))
             top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {kind}").scalar()
             self._next_id[kind] = int(top or 0) + 1
-        # Series ids per run and name. Ids are handed out when a batch is parsed (any thread);
-        # the series row is written by the first transaction that stores a row of it.
-        self._series: dict[str, dict[str, int]] = {}
-        self._series_names: dict[str, dict[int, str]] = {}
-        self._series_unwritten: dict[str, dict[int, str]] = {}  # run -> {series id: name}
-        self._series_lock = threading.Lock()
-        top_series = 0
-        for sid, run_id, name in self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"):
-            self._series.setdefault(run_id, {})[name] = sid
-            self._series_names.setdefault(run_id, {})[sid] = name
-            top_series = max(top_series, sid)
-        self._next_series = top_series + 1
+        self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
         self._conn.rollback()
         self._lock = threading.Lock()
         self._inline_loop: asyncio.AbstractEventLoop | None = None
@@ -168,51 +158,6 @@ class Writer:
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
-
-    # ---- series (any thread)
-
-    def series_map(self, run_id: str) -> dict[str, int]:
-        """Known series ids of a run by metric name (read-only for callers; may be empty)."""
-        return self._series.get(run_id) or {}
-
-    def series_id(self, run_id: str, name: str) -> int:
-        """The series id of ``(run_id, name)``, handing out a new one for a name seen first.
-
-        The caller has validated ``name`` (the wire model's rules). A new series is written in
-        the transaction of the first batch that stores a row of it.
-        """
-        sid = self._series.get(run_id, {}).get(name)
-        if sid is not None:
-            return sid
-        with self._series_lock:
-            ids = self._series.setdefault(run_id, {})
-            sid = ids.get(name)
-            if sid is None:
-                sid = self._next_series
-                self._next_series += 1
-                self._series_unwritten.setdefault(run_id, {})[sid] = name
-                self._series_names.setdefault(run_id, {})[sid] = name
-                ids[name] = sid
-            return sid
-
-    def metric_params(self, run_id: str, rank: int, rows: Iterable[tuple[Any, ...]]) -> list[Any]:
-        """Insert parameters of metric rows ``(name, step, epoch, t, value)`` of one rank."""
-        params: list[Any] = []
-        add = params.extend
-        ids = self.series_map(run_id)
-        for name, step, epoch, t, value in rows:
-            sid = ids.get(name)
-            if sid is None:
-                sid = self.series_id(run_id, name)
-                ids = self.series_map(run_id)
-            add((sid, rank, step, epoch, t, value))
-        return params
-
-    def _forget_series(self, run_id: str) -> None:
-        with self._series_lock:
-            self._series.pop(run_id, None)
-            self._series_names.pop(run_id, None)
-            self._series_unwritten.pop(run_id, None)
 
     # ---- submission (any thread)
 
@@ -314,7 +259,7 @@ class Writer:
         if kind == "metrics":
             if run_id not in self._runs:  # before handing out series ids for it
                 raise NotFound(f"run {run_id} not found")
-            job = _MetricJob(fut, None, run_id, rank, session, seq, self.metric_params(run_id, rank, rows))
+            job = _MetricJob(fut, None, run_id, rank, session, seq, self.series.params(run_id, rank, rows))
         else:
             job = _IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
         self._put(job)
@@ -415,14 +360,13 @@ class Writer:
         group.runs_changed = []
         group.metric_params = []
         if group.series_written:
-            with self._series_lock:
-                for sid, (run_id, name) in group.series_written.items():
-                    self._series_unwritten.setdefault(run_id, {})[sid] = name
+            self.series.put_back(group.series_written)
+            group.series_written = []
 
     def _committed(self, changes: list[Change]) -> None:
         for change in changes:
             if change.kind == "run_deleted":
-                self._forget_series(change.run_id)
+                self.series.forget(change.run_id)
 
     def _notify(self, changes: list[Change]) -> None:
         if changes:
@@ -500,26 +444,21 @@ class Writer:
         if receipt.rowcount == 0:
             return (0, True), None
         params = job.params
-        if job.run_id in self._series_unwritten:  # a name of this run seen for the first time
-            self._write_series(job.run_id, set(params[::METRIC_WIDTH]), group)
+        if self.series.has_unwritten(job.run_id):  # a name of this run seen for the first time
+            self._write_series(job.run_id, params[::METRIC_WIDTH], group)
         n = len(params) // METRIC_WIDTH
         start = self._next_id["metrics"]
         self._next_id["metrics"] = start + n
         if not group.metric_params:
             group.metric_start = start
         group.metric_params += params
-        names = self._series_names.get(job.run_id, {})
+        names = self.series.names(job.run_id)
         changes.append(Change("metrics", job.run_id, metrics=MetricChunk(start, job.run_id, params, names)))
         return (n, False), None
 
-    def _write_series(self, run_id: str, sids: set[int], group: _Group) -> None:
-        with self._series_lock:
-            pending = self._series_unwritten.get(run_id, {})
-            new = [(sid, pending.pop(sid)) for sid in sids if sid in pending]
-            if not pending:
-                self._series_unwritten.pop(run_id, None)
-        for sid, name in new:
-            group.series_written[sid] = (run_id, name)
+    def _write_series(self, run_id: str, sids: list[int], group: _Group) -> None:
+        for sid, name in self.series.take_unwritten(run_id, sids):
+            group.series_written.append((sid, run_id, name))
             self._raw.execute("INSERT INTO series (id, run_id, name) VALUES (?, ?, ?)", (sid, run_id, name))
 
     @staticmethod
