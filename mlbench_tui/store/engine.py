@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import NullPool, QueuePool
 
 from mlbench_tui.errors import StoreError
-from mlbench_tui.store import migrations
 
 # Statements of every size up to this many stay compiled in a connection's statement cache
 # (the writer's multi-row metric inserts, see ``writer.METRIC_CHUNK``).
@@ -73,6 +72,8 @@ def raw_connect(path: Path) -> sqlite3.Connection:
 
 def prepare(path: Path) -> list[str]:
     """Create the store file if needed and bring its schema up to date; returns applied migrations."""
+    from mlbench_tui.store import migrations  # the table models: only where a store is opened to write
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = raw_connect(path)

@@ -20,21 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, column, insert, table
+from sqlalchemy import Connection, Engine, Table, insert
 
 from mlbench_tui.errors import NotFound, StoreError
 from mlbench_tui.store.changes import Change, MetricChunk
 from mlbench_tui.store.checkpointer import Checkpointer
 from mlbench_tui.store.series import SeriesCatalog
-
-# Columns of the ingest tables in insert order. They mirror the SQLModel tables in ``tables.py``
-# (a test pins it); using Core's lightweight ``table()`` here keeps sqlmodel and the ORM out of
-# the server's import path, which is what makes ``mlbench server`` start quickly.
-INGEST_COLUMNS: dict[str, tuple[str, ...]] = {
-    "metrics": ("id", "series", "rank", "step", "epoch", "t", "value"),
-    "logs": ("id", "run_id", "rank", "stream", "seq", "t", "text"),
-    "events": ("id", "run_id", "rank", "kind", "payload", "t"),
-}
 
 # A group transaction stops growing at this many rows or requests, to bound ack latency.
 MAX_GROUP_ROWS = 50_000
@@ -55,15 +46,23 @@ LINGER_MIN_GROUP = 8
 LINGER_ITERATIONS = 2
 
 
-def _chunk_sql(rows: int) -> str:
+def ingest_tables() -> dict[str, Table]:
+    """The tables of ingested rows by kind. Rows handed to the writer hold their columns in table
+    order: metric rows ``("id", *MetricChunk.FIELDS)``, log and event rows all but the leading id."""
+    from mlbench_tui.store.tables import Event, LogLine, Metric  # the models: only where a store is written
+
+    return {"metrics": Metric.__table__, "logs": LogLine.__table__, "events": Event.__table__}  # type: ignore[attr-defined]
+
+
+def _chunk_sql(metrics: Table, rows: int) -> str:
     """``INSERT INTO metrics ... VALUES`` of ``rows`` rows; ?1 is the first id, the rest count up."""
     values = []
     for i in range(rows):
         first = 2 + METRIC_WIDTH * i
         row_id = "?1" if i == 0 else f"?1+{i}"
         values.append(f"({row_id},{','.join(f'?{first + k}' for k in range(METRIC_WIDTH))})")
-    columns = ", ".join(INGEST_COLUMNS["metrics"])
-    return f"INSERT INTO metrics ({columns}) VALUES {','.join(values)}"
+    columns = ", ".join(c.name for c in metrics.columns)
+    return f"INSERT INTO {metrics.name} ({columns}) VALUES {','.join(values)}"
 
 
 @dataclass
@@ -141,10 +140,10 @@ class Writer:
         raw = self._conn.connection.driver_connection
         assert isinstance(raw, sqlite3.Connection)
         self._raw: sqlite3.Connection = raw
-        for kind, columns in INGEST_COLUMNS.items():
-            core_table = table(kind, *(column(name) for name in columns))
-            self._insert_sql[kind] = str(insert(core_table).compile(dialect=engine.dialect))
-            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {kind}").scalar()
+        self._tables = ingest_tables()
+        for kind, ingest_table in self._tables.items():
+            self._insert_sql[kind] = str(insert(ingest_table).compile(dialect=engine.dialect))
+            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {ingest_table.name}").scalar()
             self._next_id[kind] = int(top or 0) + 1
         self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
         self._conn.rollback()
@@ -396,7 +395,7 @@ class Writer:
     def _metric_sql(self, rows: int) -> str:
         sql = self._chunk_sql.get(rows)
         if sql is None:
-            sql = self._chunk_sql[rows] = _chunk_sql(rows)
+            sql = self._chunk_sql[rows] = _chunk_sql(self._tables["metrics"], rows)
         return sql
 
     def _apply(self, job: _Job, changes: list[Change], group: _Group) -> tuple[Any, BaseException | None]:
