@@ -1,8 +1,9 @@
-"""``Store``: one metric store file, its single writer and its read connections.
+"""``Store``: one metric store file, its single writer, its checkpointer and its read connections.
 
 The server owns one ``Store``; tests and tools may open one directly. Writes (runs, ranks,
-ingest batches) go through the ``Writer`` thread; reads use pooled connections, which WAL lets
-run beside the writer. Run write tokens are generated here and kept only as sha256 hashes.
+ingest batches) go through the ``Writer``; reads use pooled connections, which WAL lets run
+beside the writer; the ``Checkpointer`` keeps the WAL bounded. Run write tokens are generated
+here and kept only as sha256 hashes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mlbench_tui.store.api_models import (
     RunDetail,
     RunUpdate,
 )
+from mlbench_tui.store.checkpointer import Checkpointer
 from mlbench_tui.store.engine import FileLock, default_db_path, make_engine, prepare
 from mlbench_tui.store.writer import Change, Writer
 
@@ -72,11 +74,13 @@ class Store:
             self._name_stats: dict[str, tuple[int, queries.NameStats]] = {}
             self._name_lock = threading.Lock()
             self.writer: Writer | None = None
+            self.checkpointer: Checkpointer | None = None
             if write:
                 with self.engine.connect() as conn:
                     ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM runs")]
-                self.writer = Writer(self.engine, ids, self.path)
+                self.writer = Writer(self.engine, ids)
                 self.writer.listeners.append(self._forget_deleted)
+                self.checkpointer = Checkpointer(self.path, self.writer.write_lock)
         except BaseException:
             if self._lock:
                 self._lock.release()
@@ -88,6 +92,8 @@ class Store:
         if self.writer is not None:
             self.writer.close()
         self.engine.dispose()
+        if self.checkpointer is not None:  # last: it folds the WAL in once nothing else writes
+            self.checkpointer.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None

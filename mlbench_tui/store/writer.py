@@ -17,14 +17,12 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, insert
 
 from mlbench_tui.errors import NotFound, StoreError
 from mlbench_tui.store.changes import Change, MetricChunk
-from mlbench_tui.store.checkpointer import Checkpointer
 from mlbench_tui.store.series import SeriesCatalog
 
 # A group transaction stops growing at this many rows or requests, to bound ack latency.
@@ -121,7 +119,7 @@ class _Group:
 class Writer:
     """The single writer thread: group commit, ack after commit, change notifications."""
 
-    def __init__(self, engine: Engine, known_runs: Iterable[str], path: Path | None = None) -> None:
+    def __init__(self, engine: Engine, known_runs: Iterable[str]) -> None:
         self._engine = engine
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._runs: set[str] = set(known_runs)
@@ -133,7 +131,7 @@ class Writer:
         self._chunk_sql: dict[int, str] = {}  # rows -> INSERT of that many rows, built on first use
         self.listeners: list[Callable[[list[Change]], None]] = []
         self._conn = engine.connect()
-        self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")  # the Checkpointer does it (see there)
+        self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")  # the store's Checkpointer does it
         self._conn.commit()
         # The DB-API connection under ``_conn``, for the small per-batch receipt statement (the
         # bulk rows go through Core). Same connection, so same transaction.
@@ -147,13 +145,12 @@ class Writer:
             self._next_id[kind] = int(top or 0) + 1
         self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
         self._conn.rollback()
-        self._lock = threading.Lock()
+        self.write_lock = threading.Lock()  # held while a group is written: holding it pauses writes
         self._inline_loop: asyncio.AbstractEventLoop | None = None
         self._inline_thread: int | None = None
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
         self._last_group = 0  # jobs in the loop's previous group: a busy server lingers (see there)
-        self._checkpointer = Checkpointer(path, pause=self._lock) if path is not None else None
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -223,7 +220,7 @@ class Writer:
         loop = self._inline_loop
         if not self._pending or loop is None:
             return
-        if not self._lock.acquire(blocking=False):  # the writer thread is busy with a sync job
+        if not self.write_lock.acquire(blocking=False):  # the writer thread is busy with a sync job
             loop.call_later(0.001, self._schedule_drain, loop)
             return
         try:
@@ -236,7 +233,7 @@ class Writer:
             self._last_group = len(jobs)
             self._run_group(jobs)
         finally:
-            self._lock.release()
+            self.write_lock.release()
         if self._pending:
             self._schedule_drain(loop)
 
@@ -298,8 +295,6 @@ class Writer:
         self._thread.join(timeout)
         with contextlib.suppress(Exception):
             self._conn.close()
-        if self._checkpointer is not None:  # after the connection: it drops its descriptors last
-            self._checkpointer.close()
 
     # ---- writer thread
 
@@ -321,7 +316,7 @@ class Writer:
                     break
                 jobs.append(nxt)
                 rows += nxt.size()
-            with self._lock:
+            with self.write_lock:
                 self._run_group(jobs)
 
     def _run_group(self, jobs: list[_Job]) -> None:
