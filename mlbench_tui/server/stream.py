@@ -68,7 +68,7 @@ def summarise(chunks: list[MetricChunk], names: tuple[str, ...] = ()) -> tuple[i
     cursor is the highest row id folded in.
 
     The work per row is C-level slicing and zipping plus one pass per metric and rank present in
-    a batch, about half what the same summary costs in SQL, whose GROUP BY sorts every row.
+    a batch, less than the same summary in SQL, whose GROUP BY sorts every row.
     """
     wanted = set(names)
     acc: dict[tuple[int, int], list[Any]] = {}  # (series, rank) -> [lo, hi, count, point, name]

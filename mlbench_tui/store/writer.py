@@ -38,8 +38,7 @@ METRIC_WIDTH = MetricChunk.WIDTH
 
 # When the loop's previous group had at least LINGER_MIN_GROUP requests (many clients are
 # sending), the next group waits LINGER_ITERATIONS loop iterations so that requests arriving
-# meanwhile join it: fewer, larger commits (about 10% less CPU per request at saturation). A
-# lightly loaded server writes each request at once.
+# meanwhile join it: fewer, larger commits. A lightly loaded server writes each request at once.
 LINGER_MIN_GROUP = 8
 LINGER_ITERATIONS = 2
 
@@ -161,9 +160,8 @@ class Writer:
         """Run async jobs of ``loop`` inside that loop (None: back to the writer thread).
 
         A server's requests then commit in its event loop: every request that arrived in one loop
-        iteration is written in one transaction, with no thread hand-off (and no GIL ping-pong)
-        per request. Jobs from other threads still go through the writer thread; a lock keeps
-        the two from ever writing at the same time.
+        iteration is written in one transaction, with no thread hand-off per request. Jobs from
+        other threads still go through the writer thread; ``write_lock`` keeps the two apart.
         """
         self._inline_loop = loop
         self._inline_thread = threading.get_ident() if loop is not None else None
@@ -211,10 +209,8 @@ class Writer:
     def _drain_inline(self) -> None:
         """Write and commit the loop's pending requests as one group transaction, in the loop.
 
-        Requests that arrive meanwhile wait in their sockets and form the next group. The COMMIT
-        (a WAL append, ~0.1 ms) runs here too: in a helper thread it needed the GIL back twice
-        per group, and a thread waiting for the GIL of a busy event loop waits up to the switch
-        interval (5 ms); that wait was most of the ack latency under load.
+        Requests that arrive meanwhile wait in their sockets and form the next group. The commit
+        runs here too: a thread would have to wait for the busy loop's GIL to hand it back.
         """
         self._drain_scheduled = False
         loop = self._inline_loop
