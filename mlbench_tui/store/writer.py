@@ -43,12 +43,19 @@ LINGER_MIN_GROUP = 8
 LINGER_ITERATIONS = 2
 
 
-def ingest_tables() -> dict[str, Table]:
-    """The tables of ingested rows by kind. Rows handed to the writer hold their columns in table
-    order: metric rows ``("id", *MetricChunk.FIELDS)``, log and event rows all but the leading id."""
-    from mlbench_tui.store.tables import Event, LogLine, Metric  # the models: only where a store is written
+def written_tables() -> dict[str, Table]:
+    """The tables the writer inserts rows into, by what the rows are. Rows handed to it hold their
+    columns in table order: metric rows ``("id", *MetricChunk.FIELDS)``, log and event rows all
+    but the leading id, batch receipts and series whole."""
+    from mlbench_tui.store import tables  # the models: only where a store is written
 
-    return {"metrics": Metric.__table__, "logs": LogLine.__table__, "events": Event.__table__}  # type: ignore[attr-defined]
+    return {
+        "metrics": tables.Metric.__table__,  # type: ignore[attr-defined]
+        "logs": tables.LogLine.__table__,  # type: ignore[attr-defined]
+        "events": tables.Event.__table__,  # type: ignore[attr-defined]
+        "batches": tables.BatchReceipt.__table__,  # type: ignore[attr-defined]
+        "series": tables.Series.__table__,  # type: ignore[attr-defined]
+    }
 
 
 def _chunk_sql(metrics: Table, rows: int) -> str:
@@ -124,9 +131,6 @@ class Writer:
         self._runs: set[str] = set(known_runs)
         self._next_id: dict[str, int] = {}
         self._insert_sql: dict[str, str] = {}
-        self._receipt_sql = (
-            "INSERT OR IGNORE INTO batches (run_id, rank, kind, session, seq) VALUES (?, ?, ?, ?, ?)"
-        )
         self._chunk_sql: dict[int, str] = {}  # rows -> INSERT of that many rows, built on first use
         self.listeners: list[Callable[[list[Change]], None]] = []
         self._conn = engine.connect()
@@ -137,10 +141,13 @@ class Writer:
         raw = self._conn.connection.driver_connection
         assert isinstance(raw, sqlite3.Connection)
         self._raw: sqlite3.Connection = raw
-        self._tables = ingest_tables()
-        for kind, ingest_table in self._tables.items():
-            self._insert_sql[kind] = str(insert(ingest_table).compile(dialect=engine.dialect))
-            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {ingest_table.name}").scalar()
+        self._tables = written_tables()
+        for kind, written in self._tables.items():
+            self._insert_sql[kind] = str(insert(written).compile(dialect=engine.dialect))
+        receipt = insert(self._tables["batches"]).prefix_with("OR IGNORE")  # a retried batch: no row
+        self._receipt_sql = str(receipt.compile(dialect=engine.dialect))
+        for kind in ("metrics", "logs", "events"):
+            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {self._tables[kind].name}").scalar()
             self._next_id[kind] = int(top or 0) + 1
         self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
         self._conn.rollback()
@@ -449,7 +456,7 @@ class Writer:
     def _write_series(self, run_id: str, sids: list[int], group: _Group) -> None:
         for sid, name in self.series.take_unwritten(run_id, sids):
             group.series_written.append((sid, run_id, name))
-            self._raw.execute("INSERT INTO series (id, run_id, name) VALUES (?, ?, ?)", (sid, run_id, name))
+            self._raw.execute(self._insert_sql["series"], (sid, run_id, name))
 
     @staticmethod
     def _resolve(

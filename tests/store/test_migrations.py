@@ -166,15 +166,17 @@ def test_store_from_a_newer_mlbench_is_refused(tmp_path: Path) -> None:
 
 
 def test_ingested_rows_follow_the_table_models_column_order() -> None:
-    """The ingest parser builds positional rows; the writer inserts them in the tables' order."""
+    """Rows are built positionally (ingest parser, writer); the inserts take the tables' order."""
     from mlbench_tui.store.changes import MetricChunk
-    from mlbench_tui.store.writer import ingest_tables
+    from mlbench_tui.store.writer import written_tables
 
-    columns = {kind: tuple(c.name for c in table.columns) for kind, table in ingest_tables().items()}
+    columns = {kind: tuple(c.name for c in table.columns) for kind, table in written_tables().items()}
     assert columns == {
         "metrics": ("id", *MetricChunk.FIELDS),
         "logs": ("id", "run_id", "rank", "stream", "seq", "t", "text"),
         "events": ("id", "run_id", "rank", "kind", "payload", "t"),
+        "batches": ("run_id", "rank", "kind", "session", "seq"),
+        "series": ("id", "run_id", "name"),
     }
 
 
