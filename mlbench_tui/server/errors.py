@@ -60,13 +60,14 @@ def error_parts(exc: BaseException) -> tuple[int, str, Any]:
     if isinstance(exc, StarletteHTTPException):
         reason = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return exc.status_code, reason, exc.detail
-    log.exception("unhandled error", exc_info=exc)
     return 500, "internal_error", "internal server error (see the server log)"
 
 
 def answer(exc: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """Status, JSON body and headers of the answer to ``exc``."""
+    """Status, JSON body and headers of the answer to ``exc`` (logged when it is a 500)."""
     status, reason, detail = error_parts(exc)
+    if status == 500:
+        log.error("unhandled error", exc_info=exc)
     body = orjson.dumps({"error": reason, "detail": detail})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Path, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
@@ -16,6 +16,7 @@ from mlbench_tui.server.auth import AuthConfig, Authorizer, bearer
 from mlbench_tui.server.ingest import Ingestor, check_length, read_body
 from mlbench_tui.server.reads import ReadGate
 from mlbench_tui.server.stream import Hub
+from mlbench_tui.store.api_models import BatchAck
 from mlbench_tui.store.changes import Change
 from mlbench_tui.store.store import Store
 
@@ -66,12 +67,19 @@ def json_response(model: BaseModel | list[Any], status: int = 200) -> Response:
     return Response(body, status_code=status, media_type="application/json")
 
 
-def ingest_body(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI of an ingest route's body, which the route reads itself instead of declaring."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
-        },
-        "security": [{"bearer": []}],
-    }
+def add_ingest_route(routes: APIRouter, api: Api, kind: str, model: type[BaseModel], doc: str = "") -> None:
+    """Declare ``POST {prefix}/{kind}:batch`` on ``routes``: the FastAPI twin of the fast path's
+    route, with ``model`` as its documented body (the route reads the body itself)."""
+
+    async def batch(run_id: RunId, request: Request) -> Response:
+        return await api.ingest(request, run_id, kind)
+
+    batch.__doc__ = doc or None
+    body = {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}
+    routes.post(
+        f"/{kind}:batch",
+        response_model=BatchAck,
+        tags=["ingest"],
+        name=f"{kind}_batch",
+        openapi_extra={"requestBody": {"required": True, "content": body}, "security": [{"bearer": []}]},
+    )(batch)

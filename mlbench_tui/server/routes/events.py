@@ -7,19 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from mlbench_tui.server.routes.context import Api, RunId, ingest_body, json_response
+from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import MAX_PAGE, BatchAck, EventBatch, EventsPage
+from mlbench_tui.store.api_models import MAX_PAGE, EventBatch, EventsPage
 
 
 def router(api: Api) -> APIRouter:
     routes = APIRouter(prefix="/v1/runs/{run_id}")
 
-    @routes.post(
-        "/events:batch", response_model=BatchAck, tags=["ingest"], openapi_extra=ingest_body(EventBatch)
-    )
-    async def events_batch(run_id: RunId, request: Request) -> Response:
-        return await api.ingest(request, run_id, "events")
+    add_ingest_route(routes, api, "events", EventBatch)
 
     @routes.get("/events", response_model=EventsPage, tags=["reads"])
     async def read_events(

@@ -7,17 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from mlbench_tui.server.routes.context import Api, RunId, ingest_body, json_response
+from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import MAX_PAGE, MAX_RANK, BatchAck, LogBatch, LogsPage
+from mlbench_tui.store.api_models import MAX_PAGE, MAX_RANK, LogBatch, LogsPage
 
 
 def router(api: Api) -> APIRouter:
     routes = APIRouter(prefix="/v1/runs/{run_id}")
 
-    @routes.post("/logs:batch", response_model=BatchAck, tags=["ingest"], openapi_extra=ingest_body(LogBatch))
-    async def logs_batch(run_id: RunId, request: Request) -> Response:
-        return await api.ingest(request, run_id, "logs")
+    add_ingest_route(routes, api, "logs", LogBatch)
 
     @routes.get("/logs", response_model=LogsPage, tags=["reads"])
     async def read_logs(

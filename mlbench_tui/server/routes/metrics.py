@@ -8,13 +8,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from mlbench_tui.server.routes.context import Api, RunId, ingest_body, json_response
+from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     MAX_PAGE,
     MAX_POINTS,
     MAX_RANK,
-    BatchAck,
     MetricBatch,
     MetricName,
     MetricsPage,
@@ -24,12 +23,13 @@ from mlbench_tui.store.api_models import (
 def router(api: Api) -> APIRouter:
     routes = APIRouter(prefix="/v1/runs/{run_id}")
 
-    @routes.post(
-        "/metrics:batch", response_model=BatchAck, tags=["ingest"], openapi_extra=ingest_body(MetricBatch)
+    add_ingest_route(
+        routes,
+        api,
+        "metrics",
+        MetricBatch,
+        "Store a batch of metric values; answered after commit. Retries with the same seq are no-ops.",
     )
-    async def metrics_batch(run_id: RunId, request: Request) -> Response:
-        """Store a batch of metric values; answered after commit. Retries with the same seq are no-ops."""
-        return await api.ingest(request, run_id, "metrics")
 
     @routes.get("/metrics", response_model=MetricsPage, tags=["reads"])
     async def read_metrics(
