@@ -31,9 +31,10 @@ from mlbench_tui.store.api_models import (
     RunDetail,
     RunUpdate,
 )
+from mlbench_tui.store.changes import Change
 from mlbench_tui.store.checkpointer import Checkpointer
 from mlbench_tui.store.engine import FileLock, default_db_path, make_engine, prepare
-from mlbench_tui.store.writer import Change, Writer
+from mlbench_tui.store.writer import Writer
 
 T = TypeVar("T")
 
