@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import re
+import select
 import socket
 import threading
 import time
@@ -79,13 +80,25 @@ class Conn:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.sock = socket.create_connection((target.host, target.port), timeout=60)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self._connect()
         extra = "".join(f"{k}: {v}\r\n" for k, v in target.headers.items())
         self.head = f"Host: {target.host}:{target.port}\r\nContent-Type: application/json\r\n{extra}".encode()
         self.buf = b""
 
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection((self.target.host, self.target.port), timeout=60)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _closed_while_idle(self) -> bool:
+        """True when the server closed this idle keep-alive connection (its keep-alive timeout)."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable) and not self.sock.recv(1, socket.MSG_PEEK)
+
     def post(self, path: str, body: bytes) -> None:
+        if not self.buf and self._closed_while_idle():  # a slow sender, e.g. at a low rate
+            self.sock.close()
+            self.sock = self._connect()
         request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
             path.encode(),
             self.head,
