@@ -67,6 +67,13 @@ class StreamEvent:
     id: str | None = None
 
 
+def needs_tls(url: str) -> bool:
+    """Whether ``url`` is served over TLS. Only then does an httpx client need its certificate
+    store loaded (``verify``): loading it costs tens of ms per client, and a plain-http client
+    (the default server on 127.0.0.1) never uses it; redirects are not followed."""
+    return url.lower().startswith("https:")
+
+
 class MlbenchClient:
     """Client of one server with one bearer token (admin, read, or a run's write token)."""
 
@@ -74,7 +81,7 @@ class MlbenchClient:
         self.url = url.rstrip("/")
         self.token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=needs_tls(url))
         self._timeout = timeout
         self._session = secrets.token_hex(6)
         self._seq = itertools.count()

@@ -246,9 +246,14 @@ class _StreamReader:
     def __init__(self, address: ServerAddress, run_id: str, params: dict[str, Any]) -> None:
         import httpx
 
+        from mlbench_tui.server.client import needs_tls
+
         headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
         self._http = httpx.Client(
-            base_url=address.url, headers=headers, timeout=httpx.Timeout(address.timeout, read=None)
+            base_url=address.url,
+            headers=headers,
+            timeout=httpx.Timeout(address.timeout, read=None),
+            verify=needs_tls(address.url),
         )
         self._path = f"/v1/runs/{run_id}/stream"
         self._params = params
