@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS
 
@@ -121,7 +122,10 @@ def find_stragglers(values: Mapping[int, float], factor: float = STRAGGLER_FACTO
     return {r for r, v in finite.items() if v > median * factor}
 
 
-def worst_first(ranks: Iterable[RankFigures]) -> list[RankFigures]:
+F = TypeVar("F", bound="RankFigures")
+
+
+def worst_first(ranks: Iterable[F]) -> list[F]:
     """``ranks`` by busy time, largest first; ranks without one last, each group by rank."""
     return sorted(ranks, key=lambda f: (f.busy is None, -(f.busy or 0.0), f.rank))
 

@@ -56,16 +56,16 @@ def latest_by_rank(conn: Connection, run_id: str, names: Sequence[str]) -> Ranks
     workers = _workers(conn, run_id)
     out: list[RankValues] = []
     for sid, name in _series(conn, run_id, names):
-        found: dict[int, tuple[Any, Any, Any]] = {}
+        found: dict[int, tuple[Any, Any, Any, Any]] = {}
         rows = conn.exec_driver_sql(
-            f"SELECT rank, step, t, value FROM {INDEX} WHERE series = ? AND id <= ?"
+            f"SELECT rank, step, epoch, t, value FROM {INDEX} WHERE series = ? AND id <= ?"
             " ORDER BY step DESC, id DESC",
             (sid, cursor),
         )
         budget = workers * LATEST_DEPTH
-        for rank, step, t, value in rows:
+        for rank, step, epoch, t, value in rows:
             if rank not in found:
-                found[rank] = (step, t, value)
+                found[rank] = (step, epoch, t, value)
                 if len(found) >= workers:
                     break
             budget -= 1
@@ -73,20 +73,21 @@ def latest_by_rank(conn: Connection, run_id: str, names: Sequence[str]) -> Ranks
                 break
         rows.close()
         if len(found) < workers and budget <= 0:  # some rank fell far behind: one grouped scan
-            for rank, step, t, value, _id in conn.exec_driver_sql(
-                f"SELECT rank, step, t, value, max(id) FROM {INDEX}"
+            for rank, step, epoch, t, value, _id in conn.exec_driver_sql(
+                f"SELECT rank, step, epoch, t, value, max(id) FROM {INDEX}"
                 " WHERE series = ? AND id <= ? GROUP BY rank",
                 (sid, cursor),
             ):
-                found.setdefault(rank, (step, t, value))
+                found.setdefault(rank, (step, epoch, t, value))
         ranks = sorted(found)
         out.append(
             RankValues(
                 name=name,
                 rank=ranks,
                 step=[found[r][0] for r in ranks],
-                t=[found[r][1] for r in ranks],
-                value=[found[r][2] for r in ranks],
+                epoch=[found[r][1] for r in ranks],
+                t=[found[r][2] for r in ranks],
+                value=[found[r][3] for r in ranks],
             )
         )
     return RanksLatest(cursor=cursor, series=out)

@@ -307,6 +307,7 @@ class RankValues(BaseModel):
     name: str
     rank: list[int]
     step: list[int | None]
+    epoch: list[float | None]
     t: list[float]
     value: list[float | None]
 

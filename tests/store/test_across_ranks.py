@@ -40,7 +40,7 @@ def test_latest_is_each_rank_s_highest_step_and_a_lagging_rank_is_found(store: S
     run_id = _run(store, 4)
     for rank in range(4):
         last = 5 if rank == 2 else 200  # rank 2 stopped reporting long ago
-        rows = [("step_time", step, None, 1000.0 + step, 1000.0 * rank + step) for step in range(last)]
+        rows = [("step_time", step, step / 100, 1000.0 + step, 1000.0 * rank + step) for step in range(last)]
         store.ingest_metrics(run_id, rank, 1, rows)
     store.ingest_metrics(run_id, 1, 2, [("step_time", 150, None, 5000.0, 9.0)])  # late, older step
     store.ingest_metrics(run_id, 0, 2, [("loss", None, None, 1.0, 3.0), ("loss", None, None, 2.0, 2.0)])
@@ -48,6 +48,7 @@ def test_latest_is_each_rank_s_highest_step_and_a_lagging_rank_is_found(store: S
     step_time, loss = page.series
     assert step_time.rank == [0, 1, 2, 3] and step_time.step == [199, 199, 4, 199]
     assert step_time.value == [199.0, 1199.0, 2004.0, 3199.0]
+    assert step_time.epoch == [1.99, 1.99, 0.04, 1.99]  # the epoch of each rank's latest point
     assert (loss.name, loss.rank, loss.value, loss.step) == ("loss", [0], [2.0], [None])  # no steps: newest
     assert page.cursor == store.read(lambda c: across_ranks._top(c))
 
