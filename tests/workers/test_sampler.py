@@ -208,10 +208,10 @@ def _spooled_metrics(tmp_path: Path, interval: float | None) -> list[dict[str, A
 def test_a_rank_samples_by_default_and_not_when_off(tmp_path: Path) -> None:
     on = _spooled_metrics(tmp_path, 0.2)
     names = {item["name"] for item in on}
-    assert names >= set(HOST) and {"allreduce_fp32_busbw"} <= names
+    assert names >= set(HOST) and {"allreduce_fp32_latency_p50"} <= names
     assert all("step" not in item for item in on if sm.is_sys(item["name"]))
     off = _spooled_metrics(tmp_path, None)
-    assert "allreduce_fp32_busbw" in {item["name"] for item in off}
+    assert "allreduce_fp32_latency_p50" in {item["name"] for item in off}
     assert not [item for item in off if sm.is_sys(item["name"])]
 
 

@@ -77,10 +77,11 @@ class HostProbe:
 class GpuProbe:
     """The rank's GPU through NVML, and the framework's peak allocated memory on it.
 
-    The GPU is found as the framework sees it: torch's device ``local_rank % count`` by UUID once
-    torch has initialised CUDA (the runtime's ``select_device``), else the ``local_rank``-th entry
-    of ``CUDA_VISIBLE_DEVICES`` (TensorFlow ranks), else NVML's ``local_rank % count``. A field
-    the GPU does not support (MIG, older boards) is dropped for the rest of the run.
+    The GPU is the one the runtime placed the rank on (``mlbench_worker.devices``: GPU
+    ``LOCAL_RANK`` of the visible ones), found in NVML by torch's UUID of it once torch has
+    initialised CUDA, else as the ``LOCAL_RANK``-th entry of ``CUDA_VISIBLE_DEVICES`` (TensorFlow
+    ranks), else as NVML's device ``LOCAL_RANK``. A field the GPU does not support (MIG, older
+    boards) is dropped for the rest of the run.
     """
 
     FIELDS: tuple[str, ...] = (
@@ -107,24 +108,21 @@ class GpuProbe:
         nvml = self.nvml
         if cuda_up:
             assert torch is not None
-            index = self.local_rank % torch.cuda.device_count()
-            uuid = str(torch.cuda.get_device_properties(index).uuid)
+            self.torch_index = self.local_rank
+            uuid = str(torch.cuda.get_device_properties(self.local_rank).uuid)
             with contextlib.suppress(nvml.NVMLError):
-                self.handle = nvml.nvmlDeviceGetHandleByUUID(
-                    uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}"
-                )
-                self.torch_index = index
+                name = uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}"
+                self.handle = nvml.nvmlDeviceGetHandleByUUID(name)
                 return True
         visible = [v.strip() for v in self.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        if visible:
-            entry = visible[self.local_rank % len(visible)]
-            self.handle = (
-                nvml.nvmlDeviceGetHandleByIndex(int(entry))
-                if entry.isdigit()
-                else nvml.nvmlDeviceGetHandleByUUID(entry)
-            )
+        if not visible:
+            self.handle = nvml.nvmlDeviceGetHandleByIndex(self.local_rank)
+        elif self.local_rank >= len(visible):
+            raise nvml.NVMLError(nvml.NVML_ERROR_NOT_FOUND)  # placement refuses such a rank too
+        elif visible[self.local_rank].isdigit():
+            self.handle = nvml.nvmlDeviceGetHandleByIndex(int(visible[self.local_rank]))
         else:
-            self.handle = nvml.nvmlDeviceGetHandleByIndex(self.local_rank % nvml.nvmlDeviceGetCount())
+            self.handle = nvml.nvmlDeviceGetHandleByUUID(visible[self.local_rank])
         return True
 
     def once(self) -> Sample:
