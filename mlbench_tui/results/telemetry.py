@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
 from mlbench_worker import sysmetrics as sm
 
+from mlbench_tui.results.model import RankTelemetryFigures, TelemetryFigures
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 
 JOULES_PER_KWH = 3.6e6
@@ -95,43 +95,6 @@ def mean_in(samples: Samples, start: float | None, end: float | None) -> float |
     return sum(values) / len(values) if values else None
 
 
-@dataclass(frozen=True)
-class RankFigures:
-    """One rank's telemetry figures (None where the rank reported no such series)."""
-
-    rank: int
-    peak_rss_mib: float | None = None
-    mem_limit_mib: float | None = None
-    peak_gpu_mem_mib: float | None = None
-    mean_gpu_util: float | None = None
-    energy_j: float | None = None
-    energy_to_accuracy_j: float | None = None
-    energy_source: EnergySource | None = None
-
-
-@dataclass(frozen=True)
-class RunFigures:
-    """A run's telemetry figures: the worst rank's peaks, the mean utilisation over ranks, the
-    energy of all ranks together; ``ranks`` holds each rank's own."""
-
-    ranks: tuple[RankFigures, ...]
-    peak_rss_mib: float | None = None
-    peak_gpu_mem_mib: float | None = None
-    mean_gpu_util: float | None = None
-    energy_j: float | None = None
-    energy_to_accuracy_j: float | None = None
-    energy_source: EnergySource | None = None
-
-    @property
-    def energy_to_accuracy_kwh(self) -> float | None:
-        return None if self.energy_to_accuracy_j is None else self.energy_to_accuracy_j / JOULES_PER_KWH
-
-    def energy_cost(self, price_per_kwh: float | None) -> float | None:
-        """The energy to accuracy at ``price_per_kwh``; None without either."""
-        kwh = self.energy_to_accuracy_kwh
-        return None if kwh is None or price_per_kwh is None else kwh * price_per_kwh
-
-
 def _event_time(events: Sequence[EventRecord], kind: str, *, last: bool = False) -> float | None:
     times = [e.t for e in events if e.kind == kind and e.t is not None]
     return (max(times) if last else min(times)) if times else None
@@ -146,9 +109,11 @@ def _total(values: Iterable[float | None]) -> float | None:
     return sum(present) if present else None
 
 
-def run_figures(metrics: Iterable[MetricPoint], events: Iterable[EventRecord]) -> RunFigures | None:
-    """The telemetry figures of a run; None when it reported no telemetry (``telemetry: off``,
-    or a worker from before it existed)."""
+def run_figures(
+    metrics: Iterable[MetricPoint], events: Iterable[EventRecord], price_per_kwh: float | None = None
+) -> TelemetryFigures | None:
+    """The telemetry figures of a run, with the energy to accuracy's cost at ``price_per_kwh``;
+    None when it reported no telemetry (``telemetry: off``, or a worker from before it existed)."""
     series: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for p in metrics:
         if p.t is not None and p.name in RESULT_SERIES:
@@ -158,34 +123,45 @@ def run_figures(metrics: Iterable[MetricPoint], events: Iterable[EventRecord]) -
     events = list(events)
     start, stop = _event_time(events, "run_start"), _event_time(events, "run_stop", last=True)
     goal = _event_time(events, "goal_reached")
-    ranks: list[RankFigures] = []
-    for rank in sorted(series):
-        got = {name: sorted(samples) for name, samples in series[rank].items()}
-        counter, power = got.get(sm.GPU_ENERGY_J, []), got.get(sm.GPU_POWER_W, [])
-        whole = rank_energy(counter, power, start, stop) if start is not None and stop is not None else None
-        to_goal = rank_energy(counter, power, start, goal) if start is not None and goal is not None else None
-        ranks.append(
-            RankFigures(
-                rank=rank,
-                peak_rss_mib=_peak(got.get(sm.RSS_MIB, [])),
-                mem_limit_mib=_peak(got.get(sm.MEM_LIMIT_MIB, [])),
-                peak_gpu_mem_mib=_peak(got.get(sm.GPU_MEM_PEAK_MIB) or got.get(sm.GPU_MEM_USED_MIB, [])),
-                mean_gpu_util=mean_in(got.get(sm.GPU_UTIL, []), start, stop),
-                energy_j=whole[0] if whole else None,
-                energy_to_accuracy_j=to_goal[0] if to_goal else None,
-                energy_source=(to_goal or whole or (None, None))[1],
-            )
-        )
+    ranks = [_rank_figures(rank, series[rank], start, stop, goal) for rank in sorted(series)]
     utils = [r.mean_gpu_util for r in ranks if r.mean_gpu_util is not None]
     sources = {r.energy_source for r in ranks if r.energy_source is not None}
-    return RunFigures(
-        ranks=tuple(ranks),
+    to_goal = _total(r.energy_to_accuracy_j for r in ranks)
+    kwh = None if to_goal is None else to_goal / JOULES_PER_KWH
+    return TelemetryFigures(
         peak_rss_mib=max((r.peak_rss_mib for r in ranks if r.peak_rss_mib is not None), default=None),
         peak_gpu_mem_mib=max(
             (r.peak_gpu_mem_mib for r in ranks if r.peak_gpu_mem_mib is not None), default=None
         ),
         mean_gpu_util=sum(utils) / len(utils) if utils else None,
         energy_j=_total(r.energy_j for r in ranks),
-        energy_to_accuracy_j=_total(r.energy_to_accuracy_j for r in ranks),
+        energy_to_accuracy_j=to_goal,
+        energy_to_accuracy_kwh=kwh,
+        energy_cost=None if kwh is None or price_per_kwh is None else kwh * price_per_kwh,
+        price_per_kwh=price_per_kwh,
         energy_source="power" if "power" in sources else ("counter" if sources else None),
+        ranks=ranks,
+    )
+
+
+def _rank_figures(
+    rank: int,
+    series: dict[str, list[tuple[float, float]]],
+    start: float | None,
+    stop: float | None,
+    goal: float | None,
+) -> RankTelemetryFigures:
+    got = {name: sorted(samples) for name, samples in series.items()}
+    counter, power = got.get(sm.GPU_ENERGY_J, []), got.get(sm.GPU_POWER_W, [])
+    whole = rank_energy(counter, power, start, stop) if start is not None and stop is not None else None
+    to_goal = rank_energy(counter, power, start, goal) if start is not None and goal is not None else None
+    return RankTelemetryFigures(
+        rank=rank,
+        peak_rss_mib=_peak(got.get(sm.RSS_MIB, [])),
+        mem_limit_mib=_peak(got.get(sm.MEM_LIMIT_MIB, [])),
+        peak_gpu_mem_mib=_peak(got.get(sm.GPU_MEM_PEAK_MIB) or got.get(sm.GPU_MEM_USED_MIB, [])),
+        mean_gpu_util=mean_in(got.get(sm.GPU_UTIL, []), start, stop),
+        energy_j=whole[0] if whole else None,
+        energy_to_accuracy_j=to_goal[0] if to_goal else None,
+        energy_source=(to_goal or whole or (None, None))[1],
     )

@@ -12,16 +12,10 @@ from dataclasses import dataclass
 
 from mlbench_worker import sysmetrics as sm
 
+from mlbench_tui.formatting import format_mib
+
 UNKNOWN = "—"
 COLUMNS = ("CPU", "mem", "GPU", "GPU mem", "power")
-
-
-def format_mib(mib: float) -> str:
-    """``812M``, ``1.2G``, ``80G`` (binary units, like Kubernetes quantities)."""
-    if mib < 1000:
-        return f"{mib:.0f}M"
-    gib = mib / 1024
-    return f"{gib:.1f}G" if gib < 10 else f"{gib:.0f}G"
 
 
 @dataclass

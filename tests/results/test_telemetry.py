@@ -91,7 +91,7 @@ def test_run_figures_from_two_gpu_ranks() -> None:
         metrics += _points(rank, sm.RSS_MIB, [(t, 500.0 + 10 * rank + (t == 12) * 300) for t in seconds])
     metrics += _points(1, sm.MEM_LIMIT_MIB, [(0.0, 4096.0)])
     metrics.append(MetricPoint("train_loss", 1.0, rank=0, step=3, t=12.0))  # not telemetry
-    figures = run_figures(metrics, events)
+    figures = run_figures(metrics, events, price_per_kwh=0.30)
     assert figures is not None
     r0, r1 = figures.ranks
     assert (r0.rank, r1.rank) == (0, 1)
@@ -101,8 +101,9 @@ def test_run_figures_from_two_gpu_ranks() -> None:
     assert r0.energy_j == pytest.approx(2200.0) and r0.energy_source == "counter"
     assert figures.energy_to_accuracy_j == pytest.approx(3000.0)
     assert figures.energy_to_accuracy_kwh == pytest.approx(3000.0 / JOULES_PER_KWH)
-    assert figures.energy_cost(0.30) == pytest.approx(3000.0 / 3.6e6 * 0.30)
-    assert figures.energy_cost(None) is None
+    assert figures.energy_cost == pytest.approx(3000.0 / 3.6e6 * 0.30) and figures.price_per_kwh == 0.30
+    unpriced = run_figures(metrics, events)
+    assert unpriced is not None and unpriced.energy_cost is None
     assert (r0.mean_gpu_util, r1.mean_gpu_util, figures.mean_gpu_util) == (90.0, 50.0, 70.0)
     assert (r0.peak_rss_mib, r1.peak_rss_mib, figures.peak_rss_mib) == (800.0, 810.0, 810.0)
     assert (r0.mem_limit_mib, r1.mem_limit_mib) == (None, 4096.0)
@@ -113,8 +114,8 @@ def test_run_figures_without_a_goal_or_a_counter() -> None:
     events = [EventRecord("run_start", {}, 0, 0.0), EventRecord("run_stop", {"status": "success"}, 0, 10.0)]
     metrics = _points(0, sm.GPU_POWER_W, [(float(t), 50.0) for t in range(11)])
     metrics += _points(0, sm.GPU_MEM_USED_MIB, [(0.0, 700.0), (5.0, 900.0)])  # no framework peak
-    figures = run_figures(metrics, events)
-    assert figures is not None and figures.energy_to_accuracy_j is None and figures.energy_cost(1.0) is None
+    figures = run_figures(metrics, events, price_per_kwh=1.0)
+    assert figures is not None and figures.energy_to_accuracy_j is None and figures.energy_cost is None
     assert figures.energy_j == pytest.approx(500.0) and figures.energy_source == "power"
     assert figures.peak_gpu_mem_mib == 900.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlbench_worker import sysmetrics as sm
 
 from mlbench_tui.tui.goal import find_underused
-from mlbench_tui.tui.rank_telemetry import COLUMNS, SERIES, RankTelemetry, format_mib
+from mlbench_tui.tui.rank_telemetry import COLUMNS, SERIES, RankTelemetry
 
 
 def test_cells_show_the_latest_values_against_their_limits() -> None:
@@ -32,12 +32,6 @@ def test_the_series_the_table_reads_are_documented() -> None:
     assert set(SERIES) <= set(sm.BY_NAME)
     telemetry = RankTelemetry()
     assert all(telemetry.update(name, 1.0) for name in SERIES)
-
-
-def test_format_mib() -> None:
-    assert [format_mib(v) for v in (12.0, 999.0, 1000.0, 1536.0, 10240.0, 81559.0)] == [
-        "12M", "999M", "1.0G", "1.5G", "10G", "80G",
-    ]  # fmt: skip
 
 
 def test_idle_gpus_are_far_below_the_median() -> None:
