@@ -20,6 +20,8 @@ from mlbench_worker.sampler import SampledReporter, Sampler
 from mlbench_worker.spool import Spool
 from support.smoke import apply_one, mlbench
 
+from mlbench_tui.formatting import format_mib
+
 HOST = (sm.CPU_PERCENT, sm.RSS_MIB, sm.HOST_MEM_AVAILABLE_MIB)
 
 
@@ -218,7 +220,7 @@ def test_a_rank_samples_by_default_and_not_when_off(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_every_rank_stores_its_series_at_the_configured_interval(tmp_path: Path) -> None:
     interval = 0.25
-    apply_one(
+    result = apply_one(
         tmp_path,
         f"""
 apiVersion: mlbench/v1
@@ -237,6 +239,14 @@ spec:
     assert mlbench("export", "tel-gloo-2w", "-o", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
         rows = list(csv.DictReader(io.StringIO(zf.read("metrics.csv").decode())))
+        official = json.loads(zf.read("official_result.json"))
+    # the result the server computed when the run ended: memory per rank, no GPU figures on CPU
+    hardware = result["telemetry"]
+    assert [r["rank"] for r in hardware["ranks"]] == [0, 1] and official["telemetry"] == hardware
+    assert hardware["peak_rss_mib"] == max(r["peak_rss_mib"] for r in hardware["ranks"]) > 50
+    assert hardware["energy_j"] is None and hardware["mean_gpu_util"] is None
+    status = mlbench("status", "tel-gloo-2w").stdout
+    assert f"memory:   peak {format_mib(hardware['peak_rss_mib'])} resident" in status
     times: dict[tuple[int, str], list[float]] = defaultdict(list)
     for row in rows:
         if sm.is_sys(row["name"]):
