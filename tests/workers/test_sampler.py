@@ -19,36 +19,17 @@ from mlbench_worker import sysmetrics as sm
 from mlbench_worker.sampler import SampledReporter, Sampler
 from mlbench_worker.spool import Spool
 from support.smoke import apply_one, mlbench
+from support.trainers import RecordingReporter
 
 from mlbench_tui.formatting import format_mib
 
 HOST = (sm.CPU_PERCENT, sm.RSS_MIB, sm.HOST_MEM_AVAILABLE_MIB)
 
 
-class Recorder:
-    """A reporter that keeps what it is given (the ReporterLike protocol, in memory)."""
+class Recorder(RecordingReporter):
+    """The tests' recording reporter, which also notes that it was closed."""
 
-    def __init__(self) -> None:
-        self.metrics: list[tuple[str, float, float | None]] = []
-        self.closed = False
-
-    def metric(
-        self,
-        name: str,
-        value: float,
-        *,
-        step: int | None = None,
-        epoch: float | None = None,
-        t: float | None = None,
-    ) -> None:
-        self.metrics.append((name, value, t))
-
-    def log(self, text: str, stream: str = "stdout") -> None: ...
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
+    closed = False
 
     def close(self, timeout: float = 10.0) -> None:
         self.closed = True
@@ -82,7 +63,7 @@ def test_closing_the_reporter_takes_a_last_sample_first(tmp_path: Path) -> None:
     reporter = SampledReporter(recorder, sampler)
     reporter.metric("train_loss", 1.5, step=3)
     reporter.close()
-    assert recorder.closed and ("train_loss", 1.5, None) in recorder.metrics
+    assert recorder.closed and ("train_loss", 1.5, 3) in recorder.metrics
     # the interval is a minute: the only sample is the one taken at close
     assert [name for name, _, _ in recorder.metrics].count(sm.RSS_MIB) == 1
 

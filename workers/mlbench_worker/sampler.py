@@ -99,6 +99,7 @@ class GpuProbe:
         self.torch_index: int | None = None
         self.fields = list(self.FIELDS)
         self._failed = False
+        self._sample_failed = False
 
     def _resolve(self) -> bool:
         torch = sys.modules.get("torch")
@@ -152,7 +153,9 @@ class GpuProbe:
             except self.nvml.NVMLError_NotSupported:
                 self.fields.remove(name)
             except self.nvml.NVMLError as exc:  # e.g. the GPU fell off the bus: skip this sample
-                self.log(f"GPU sample failed: {exc}")
+                if not self._sample_failed:
+                    self._sample_failed = True
+                    self.log(f"GPU sample failed: {exc} (skipped; said once)")
                 return out, found
         peak = self._framework_peak()
         if peak is not None:
@@ -209,7 +212,6 @@ class Sampler:
         self.cgroup_root = cgroup_root
         self.host: HostProbe | None = None
         self.gpu: GpuProbe | None = None
-        self.samples = 0
         self.ready = threading.Event()  # set once setup is done (the libraries are loaded)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"mlbench-telemetry-{rank}", daemon=True)
@@ -252,7 +254,6 @@ class Sampler:
                 out.extend(self.gpu.once())
             out.extend(values)
         self._report(out, now)
-        self.samples += 1
         return out
 
     def _report(self, values: Sample, t: float) -> None:
@@ -277,13 +278,16 @@ class Sampler:
         finally:
             self.ready.set()
         deadline = time.monotonic()
+        failed = False
         while True:
             deadline += self.interval
             stopping = self._stop.wait(max(0.0, deadline - time.monotonic()))
             try:
                 self.sample()
             except Exception as exc:
-                self.log(f"sample failed: {exc!r}")
+                if not failed:  # said once: a broken probe must not fill the rank's log
+                    self.log(f"sample failed: {exc!r}")
+                failed = True
             if stopping:
                 break
             if time.monotonic() > deadline + self.interval:  # fell behind (a suspended process)
