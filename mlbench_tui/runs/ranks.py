@@ -50,14 +50,19 @@ def rank_figures(client: MlbenchClient, run_id: str) -> dict[int, RankFigures]:
     return figures
 
 
-def ranks_lines(client: MlbenchClient, run: RunDetail, choice: RankChoice = None) -> list[str]:
+def ranks_lines(
+    client: MlbenchClient,
+    run: RunDetail,
+    choice: RankChoice = None,
+    hardware: Mapping[int, str] | None = None,
+) -> list[str]:
     """``ranks_section`` of ``run`` with its figures read from the server; without them (a server
     too old to answer, or failing) the ranks' states alone, and why."""
     try:
         figures = rank_figures(client, run.id)
     except MlbenchError as exc:
-        return [*ranks_section(run, {}, choice), f"(no per-rank figures: {exc.message})"]
-    return ranks_section(run, figures, choice)
+        return [*ranks_section(run, {}, choice, hardware), f"(no per-rank figures: {exc.message})"]
+    return ranks_section(run, figures, choice, hardware)
 
 
 def _ms(seconds: float) -> str:
@@ -85,9 +90,15 @@ def figures_text(figures: RankFigures | None, straggler: bool = False) -> str:
 
 
 def rank_line(
-    rank: int, info: RankInfo | None, figures: RankFigures | None, straggler: bool, width: int = 3
+    rank: int,
+    info: RankInfo | None,
+    figures: RankFigures | None,
+    straggler: bool,
+    width: int = 3,
+    hardware: str = "",
 ) -> str:
-    """One rank: number, state, where it runs (host:pid), its figures and its message."""
+    """One rank: number, state, where it runs (host:pid), its figures, its hardware figures
+    (``results.table.rank_figures_text``) and its message."""
     state = str(info.state) if info is not None else "-"
     where = "-"
     if info is not None:
@@ -96,17 +107,26 @@ def rank_line(
     shown = figures_text(figures, straggler)
     if shown:
         line += f"  {shown}"
+    if hardware:
+        line += f"  {hardware}"
     if info is not None and info.message:
         line += f"  {info.message}"
     return line
 
 
 def _listed(
-    ranks: Iterable[int], run: RunDetail, figures: Mapping[int, RankFigures], summary: RanksSummary
+    ranks: Iterable[int],
+    run: RunDetail,
+    figures: Mapping[int, RankFigures],
+    summary: RanksSummary,
+    hardware: Mapping[int, str],
 ) -> list[str]:
     infos = {r.rank: r for r in run.ranks}
     width = max(3, len(str(max(run.workers - 1, 0))))
-    return [rank_line(r, infos.get(r), figures.get(r), r in summary.stragglers, width) for r in ranks]
+    return [
+        rank_line(r, infos.get(r), figures.get(r), r in summary.stragglers, width, hardware.get(r, ""))
+        for r in ranks
+    ]
 
 
 def _spread_lines(summary: RanksSummary) -> list[str]:
@@ -135,28 +155,35 @@ def state_counts(run: RunDetail) -> str:
     return f"{run.workers}: " + ", ".join(f"{n} {state}" for state, n in counts.most_common())
 
 
-def ranks_section(run: RunDetail, figures: Mapping[int, RankFigures], choice: RankChoice = None) -> list[str]:
+def ranks_section(
+    run: RunDetail,
+    figures: Mapping[int, RankFigures],
+    choice: RankChoice = None,
+    hardware: Mapping[int, str] | None = None,
+) -> list[str]:
     """The lines about a run's ranks: every rank (or the chosen ones) on its own line, or for a
-    run of more than ``LIST_UP_TO`` ranks the summary of their states and figures."""
+    run of more than ``LIST_UP_TO`` ranks the summary of their states and figures. ``hardware``:
+    each listed rank's hardware figures as text (rank -> text)."""
+    hardware = hardware or {}
     summary = summarize_ranks(figures.values(), run.workers, WORST)
     lines = [f"ranks:    {state_counts(run)}"]
     everyone = range(max(run.workers, max(figures, default=-1) + 1))
     if choice == "all" or (choice is None and run.workers <= LIST_UP_TO):
-        return lines + _listed(everyone, run, figures, summary)
+        return lines + _listed(everyone, run, figures, summary, hardware)
     lines += [f"          {line}" for line in _spread_lines(summary)]
     if isinstance(choice, RankSet):
         chosen = [r for r in everyone if r in choice]
         lines.append(f"ranks {choice}:" if chosen else f"ranks {choice}: none of this run's ranks")
-        return lines + _listed(chosen, run, figures, summary)
+        return lines + _listed(chosen, run, figures, summary, hardware)
     if summary.worst:
         lines.append("worst ranks (the most time per step outside communication: the others wait for them):")
-        lines += _listed((f.rank for f in summary.worst), run, figures, summary)
+        lines += _listed((f.rank for f in summary.worst), run, figures, summary, hardware)
     counts = Counter(str(r.state) for r in run.ranks)
     if len(counts) > 1:
         main = counts.most_common(1)[0][0]
         odd = [r.rank for r in run.ranks if str(r.state) != main]
         lines.append(f"ranks not {main}:")
-        lines += _listed(odd[:ODD_STATES], run, figures, summary)
+        lines += _listed(odd[:ODD_STATES], run, figures, summary, hardware)
         if len(odd) > ODD_STATES:
             lines.append(f"  ... and {len(odd) - ODD_STATES} more")
     lines.append(f"(every rank: --ranks all; some: --ranks {EXAMPLE})")

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from mlbench_worker import sysmetrics as sm
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -21,9 +22,10 @@ from textual.worker import get_current_worker
 from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
 from mlbench_tui.spec.tasks import default_charts, sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
+from mlbench_tui.tui import rank_telemetry
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import HistoryPlan, RunFeed, fetch_history
-from mlbench_tui.tui.goal import goal_status
+from mlbench_tui.tui.goal import find_underused, goal_status
 from mlbench_tui.tui.messages import RunBatch, RunChanged, RunGone, RunSlow, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
@@ -37,6 +39,7 @@ from mlbench_tui.tui.widgets.run_overview import environment_renderable, result_
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
 MAX_RANK_SERIES = 6  # a run of more ranks charts its step time as percentile bands across ranks
+RANK_FIGURES = (*RANK_METRICS, *rank_telemetry.SERIES)  # what the rank table shows of each rank
 BANDS = (("p50", "p50"), ("p90", "p90"), ("max", "max"))  # percentiles across ranks: key, label
 
 
@@ -71,6 +74,11 @@ def chart_plan(run: RunDetail, names: list[str]) -> HistoryPlan:
     )
 
 
+def per_rank(name: str) -> bool:
+    """Charts with one line per rank (up to ``MAX_RANK_SERIES``): step time and the telemetry."""
+    return name == STEP_TIME or sm.is_sys(name)
+
+
 def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan:
     """What a run screen reads when it opens, and its stream summarises: its charts (by default
     those of ``default_charts``), the goal metric (goal progress) and every rank's step time and
@@ -81,8 +89,8 @@ def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan
     if goal and goal not in names:
         names.append(goal)
     if not wide(run):
-        return HistoryPlan(series=names + [n for n in RANK_METRICS if n not in names])
-    return dataclasses.replace(chart_plan(run, names), latest=list(RANK_METRICS))
+        return HistoryPlan(series=names + [n for n in RANK_FIGURES if n not in names])
+    return dataclasses.replace(chart_plan(run, names), latest=list(RANK_FIGURES))
 
 
 class RunDetailScreen(RunLogsActions):
@@ -112,6 +120,7 @@ class RunDetailScreen(RunLogsActions):
         self._charts: dict[str, MetricChart] = {}  # metric name -> its chart, in grid order
         self._charts_built = False
         self._ranks_stale = False
+        self._t0: float | None = None  # x origin of the telemetry charts (seconds)
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="title")
@@ -240,8 +249,8 @@ class RunDetailScreen(RunLogsActions):
                 view = self.ranks.get(rank)
                 if view is None:
                     view = self.ranks[rank] = RankView(rank)
-                if value is not None:
-                    view.take(series.name, value, step)
+                if value is not None and not view.take(series.name, value, step):
+                    view.telemetry.update(series.name, value)
                 if epoch is not None and (view.epoch is None or epoch > view.epoch):
                     view.epoch = epoch
 
@@ -271,8 +280,8 @@ class RunDetailScreen(RunLogsActions):
                 if view is None:
                     view = self.ranks[d.rank] = RankView(d.rank)
                 step, epoch, value = d.last()
-                if value is not None:
-                    view.take(d.name, value)
+                if value is not None and not view.take(d.name, value):
+                    view.telemetry.update(d.name, value)
                 if step is not None and sweep_of(d.name) is None and (view.step is None or step > view.step):
                     view.step = step
                 if epoch is not None and (view.epoch is None or epoch > view.epoch):
@@ -302,13 +311,36 @@ class RunDetailScreen(RunLogsActions):
         chart = self._charts.get(name)
         if chart is None:
             return
-        if name != STEP_TIME:
+        if not per_rank(name):
             if rank == self._chart_rank(name):
                 chart.add_points(f"r{rank}", delta.xy(), label=name)
             return
-        shown = rank == self.rank_on_chart if self._wide else rank < MAX_RANK_SERIES
-        if shown:
-            chart.add_points(f"r{rank}", delta.xy(), label=f"rank {rank}")
+        if not self._wide:
+            shown = rank < MAX_RANK_SERIES
+        elif name == STEP_TIME:  # and the bands
+            shown = rank == self.rank_on_chart
+        else:  # the telemetry of a wide run: the chart rank's (its history is that rank's)
+            shown = rank == self._chart_rank(name)
+        if not shown:
+            return
+        points = delta.xy()
+        label = f"rank {rank}"
+        if sm.is_sys(name):  # sampled in time: x is seconds since the run started
+            origin = self._time_origin(points)
+            points = [(t - origin, v) for t, v in points]
+        if name == sm.GPU_UTIL:
+            utils = {
+                r: v.telemetry.gpu_util for r, v in self.ranks.items() if v.telemetry.gpu_util is not None
+            }
+            label += " ⚠ idle" if rank in find_underused(utils) else ""
+        chart.add_points(f"r{rank}", points, label=label)
+
+    def _time_origin(self, points: list[tuple[float, float]]) -> float:
+        """The x origin of time-sampled charts: the run's start, else the first sample seen."""
+        if self._t0 is None:
+            started = self.run.started if self.run is not None else None
+            self._t0 = started.timestamp() if started is not None else min(t for t, _ in points)
+        return self._t0
 
     def _live_band(self, x: float) -> None:
         """One point per band from every rank's latest step time: O(ranks) per update, and the
@@ -368,7 +400,7 @@ class RunDetailScreen(RunLogsActions):
                 chart = MetricChart(
                     name,
                     goal=goal.target if goal is not None and goal.metric == name else None,
-                    x_label=sweep.x_label if sweep is not None else "step",
+                    x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
                     id=f"chart-{_chart_id(name)}",
                     classes="chart",

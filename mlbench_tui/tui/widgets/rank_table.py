@@ -4,7 +4,9 @@ From the top: the ranks' states and the spread of their figures across ranks (st
 share and busy time, see ``results.ranks``), a strip of one cell per rank coloured by its busy
 time against the median (``RankStrip``), and a table of the ``TABLE_ROWS`` worst ranks, or of
 the ranks a search names (``0-7,512``), with state, host, step, step time, busy time and the
-compute/comm/data split as a stacked bar. However many ranks a run has, the table holds at most
+compute/comm/data split as a stacked bar, then the rank's latest hardware telemetry (CPU, memory,
+GPU utilisation, GPU memory, power; a GPU far idler than the others' flagged, see
+``goal.find_underused``). However many ranks a run has, the table holds at most
 ``TABLE_ROWS`` rows and an update touches only the cells that changed; enter on a row asks for
 that rank's step time on the chart (``RankChosen``).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual import on
@@ -25,6 +27,9 @@ from textual.widgets import DataTable, Input, Static
 
 from mlbench_tui.ranksets import EXAMPLE, RankSet, RankSetError, parse_ranks
 from mlbench_tui.results.ranks import STRAGGLER_FACTOR, RankFigures, find_stragglers, spread, worst_first
+from mlbench_tui.tui import rank_telemetry
+from mlbench_tui.tui.goal import find_underused
+from mlbench_tui.tui.rank_telemetry import RankTelemetry
 from mlbench_tui.tui.widgets.bars import stacked_bar
 from mlbench_tui.tui.widgets.rank_strip import UNKNOWN, Cell, RankStrip
 from mlbench_tui.tui.widgets.table import FittedTable
@@ -45,11 +50,13 @@ STATE_STYLES = {
 
 @dataclass
 class RankView(RankFigures):
-    """What the run screen knows about one rank: its figures (``RankFigures``), state and host."""
+    """What the run screen knows about one rank: its figures (``RankFigures``), state, host and
+    latest hardware telemetry."""
 
     state: str = "pending"
     host: str | None = None
     epoch: float | None = None
+    telemetry: RankTelemetry = field(default_factory=RankTelemetry)
 
 
 def legend() -> Text:
@@ -59,13 +66,14 @@ def legend() -> Text:
         text.append(f"{name}   ")
     text.append("strip: ", style="bold")
     text.append("█", style="green")
-    text.append(f" busy ≤ {SLOW_FACTOR:g}x median  ")
+    text.append(f" ≤{SLOW_FACTOR:g}x ")
     text.append("█", style="yellow")
-    text.append(f" > {SLOW_FACTOR:g}x  ")
+    text.append(f" >{SLOW_FACTOR:g}x ")
     text.append("█", style="red")
-    text.append(f" > {STRAGGLER_FACTOR:g}x (straggler)  ")
+    text.append(f" >{STRAGGLER_FACTOR:g}x median busy  ")
     text.append("✗", style="bold red")
-    text.append(" failed  · no figures")
+    text.append(" failed  · none   ")
+    text.append("⚠ idle GPU: util < median/1.25", style="bold red")
     return text
 
 
@@ -82,6 +90,7 @@ class RankTable(Vertical):
 
     COLUMNS = (
         "rank", "state", "host", "step", "epoch", "step time", "busy", "compute | comm | data", "comm %",
+        *rank_telemetry.COLUMNS,
     )  # fmt: skip
 
     class RankChosen(Message):
@@ -96,6 +105,7 @@ class RankTable(Vertical):
         self._rows: dict[int, tuple[Text, ...]] = {}  # rank -> the cells shown
         self.shown: list[int] = []  # the ranks in the table, in order
         self.stragglers: set[int] = set()
+        self.underused: set[int] = set()
         self.search: RankSet | None = None
         self._views: list[RankView] = []
 
@@ -154,6 +164,8 @@ class RankTable(Vertical):
         self._views = list(ranks)
         busy = {r.rank: r.busy for r in ranks}
         self.stragglers = find_stragglers({r: b for r, b in busy.items() if b is not None})
+        utils = {r.rank: r.telemetry.gpu_util for r in ranks if r.telemetry.gpu_util is not None}
+        self.underused = find_underused(utils)
         chosen = [r for r in ranks if self.search is None or r.rank in self.search]
         order = worst_first(chosen)[:TABLE_ROWS]
         self.query_one("#rank-summary", Static).update(
@@ -233,7 +245,7 @@ class RankTable(Vertical):
             self._rows.clear()
             self.shown = ranks
         for view in order:
-            cells = tuple(self._cells(view, view.rank in self.stragglers))
+            cells = tuple(self._cells(view, view.rank in self.stragglers, view.rank in self.underused))
             old = self._rows.get(view.rank)
             if old is None:
                 table.add_row(*cells, key=str(view.rank))
@@ -244,7 +256,7 @@ class RankTable(Vertical):
             self._rows[view.rank] = cells
 
     @staticmethod
-    def _cells(view: RankView, straggler: bool) -> list[Text]:
+    def _cells(view: RankView, straggler: bool, idle_gpu: bool) -> list[Text]:
         row_style = "bold red" if straggler else ""
         state = Text(view.state, style=STATE_STYLES.get(view.state, ""))
         if straggler:
@@ -270,4 +282,10 @@ class RankTable(Vertical):
             Text("—" if busy is None else _ms(busy), style=row_style),
             bar,
             Text("—" if share is None else _pct(share), style=row_style),
+            *(
+                Text(
+                    cell + " ⚠" * (idle_gpu and column == "GPU"), style="bold red" if idle_gpu else row_style
+                )
+                for column, cell in zip(rank_telemetry.COLUMNS, view.telemetry.cells(), strict=True)
+            ),
         ]
