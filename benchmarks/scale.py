@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,11 +136,13 @@ def drive(
     retry_every: int = 0,
     validation_every: float = 10.0,
     profile: Path | None = None,
+    on_start: Callable[[float], object] | None = None,
 ) -> tuple[LoadStats, float, float]:
     """Simulate ``ranks`` ranks for ``seconds`` from ``procs`` load processes; returns their merged
     stats, the server's mean cores between the start-up burst and the final flush and the seconds
     per second its threads waited for a CPU meanwhile (sampled by py-spy into ``profile``, a
-    collapsed-stacks file, when given)."""
+    collapsed-stacks file, when given). ``on_start`` gets the wall time the ranks start at (a
+    client watching the run measures over the same window)."""
     configs = [
         LoadConfig(
             host=server.host,
@@ -164,6 +167,8 @@ def drive(
     for _ in workers:
         ready.get(timeout=300)
     start = time.time() + 0.5  # every load process is up: the ranks start together
+    if on_start is not None:
+        on_start(start)
     for _ in workers:
         go.put(start)
     warm = min(2.0, seconds / 4)

@@ -37,8 +37,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from multiprocessing import resource_tracker
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ def _timed_app(url: str, token: str, run_id: str, tab: str) -> Any:
     class Screen(RunDetailScreen):
         def __init__(self) -> None:
             super().__init__(run_id)
-            self.updates: list[tuple[float, float, bool]] = []  # (wall, apply CPU s, had series)
+            self.updates: list[tuple[float, float]] = []  # (wall, apply CPU s)
 
         def on_mount(self) -> None:  # RunDetailScreen.on_mount runs too, after this one
             self.call_later(self.action_show_tab, tab)
@@ -99,7 +99,7 @@ def _timed_app(url: str, token: str, run_id: str, tab: str) -> Any:
         def _apply_batch(self, message: RunChanged) -> None:
             c0 = time.thread_time()
             super()._apply_batch(message)
-            self.updates.append((time.time(), time.thread_time() - c0, bool(message.batch.series)))
+            self.updates.append((time.time(), time.thread_time() - c0))
 
     class App(MlbenchApp):
         detail: Screen | None = None
@@ -158,6 +158,7 @@ class Live:
     apply_s: list[float] = field(default_factory=list)  # CPU of each update's apply
     driver_cpu_s: float = 0.0  # the thread driving the load processes (included in cpu_s)
     acked: int = 0
+    backlog: int = 0  # updates posted to the screen and not yet applied when the ranks stopped
 
     @property
     def cores(self) -> float:
@@ -175,14 +176,42 @@ class Live:
 
 
 async def live(server: Server, ranks: int, seconds: float, tab: str, mode: str) -> Live:
-    """A fresh run of ``ranks`` simulated ranks reporting for ``seconds`` while the TUI shows it."""
+    """A fresh run of ``ranks`` simulated ranks reporting for ``seconds`` while the TUI shows it;
+    the TUI's CPU is read when the ranks are past their start-up burst and again before their
+    final flush (the window ``scale.drive`` measures the server over), by a thread of its own
+    (the TUI's event loop may be too busy to read it on time)."""
     _, run_id, write_token = create_run(server, ranks)
     # the load processes' queues need multiprocessing's resource tracker, which passes stderr's
     # file descriptor to its process: start it before Textual replaces sys.stderr
     resource_tracker.ensure_running()
     app = _timed_app(server.url, server.admin_token, run_id, tab)
     out = Live(mode)
-    samples: list[tuple[float, float]] = []  # (wall, process CPU)
+    window: list[tuple[float, float]] = []  # (wall, process CPU) at the window's ends
+    result: list[Any] = []
+    warm = min(2.0, seconds / 4)
+
+    def sample(start: float) -> None:
+        for at in (start + warm, start + seconds - 0.05):
+            time.sleep(max(0.0, at - time.time()))
+            window.append((time.time(), time.process_time()))
+
+    def run() -> None:
+        c0 = time.thread_time()
+        sampler: list[threading.Thread] = []
+
+        def started(start: float) -> None:
+            sampler.append(threading.Thread(target=sample, args=(start,), daemon=True))
+            sampler[0].start()
+
+        try:
+            procs = default_procs(ranks)
+            result.append(drive(server, run_id, write_token, ranks, seconds, procs=procs, on_start=started))
+        except BaseException as exc:
+            result.append(exc)
+        out.driver_cpu_s = time.thread_time() - c0
+        for thread in sampler:
+            thread.join()
+
     async with app.run_test(size=SIZE) as pilot:
         deadline = time.time() + PAINT_TIMEOUT_S
         while app.detail is None or app.detail.feed is None or not app.detail.feed.loaded:
@@ -190,47 +219,30 @@ async def live(server: Server, ranks: int, seconds: float, tab: str, mode: str) 
                 raise RuntimeError("the run screen did not load the live run")
             await asyncio.sleep(0.05)
         await pilot.pause(0.5)
-        result: list[Any] = []
-
-        def run() -> None:
-            c0 = time.thread_time()
-            try:
-                result.append(drive(server, run_id, write_token, ranks, seconds, procs=default_procs(ranks)))
-            except BaseException as exc:
-                result.append(exc)
-            out.driver_cpu_s = time.thread_time() - c0
-
         driver = threading.Thread(target=run, daemon=True)
-        began = time.time()
         driver.start()
         while driver.is_alive():
-            samples.append((time.time(), time.process_time()))
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.1)
         updates = list(app.detail.updates)
-        await pilot.pause()
+        out.backlog = app.detail._message_queue.qsize()  # updates posted, not yet applied
     if isinstance(result[0], BaseException):
         raise result[0]
     out.acked = sum(result[0][0].acked.values())
-    started = [w for w, _, series in updates if series and w >= began]
-    if not started:
-        raise RuntimeError("the TUI got no live series from the simulated run")
-    warm = min(2.0, seconds / 4)
-    w0, w1 = started[0] + warm, started[0] + seconds - 0.5
-    inside = [s for s in samples if w0 <= s[0] <= w1]
-    if len(inside) < 2:
-        raise RuntimeError(f"too short a live window ({seconds:g} s) to measure")
-    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    if len(window) < 2:
+        raise RuntimeError("the live window was not sampled")
+    (t0, c0), (t1, c1) = window
     out.wall_s, out.cpu_s = t1 - t0, c1 - c0
-    steady = [(w, cpu) for w, cpu, _ in updates if t0 <= w <= t1]
-    out.updates = len(steady)
-    out.apply_s = [cpu for _, cpu in steady]
+    out.apply_s = [cpu for w, cpu in updates if t0 <= w <= t1]
+    out.updates = len(out.apply_s)
     return out
 
 
 # ----------------------------------------------------------------------------- the store
 
 
-def prepare_store(workdir: Path, ranks: int, store: Path | None, epochs: int, windows: int) -> tuple[Path, int]:
+def prepare_store(
+    workdir: Path, ranks: int, store: Path | None, epochs: int, windows: int
+) -> tuple[Path, int]:
     """A copy of ``store`` (built there first when missing) in ``workdir``, so the live runs added
     meanwhile leave it as it was; returns the copy and its metric rows."""
     from benchmarks.scale_store import build_scale_store
@@ -266,7 +278,13 @@ def finished_run(server: Server, ranks: int) -> str:
 
 
 def report(
-    ranks: int, rows: int, samples: int, seconds: float, tab: str, paint: dict[str, list[float]], runs: dict[str, Live]
+    ranks: int,
+    rows: int,
+    samples: int,
+    seconds: float,
+    tab: str,
+    paint: dict[str, list[float]],
+    runs: dict[str, Live],
 ) -> str:
     lines = [
         f"first paint: launch -> run screen's Ranks tab with every rank's summary and the step-time "
@@ -289,13 +307,15 @@ def report(
         "(steady part: after the start-up burst, before the final flush)"
     )
     lines.append(
-        f"  {'':<22} {'TUI cores':>9} {'updates/s':>9} {'ms CPU/update':>13} {'apply p50':>9} {'apply p99':>9}"
-        f" {'rows acked':>11} {'driver CPU':>10}"
+        f"  {'':<22} {'TUI cores':>9} {'updates/s':>9} {'ms CPU/update':>13} {'apply p50':>9}"
+        f" {'apply p99':>9} {'backlog':>7} {'rows acked':>11} {'driver CPU':>10}"
     )
     for mode, s in runs.items():
         lines.append(
             f"  {names[mode]:<22} {s.cores:>9.3f} {s.updates / s.wall_s:>9.2f} {s.per_update_ms:>13.1f}"
-            f" {s.apply_ms(0.5):>6.1f} ms {s.apply_ms(0.99):>6.1f} ms {s.acked:>11,} {s.driver_cpu_s * 1000:>7.0f} ms"
+            f" {s.apply_ms(0.5):>6.1f} ms {s.apply_ms(0.99):>6.1f} ms {s.backlog:>7}"
+            f" {s.acked:>11,}"
+            f" {s.driver_cpu_s * 1000:>7.0f} ms"
         )
     if len(runs) == 2:
         ours_live, peer_live = runs["ours"], runs["peer"]
@@ -307,7 +327,9 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks tui_scale", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks tui_scale", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=25.0, help="length of the live run")
     parser.add_argument("--samples", type=int, default=5, help="first paints per mode")
@@ -338,8 +360,13 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.samples):  # the modes interleaved: a drift of the load hits both
                 for mode in modes:
                     with _mode(mode):
-                        paint[mode].append(asyncio.run(first_paint(server.url, server.admin_token, run_id, args.ranks)))
-            print(f"first paints: {', '.join(f'{m} ' + ' '.join(f'{v:.3f}' for v in paint[m]) for m in modes)}", flush=True)
+                        paint[mode].append(
+                            asyncio.run(first_paint(server.url, server.admin_token, run_id, args.ranks))
+                        )
+            print(
+                f"first paints: {', '.join(f'{m} ' + ' '.join(f'{v:.3f}' for v in paint[m]) for m in modes)}",
+                flush=True,
+            )
             runs: dict[str, Live] = {}
             for mode in modes:
                 with _mode(mode):
