@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mlbench_tui.store.store import Store
 
 STATE_FILE = "server.json"
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,15 @@ def probe(info: ServerInfo, store: Path | None = None, timeout: float = 1.0) -> 
     return resp.status_code == 200 and (store is None or Path(data.get("store", "")) == store.resolve())
 
 
+def listen_backlog() -> int:
+    """The longest listen queue the system allows (``net.core.somaxconn``): thousands of ranks
+    connect within a second of a run's start, and a full queue drops their handshakes."""
+    try:
+        return max(1, int(SOMAXCONN.read_text()))
+    except (OSError, ValueError):  # not Linux: the platform's own limit
+        return socket.SOMAXCONN
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0 picks a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -126,7 +136,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise ServerError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="pick another --port"
         ) from exc
-    sock.listen(2048)
+    sock.listen(listen_backlog())
     sock.set_inheritable(True)
     return sock
 
@@ -159,6 +169,7 @@ def make_server(store: Store, auth: AuthConfig, *, log_level: str = "warning") -
         server_header=False,
         proxy_headers=False,  # no proxy in front; one ASGI layer less per request
         lifespan="on",
+        backlog=listen_backlog(),  # uvicorn listens on the socket again, by default with 2048
     )
     return _Server(config)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -13,7 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mlbench_tui.server.serve import EmbeddedServer, ensure_server, read_state, state_path, stop_embedded
+from mlbench_tui.server.serve import (
+    SOMAXCONN,
+    EmbeddedServer,
+    ensure_server,
+    listen_backlog,
+    read_state,
+    state_path,
+    stop_embedded,
+)
 from mlbench_tui.store.api_models import RunCreate
 
 from .conftest import ADMIN, ServerProcess
@@ -97,6 +106,20 @@ def test_second_server_on_same_store_fails_cleanly(tmp_path: Path) -> None:
         )
     assert result.returncode != 0
     assert "in use by another mlbench server" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read a listen queue's length")
+def test_the_listen_queue_is_as_long_as_the_system_allows(tmp_path: Path) -> None:
+    """Thousands of ranks connect at a run's start: a short queue drops their handshakes."""
+    if SOMAXCONN.exists():
+        assert listen_backlog() == int(SOMAXCONN.read_text())
+    with EmbeddedServer(tmp_path / "q.db", record=False) as embedded:
+        port = embedded.url.rsplit(":", 1)[1]
+        listening = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    assert listening[0] == "LISTEN"
+    assert int(listening[2]) == listen_backlog()  # a listening socket's Send-Q is its queue's length
 
 
 def test_busy_port_and_bad_port_are_clear_errors(tmp_path: Path) -> None:
