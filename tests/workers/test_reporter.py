@@ -76,6 +76,19 @@ def test_reports_metrics_logs_events_with_nan_as_null(server: EmbeddedServer) ->
     }
 
 
+def test_ranks_started_together_post_at_their_own_times() -> None:
+    """1,024 ranks start their reporters at once; each waits its own draw so they do not post in lockstep."""
+    reporters = [Reporter(None, "run", "", rank, interval=2.0) for rank in range(4)]
+    try:
+        waits = [[r.next_wait() for _ in range(50)] for r in reporters]
+    finally:
+        for r in reporters:
+            r.close()
+    assert all(1.0 <= w <= 3.0 for per_rank in waits for w in per_rank)  # interval 2 s on average
+    assert len({per_rank[0] for per_rank in waits}) == len(reporters)
+    assert all(len(set(per_rank)) > 1 for per_rank in waits)  # drawn anew: no fixed phase to fall back into
+
+
 def test_training_thread_never_waits_for_an_unreachable_server(tmp_path: Path) -> None:
     rep = Reporter(f"http://127.0.0.1:{_free_port()}", "r-000000000000", "tok", 0, spool_dir=str(tmp_path))
     t0 = time.perf_counter()
