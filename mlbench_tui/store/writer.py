@@ -37,11 +37,13 @@ METRIC_CHUNK = 128
 METRIC_WIDTH = MetricChunk.WIDTH
 
 # A commit costs per transaction (its pages, the WAL append), not per row. While requests arrive
-# at LINGER_MIN_RATE per second or more (many ranks sending), a group waits LINGER_S after its
-# first request so that those arriving meanwhile share its commit; the rate is counted over
-# windows of RATE_WINDOW_S. A lightly loaded server writes each request at once.
+# at LINGER_MIN_RATE per second or more from many clients at once (the previous group had at
+# least LINGER_MIN_GROUP requests), a group waits LINGER_S after its first request so that those
+# arriving meanwhile share its commit; the rate is counted over windows of RATE_WINDOW_S. A
+# lightly loaded server, or one client sending request after request, is written at once.
 LINGER_S = 0.005
 LINGER_MIN_RATE = 400.0
+LINGER_MIN_GROUP = 8
 RATE_WINDOW_S = 0.1
 
 
@@ -178,6 +180,7 @@ class Writer:
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
         self._arrivals = ArrivalRate()  # of the loop's requests: a busy server lingers
+        self._last_group = 0  # requests in the loop's previous group
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -223,10 +226,13 @@ class Writer:
     def _schedule_drain(self, loop: asyncio.AbstractEventLoop, *, linger: bool = False) -> None:
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            if linger and self._arrivals.rate >= LINGER_MIN_RATE:  # the loop reads what arrives meanwhile
+            if linger and self._busy():  # the loop reads what arrives meanwhile
                 loop.call_later(LINGER_S, self._drain_inline)
             else:
                 loop.call_soon(self._drain_inline)
+
+    def _busy(self) -> bool:
+        return self._arrivals.rate >= LINGER_MIN_RATE and self._last_group >= LINGER_MIN_GROUP
 
     def _drain_inline(self) -> None:
         """Write and commit the loop's pending requests as one group transaction, in the loop.
@@ -248,6 +254,7 @@ class Writer:
                 job = self._pending.popleft()
                 jobs.append(job)
                 rows += job.size()
+            self._last_group = len(jobs)
             self._run_group(jobs)
         finally:
             self.write_lock.release()

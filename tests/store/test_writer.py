@@ -56,6 +56,7 @@ def test_a_lingering_loop_commits_every_request_once_in_arrival_order(
 ) -> None:
     """Requests that arrive while a busy server's group waits join it: none lost, ids in arrival order."""
     monkeypatch.setattr(writer_module, "LINGER_MIN_RATE", 0.0)  # every group lingers
+    monkeypatch.setattr(writer_module, "LINGER_MIN_GROUP", 0)
     run, _ = store.create_run(RunCreate(name="busy", workers=16))
     writer = store.writer
     assert writer is not None
