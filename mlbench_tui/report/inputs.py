@@ -1,9 +1,9 @@
 """What a report is drawn from: each chosen run's stored result, spec text and metric series.
 
-Read through the server's HTTP API (the CLI's embedded server or a remote one, the TUI's own),
-a few requests per run; long series come downsampled by the server (min/max/last buckets), so a
-report of a long run costs about the same as one of a short run. Nothing is re-run or recomputed
-beyond what the figures need.
+Read through the server's HTTP API (a remote server, the TUI's own) or from the store file
+(``mlbench report`` on the local store), a few reads per run; long series come downsampled by the
+store's query (min/max/last buckets), so a report of a long run costs about the same as one of a
+short run. Nothing is re-run or recomputed beyond what the figures need.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_metrics
 
 if TYPE_CHECKING:
-    from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.reader import RunReader
 
 POINTS_PER_SERIES = 400  # buckets per (metric, rank): more than a figure's width in points
 
@@ -60,7 +60,7 @@ def by_name(points: Iterable[MetricPoint]) -> dict[str, tuple[MetricPoint, ...]]
 
 
 def read_series(
-    client: MlbenchClient, run_id: str, *, rank: int | None = None, points: int | None = POINTS_PER_SERIES
+    client: RunReader, run_id: str, *, rank: int | None = None, points: int | None = POINTS_PER_SERIES
 ) -> dict[str, tuple[MetricPoint, ...]]:
     """A run's metrics by name (of one rank when given), each series downsampled to ``points``
     buckets by the server (None: every point)."""
@@ -73,7 +73,7 @@ def read_series(
     )
 
 
-def load_records(client: MlbenchClient, run_ids: Sequence[str]) -> list[RunRecord]:
+def load_records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
     """The records of ``run_ids``, in that order."""
     records = []
     for run_id in run_ids:

@@ -28,9 +28,10 @@ from mlbench_tui.runs.reads import read_metrics
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunInfo
+    from mlbench_tui.store.reader import RunReader
 
 
-def collect_results(client: MlbenchClient, ref: str | None) -> list[RunResult]:
+def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     """Results of one run (id or name), of a spec (a spec file/directory, or a spec name: the
     latest run of each plan), or of every finished run."""
     if ref is None:
@@ -52,7 +53,7 @@ def collect_results(client: MlbenchClient, ref: str | None) -> list[RunResult]:
     return [run.known_result() for run in sorted(latest.values(), key=lambda r: r.created)]
 
 
-def report_run_ids(client: MlbenchClient, refs: Sequence[str]) -> list[str]:
+def report_run_ids(client: RunReader, refs: Sequence[str]) -> list[str]:
     """The runs ``mlbench report`` draws: each ref's runs as ``mlbench results REF`` shows them,
     in order and once each; with no ref, every finished run."""
     ids: dict[str, None] = {}

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from mlbench_tui.server.auth import AuthConfig
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.reader import RunReader
     from mlbench_tui.store.store import Store
 
 STATE_FILE = "server.json"
@@ -289,6 +290,19 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
             raise
         _embedded[path] = server
         return server.info
+
+
+def run_reader(db_path: str | Path | None = None) -> RunReader:
+    """What a read-only command reads runs through: ``MLBENCH_SERVER_URL``'s server when set, else
+    the store file itself (no server to start) unless it must first be created or upgraded, which
+    ``ensure_server``'s server does."""
+    from mlbench_tui.store.reader import StoreReader
+
+    if not os.environ.get("MLBENCH_SERVER_URL"):
+        reader = StoreReader.open(db_path)
+        if reader is not None:
+            return reader
+    return ensure_server(db_path).client()
 
 
 def stop_embedded() -> None:

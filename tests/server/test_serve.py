@@ -13,8 +13,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mlbench_tui.server.serve import EmbeddedServer, ensure_server, read_state, state_path, stop_embedded
+from mlbench_tui.server.client import MlbenchClient
+from mlbench_tui.server.serve import (
+    EmbeddedServer,
+    ensure_server,
+    read_state,
+    run_reader,
+    state_path,
+    stop_embedded,
+)
 from mlbench_tui.store.api_models import RunCreate
+from mlbench_tui.store.reader import StoreReader
 
 from .conftest import ADMIN, ServerProcess
 
@@ -85,6 +94,22 @@ def test_env_server_url_is_used_as_is(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLBENCH_TOKEN", "tok")
     info = ensure_server()
     assert info.url == "http://example.invalid:1" and info.admin_token == "tok"
+
+
+def test_run_reader_reads_the_file_unless_a_server_is_named_or_must_create_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "s.db"
+    fresh = run_reader(store)  # no store yet: a server creates it
+    assert isinstance(fresh, MlbenchClient) and fresh.list_runs() == []
+    stop_embedded()
+    reader = run_reader(store)  # now it exists: read in this process, no server started
+    assert isinstance(reader, StoreReader) and reader.list_runs() == []
+    reader.close()
+    assert read_state() is None
+    monkeypatch.setenv("MLBENCH_SERVER_URL", "http://127.0.0.1:9/")
+    named = run_reader(store)
+    assert isinstance(named, MlbenchClient) and named.url == "http://127.0.0.1:9"
 
 
 def test_second_server_on_same_store_fails_cleanly(tmp_path: Path) -> None:
