@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.scoring import is_sweep
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_metrics
 
@@ -88,5 +89,5 @@ def training(records: Iterable[RunRecord]) -> list[RunRecord]:
 
 
 def sweeps(records: Iterable[RunRecord]) -> list[RunRecord]:
-    """Runs without a goal that measured all-reduce curves, or that are task 0a (failed ones too)."""
-    return [r for r in records if r.result.goal is None and (r.result.task == "0a" or r.result.allreduce)]
+    """All-reduce sweeps (``scoring.is_sweep``)."""
+    return [r for r in records if is_sweep(r.result)]

@@ -20,7 +20,7 @@ from mlbench_tui.results.allreduce import (
     sweep_tables,
 )
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.scoring import score_configs
+from mlbench_tui.results.scoring import is_sweep, score_configs
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, RunNotFound, resolve_run
 from mlbench_tui.runs.reads import read_metrics
@@ -69,7 +69,7 @@ def sweep_curves(client: MlbenchClient, results: Sequence[RunResult]) -> list[Sw
     """The all-reduce curves (task 0a) of ``results``, repeats aggregated size by size."""
     runs = []
     for result in results:
-        if result.goal is not None or not result.run_id or not (result.allreduce or result.task == "0a"):
+        if not result.run_id or not is_sweep(result):
             continue
         names = [m.name for m in client.metric_names(result.run_id) if m.name.startswith(ALLREDUCE_PREFIX)]
         points = [p for p in read_metrics(client, result.run_id, names) if p.rank == 0]
@@ -85,5 +85,5 @@ def results_output(results: Sequence[RunResult], output: str, curves: Sequence[S
         runs = [result.model_dump(mode="json") for result in results]
         document = {"runs": runs, "scores": scores, "allreduce": sweep_json(curves)}
         return json.dumps(document, indent=2, default=str)
-    text = render_results(results) or "no finished runs"
+    text = render_results(results, sweep_tables=bool(curves)) or "no finished runs"
     return text + ("\n\n" + sweep_tables(curves) if curves else "")
