@@ -243,6 +243,7 @@ class EmbeddedServer:
 
 _embedded: dict[Path, EmbeddedServer] = {}
 _embedded_lock = threading.Lock()
+_hooked = False  # _stop_before_pools_close registered
 
 
 def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> ServerInfo:
@@ -289,7 +290,24 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
                 time.sleep(0.1)
             raise
         _embedded[path] = server
+        _stop_before_pools_close()
         return server.info
+
+
+def _stop_before_pools_close() -> None:
+    """Stop the embedded servers as the main thread ends, before the interpreter closes every
+    thread pool: concurrent.futures does that in threading's exit hooks, which run before
+    ``atexit``, and a request arriving in between could not start its read and was answered
+    500. Hooks run last-registered first; the pool module is imported (the app's read gate
+    made a pool), so this one runs before it."""
+    global _hooked
+    if _hooked:
+        return
+    import concurrent.futures.thread  # noqa: F401  (registered its hook before this one)
+
+    with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+        threading._register_atexit(stop_embedded)  # type: ignore[attr-defined]
+    _hooked = True
 
 
 def run_reader(db_path: str | Path | None = None) -> RunReader:

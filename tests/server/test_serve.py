@@ -30,6 +30,26 @@ from .conftest import ADMIN, ServerProcess
 pytestmark = pytest.mark.slow
 
 
+LATE_REQUEST = """
+import concurrent.futures.thread as pools, sys, threading, time
+from mlbench_tui.server.serve import ensure_server
+
+client = ensure_server(sys.argv[1]).client()
+client.list_runs()
+
+def late():  # a request that arrives once the interpreter has closed its thread pools
+    while threading.main_thread().is_alive() or not pools._shutdown:
+        time.sleep(0.01)
+    try:
+        client.list_runs()
+        print("answered")
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+
+threading.Thread(target=late).start()
+"""
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_embedded() -> Iterator[None]:
     yield
@@ -141,3 +161,19 @@ def test_busy_port_and_bad_port_are_clear_errors(tmp_path: Path) -> None:
         timeout=30,
     )
     assert bad.returncode == 2 and "--port" in bad.stderr
+
+
+def test_a_process_stops_its_embedded_server_before_its_thread_pools_close(tmp_path: Path) -> None:
+    """``mlbench apply`` serves the store to ``mlbench cancel``; when apply ends with its run,
+    a request that comes in as its process exits is served or refused, never answered 500
+    (the read gate's pool was already closed while the server still took requests)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_REQUEST, str(tmp_path / "s.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(("answered", "ServerUnreachable")), done.stdout + done.stderr
+    assert "unhandled error" not in done.stderr
