@@ -8,7 +8,7 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_age, format_figure, render_table
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.table import outcome_text
+from mlbench_tui.results.table import outcome_text, rank_figures_text, telemetry_lines
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.spec.tasks import get_task
 
@@ -99,10 +99,17 @@ def status_detail(client: MlbenchClient, ref: str) -> str:
                 f"time:     compute {split.compute:.1f}s, communication {split.communication:.1f}s "
                 f"({100 * split.communication_fraction:.0f}%), preprocess {split.preprocess:.1f}s"
             )
+        if run.result.telemetry is not None:
+            lines += [f"{label + ':':<10}{text}" for label, text in telemetry_lines(run.result.telemetry)]
+    hardware = {
+        r.rank: r for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])
+    }
     if run.ranks:
         lines.append("ranks:")
         for rank in run.ranks:
             where = f"{rank.host or '?'}:{rank.pid}" if rank.pid else rank.host or "-"
-            extra = f"  {rank.message}" if rank.message else ""
+            figures = hardware.get(rank.rank)
+            extra = f"  {rank_figures_text(figures)}" if figures is not None else ""
+            extra += f"  {rank.message}" if rank.message else ""
             lines.append(f"  {rank.rank:>3}  {rank.state!s:<10} {where}{extra}")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mlbench_worker import sysmetrics as sm
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -21,9 +22,10 @@ from textual.worker import get_current_worker
 
 from mlbench_tui.spec.tasks import default_charts, sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
+from mlbench_tui.tui import rank_telemetry
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import RunFeed, fetch_history
-from mlbench_tui.tui.goal import goal_status
+from mlbench_tui.tui.goal import find_underused, goal_status
 from mlbench_tui.tui.messages import RunChanged, RunGone, RunSlow, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
@@ -62,13 +64,18 @@ def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
     return out
 
 
+def per_rank(name: str) -> bool:
+    """Charts with one line per rank (up to ``MAX_RANK_SERIES``): step time and the telemetry."""
+    return name == "step_time" or sm.is_sys(name)
+
+
 def history_metrics(run: RunDetail, charts: list[str] | None = None) -> list[str]:
     """The metrics a run screen shows: its charts (by default those of ``default_charts``), the
-    goal metric (goal progress), step time and the tracker totals (rank table). Their history is
-    loaded when the screen opens and the live stream summarises only them."""
+    goal metric (goal progress), step time, the tracker totals and the telemetry (rank table).
+    Their history is loaded when the screen opens and the live stream summarises only them."""
     goal = run.goal.metric if run.goal is not None else None
     names = list(charts) if charts is not None else default_charts(run.task, goal)
-    for name in ([goal] if goal else []) + ["step_time", *TOTALS]:
+    for name in ([goal] if goal else []) + ["step_time", *TOTALS, *rank_telemetry.SERIES]:
         if name not in names:
             names.append(name)
     return names
@@ -99,6 +106,7 @@ class RunDetailScreen(Screen[None]):
         self._charts: dict[str, MetricChart] = {}  # metric name -> its chart, in grid order
         self._charts_built = False
         self._ranks_stale = False
+        self._t0: float | None = None  # x origin of the telemetry charts (seconds)
 
     @property
     def mlbench(self) -> MlbenchApp:
@@ -230,6 +238,8 @@ class RunDetailScreen(Screen[None]):
                         view.step_time = value
                     elif d.name in TOTALS:
                         setattr(view, TOTALS[d.name], value)
+                    else:
+                        view.telemetry.update(d.name, value)
                 if step is not None and sweep_of(d.name) is None and (view.step is None or step > view.step):
                     view.step = step
                 if epoch is not None and (view.epoch is None or epoch > view.epoch):
@@ -239,7 +249,7 @@ class RunDetailScreen(Screen[None]):
                         self.goal_rank = d.rank
                     if d.rank == self.goal_rank:
                         self.goal_points.extend(_goal_points(d))
-            if d.name in self.chart_metrics and (d.name == "step_time" or d.rank == self._chart_rank(d.name)):
+            if d.name in self.chart_metrics and (per_rank(d.name) or d.rank == self._chart_rank(d.name)):
                 self._chart_points(d.name, d.rank, d.xy())
 
     def _chart_rank(self, name: str) -> int:
@@ -248,12 +258,31 @@ class RunDetailScreen(Screen[None]):
         return 0 if not ranks or 0 in ranks else min(ranks)
 
     def _chart_points(self, name: str, rank: int, points: list[tuple[float, float]]) -> None:
-        if name == "step_time" and rank >= MAX_RANK_SERIES:
+        if per_rank(name) and rank >= MAX_RANK_SERIES:
             return
         chart = self._charts.get(name)
         if chart is None:
             return
-        chart.add_points(f"r{rank}", points, label=f"rank {rank}" if name == "step_time" else name)
+        if not per_rank(name):
+            chart.add_points(f"r{rank}", points, label=name)
+            return
+        label = f"rank {rank}"
+        if sm.is_sys(name):  # sampled in time: x is seconds since the run started
+            origin = self._time_origin(points)
+            points = [(t - origin, v) for t, v in points]
+        if name == sm.GPU_UTIL:
+            utils = {
+                r: v.telemetry.gpu_util for r, v in self.ranks.items() if v.telemetry.gpu_util is not None
+            }
+            label += " ⚠ idle" if rank in find_underused(utils) else ""
+        chart.add_points(f"r{rank}", points, label=label)
+
+    def _time_origin(self, points: list[tuple[float, float]]) -> float:
+        """The x origin of time-sampled charts: the run's start, else the first sample seen."""
+        if self._t0 is None:
+            started = self.run.started if self.run is not None else None
+            self._t0 = started.timestamp() if started is not None else min(t for t, _ in points)
+        return self._t0
 
     def _add_events(self, events: Iterable[EventOut]) -> None:
         for event in events:
@@ -279,7 +308,7 @@ class RunDetailScreen(Screen[None]):
                 chart = MetricChart(
                     name,
                     goal=goal.target if goal is not None and goal.metric == name else None,
-                    x_label=sweep.x_label if sweep is not None else "step",
+                    x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
                     id=f"chart-{_chart_id(name)}",
                     classes="chart",

@@ -1,20 +1,24 @@
-"""Per-rank table: state, step/epoch, step time and the compute/comm/data split as a stacked bar.
+"""Per-rank table: state, step/epoch, step time and the compute/comm/data split as a stacked bar,
+then the rank's latest hardware telemetry (CPU, memory, GPU utilisation, GPU memory, power).
 
 Stragglers (step time well above the median of all ranks, see ``goal.find_stragglers``) are shown
-in the warning style with a marker, which is the first thing to look at when scaling is poor.
+in the warning style with a marker, which is the first thing to look at when scaling is poor; so
+are ranks whose GPU sits idle far more than the others' (``goal.find_underused``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from mlbench_tui.tui.goal import find_stragglers
+from mlbench_tui.tui import rank_telemetry
+from mlbench_tui.tui.goal import find_stragglers, find_underused
+from mlbench_tui.tui.rank_telemetry import RankTelemetry
 from mlbench_tui.tui.widgets.bars import stacked_bar
 from mlbench_tui.tui.widgets.table import FittedTable
 
@@ -44,6 +48,7 @@ class RankView:
     comm: float = 0.0
     data: float = 0.0
     other: float = 0.0
+    telemetry: RankTelemetry = field(default_factory=RankTelemetry)
 
     @property
     def comm_share(self) -> float | None:
@@ -57,18 +62,24 @@ def legend() -> Text:
         text.append("█ ", style=style)
         text.append(f"{name}   ")
     text.append("⚠ straggler: step time > 1.25x median", style="bold red")
+    text.append("   ")
+    text.append("⚠ idle GPU: utilisation < median / 1.25", style="bold red")
     return text
 
 
 class RankTable(Vertical):
     """The per-rank table with its legend; ``update_ranks`` redraws only when the values change."""
 
-    COLUMNS = ("rank", "state", "host", "step", "epoch", "step time", "compute | comm | data", "comm %")
+    COLUMNS = (
+        "rank", "state", "host", "step", "epoch", "step time", "compute | comm | data", "comm %",
+        *rank_telemetry.COLUMNS,
+    )  # fmt: skip
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._rows: dict[int, tuple[Text, ...]] = {}  # rank -> the cells shown
         self.stragglers: set[int] = set()
+        self.underused: set[int] = set()
 
     def compose(self) -> ComposeResult:
         table = FittedTable(cursor_type="row", zebra_stripes=True, id="rank-table")
@@ -85,13 +96,15 @@ class RankTable(Vertical):
         a step and a step time per rank per update, and each ``update_cell`` costs a repaint)."""
         table: DataTable[Text | str] = self.query_one(DataTable)
         self.stragglers = find_stragglers({r.rank: r.step_time for r in ranks if r.step_time is not None})
+        utils = {r.rank: r.telemetry.gpu_util for r in ranks if r.telemetry.gpu_util is not None}
+        self.underused = find_underused(utils)
         wanted = {r.rank for r in ranks}
         for rank in list(self._rows):
             if rank not in wanted:
                 table.remove_row(str(rank))
                 del self._rows[rank]
         for view in sorted(ranks, key=lambda r: r.rank):
-            cells = tuple(self._cells(view, view.rank in self.stragglers))
+            cells = tuple(self._cells(view, view.rank in self.stragglers, view.rank in self.underused))
             old = self._rows.get(view.rank)
             if old is None:
                 table.add_row(*cells, key=str(view.rank))
@@ -102,7 +115,7 @@ class RankTable(Vertical):
             self._rows[view.rank] = cells
 
     @staticmethod
-    def _cells(view: RankView, straggler: bool) -> list[Text]:
+    def _cells(view: RankView, straggler: bool, idle_gpu: bool) -> list[Text]:
         row_style = "bold red" if straggler else ""
         state = Text(view.state, style=STATE_STYLES.get(view.state, ""))
         if straggler:
@@ -126,4 +139,10 @@ class RankTable(Vertical):
             Text("—" if view.step_time is None else f"{view.step_time * 1000:.1f} ms", style=row_style),
             bar,
             Text("—" if share is None else f"{share * 100:.1f}%", style=row_style),
+            *(
+                Text(
+                    cell + " ⚠" * (idle_gpu and column == "GPU"), style="bold red" if idle_gpu else row_style
+                )
+                for column, cell in zip(rank_telemetry.COLUMNS, view.telemetry.cells(), strict=True)
+            ),
         ]
