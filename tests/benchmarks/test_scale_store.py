@@ -26,20 +26,16 @@ pytestmark = pytest.mark.slow
 RANKS = 1024
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> ScaleStore:
-    path = tmp_path_factory.mktemp("scale") / "store.db"
-    return build_scale_store(path, ranks=RANKS, epochs=2, windows_per_epoch=3, telemetry_every=2)
+@pytest.fixture
+def built(scale_store: ScaleStore) -> ScaleStore:
+    """The session's 1,024-rank store (tests/conftest.py: 2 epochs, 3 windows, telemetry every 2)."""
+    return scale_store
 
 
-@pytest.fixture(scope="module")
-def client(built: ScaleStore) -> Iterator[MlbenchClient]:
-    server = EmbeddedServer(built.path, record=False).start()
-    try:
-        with MlbenchClient(server.url, server.info.read_token, timeout=60) as c:
-            yield c
-    finally:
-        server.stop()
+@pytest.fixture
+def client(scale_server: EmbeddedServer) -> Iterator[MlbenchClient]:
+    with MlbenchClient(scale_server.url, scale_server.info.read_token, timeout=60) as c:
+        yield c
 
 
 def _rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
