@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from mlbench_tui.server.auth import AuthConfig
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.reader import RunReader
     from mlbench_tui.store.store import Store
 
 STATE_FILE = "server.json"
@@ -107,8 +108,10 @@ def probe(info: ServerInfo, store: Path | None = None, timeout: float = 1.0) -> 
         return False
     import httpx
 
+    from mlbench_tui.server.client import needs_tls
+
     try:
-        resp = httpx.get(f"{info.url}/healthz", timeout=timeout)
+        resp = httpx.get(f"{info.url}/healthz", timeout=timeout, verify=needs_tls(info.url))
         data = resp.json()
     except (httpx.HTTPError, ValueError):
         return False
@@ -253,6 +256,7 @@ class EmbeddedServer:
 
 _embedded: dict[Path, EmbeddedServer] = {}
 _embedded_lock = threading.Lock()
+_hooked = False  # _stop_before_pools_close registered
 
 
 def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> ServerInfo:
@@ -261,7 +265,7 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
     ``MLBENCH_SERVER_URL`` set in the environment means "use that server" (with ``MLBENCH_TOKEN``
     and ``MLBENCH_READ_TOKEN``); nothing is started then.
     """
-    from mlbench_tui.store.engine import default_db_path
+    from mlbench_tui.settings import load_settings  # not the store's modules: SQLAlchemy is slow to import
 
     url = os.environ.get("MLBENCH_SERVER_URL")
     if url:
@@ -272,7 +276,7 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
             admin_token=os.environ.get("MLBENCH_TOKEN", ""),
             read_token=os.environ.get("MLBENCH_READ_TOKEN", os.environ.get("MLBENCH_TOKEN", "")),
         )
-    path = (Path(db_path).expanduser() if db_path else default_db_path()).resolve()
+    path = (Path(db_path).expanduser() if db_path else load_settings().store_path).resolve()
     with _embedded_lock:
         mine = _embedded.get(path)
         if mine is not None and mine._thread.is_alive():
@@ -299,7 +303,37 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
                 time.sleep(0.1)
             raise
         _embedded[path] = server
+        _stop_before_pools_close()
         return server.info
+
+
+def _stop_before_pools_close() -> None:
+    """Stop the embedded servers as the main thread ends, before the interpreter closes every
+    thread pool: concurrent.futures does that in threading's exit hooks, which run before
+    ``atexit``, and a request arriving in between could not start its read and was answered
+    500. Hooks run last-registered first; the pool module is imported (the app's read gate
+    made a pool), so this one runs before it."""
+    global _hooked
+    if _hooked:
+        return
+    import concurrent.futures.thread  # noqa: F401  (registered its hook before this one)
+
+    with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+        threading._register_atexit(stop_embedded)  # type: ignore[attr-defined]
+    _hooked = True
+
+
+def run_reader(db_path: str | Path | None = None) -> RunReader:
+    """What a read-only command reads runs through: ``MLBENCH_SERVER_URL``'s server when set, else
+    the store file itself (no server to start) unless it must first be created or upgraded, which
+    ``ensure_server``'s server does."""
+    from mlbench_tui.store.reader import StoreReader
+
+    if not os.environ.get("MLBENCH_SERVER_URL"):
+        reader = StoreReader.open(db_path)
+        if reader is not None:
+            return reader
+    return ensure_server(db_path).client()
 
 
 def stop_embedded() -> None:

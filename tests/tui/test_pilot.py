@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Input, SelectionList
 
+from mlbench_tui.ranksets import parse_ranks
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.tui.app import MlbenchApp
@@ -152,11 +153,11 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         await pilot.press("g")
         assert logs.only_matches and all("epoch" in e.text for e in logs.visible_entries())
         await pilot.press("g", "n")
-        assert logs.rank == 0 and {e.rank for e in logs.visible_entries()} == {0}
+        assert logs.ranks == parse_ranks("0") and {e.rank for e in logs.visible_entries()} == {0}
         await pilot.press("n")  # rank 1 printed nothing in this run: an empty view, not an error
-        assert logs.rank == 1 and logs.visible_entries() == []
+        assert logs.ranks == parse_ranks("1") and logs.visible_entries() == []
         await pilot.press("n")
-        assert logs.rank is None
+        assert logs.ranks is None
         await pilot.press("f", "w")
         assert not logs.follow and logs.wrap
         await pilot.press("ctrl+s")
@@ -245,8 +246,10 @@ async def test_live_updates_are_batched(server: EmbeddedServer) -> None:
         await wait_for(pilot, lambda: len(screen.query_one(LogView).entries) == 40, what="all log lines")
         await wait_for(pilot, lambda: screen.goal_points, what="goal metric")
         elapsed = time.monotonic() - start
-        # 121 committed batches arrived as a handful of messages: about one per 0.25 s interval
-        assert len(received) <= elapsed / 0.25 + 3, (len(received), elapsed)
+        # 121 committed batches arrived as a handful of messages: at most one per 0.25 s window
+        # of the feed and one per summary of the server (their phases drift on a busy machine).
+        # Relative to the time taken, so it holds at any speed; the points below pin coalescing.
+        assert len(received) <= 2 * (elapsed / 0.25 + 1), (len(received), elapsed)
         # The stream is coalesced: per update one min/max/last bucket per series, not 80 points...
         losses = [d for m in received for d in m.batch.series.values() if d.name == "train_loss"]
         assert sum(len(d) for d in losses) <= 2 * len(received) < 80

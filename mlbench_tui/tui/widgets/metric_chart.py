@@ -77,6 +77,12 @@ class MetricChart(Widget):
             series.extend(points)
         self._invalidate()
 
+    def remove_series(self, key: str) -> None:
+        """Drop series ``key`` (if charted)."""
+        if self._series.pop(key, None) is not None:
+            self._labels.pop(key, None)
+            self._invalidate()
+
     def clear(self) -> None:
         self._series.clear()
         self._labels.clear()
