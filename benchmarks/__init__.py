@@ -23,4 +23,5 @@ BENCHMARKS: dict[str, str] = {
     "tui_startup": "benchmarks.tui_startup",
     "scale": "benchmarks.scale",
     "tui_scale": "benchmarks.tui_scale",
+    "report": "benchmarks.report",
 }
