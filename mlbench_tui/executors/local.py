@@ -38,6 +38,7 @@ from mlbench_tui.executors.api import (
     RunStatus,
     log_filter,
 )
+from mlbench_tui.executors.local_gpus import MachineGpus, machine_gpus
 from mlbench_tui.plan import RunPlan, worker_config
 
 SCHEME = "local"
@@ -90,6 +91,7 @@ class LocalExecutor(Executor):
         self.runs_dir = (Path(runs_dir) if runs_dir is not None else default_runs_dir()).absolute()
         self.cpu_count = cpu_count or os.cpu_count() or 1
         self.host = socket.gethostname().split(".")[0] or "localhost"
+        self._gpus: MachineGpus | None = None  # asked once, when a GPU run is placed
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -103,6 +105,26 @@ class LocalExecutor(Executor):
 
     def handle_for(self, run_id: str) -> RunHandle:
         return RunHandle(SCHEME, self.host, run_id)
+
+    # -- placement ---------------------------------------------------------------------------
+
+    def check_placement(self, plan: RunPlan) -> None:
+        """Every rank of a GPU run takes GPUs of its own (rank i: GPU LOCAL_RANK): refuse a run
+        that needs more than this machine shows (NCCL fails two ranks on one GPU)."""
+        needed = plan.workers * plan.resources.gpus
+        if not needed:
+            return
+        if self._gpus is None:
+            self._gpus = machine_gpus()
+        shown = self._gpus.visible
+        if needed > shown:
+            per_rank = f"{plan.resources.gpus} GPU{'' if plan.resources.gpus == 1 else 's'}"
+            raise ExecutorError(
+                f"run {plan.name} needs {needed} GPU{'' if needed == 1 else 's'} ({plan.workers} rank(s) x "
+                f"{per_rank}) but this machine shows {self._gpus.describe()}",
+                hint="lower workers (or GPUs per rank) to fit, or widen CUDA_VISIBLE_DEVICES; "
+                "ranks never share a GPU",
+            )
 
     # -- dryrun / schedule -------------------------------------------------------------------
 
