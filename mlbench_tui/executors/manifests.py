@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
+from mlbench_tui.executors.placement import GPU_LABEL, GPU_MODEL_LABEL, GPU_TOLERATIONS, gpu_model_label
 from mlbench_tui.plan import RunPlan, worker_config
 from mlbench_tui.spec.targets import KubernetesTarget
 
@@ -188,11 +188,16 @@ def _tolerations(plan: RunPlan) -> list[dict[str, Any]]:
 
 
 def _node_selector(plan: RunPlan) -> dict[str, str]:
-    """GPU runs go to the GPU pool (``placement.GPU_LABEL``) plus the target's own
-    selector; the GPU model is pinned by the cluster's pool, or by the target's node_selector."""
+    """GPU runs go to the GPU pool (``placement.GPU_LABEL``) and, when they name a GPU model
+    (strictly), to nodes labelled with it (``placement.GPU_MODEL_LABEL``); then the target's own
+    selector."""
     selector: dict[str, str] = {}
-    if plan.resources.gpus:
+    res = plan.resources
+    if res.gpus:
         selector[GPU_LABEL[0]] = GPU_LABEL[1]
+        model = gpu_model_label(res.gpu_type) if res.gpu_type and res.gpu_type_strict else None
+        if model is not None:
+            selector[GPU_MODEL_LABEL] = model
     selector.update(target_of(plan).node_selector)
     return selector
 

@@ -197,7 +197,11 @@ def test_gpu_run_gets_resources_selectors_tolerations_and_dataset_volume() -> No
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true", "cloud.google.com/gke-nodepool": "gpu"}
+    assert pod["nodeSelector"] == {
+        "mlbench.io/gpu": "true",
+        "mlbench.io/gpu-model": "t4",  # the label the project's GPU pools carry (placement)
+        "cloud.google.com/gke-nodepool": "gpu",
+    }
     assert objects[0]["spec"]["template"]["metadata"]["labels"]["mlbench.io/gpu-type"] == "t4"
     keys = [t["key"] for t in pod["tolerations"]]
     assert keys == ["mlbench.io/gpu", "nvidia.com/gpu", "dedicated"]
@@ -213,6 +217,12 @@ def test_gpu_run_gets_resources_selectors_tolerations_and_dataset_volume() -> No
     env = _env(container)
     assert env["MLBENCH_SERVER_URL"] == "http://mlbench.example:8080"
     assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_a_gpu_model_named_loosely_selects_any_gpu_node() -> None:
+    loose = make_plan(backend="nccl", resources={"gpus": 1, "gpu_type": "T4", "gpu_type_strict": False})
+    pod = manifests.job(loose, make_launch())["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true"}  # strict: false, the type is a label only
 
 
 def test_loopback_server_url_becomes_the_in_cluster_service() -> None:
