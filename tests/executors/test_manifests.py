@@ -45,6 +45,22 @@ CASES: dict[str, dict[str, Any]] = {
         },
         "env": {"NCCL_DEBUG": "INFO"},
     },
+    # 2 nodes x 4 GPUs: one pod per node, its torchrun starting the node's 4 ranks (one GPU each)
+    "nccl-gpu-2x4": {
+        "name": "resnet-nccl-8w",
+        "backend": "nccl",
+        "workers": 8,
+        "ranks_per_node": 4,
+        "resources": {
+            "cpu": "500m",
+            "threads_per_rank": 1,
+            "memory": "12Gi",
+            "gpus": 1,
+            "gpu_type": "H100",
+            "precision": "bf16",
+        },
+        "target": {"image": "registry.example/mlbench-worker:0.1.0-cuda"},
+    },
     "mpi-cpu-2w": {
         "name": "allreduce-mpi-2w",
         "task": "0a",
@@ -219,10 +235,55 @@ def test_gpu_run_gets_resources_selectors_tolerations_and_dataset_volume() -> No
     assert env["NCCL_DEBUG"] == "INFO"
 
 
+def test_two_nodes_of_four_gpus_run_one_pod_per_node_with_torchrun() -> None:
+    objects = _render("nccl-gpu-2x4")
+    job, _, config_map, service = objects
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+    assert job["metadata"]["annotations"]["mlbench.io/ranks-per-node"] == "4"
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == manifests.node_command()
+    assert container["command"][:3] == ["python", "-m", "torch.distributed.run"]
+    assert container["command"][-4:] == ["-m", "mlbench_worker", "--config", manifests.CONFIG_FILE]
+    env = _env(container)
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"} & set(env)  # torchrun sets them
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("2", "4")
+    assert env["PET_MASTER_ADDR"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:"
+    # every rank's share, four times over: 4 GPUs per pod, one for each rank (rank i: the i-th)
+    assert container["resources"]["limits"] == {"cpu": "2000m", "memory": "48Gi", "nvidia.com/gpu": "4"}
+    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true", "mlbench.io/gpu-model": "h100"}
+    assert json.loads(config_map["data"]["config.json"])["world_size"] == 8
+
+
 def test_a_gpu_model_named_loosely_selects_any_gpu_node() -> None:
     loose = make_plan(backend="nccl", resources={"gpus": 1, "gpu_type": "T4", "gpu_type_strict": False})
     pod = manifests.job(loose, make_launch())["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"mlbench.io/gpu": "true"}  # strict: false, the type is a label only
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "pod"), [(".5", "1.5Gi", ("2", "6Gi")), ("250m", "512Mi", ("1000m", "2048Mi"))]
+)
+def test_a_pods_resources_are_its_ranks_shares_added_up(cpu: str, memory: str, pod: tuple[str, str]) -> None:
+    plan = make_plan(workers=8, ranks_per_node=4, resources={"cpu": cpu, "memory": memory})
+    limits = manifests.job(plan, make_launch())["spec"]["template"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ]
+    assert (limits["cpu"], limits["memory"]) == pod
+
+
+def test_a_world_size_that_does_not_fill_whole_pods_is_refused() -> None:
+    with pytest.raises(ExecutorError, match="6 workers do not fill whole nodes of 4 ranks"):
+        manifests.render(make_plan(workers=6, ranks_per_node=4), make_launch())
+
+
+def test_mpi_ranks_that_share_a_node_are_slots_of_one_worker_pod() -> None:
+    plan = make_plan(task="0a", task_name="allreduce", backend="mpi", goal=None, workers=8, ranks_per_node=4)
+    spec = manifests.mpijob(plan, make_launch())["spec"]
+    assert (spec["slotsPerWorker"], spec["mpiReplicaSpecs"]["Worker"]["replicas"]) == (4, 2)
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:3] == ["mpirun", "-n", "8"]
 
 
 def test_loopback_server_url_becomes_the_in_cluster_service() -> None:
