@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import yaml
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import manifests
+from mlbench_tui.executors import manifests, pod_status
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 K8S_VERSION = "1.30"  # oldest version we support: Indexed Jobs, pod annotations, SSA all GA
@@ -284,6 +285,45 @@ def test_mpi_ranks_that_share_a_node_are_slots_of_one_worker_pod() -> None:
     assert (spec["slotsPerWorker"], spec["mpiReplicaSpecs"]["Worker"]["replicas"]) == (4, 2)
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert launcher["command"][:3] == ["mpirun", "-n", "8"]
+
+
+SCALE_CASES = {
+    "one rank per pod": {},
+    "8 GPUs per node": {"backend": "nccl", "ranks_per_node": 8, "resources": {"gpus": 1, "gpu_type": "H100"}},
+    "mpi, 8 slots per worker": {
+        "task": "0a",
+        "task_name": "allreduce",
+        "backend": "mpi",
+        "goal": None,
+        "ranks_per_node": 8,
+    },
+}
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("case", sorted(SCALE_CASES))
+def test_a_thousand_ranks_render_fast_within_the_object_limits_and_nothing_grows_per_rank(case: str) -> None:
+    """1,024 ranks: the same objects as 16 (one indexed owner, no object per rank or node), a few
+    more digits in them, the ConfigMap and Secret far under Kubernetes' 1 MiB, rendered in well
+    under a second, and the manifests say 1,024 ranks."""
+    overrides = SCALE_CASES[case]
+    small = manifests.render(make_plan(workers=16, **json.loads(json.dumps(overrides))), make_launch())
+    plan = make_plan(workers=1024, **json.loads(json.dumps(overrides)))
+    started = time.perf_counter()
+    large = manifests.render(plan, make_launch())
+    text = manifests.to_yaml(large)
+    preview = manifests.plan_yaml([plan])  # what `mlbench plan` prints
+    assert time.perf_counter() - started < 1.0
+    assert [o["kind"] for o in large] == [o["kind"] for o in small]
+    assert len(text) - len(manifests.to_yaml(small)) <= 32  # digits, nothing per rank
+    assert "token omitted" in preview and len(preview) < 2 * len(text)
+    for obj in large:
+        if obj["kind"] in ("ConfigMap", "Secret"):
+            assert len(json.dumps(obj).encode()) < MIB // 16
+    owner, _, config_map, *_ = large
+    assert json.loads(config_map["data"]["config.json"])["world_size"] == 1024
+    per_node = overrides.get("ranks_per_node", 1)
+    assert pod_status.layout_of(owner) == (1024 // per_node, per_node)
 
 
 def test_loopback_server_url_becomes_the_in_cluster_service() -> None:
