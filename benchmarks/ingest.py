@@ -6,7 +6,8 @@ Goals (issue 3), all measured in one run on the same machine:
 * 16 concurrent clients, 100 metrics per call: >= 50x MLflow
 * sequential client, 1 metric per call: >= 10x MLflow
 * the store's bulk ingest path vs a raw ``sqlite3.executemany`` ceiling: >= 0.7x
-* p99 latency of a 100-metric POST under load: <= 5 ms. "Load" is 16 clients sending
+* p99 latency of a 100-metric POST under load: <= 20 ms (issue 21; it was 5 ms, withdrawn so
+  that tail latency is not bought with obscure code). "Load" is 16 clients sending
   100-metric batches at a steady total of half the server's measured 16-client capacity (each
   client at the same rate, their send times spread evenly over the interval); the latency of
   every request is recorded. MLflow gets the same measurement at half of its own capacity and is
@@ -16,13 +17,12 @@ Goals (issue 3), all measured in one run on the same machine:
   requests) and its p99 is shown with a distribution-free 95% interval (``benchmarks/stats.py``).
 
 Both servers run as separate processes on 127.0.0.1 and get identical traffic from the same
-minimal keep-alive HTTP/1.1 client (raw sockets, pre-encoded bodies), so the client costs the same
-and little on both sides. Our side: ``POST /v1/runs/{id}/metrics:batch``; MLflow:
-``/api/2.0/mlflow/runs/log-batch`` and ``/runs/log-metric``. MLflow (``mlflow server``) runs
-once with 1 and once with 4 worker processes (its default), and each scenario is compared with
-its better result; it runs from its
-own virtual environment built from ``benchmarks/requirements-ingest.txt`` (``--setup-peer``
-creates it), so it never touches the project's pins.
+load generator (``benchmarks/http_load.py``). Our side: ``POST /v1/runs/{id}/metrics:batch``;
+MLflow: ``/api/2.0/mlflow/runs/log-batch`` and ``/runs/log-metric``. MLflow (``mlflow server``)
+runs once with 1 and once with 4 worker processes (its default), and each scenario is compared
+with its better result; it runs from its own virtual environment built from
+``benchmarks/requirements-ingest.txt`` (``--setup-peer`` creates it), so it never touches the
+project's pins.
 
     python -m benchmarks ingest [--seconds 4] [--latency-seconds 10] [--setup-peer] [--skip-peer]
 """
@@ -32,23 +32,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import platform
-import re
 import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.http_load import Target, latency_under_load, load, sequential
 from benchmarks.stats import quantile_interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,229 +53,12 @@ REQUIREMENTS = Path(__file__).with_name("requirements-ingest.txt")
 ADMIN = "bench-admin-token"
 # MLflow's latency phase lasts long enough for this many requests at half its capacity.
 PEER_LATENCY_REQUESTS = 500
-GOALS = {"seq100": 20.0, "conc16": 50.0, "single": 10.0, "ceiling": 0.7, "p99_ms": 5.0}
+GOALS = {"seq100": 20.0, "conc16": 50.0, "single": 10.0, "ceiling": 0.7, "p99_ms": 20.0}
 
 
 def default_peer_venv() -> Path:
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(cache) / "mlbench" / "bench-mlflow-venv"
-
-
-# ----------------------------------------------------------------------------- targets
-
-
-@dataclass
-class Target:
-    """How to send one batch of metrics to one server."""
-
-    name: str
-    host: str
-    port: int
-    batch_path: str
-    single_path: str
-    headers: dict[str, str]
-    kind: str  # "ours" | "mlflow"
-    run_id: str
-
-    def template(self, client: int, n: int) -> bytes:
-        """The JSON body of one call with ``@SEQ@`` where the call number (from 1) goes.
-
-        Bodies are made by substituting the call number into a pre-encoded template, so the load
-        generator costs next to nothing and the servers, not the client, are measured. As in
-        training, steps grow monotonically: step = call * 1000 + i. Every call is distinct:
-        ours by batch ``seq`` (the server dedupes on it), MLflow's by timestamp and step (its key).
-        """
-        now = time.time()
-        steps = [f"@STEP{i:03d}@" for i in range(n)]
-        if self.kind == "ours":
-            metrics = [{"name": "train_loss", "value": 0.5, "step": st, "t": now} for st in steps]
-            body = json.dumps({"rank": client, "seq": "@CALL@", "metrics": metrics})
-        elif n == 1:
-            body = json.dumps(
-                {
-                    "run_id": self.run_id,
-                    "key": f"single_{client}",
-                    "value": 0.5,
-                    "step": steps[0],
-                    "timestamp": "@CALL@",
-                }
-            )
-        else:
-            metrics = [
-                {"key": f"train_loss_{client}", "value": 0.5, "step": st, "timestamp": "@CALL@"}
-                for st in steps
-            ]
-            body = json.dumps({"run_id": self.run_id, "metrics": metrics})
-        body = re.sub(r'"@STEP(\d{3})@"', r"@SEQ@\1", body).replace('"@CALL@"', "@SEQ@")
-        return body.encode()
-
-    def batch_body(self, client: int, seq: int, n: int) -> bytes:
-        return self.template(client, n).replace(b"@SEQ@", b"%d" % (seq + 1))
-
-    def single_body(self, client: int, seq: int) -> bytes:
-        return self.batch_body(client, seq, 1)
-
-
-class Conn:
-    """A minimal keep-alive HTTP/1.1 client (raw socket) that POSTs JSON and checks for 200.
-
-    A load generator should cost far less than the server it measures; ``http.client`` spends
-    about as much CPU per request as a fast server does, so requests are written as bytes.
-    """
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        self.sock = socket.create_connection((target.host, target.port), timeout=60)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        extra = "".join(f"{k}: {v}\r\n" for k, v in target.headers.items())
-        self.head = f"Host: {target.host}:{target.port}\r\nContent-Type: application/json\r\n{extra}".encode()
-        self.buf = b""
-
-    def post(self, path: str, body: bytes) -> None:
-        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
-            path.encode(),
-            self.head,
-            len(body),
-            body,
-        )
-        self.sock.sendall(request)
-        while b"\r\n\r\n" not in self.buf:
-            self._recv()
-        head, _, rest = self.buf.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        status = int(lines[0].split()[1])
-        length = 0
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-            elif name.strip().lower() == b"transfer-encoding":
-                raise RuntimeError(f"{self.target.name}: chunked answers are not supported here")
-        while len(rest) < length:
-            self._recv()
-            rest = self.buf.partition(b"\r\n\r\n")[2]
-        data, self.buf = rest[:length], rest[length:]
-        if status != 200:
-            raise RuntimeError(f"{self.target.name} answered {status}: {data[:200]!r}")
-
-    def _recv(self) -> None:
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise RuntimeError(f"{self.target.name} closed the connection")
-        self.buf += chunk
-
-
-def _client_loop(
-    target: Target,
-    client: int,
-    n: int,
-    seconds: float,
-    interval: float,
-    start_at: float,
-    seq0: int,
-    phase: float = 0.0,
-) -> tuple[int, list[float]]:
-    """Send ``n``-metric batches for ``seconds`` (every ``interval`` s from ``phase`` on, or back to back).
-
-    Returns (calls, latencies).
-    """
-    conn = Conn(target)
-    path = target.batch_path if n > 1 or target.kind == "ours" else target.single_path
-    template = target.template(client, n)
-    while time.time() < start_at:
-        time.sleep(0.001)
-    end = time.perf_counter() + seconds
-    calls, lat = 0, []
-    seq = seq0
-    next_at = time.perf_counter() + phase
-    while True:
-        now = time.perf_counter()
-        if now >= end:
-            break
-        if interval:
-            if now < next_at:
-                time.sleep(next_at - now)
-            next_at += interval
-        body = template.replace(b"@SEQ@", b"%d" % (seq + 1))
-        t0 = time.perf_counter()
-        conn.post(path, body)
-        lat.append(time.perf_counter() - t0)
-        calls += 1
-        seq += 1
-    return calls, lat
-
-
-def _proc_entry(
-    args: tuple[Target, list[int], int, float, float, float, int, int], out: Any, steady: bool
-) -> None:
-    target, clients, n, seconds, interval, start_at, seq0, total = args
-    results: list[tuple[int, list[float]]] = []
-    threads = []
-
-    def run(c: int) -> None:
-        phase = interval * c / total if steady else 0.0
-        results.append(_client_loop(target, c, n, seconds, interval, start_at, seq0, phase))
-
-    for c in clients:
-        t = threading.Thread(target=run, args=(c,))
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    out.put(results)
-
-
-def load(
-    target: Target,
-    clients: int,
-    n: int,
-    seconds: float,
-    *,
-    interval: float = 0.0,
-    procs: int = 4,
-    seq0: int = 0,
-    steady: bool = True,
-) -> tuple[float, list[float]]:
-    """Run ``clients`` clients (spread over ``procs`` processes); returns (metrics/s, latencies).
-
-    With an ``interval``, ``steady`` spreads the clients' send times evenly over the interval (a
-    steady total rate); otherwise they all send at the same moments (bursts of ``clients``).
-    """
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    procs = min(procs, clients)
-    groups = [list(range(i, clients, procs)) for i in range(procs)]
-    start_at = time.time() + 0.3
-    workers = [
-        ctx.Process(
-            target=_proc_entry,
-            args=((target, g, n, seconds, interval, start_at, seq0, clients), queue, steady),
-        )
-        for g in groups
-    ]
-    for w in workers:
-        w.start()
-    results = [r for _ in workers for r in queue.get()]
-    for w in workers:
-        w.join()
-    calls = sum(c for c, _ in results)
-    return calls * n / seconds, [x for _, lat in results for x in lat]
-
-
-def latency_under_load(
-    target: Target, clients: int, rate_rps: float, secs: float, procs: int, steady: bool, seq: int
-) -> list[float]:
-    """Latencies of every request while ``clients`` clients send 100-metric batches at
-    ``rate_rps`` requests/s in total, each at the same rate (see ``load``'s ``steady``)."""
-    _, latencies = load(
-        target, clients, 100, secs, interval=clients / rate_rps, procs=procs, seq0=seq * 10**6, steady=steady
-    )
-    return latencies
-
-
-def sequential(target: Target, n: int, seconds: float, seq0: int) -> float:
-    calls, _ = _client_loop(target, 0, n, seconds, 0.0, 0.0, seq0)
-    return calls * n / seconds
 
 
 # ----------------------------------------------------------------------------- servers
@@ -421,29 +201,29 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 # ----------------------------------------------------------------------------- ceiling
 
 
-# The store's metric layout (migration 0003): rows refer to an interned (run, name) series.
-SCHEMA = """
-CREATE TABLE metrics (id INTEGER NOT NULL PRIMARY KEY, series INTEGER NOT NULL, rank INTEGER NOT NULL,
-    step INTEGER, epoch FLOAT, t FLOAT NOT NULL, value FLOAT);
-CREATE INDEX ix_metrics_series_step ON metrics (series, step);
-"""
-
-
 def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tuple[float, float]:
     """Rows/s of the store's writer and of plain ``sqlite3.executemany``, in interleaved slices.
 
-    Raw: the same table layout, WAL, synchronous=NORMAL, one ``executemany`` and transaction per
-    batch, ids and series ids supplied. Ours: the store's writer (series lookup, batch receipt, id
-    assignment, Core executemany, ack after commit). The two alternate in short slices so a
+    Raw: the store's metrics table (from its model), WAL, synchronous=NORMAL, one ``executemany``
+    and transaction per batch, ids and series ids supplied. Ours: the store's writer (series
+    lookup, batch receipt, id assignment, Core executemany, ack after commit). The two alternate
+    in short slices so a
     change in machine load hits both alike.
     """
+    from sqlalchemy.dialects import sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
     from mlbench_tui.store.api_models import RunCreate
     from mlbench_tui.store.store import Store
+    from mlbench_tui.store.tables import Metric
 
+    metrics = Metric.__table__  # type: ignore[attr-defined]
     db = sqlite3.connect(workdir / "raw.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
-    db.executescript(SCHEMA)
+    db.execute(str(CreateTable(metrics).compile(dialect=sqlite.dialect())))
+    for index in metrics.indexes:
+        db.execute(str(CreateIndex(index).compile(dialect=sqlite.dialect())))
     store = Store(workdir / "store.db")
     run, _ = store.create_run(RunCreate(name="ceiling"))
     writer = store.writer

@@ -81,3 +81,7 @@ class InfraError(MlbenchError):
 
 class RunFailedError(MlbenchError):
     """One or more benchmark runs ended in a failed state."""
+
+
+class NotFound(StoreError):
+    """The run does not exist (the HTTP API answers 404)."""

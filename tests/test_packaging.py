@@ -68,8 +68,8 @@ class Installed:
         )
 
 
-def _check(args: list[str | Path]) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+def _check(args: list[str | Path], env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False, env=env)
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -85,9 +85,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     venv = tmp / "venv"
     _check([sys.executable, "-m", "venv", "--without-pip", venv])
     python = venv / "bin" / "python"
+    # Nothing of the checkout on the path: with it on PYTHONPATH, pip would take the checkout's
+    # egg-info (an editable install's) for the package already installed and skip the wheel.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # pip runs from here with the new interpreter, which sees nothing installed but the wheel.
     _check(
-        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel]
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel],
+        env,
     )
     site = Path(_check([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip())
     paths = sysconfig.get_paths()
@@ -96,7 +100,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (site / "dependencies.pth").write_text(f"{paths['purelib']}\n{paths['platlib']}\n")
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", MLBENCH_HOME=str(tmp / "home"))
     return Installed(wheel, venv, elsewhere, env)
 

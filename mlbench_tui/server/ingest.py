@@ -2,15 +2,14 @@
 
 ``Ingestor`` turns one request (token, body) into positional rows for the store's writer and
 returns the acknowledgement after commit. ``IngestFastPath`` is the outermost ASGI layer: it
-serves exactly these three routes without FastAPI's routing, dependency and middleware machinery
-(a few hundred microseconds per request on a small machine); everything else goes on to FastAPI,
-whose routes of the same paths stay for the OpenAPI document and behave identically (same
-``Ingestor``).
+serves exactly these three routes without FastAPI's routing, dependency and middleware machinery;
+everything else goes on to FastAPI, whose routes of the same paths stay for the OpenAPI document
+and behave identically (same ``Ingestor``, same body reader, same error map).
 
 Metric batches, the bulk of the traffic, are decoded by a msgspec mirror of the wire model
-``MetricBatch`` (about 4x cheaper than pydantic). The mirror is stricter than pydantic (no lax
-coercions such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then
-accepts it or produces the usual 422 reasons, so the API answers exactly as the wire model says.
+``MetricBatch``, cheaper than pydantic. The mirror is stricter than pydantic (no lax coercions
+such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then accepts it
+or produces the usual 422 reasons, so the API answers exactly as the wire model says.
 """
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ import time
 from typing import Annotated, Any
 
 import msgspec
-import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlbench_tui.errors import StoreError, UsageError
-from mlbench_tui.server.auth import AuthError, Authorizer
+from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.server.auth import Authorizer
+from mlbench_tui.server.errors import ApiError, answer, clean_errors
 from mlbench_tui.store.api_models import (
     MAX_BATCH_ITEMS,
     MAX_BODY_BYTES,
@@ -37,8 +36,8 @@ from mlbench_tui.store.api_models import (
     LogBatch,
     MetricBatch,
 )
-from mlbench_tui.store.db import Change, NotFound, Writer
 from mlbench_tui.store.store import Store, dumps_json
+from mlbench_tui.store.writer import Writer
 
 MODELS: dict[str, type[BaseModel]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
 _PREFIX = "/v1/runs/"
@@ -86,39 +85,6 @@ def valid_name(name: str) -> bool:
     return _CONTROL.search(name) is None
 
 
-class ApiError(Exception):
-    """A request the API refuses: HTTP status, machine-readable reason, detail for humans."""
-
-    def __init__(self, status: int, reason: str, detail: Any = None) -> None:
-        super().__init__(reason)
-        self.status, self.reason, self.detail = status, reason, detail
-
-
-def clean_errors(errors: Any) -> list[dict[str, Any]]:
-    """Validation errors as JSON-safe dicts (inputs can hold NaN or bytes)."""
-    out = []
-    for err in errors:
-        item = {k: v for k, v in dict(err).items() if k in ("type", "loc", "msg")}
-        item["loc"] = [str(part) for part in item.get("loc", ())]
-        out.append(item)
-    return out
-
-
-def error_parts(exc: BaseException) -> tuple[int, str, Any] | None:
-    """(status, reason, detail) of the exceptions the API turns into answers; None for bugs."""
-    if isinstance(exc, ApiError):
-        return exc.status, exc.reason, exc.detail
-    if isinstance(exc, AuthError):
-        return exc.status, exc.reason, exc.message
-    if isinstance(exc, NotFound):
-        return 404, "not_found", exc.message
-    if isinstance(exc, UsageError):
-        return 422, "invalid_request", exc.message
-    if isinstance(exc, StoreError):
-        return 503, "store_error", exc.message
-    return None
-
-
 def _payload(payload: dict[str, Any]) -> str:
     text = dumps_json(payload)
     if len(text) > MAX_PAYLOAD_BYTES:
@@ -132,15 +98,6 @@ class Ingestor:
     def __init__(self, store: Store, authz: Authorizer) -> None:
         self.store = store
         self.authz = authz
-        # run -> {metric name: series id} for names that passed the wire model's checks
-        self._names: dict[str, dict[str, int]] = {}
-        if store.writer is not None:
-            store.writer.listeners.append(self._forget_deleted)
-
-    def _forget_deleted(self, changes: list[Change]) -> None:
-        for change in changes:
-            if change.kind == "run_deleted":
-                self._names.pop(change.run_id, None)
 
     async def handle(self, run_id: str, kind: str, token: str | None, body: bytes) -> bytes:
         """Store the batch in ``body``; returns the JSON acknowledgement (after commit)."""
@@ -170,17 +127,16 @@ class Ingestor:
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
 
     def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
-        """(rank, session, seq, insert parameters) of a metric batch; ApiError 422 when invalid.
+        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid.
 
-        Names are checked once per run and then found in ``_names`` with their series id, so a
-        steady stream of batches costs one dict lookup per metric beyond decoding.
+        A name the store's series catalog knows needs no check, so a steady stream of batches
+        costs one dict lookup per metric beyond decoding; a new name is checked once.
         """
         batch: Any = fast_metric_batch(body)
         if batch is None:
             batch = _validate(MetricBatch, body)
-        ids = self._names.get(run_id)
-        if ids is None:
-            ids = self._names[run_id] = {}
+        catalog = writer.series
+        ids = catalog.ids(run_id)
         now = time.time()
         rank = batch.rank
         params: list[Any] = []
@@ -192,7 +148,8 @@ class Ingestor:
                 if not valid_name(name):
                     _validate(MetricBatch, body)  # raises with pydantic's reasons
                     raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")  # not reached
-                sid = ids[name] = writer.series_id(run_id, name)
+                sid = catalog.id(run_id, name)
+                ids = catalog.ids(run_id)
             t = m.t
             add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
         return rank, batch.session, batch.seq, params
@@ -225,37 +182,41 @@ class IngestFastPath:
 
     async def _serve(self, kind: str, run_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         token: str | None = None
-        length: int | None = None
+        length: bytes | None = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, rest = value.decode("latin-1").partition(" ")
                 token = rest.strip() if scheme.lower() == "bearer" and rest.strip() else None
             elif name == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    length = -1
+                length = value
+        headers = [(b"content-type", b"application/json")]
         try:
-            if length is not None and (length < 0 or length > MAX_BODY_BYTES):
-                if length < 0:
-                    raise ApiError(400, "bad_request", "invalid Content-Length")
-                raise ApiError(413, "body_too_large", f"body over {MAX_BODY_BYTES} bytes")
-            body = await _read_body(receive)
+            check_length(length)
+            body = await read_body(receive)
             status, content = 200, await self.ingestor.handle(run_id, kind, token, body)
+            headers.append((b"content-length", str(len(content)).encode()))
         except Exception as exc:
-            parts = error_parts(exc)
-            if parts is None:
-                raise
-            status, reason, detail = parts
-            content = orjson.dumps({"error": reason, "detail": detail})
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
-        if status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
+            status, content, headers = answer(exc)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
 
-async def _read_body(receive: Receive) -> bytes:
+def check_length(value: bytes | str | None) -> None:
+    """Refuse a request whose ``Content-Length`` is invalid (400) or over ``MAX_BODY_BYTES`` (413)."""
+    if value is None:
+        return
+    try:
+        length = int(value)
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise ApiError(400, "bad_request", "invalid Content-Length")
+    if length > MAX_BODY_BYTES:
+        raise ApiError(413, "body_too_large", f"body over {MAX_BODY_BYTES} bytes")
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The request body, refused (413) as soon as it passes ``MAX_BODY_BYTES``."""
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from sqlalchemy import Connection
 
+from mlbench_tui.errors import NotFound
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
@@ -22,7 +23,6 @@ from mlbench_tui.results.summary import needed_metrics, settle_state, summarize_
 from mlbench_tui.server.paging import all_events, all_metrics
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, RunDetail, RunUpdate
-from mlbench_tui.store.db import NotFound
 
 if TYPE_CHECKING:
     from mlbench_tui.store.store import Store

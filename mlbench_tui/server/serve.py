@@ -250,7 +250,7 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
     ``MLBENCH_SERVER_URL`` set in the environment means "use that server" (with ``MLBENCH_TOKEN``
     and ``MLBENCH_READ_TOKEN``); nothing is started then.
     """
-    from mlbench_tui.store.db import default_db_path
+    from mlbench_tui.store.engine import default_db_path
 
     url = os.environ.get("MLBENCH_SERVER_URL")
     if url:
@@ -273,7 +273,7 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
             raise ServerError(
                 f"no mlbench server is running for {path}", hint="start one with: mlbench server"
             )
-        from mlbench_tui.store.db import StoreLocked
+        from mlbench_tui.store.engine import StoreLocked
 
         try:
             server = EmbeddedServer(path).start()

@@ -9,11 +9,11 @@ the run list). No database query per client per tick. A subscriber that falls be
 A subscriber may ask for coalesced metrics (``coalesce`` seconds): instead of one ``metrics``
 event per committed batch it gets one ``metrics_summary`` event per interval with, per (name,
 rank), the last point and the min/max since the previous summary. A committed metrics change
-is only queued by reference (its insert parameters, ``Change.metric_params``: rows are never
-built) and once per interval ``summarise`` folds the queued batches for all subscribers sharing
-that interval and metric names. Replays, and changes without parameters, are summarised in SQL
-instead (``queries.metric_summary``, off the event loop). Nothing is done for a run nobody
-watches, or while nothing changes. Logs, events and run changes are sent as they come.
+is only queued by reference (its ``MetricChunk``: rows are never built) and once per interval
+``summarise`` folds the queued batches for all subscribers sharing that interval and metric
+names. Replays, and changes made from rows, are summarised in SQL instead
+(``queries.metric_summary``, off the event loop). Nothing is done for a run nobody watches, or
+while nothing changes. Logs, events and run changes are sent as they come.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from mlbench_tui.store.db import Change
+from mlbench_tui.store.changes import Change, MetricChunk
 
 log = logging.getLogger("mlbench.server")
 
@@ -62,31 +62,28 @@ def _rows(keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[dict[str, 
     return out
 
 
-Chunk = tuple[int, list[Any], dict[int, str]]  # Change.metric_params: first id, parameters, names
-
-
-def summarise(chunks: list[Chunk], names: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]]]:
+def summarise(chunks: list[MetricChunk], names: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]]]:
     """(cursor, series) of stored metric batches: per (name, rank) the last point, the min/max of
     the values and the count, in ``MetricsSummary``'s shape (only ``names`` when given); the
     cursor is the highest row id folded in.
 
-    A batch is six values per row (series, rank, step, epoch, t, value). The work per row is
-    C-level slicing and zipping plus one pass per metric and rank present in the batch: about
-    half what the same summary costs in SQL, whose GROUP BY sorts every row.
+    The work per row is C-level slicing and zipping plus one pass per metric and rank present in
+    a batch, less than the same summary in SQL, whose GROUP BY sorts every row.
     """
     wanted = set(names)
-    acc: dict[tuple[int, int], list[Any]] = {}  # (series, rank) -> [lo, hi, count, last 4, name]
+    acc: dict[tuple[int, int], list[Any]] = {}  # (series, rank) -> [lo, hi, count, point, name]
     cursor = 0
-    for start, params, series_names in chunks:
-        n = len(params) // 6
+    for chunk in chunks:
+        n = len(chunk)
         if not n:
             continue
-        cursor = max(cursor, start + n - 1)
-        values = params[5::6]
-        ranks = params[1::6]
+        cursor = max(cursor, chunk.last_id)
+        series_names = chunk.names
+        values = chunk.column("value")
+        ranks = chunk.column("rank")
+        sids = chunk.column("series")
         groups: Any
         if len(set(ranks)) == 1:  # a batch comes from one rank: group on the series alone
-            sids = params[0::6]
             by_sid = dict(zip(sids, range(n), strict=True))  # series -> index of its last row
             if wanted:
                 by_sid = {sid: i for sid, i in by_sid.items() if series_names.get(sid) in wanted}
@@ -98,7 +95,7 @@ def summarise(chunks: list[Chunk], names: tuple[str, ...] = ()) -> tuple[int, li
                 pairs = list(zip(sids, values, strict=True))
                 groups = (((sid, rank), [v for s, v in pairs if s == sid]) for sid in by_sid)
         else:
-            keys = list(zip(params[0::6], ranks, strict=True))
+            keys = list(zip(sids, ranks, strict=True))
             last = dict(zip(keys, range(n), strict=True))
             if wanted:
                 last = {key: i for key, i in last.items() if series_names.get(key[0]) in wanted}
@@ -108,16 +105,16 @@ def summarise(chunks: list[Chunk], names: tuple[str, ...] = ()) -> tuple[int, li
             if None in group:
                 group = [v for v in group if v is not None]
             lo, hi = (min(group), max(group)) if group else (None, None)
-            i = 6 * last[key]
+            point = chunk.point(last[key])
             entry = acc.get(key)
             if entry is None:
-                acc[key] = [lo, hi, count, params[i + 2 : i + 6], series_names.get(key[0], "")]
+                acc[key] = [lo, hi, count, point, series_names.get(key[0], "")]
                 continue
             if lo is not None:
                 entry[0] = lo if entry[0] is None or lo < entry[0] else entry[0]
                 entry[1] = hi if entry[1] is None or hi > entry[1] else entry[1]
             entry[2] += count
-            entry[3] = params[i + 2 : i + 6]
+            entry[3] = point
     series = [
         {
             "name": name,
@@ -198,7 +195,7 @@ class _Coalescer:
     names: tuple[str, ...] = ()
     subs: set[Subscriber] = field(default_factory=set)
     cursor: int | None = None
-    pending: list[Chunk] = field(default_factory=list)  # batches since the last tick, by reference
+    pending: list[MetricChunk] = field(default_factory=list)  # batches since the last tick, by reference
     sql: bool = False  # a change came without parameters: read the next summary from the store
     dirty: bool = False
     busy: bool = False  # a summary is being read
@@ -253,7 +250,7 @@ class Hub:
             if change.kind == "metrics":
                 coalescers = self._coalescers.get(change.run_id)
                 if coalescers:
-                    chunk = change.metric_params
+                    chunk = change.metrics
                     for co in coalescers.values():
                         if chunk is None:
                             co.sql = True
@@ -288,7 +285,7 @@ class Hub:
 
     def _summarise(self, co: _Coalescer) -> None:
         """Interval tick: fold the batches queued since the last one (or, when a change came
-        without parameters, read the summary of the rows after the cursor in SQL, off the loop)."""
+        without its ``MetricChunk``, read the summary of the rows after the cursor in SQL, off the loop)."""
         co.handle = None
         loop = self._loop
         if not co.subs or loop is None:
@@ -301,7 +298,7 @@ class Hub:
         pending, co.pending = co.pending, []
         if not co.sql:
             # Batches the replay already covered are skipped (a batch across it is kept whole).
-            fresh = [c for c in pending if c[0] + len(c[1]) // 6 - 1 > after]
+            fresh = [c for c in pending if c.last_id > after]
             cursor, series = summarise(fresh, co.names)
             co.cursor = max(after, cursor)
             encoded = encode_summary(co.cursor, series)

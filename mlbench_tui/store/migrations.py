@@ -1,17 +1,22 @@
 """Named schema migrations, recorded in the store's ``schema_migrations`` table.
 
-Each migration is frozen SQL: once released it never changes, so an older store file upgrades in
-place by running the migrations it has not seen, in order. A store that records a migration this
-code does not know was written by a newer mlbench and is refused rather than corrupted.
+A new store is created from the table models (``schema.create``) and records every migration as
+applied. Each migration is frozen SQL: once released it never changes, so an older store file
+upgrades in place by running the migrations it has not seen, in order, and ends with the models'
+schema (checked after every upgrade, and by a test from the first layout on). A store that records
+a migration this code does not know was written by a newer mlbench and is refused rather than
+corrupted. A change to the models comes with a new migration that makes the same change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from mlbench_tui.errors import StoreError
+from mlbench_tui.store import schema
 
 # 0001: the first store layout (runs, metrics, logs, events).
 _M0001 = """
@@ -150,38 +155,64 @@ MIGRATIONS: list[Migration] = [
 
 def applied(conn: sqlite3.Connection) -> list[str]:
     """Names of the migrations this store file records, in the order they were applied."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations"
-        " (name VARCHAR NOT NULL PRIMARY KEY, applied FLOAT NOT NULL)"
-    )
     return [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY applied, name")]
 
 
 def migrate(conn: sqlite3.Connection, path: str = "") -> list[str]:
-    """Apply the migrations ``conn``'s store has not seen; return their names.
+    """Bring ``conn``'s store to the models' schema; return the migrations recorded on the way.
 
-    Each migration runs in its own transaction together with its ``schema_migrations`` row, so a
-    crash mid-upgrade leaves the store at the previous, consistent version.
+    An empty file gets the models' schema in one transaction. Otherwise each migration the store
+    has not seen runs in its own transaction together with its ``schema_migrations`` row, so a
+    crash mid-upgrade leaves the store at the previous, consistent version; the result is then
+    checked against the models (``schema.check``).
     """
+    where = path or "(memory)"
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return _create(conn, where)
+    if "schema_migrations" not in tables:
+        raise StoreError(
+            f"{where} is a SQLite database but not an mlbench store",
+            hint="point --db / MLBENCH_DB at an mlbench store, or at a new file",
+        )
     done = applied(conn)
     known = [name for name, _ in MIGRATIONS]
     unknown = [name for name in done if name not in known]
     if unknown:
         raise StoreError(
-            f"store {path or '(memory)'} was written by a newer mlbench (migrations {', '.join(unknown)})",
+            f"store {where} was written by a newer mlbench (migrations {', '.join(unknown)})",
             hint="upgrade mlbench-tui, or point --db / MLBENCH_DB at another store",
         )
     new: list[str] = []
     for name, apply in MIGRATIONS:
         if name in done:
             continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(conn, f"migration {name}", where):
             apply(conn)
-            conn.execute("INSERT INTO schema_migrations (name, applied) VALUES (?, ?)", (name, time.time()))
-            conn.execute("COMMIT")
-        except Exception as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"could not apply migration {name} to {path}: {exc}") from exc
+            _record(conn, name)
         new.append(name)
+    schema.check(conn, where)
     return new
+
+
+def _create(conn: sqlite3.Connection, where: str) -> list[str]:
+    with _transaction(conn, "the initial schema", where):
+        schema.create(conn)
+        for name, _ in MIGRATIONS:
+            _record(conn, name)
+    return [name for name, _ in MIGRATIONS]
+
+
+def _record(conn: sqlite3.Connection, name: str) -> None:
+    conn.execute("INSERT INTO schema_migrations (name, applied) VALUES (?, ?)", (name, time.time()))
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, what: str, where: str) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except Exception as exc:
+        conn.execute("ROLLBACK")
+        raise StoreError(f"could not apply {what} to {where}: {exc}") from exc

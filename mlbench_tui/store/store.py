@@ -1,8 +1,9 @@
-"""``Store``: one metric store file, its single writer and its read connections.
+"""``Store``: one metric store file, its single writer, its checkpointer and its read connections.
 
 The server owns one ``Store``; tests and tools may open one directly. Writes (runs, ranks,
-ingest batches) go through the ``Writer`` thread; reads use pooled connections, which WAL lets
-run beside the writer. Run write tokens are generated here and kept only as sha256 hashes.
+ingest batches) go through the ``Writer``; reads use pooled connections, which WAL lets run
+beside the writer; the ``Checkpointer`` keeps the WAL bounded. Run write tokens are generated
+here and kept only as sha256 hashes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 import orjson
 from sqlalchemy import Connection
 
-from mlbench_tui.errors import StoreError, UsageError
+from mlbench_tui.errors import NotFound, StoreError, UsageError
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     BatchAck,
@@ -30,7 +31,10 @@ from mlbench_tui.store.api_models import (
     RunDetail,
     RunUpdate,
 )
-from mlbench_tui.store.db import Change, NotFound, Writer, _FileLock, default_db_path, make_engine, prepare
+from mlbench_tui.store.changes import Change
+from mlbench_tui.store.checkpointer import Checkpointer
+from mlbench_tui.store.engine import FileLock, default_db_path, make_engine, prepare
+from mlbench_tui.store.writer import Writer
 
 T = TypeVar("T")
 
@@ -59,10 +63,10 @@ class Store:
 
     def __init__(self, path: str | Path | None = None, *, write: bool = True, pool_size: int = 8) -> None:
         self.path = Path(path).expanduser().resolve() if path else default_db_path().resolve()
-        self._lock: _FileLock | None = None
+        self._lock: FileLock | None = None
         if write:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = _FileLock(self.path.with_name(self.path.name + ".lock"))
+            self._lock = FileLock(self.path.with_name(self.path.name + ".lock"))
             self._lock.acquire()
         try:
             self.migrations_applied = prepare(self.path) if write else []
@@ -71,11 +75,13 @@ class Store:
             self._name_stats: dict[str, tuple[int, queries.NameStats]] = {}
             self._name_lock = threading.Lock()
             self.writer: Writer | None = None
+            self.checkpointer: Checkpointer | None = None
             if write:
                 with self.engine.connect() as conn:
                     ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM runs")]
-                self.writer = Writer(self.engine, ids, self.path)
+                self.writer = Writer(self.engine, ids)
                 self.writer.listeners.append(self._forget_deleted)
+                self.checkpointer = Checkpointer(self.path, self.writer.write_lock)
         except BaseException:
             if self._lock:
                 self._lock.release()
@@ -87,6 +93,8 @@ class Store:
         if self.writer is not None:
             self.writer.close()
         self.engine.dispose()
+        if self.checkpointer is not None:  # last: it folds the WAL in once nothing else writes
+            self.checkpointer.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None

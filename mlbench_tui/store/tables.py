@@ -1,4 +1,8 @@
-"""SQLModel tables of the metric store: runs, ranks, metrics, log lines, events, batch receipts.
+"""SQLModel tables of the metric store: the schema's single source.
+
+A new store is created from these models and every store is checked against them when it is
+opened for writing (``schema.py``); the frozen migrations (``migrations.py``) bring older files to
+the same schema, and the writer's inserts are built from them.
 
 Times are unix seconds (REAL) so they sort and compare cheaply; JSON documents (plan, goal,
 result, labels, event payloads) are TEXT written with orjson by the store. Metrics are long and
@@ -6,13 +10,21 @@ narrow, one row per value: ``(series, rank, step, epoch, t, value)`` where a ser
 ``(run_id, name)`` pair of the ``series`` table, indexed on ``(series, step)``. Interning the run
 and name keeps rows and index entries small (the ingest ceiling is the index insert); the view
 ``metrics_v`` spells rows out with ``run_id`` and ``name``. Row ids are assigned by the single
-writer (see ``db.py``), so they double as read cursors and live-stream positions.
+writer (see ``writer.py``), so they double as read cursors and live-stream positions.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Index
+from typing import Any
+
+from sqlalchemy import Index, Table, text
 from sqlmodel import Field, SQLModel
+
+
+def _default(value: str | int, **kwargs: Any) -> Any:
+    """A field whose default the database applies too (``DEFAULT`` in the DDL)."""
+    server_default = text(str(value)) if isinstance(value, int) else value
+    return Field(default=value, sa_column_kwargs={"server_default": server_default}, **kwargs)
 
 
 class Run(SQLModel, table=True):
@@ -22,24 +34,24 @@ class Run(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=32, description="DNS-1123-safe id: r-<12 hex>.")
     name: str = Field(index=True)
-    spec_name: str = ""
-    spec_hash: str = ""
-    spec_text: str = ""
-    plan: str = "{}"
-    task: str = ""
-    backend: str = ""
-    workers: int = 1
-    repeat: int = 0
+    spec_name: str = _default("")
+    spec_hash: str = _default("")
+    spec_text: str = _default("")
+    plan: str = _default("{}")
+    task: str = _default("")
+    backend: str = _default("")
+    workers: int = _default(1)
+    repeat: int = _default(0)
     goal: str | None = None
-    state: str = Field(default="pending", index=True)
-    target_kind: str = "local"
+    state: str = _default("pending", index=True)
+    target_kind: str = _default("local")
     handle: str | None = None
     created: float
     started: float | None = None
     finished: float | None = None
     result: str | None = None
     error: str | None = None
-    labels: str = "{}"
+    labels: str = _default("{}")
     token_hash: str = Field(description="sha256 of the run's write token; the token itself is never stored.")
     updated: float
 
@@ -51,7 +63,7 @@ class RankRow(SQLModel, table=True):
 
     run_id: str = Field(primary_key=True)
     rank: int = Field(primary_key=True)
-    state: str = "pending"
+    state: str = _default("pending")
     host: str | None = None
     pid: int | None = None
     pod: str | None = None
@@ -95,7 +107,7 @@ class LogLine(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str
     rank: int
-    stream: str = "stdout"
+    stream: str = _default("stdout")
     seq: int | None = None
     t: float
     text: str
@@ -111,7 +123,7 @@ class Event(SQLModel, table=True):
     run_id: str
     rank: int | None = None
     kind: str
-    payload: str = "{}"
+    payload: str = _default("{}")
     t: float
 
 
@@ -119,11 +131,12 @@ class BatchReceipt(SQLModel, table=True):
     """Receipt of a stored ingest batch, so a retried ``(rank, session, kind, seq)`` is stored once."""
 
     __tablename__ = "batches"
+    __table_args__ = {"sqlite_with_rowid": False}
 
     run_id: str = Field(primary_key=True)
     rank: int = Field(primary_key=True)
     kind: str = Field(primary_key=True)
-    session: str = Field(default="", primary_key=True)
+    session: str = _default("", primary_key=True)
     seq: int = Field(primary_key=True)
 
 
@@ -136,7 +149,7 @@ class SchemaMigration(SQLModel, table=True):
     applied: float
 
 
-TABLES = [
+TABLES: list[Table] = [
     Run.__table__,  # type: ignore[attr-defined]
     RankRow.__table__,  # type: ignore[attr-defined]
     Series.__table__,  # type: ignore[attr-defined]
@@ -146,3 +159,12 @@ TABLES = [
     BatchReceipt.__table__,  # type: ignore[attr-defined]
     SchemaMigration.__table__,  # type: ignore[attr-defined]
 ]
+
+# Views over the tables, by name: their SELECT.
+VIEWS: dict[str, str] = {
+    "metrics_v": (
+        "SELECT m.id AS id, s.run_id AS run_id, m.rank AS rank, s.name AS name, m.step AS step,"
+        " m.epoch AS epoch, m.t AS t, m.value AS value"
+        " FROM metrics AS m JOIN series AS s ON s.id = m.series"
+    ),
+}

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Connection
 
 from mlbench_tui.server.reads import ReadAborted, ReadGate
-from mlbench_tui.store.db import make_engine
+from mlbench_tui.store.engine import make_engine
 
 pytestmark = pytest.mark.anyio
 

@@ -13,6 +13,7 @@ from mlbench_tui.server.client import MlbenchClient, ServerHTTPError
 from mlbench_tui.server.stream import summarise
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MetricsSummary, RunCreate
+from mlbench_tui.store.changes import MetricChunk
 from mlbench_tui.store.store import Store
 
 from .conftest import ServerProcess
@@ -54,9 +55,13 @@ def test_metric_summary_keeps_extremes_last_point_and_cursor(tmp_path: Path) -> 
 
 def test_summarise_folds_queued_batches() -> None:
     names = {1: "loss", 2: "lr"}
-    first = (10, [1, 0, 0, None, 100.0, 3.0, 1, 0, 1, None, 101.0, 9.0, 2, 0, 1, None, 101.0, 0.1], names)
-    mixed = (13, [1, 0, 2, None, 102.0, None, 1, 0, 3, None, 105.0, 2.0, 1, 1, 3, None, 105.0, None], names)
-    cursor, series = summarise([first, (13, [], names), mixed])
+    first = MetricChunk(
+        10, "r", [1, 0, 0, None, 100.0, 3.0, 1, 0, 1, None, 101.0, 9.0, 2, 0, 1, None, 101.0, 0.1], names
+    )
+    mixed = MetricChunk(
+        13, "r", [1, 0, 2, None, 102.0, None, 1, 0, 3, None, 105.0, 2.0, 1, 1, 3, None, 105.0, None], names
+    )
+    cursor, series = summarise([first, MetricChunk(13, "r", [], names), mixed])
     assert cursor == 15
     by_key = {
         (s["name"], s["rank"]): MetricsSummary.model_validate({"cursor": cursor, "series": [s]}).series[0]

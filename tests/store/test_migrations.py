@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlbench_tui.errors import StoreError
-from mlbench_tui.store import queries
+from mlbench_tui.store import queries, schema
 from mlbench_tui.store.api_models import RankUpdate
 from mlbench_tui.store.migrations import MIGRATIONS
 from mlbench_tui.store.store import Store, hash_token
@@ -130,6 +130,30 @@ def test_migrated_schema_matches_the_table_models(tmp_path: Path) -> None:
         assert {i.name for i in table.indexes} <= indexes, table.name
 
 
+def test_a_store_upgraded_from_the_first_layout_has_the_schema_of_a_new_one(tmp_path: Path) -> None:
+    """The frozen migrations and the table models describe the same schema: column types, NOT
+    NULL, defaults, keys, indexes and views (a new store is created from the models)."""
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    _old_store(old)
+    Store(old).close()
+    Store(new).close()
+    upgraded, created = sqlite3.connect(old), sqlite3.connect(new)
+    assert schema.describe(upgraded) == schema.describe(created)
+    assert schema.differences(upgraded) == []
+
+
+def test_a_sqlite_file_of_something_else_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (text VARCHAR)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="not an mlbench store"):
+        Store(path)
+    tables = [row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")]
+    assert tables == ["notes"]
+
+
 def test_store_from_a_newer_mlbench_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     Store(path).close()
@@ -141,12 +165,19 @@ def test_store_from_a_newer_mlbench_is_refused(tmp_path: Path) -> None:
         Store(path)
 
 
-def test_ingest_columns_mirror_the_table_models() -> None:
-    from mlbench_tui.store.db import INGEST_COLUMNS
+def test_ingested_rows_follow_the_table_models_column_order() -> None:
+    """Rows are built positionally (ingest parser, writer); the inserts take the tables' order."""
+    from mlbench_tui.store.changes import MetricChunk
+    from mlbench_tui.store.writer import written_tables
 
-    by_name = {t.name: t for t in TABLES}
-    for kind, columns in INGEST_COLUMNS.items():
-        assert columns == tuple(c.name for c in by_name[kind].columns), kind
+    columns = {kind: tuple(c.name for c in table.columns) for kind, table in written_tables().items()}
+    assert columns == {
+        "metrics": ("id", *MetricChunk.FIELDS),
+        "logs": ("id", "run_id", "rank", "stream", "seq", "t", "text"),
+        "events": ("id", "run_id", "rank", "kind", "payload", "t"),
+        "batches": ("run_id", "rank", "kind", "session", "seq"),
+        "series": ("id", "run_id", "name"),
+    }
 
 
 def test_server_import_path_avoids_sqlmodel() -> None:

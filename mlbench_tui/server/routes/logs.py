@@ -1,0 +1,40 @@
+"""Routes of log lines: batched ingest from ranks, and cursor reads filtered by rank, stream and regex."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import MAX_PAGE, MAX_RANK, LogBatch, LogsPage
+
+
+def router(api: Api) -> APIRouter:
+    routes = APIRouter(prefix="/v1/runs/{run_id}")
+
+    add_ingest_route(routes, api, "logs", LogBatch)
+
+    @routes.get("/logs", response_model=LogsPage, tags=["reads"])
+    async def read_logs(
+        run_id: RunId,
+        request: Request,
+        since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        rank: Annotated[int | None, Query(ge=0, le=MAX_RANK)] = None,
+        regex: Annotated[str | None, Query(max_length=queries.MAX_REGEX_LEN)] = None,
+        stream: Annotated[str | None, Query(pattern="^(stdout|stderr|system)$")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+    ) -> Response:
+        """Log lines since a cursor, oldest first, filtered by rank, stream and a Python regex."""
+        api.authz.read(request)
+        api.check_run(run_id)
+        return await api.read(
+            request,
+            lambda c: json_response(
+                queries.logs(c, run_id, since=since, rank=rank, regex=regex, stream=stream, limit=limit)
+            ),
+        )
+
+    return routes

@@ -1,0 +1,89 @@
+"""Routes of runs: register, list, read, update and delete runs, and set their ranks' states."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+
+from mlbench_tui.errors import NotFound
+from mlbench_tui.server.results import ends_run, with_result
+from mlbench_tui.server.routes.context import Api, RunId, json_response
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import (
+    MAX_RANK,
+    RankInfo,
+    RankUpdate,
+    RunCreate,
+    RunCreated,
+    RunDetail,
+    RunInfo,
+    RunUpdate,
+)
+
+Rank = Annotated[int, Path(ge=0, le=MAX_RANK)]
+
+
+def router(api: Api) -> APIRouter:
+    routes = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+    @routes.post("", status_code=201, response_model=RunCreated)
+    async def create_run(body: RunCreate, request: Request) -> Response:
+        """Register a run; the answer carries its write token, shown only this once."""
+        api.authz.admin(request)
+        fn, token = api.store.op_create_run(body)
+        detail = await api.write(fn)
+        return json_response(RunCreated(run=detail, write_token=token), status=201)
+
+    @routes.get("", response_model=list[RunInfo])
+    async def list_runs(
+        request: Request,
+        state: Annotated[str | None, Query(max_length=32)] = None,
+        spec_name: Annotated[str | None, Query(max_length=128)] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    ) -> Response:
+        api.authz.read(request)
+        runs = await api.read(
+            request, lambda c: queries.list_runs(c, state=state, spec_name=spec_name, limit=limit)
+        )
+        return json_response(runs)
+
+    @routes.get("/{run_id}", response_model=RunDetail)
+    async def get_run(run_id: RunId, request: Request) -> Response:
+        api.authz.read(request)
+        detail = await api.read(request, lambda c: queries.get_run(c, run_id))
+        if detail is None:
+            raise NotFound(f"run {run_id} not found")
+        return json_response(detail)
+
+    @routes.patch("/{run_id}", response_model=RunDetail)
+    async def update_run(run_id: RunId, body: RunUpdate, request: Request) -> Response:
+        """Change a run; a final state without a result gets the run's result (``server.results``)."""
+        api.authz.admin(request)
+        if ends_run(body):
+            body = await api.read(request, lambda c: with_result(api.store, c, run_id, body))
+        return json_response(await api.write(api.store.op_update_run(run_id, body)))
+
+    @routes.delete("/{run_id}", status_code=204)
+    async def delete_run(run_id: RunId, request: Request) -> Response:
+        """Delete a run with all its metrics, logs, events and ranks."""
+        api.authz.admin(request)
+        await api.write(api.store.op_delete_run(run_id))
+        return Response(status_code=204)
+
+    async def set_rank(run_id: str, rank: int, body: RankUpdate, request: Request) -> Response:
+        if api.authz.write_run(request, run_id) is None:
+            raise NotFound(f"run {run_id} not found")
+        return json_response(await api.write(api.store.op_update_rank(run_id, rank, body)))
+
+    @routes.put("/{run_id}/ranks/{rank}", response_model=RankInfo)
+    async def put_rank(run_id: RunId, rank: Rank, body: RankUpdate, request: Request) -> Response:
+        """Set a rank's state (executor with the admin token, or the rank with the run token)."""
+        return await set_rank(run_id, rank, body, request)
+
+    @routes.patch("/{run_id}/ranks/{rank}", response_model=RankInfo)
+    async def patch_rank(run_id: RunId, rank: Rank, body: RankUpdate, request: Request) -> Response:
+        return await set_rank(run_id, rank, body, request)
+
+    return routes

@@ -1,0 +1,499 @@
+"""The store's single writer: group commit, ack after commit, ids as cursors, change notifications.
+
+Every write goes through one ``Writer`` that owns the only write connection. Requests are queued;
+the writer drains as many as are waiting into one transaction (group commit), commits, and only
+then resolves each request's future, so an acknowledged batch is on disk. The writer assigns row
+ids and series ids itself, so ids are read cursors and live-stream positions without a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, insert
+
+from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.store.changes import Change, MetricChunk
+from mlbench_tui.store.series import SeriesCatalog
+
+# A group transaction stops growing at this many rows or requests, to bound ack latency.
+MAX_GROUP_ROWS = 50_000
+MAX_GROUP_JOBS = 512
+
+# Metric rows are inserted in multi-row VALUES statements of this many rows, and the rest of a
+# group in one statement of exactly its size; each row binds its ``MetricChunk.FIELDS`` and the
+# statement its first id. Statements of every size up to METRIC_CHUNK stay compiled in the
+# connection's statement cache (``engine.STATEMENT_CACHE``).
+METRIC_CHUNK = 128
+METRIC_WIDTH = MetricChunk.WIDTH
+
+# When the loop's previous group had at least LINGER_MIN_GROUP requests (many clients are
+# sending), the next group waits LINGER_ITERATIONS loop iterations so that requests arriving
+# meanwhile join it: fewer, larger commits. A lightly loaded server writes each request at once.
+LINGER_MIN_GROUP = 8
+LINGER_ITERATIONS = 2
+
+
+def written_tables() -> dict[str, Table]:
+    """The tables the writer inserts rows into, by what the rows are. Rows handed to it hold their
+    columns in table order: metric rows ``("id", *MetricChunk.FIELDS)``, log and event rows all
+    but the leading id, batch receipts and series whole."""
+    from mlbench_tui.store import tables  # the models: only where a store is written
+
+    return {
+        "metrics": tables.Metric.__table__,  # type: ignore[attr-defined]
+        "logs": tables.LogLine.__table__,  # type: ignore[attr-defined]
+        "events": tables.Event.__table__,  # type: ignore[attr-defined]
+        "batches": tables.BatchReceipt.__table__,  # type: ignore[attr-defined]
+        "series": tables.Series.__table__,  # type: ignore[attr-defined]
+    }
+
+
+def _chunk_sql(metrics: Table, rows: int) -> str:
+    """``INSERT INTO metrics ... VALUES`` of ``rows`` rows; ?1 is the first id, the rest count up."""
+    values = []
+    for i in range(rows):
+        first = 2 + METRIC_WIDTH * i
+        row_id = "?1" if i == 0 else f"?1+{i}"
+        values.append(f"({row_id},{','.join(f'?{first + k}' for k in range(METRIC_WIDTH))})")
+    columns = ", ".join(c.name for c in metrics.columns)
+    return f"INSERT INTO {metrics.name} ({columns}) VALUES {','.join(values)}"
+
+
+@dataclass
+class _Job:
+    future: concurrent.futures.Future[Any] | asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop | None
+
+    def size(self) -> int:
+        return 1
+
+
+@dataclass
+class _IngestJob(_Job):
+    kind: str = "logs"
+    run_id: str = ""
+    rank: int = 0
+    session: str = ""
+    seq: int = 0
+    rows: list[tuple[Any, ...]] = field(default_factory=list)  # rows without the leading id
+
+    def size(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class _MetricJob(_Job):
+    run_id: str = ""
+    rank: int = 0
+    session: str = ""
+    seq: int = 0
+    params: list[Any] = field(default_factory=list)  # MetricChunk.FIELDS of each row
+
+    def size(self) -> int:
+        return len(self.params) // METRIC_WIDTH
+
+
+@dataclass
+class _CallJob(_Job):
+    fn: Callable[[Connection], tuple[Any, list[Change]]] | None = None
+
+
+_STOP = object()
+
+
+@dataclass
+class _Group:
+    """What a group transaction changed in the writer's memory, to undo it on rollback."""
+
+    next_id: dict[str, int]
+    runs_changed: list[tuple[str, bool]] = field(default_factory=list)  # (run id, added) in order
+    series_written: list[tuple[int, str, str]] = field(default_factory=list)  # (id, run id, name)
+    metric_params: list[Any] = field(default_factory=list)
+    metric_start: int = 0
+
+
+class Writer:
+    """The single writer thread: group commit, ack after commit, change notifications."""
+
+    def __init__(self, engine: Engine, known_runs: Iterable[str]) -> None:
+        self._engine = engine
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._runs: set[str] = set(known_runs)
+        self._next_id: dict[str, int] = {}
+        self._insert_sql: dict[str, str] = {}
+        self._chunk_sql: dict[int, str] = {}  # rows -> INSERT of that many rows, built on first use
+        self.listeners: list[Callable[[list[Change]], None]] = []
+        self._conn = engine.connect()
+        self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")  # the store's Checkpointer does it
+        self._conn.commit()
+        # The DB-API connection under ``_conn``, for the small per-batch receipt statement (the
+        # bulk rows go through Core). Same connection, so same transaction.
+        raw = self._conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
+        self._raw: sqlite3.Connection = raw
+        self._tables = written_tables()
+        for kind, written in self._tables.items():
+            self._insert_sql[kind] = str(insert(written).compile(dialect=engine.dialect))
+        receipt = insert(self._tables["batches"]).prefix_with("OR IGNORE")  # a retried batch: no row
+        self._receipt_sql = str(receipt.compile(dialect=engine.dialect))
+        for kind in ("metrics", "logs", "events"):
+            top = self._conn.exec_driver_sql(f"SELECT max(id) FROM {self._tables[kind].name}").scalar()
+            self._next_id[kind] = int(top or 0) + 1
+        self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
+        self._conn.rollback()
+        self.write_lock = threading.Lock()  # held while a group is written: holding it pauses writes
+        self._inline_loop: asyncio.AbstractEventLoop | None = None
+        self._inline_thread: int | None = None
+        self._pending: collections.deque[_Job] = collections.deque()
+        self._drain_scheduled = False
+        self._last_group = 0  # jobs in the loop's previous group: a busy server lingers (see there)
+        self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    # ---- submission (any thread)
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Run async jobs of ``loop`` inside that loop (None: back to the writer thread).
+
+        A server's requests then commit in its event loop: every request that arrived in one loop
+        iteration is written in one transaction, with no thread hand-off per request. Jobs from
+        other threads still go through the writer thread; ``write_lock`` keeps the two apart.
+        """
+        self._inline_loop = loop
+        self._inline_thread = threading.get_ident() if loop is not None else None
+
+    def ingest_async(
+        self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
+    ) -> asyncio.Future[Any]:
+        """Queue a log or event batch from a loop; resolves to ``(accepted, duplicate)`` after commit."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._submit_async(_IngestJob(fut, loop, kind, run_id, rank, session, seq, rows), loop)
+        return fut
+
+    def ingest_metrics_async(
+        self, run_id: str, rank: int, session: str, seq: int, params: list[Any]
+    ) -> asyncio.Future[Any]:
+        """Queue a metric batch (``MetricChunk`` layout); resolves to ``(accepted, duplicate)``."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._submit_async(_MetricJob(fut, loop, run_id, rank, session, seq, params), loop)
+        return fut
+
+    def _submit_async(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._inline_loop or self._closed:
+            self._put(job)
+            return
+        self._pending.append(job)
+        self._schedule_drain(loop)
+
+    def _schedule_drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            if self._last_group >= LINGER_MIN_GROUP:
+                loop.call_soon(self._linger, loop, LINGER_ITERATIONS)
+            else:
+                loop.call_soon(self._drain_inline)
+
+    def _linger(self, loop: asyncio.AbstractEventLoop, iterations: int) -> None:
+        """Let the loop read and parse what arrived meanwhile before the group is written."""
+        if iterations > 1:
+            loop.call_soon(self._linger, loop, iterations - 1)
+        else:
+            loop.call_soon(self._drain_inline)
+
+    def _drain_inline(self) -> None:
+        """Write and commit the loop's pending requests as one group transaction, in the loop.
+
+        Requests that arrive meanwhile wait in their sockets and form the next group. The commit
+        runs here too: a thread would have to wait for the busy loop's GIL to hand it back.
+        """
+        self._drain_scheduled = False
+        loop = self._inline_loop
+        if not self._pending or loop is None:
+            return
+        if not self.write_lock.acquire(blocking=False):  # the writer thread is busy with a sync job
+            loop.call_later(0.001, self._schedule_drain, loop)
+            return
+        try:
+            jobs: list[_Job] = []
+            rows = 0
+            while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
+                job = self._pending.popleft()
+                jobs.append(job)
+                rows += job.size()
+            self._last_group = len(jobs)
+            self._run_group(jobs)
+        finally:
+            self.write_lock.release()
+        if self._pending:
+            self._schedule_drain(loop)
+
+    async def drain(self) -> None:
+        """Wait until the loop's pending writes are committed (server shutdown)."""
+        while self._pending:
+            await asyncio.sleep(0.005)
+
+    def ingest(
+        self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
+    ) -> tuple[int, bool]:
+        """Store one batch and wait for its commit (threads); returns ``(accepted, duplicate)``.
+
+        Metric rows are ``(name, step, epoch, t, value)``; log and event rows are full table rows
+        without the id.
+        """
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        job: _Job
+        if kind == "metrics":
+            if run_id not in self._runs:  # before handing out series ids for it
+                raise NotFound(f"run {run_id} not found")
+            job = _MetricJob(fut, None, run_id, rank, session, seq, self.series.params(run_id, rank, rows))
+        else:
+            job = _IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
+        self._put(job)
+        result: tuple[int, bool] = fut.result()
+        return result
+
+    def call(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> Any:
+        """Run ``fn(conn)`` in the writer's transaction and return its result (blocking)."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(_CallJob(fut, None, fn))
+        return fut.result()
+
+    def call_async(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._submit_async(_CallJob(fut, loop, fn), loop)
+        return fut
+
+    def _put(self, job: _Job) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+        self._queue.put(job)
+
+    def next_id(self, kind: str) -> int:
+        """The id the next stored row of ``kind`` will get (a store-wide high-water mark)."""
+        return self._next_id[kind]
+
+    def has_run(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish queued work, then stop the thread and close the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    # ---- writer thread
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            job = self._queue.get()
+            if job is _STOP:
+                break
+            jobs = [job]
+            rows = job.size()
+            while rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                jobs.append(nxt)
+                rows += nxt.size()
+            with self.write_lock:
+                self._run_group(jobs)
+
+    def _run_group(self, jobs: list[_Job]) -> None:
+        group = self._new_group()
+        results: list[tuple[Any, BaseException | None]] = []
+        changes: list[Change] = []
+        try:
+            with self._conn.begin():
+                for job in jobs:
+                    results.append(self._apply(job, changes, group))
+                self._flush_metrics(group)
+        except Exception as exc:
+            self._undo(group)
+            if len(jobs) == 1:
+                self._resolve(jobs, [(None, exc)], self._inline_thread)
+                return
+            for job in jobs:  # isolate the failing request: retry one per transaction
+                self._run_group([job])
+            return
+        self._committed(changes)
+        self._resolve(jobs, results, self._inline_thread)
+        self._notify(changes)
+
+    def _new_group(self) -> _Group:
+        return _Group(dict(self._next_id))
+
+    def _undo(self, group: _Group) -> None:
+        """Forget a rolled-back group: ids, runs, and series rows it would have written."""
+        self._next_id = group.next_id
+        for run_id, added in reversed(group.runs_changed):
+            if added:
+                self._runs.discard(run_id)
+            else:
+                self._runs.add(run_id)
+        group.runs_changed = []
+        group.metric_params = []
+        if group.series_written:
+            self.series.put_back(group.series_written)
+            group.series_written = []
+
+    def _committed(self, changes: list[Change]) -> None:
+        for change in changes:
+            if change.kind == "run_deleted":
+                self.series.forget(change.run_id)
+
+    def _notify(self, changes: list[Change]) -> None:
+        if changes:
+            for listener in list(self.listeners):
+                with contextlib.suppress(Exception):
+                    listener(changes)
+
+    def _flush_metrics(self, group: _Group) -> None:
+        """Insert the group's buffered metric rows: an ``executemany`` over ``METRIC_CHUNK``-row
+        VALUES statements, then one statement for the rest (one statement for a typical group)."""
+        params = group.metric_params
+        if not params:
+            return
+        group.metric_params = []
+        n = len(params) // METRIC_WIDTH
+        start = group.metric_start
+        full = n // METRIC_CHUNK
+        if full:
+            width = METRIC_CHUNK * METRIC_WIDTH
+            chunks = [(start + k * METRIC_CHUNK, *params[k * width : (k + 1) * width]) for k in range(full)]
+            self._conn.exec_driver_sql(self._metric_sql(METRIC_CHUNK), chunks)
+        rest = n - full * METRIC_CHUNK
+        if rest:
+            done = full * METRIC_CHUNK
+            self._conn.exec_driver_sql(self._metric_sql(rest), (start + done, *params[done * METRIC_WIDTH :]))
+
+    def _metric_sql(self, rows: int) -> str:
+        sql = self._chunk_sql.get(rows)
+        if sql is None:
+            sql = self._chunk_sql[rows] = _chunk_sql(self._tables["metrics"], rows)
+        return sql
+
+    def _apply(self, job: _Job, changes: list[Change], group: _Group) -> tuple[Any, BaseException | None]:
+        if isinstance(job, _MetricJob):
+            return self._apply_metrics(job, changes, group)
+        self._flush_metrics(group)  # keep metric rows ahead of anything that may delete them
+        conn = self._conn
+        if isinstance(job, _IngestJob):
+            if job.run_id not in self._runs:
+                return None, NotFound(f"run {job.run_id} not found")
+            receipt = self._raw.execute(
+                self._receipt_sql, (job.run_id, job.rank, job.kind, job.session, job.seq)
+            )
+            if receipt.rowcount == 0:
+                return (0, True), None
+            start = self._next_id[job.kind]
+            rows = [(start + i, *row) for i, row in enumerate(job.rows)]
+            self._next_id[job.kind] = start + len(rows)
+            conn.exec_driver_sql(self._insert_sql[job.kind], rows)
+            changes.append(Change(job.kind, job.run_id, rows))
+            return (len(rows), False), None
+        assert isinstance(job, _CallJob) and job.fn is not None
+        try:
+            with conn.begin_nested():
+                result, job_changes = job.fn(conn)
+        except StoreError as exc:
+            return None, exc
+        for change in job_changes:
+            if change.kind == "run" and change.run_id not in self._runs:
+                self._runs.add(change.run_id)
+                group.runs_changed.append((change.run_id, True))
+            elif change.kind == "run_deleted" and change.run_id in self._runs:
+                self._runs.discard(change.run_id)
+                group.runs_changed.append((change.run_id, False))
+        changes.extend(job_changes)
+        return result, None
+
+    def _apply_metrics(
+        self, job: _MetricJob, changes: list[Change], group: _Group
+    ) -> tuple[Any, BaseException | None]:
+        if job.run_id not in self._runs:
+            return None, NotFound(f"run {job.run_id} not found")
+        key = (job.run_id, job.rank, "metrics", job.session, job.seq)
+        receipt = self._raw.execute(self._receipt_sql, key)
+        if receipt.rowcount == 0:
+            return (0, True), None
+        params = job.params
+        if self.series.has_unwritten(job.run_id):  # a name of this run seen for the first time
+            self._write_series(job.run_id, params[::METRIC_WIDTH], group)
+        n = len(params) // METRIC_WIDTH
+        start = self._next_id["metrics"]
+        self._next_id["metrics"] = start + n
+        if not group.metric_params:
+            group.metric_start = start
+        group.metric_params += params
+        names = self.series.names(job.run_id)
+        changes.append(Change("metrics", job.run_id, metrics=MetricChunk(start, job.run_id, params, names)))
+        return (n, False), None
+
+    def _write_series(self, run_id: str, sids: list[int], group: _Group) -> None:
+        for sid, name in self.series.take_unwritten(run_id, sids):
+            group.series_written.append((sid, run_id, name))
+            self._raw.execute(self._insert_sql["series"], (sid, run_id, name))
+
+    @staticmethod
+    def _resolve(
+        jobs: list[_Job], results: list[tuple[Any, BaseException | None]], inline_thread: int | None = None
+    ) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, BaseException | None]]] = {}
+        for job, (result, exc) in zip(jobs, results, strict=True):
+            if job.loop is None:
+                fut = job.future
+                assert isinstance(fut, concurrent.futures.Future)
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+            else:
+                by_loop.setdefault(job.loop, []).append((job.future, result, exc))
+        here = threading.get_ident()
+        for loop, items in by_loop.items():
+            if inline_thread == here and loop.is_running() and _running_loop() is loop:
+                _settle(items)  # committed inside this very loop: settle at once
+                continue
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(_settle, items)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(items: list[tuple[Any, Any, BaseException | None]]) -> None:
+    for fut, result, exc in items:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)

@@ -1,0 +1,123 @@
+"""The single writer on a real SQLite file: group commit, multi-row inserts, rollbacks undone."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from mlbench_tui.errors import NotFound
+from mlbench_tui.store import queries
+from mlbench_tui.store.api_models import RunCreate, RunUpdate
+from mlbench_tui.store.store import Store
+
+
+def test_concurrent_writers_are_group_committed(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="r"))
+    errors: list[BaseException] = []
+
+    def send(rank: int) -> None:
+        try:
+            for seq in range(50):
+                store.ingest_metrics(run.id, rank, seq, [("x", seq, None, 1.0, 1.0)] * 20)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(r,)) for r in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    count = sqlite3.connect(store.path).execute("SELECT count(*) FROM metrics").fetchone()[0]
+    assert count == 8 * 50 * 20
+
+
+def test_batches_of_any_size_store_every_row_once_with_consecutive_ids(store: Store) -> None:
+    """Rows go in as multi-row chunks of several sizes; each size and remainder must land exactly."""
+    run, _ = store.create_run(RunCreate(name="sizes", workers=2))
+    seen: list[tuple[object, ...]] = []
+    assert store.writer is not None
+    store.writer.listeners.append(
+        lambda changes: seen.extend(r for c in changes if c.kind == "metrics" for r in c.rows)
+    )
+    expected = []
+    for seq, n in enumerate([1, 2, 3, 7, 8, 9, 31, 32, 33, 77, 100, 127, 128, 129, 171, 257]):
+        rows = [(f"m{i % 3}", seq * 1000 + i, None if i % 2 else 0.5, 10.0 + i, float(i)) for i in range(n)]
+        assert store.ingest_metrics(run.id, seq % 2, seq, rows).accepted == n
+        expected += [(run.id, seq % 2, *row) for row in rows]
+    db = sqlite3.connect(store.path)
+    got = db.execute(
+        "SELECT id, run_id, rank, name, step, epoch, t, value FROM metrics_v ORDER BY id"
+    ).fetchall()
+    assert [r[0] for r in got] == list(range(1, len(expected) + 1))
+    assert [(r[1], r[2], r[3], r[4], r[6], r[7], r[5]) for r in got] == [
+        (e[0], e[1], e[2], e[3], e[5], e[6], e[4]) for e in expected
+    ]
+    assert seen == got  # live-stream rows: the same rows, ids included
+    assert db.execute("SELECT count(*) FROM series").fetchone() == (3,)  # one per (run, name)
+    page = store.read(lambda c: queries.metrics(c, run.id, names=["m1"], rank=1))
+    assert page.series[0].step == [e[3] for e in expected if e[2] == "m1" and e[1] == 1]
+
+
+def test_a_rolled_back_batch_leaves_its_new_series_to_the_next_one(store: Store) -> None:
+    run, _ = store.create_run(RunCreate(name="rollback"))
+    big = 2**63  # not storable as an SQLite integer: the whole transaction fails
+    with pytest.raises(OverflowError):
+        store.ingest_metrics(run.id, 0, 1, [("fresh", 1, None, 1.0, 1.0), ("bad", big, None, 1.0, 1.0)])
+    assert store.ingest_metrics(run.id, 0, 1, [("fresh", 1, None, 1.0, 2.0)]).accepted == 1  # seq not taken
+    page = store.read(lambda c: queries.metrics(c, run.id))
+    assert [(s.name, s.value) for s in page.series] == [("fresh", [2.0])]
+    db = sqlite3.connect(store.path)
+    assert db.execute(
+        "SELECT count(*) FROM metrics AS m LEFT JOIN series AS s ON s.id = m.series WHERE s.id IS NULL"
+    ).fetchone() == (0,)
+
+
+def test_runs_created_or_deleted_in_a_rolled_back_group_are_known_as_committed(store: Store) -> None:
+    """A group that fails is undone and its requests retried one by one; the writer's view of
+    which runs exist must end up as what was committed, not as the failed group left it."""
+    kept, _ = store.create_run(RunCreate(name="kept"))
+    doomed, _ = store.create_run(RunCreate(name="doomed"))
+    writer = store.writer
+    assert writer is not None
+    results: dict[str, object] = {}
+
+    def call(key: str, fn: Callable[[], object]) -> None:
+        try:
+            results[key] = fn()
+        except Exception as exc:
+            results[key] = exc
+
+    bad = [("x", 2**63, None, 1.0, 1.0)]  # not storable: the group's transaction fails
+    with writer.write_lock:  # the writer takes the first job, then waits here; the rest queue up
+        first = threading.Thread(
+            target=call, args=("first", lambda: store.ingest_metrics(kept.id, 0, 0, bad))
+        )
+        first.start()
+        while not writer._queue.empty():
+            time.sleep(0.001)
+        threads = [
+            threading.Thread(target=call, args=("new", lambda: store.create_run(RunCreate(name="new")))),
+            threading.Thread(target=call, args=("delete", lambda: store.delete_run(doomed.id))),
+            threading.Thread(
+                target=call, args=("update", lambda: store.update_run(kept.id, RunUpdate(state="running")))
+            ),
+            threading.Thread(target=call, args=("bad", lambda: store.ingest_metrics(kept.id, 0, 1, bad))),
+        ]
+        for t in threads:
+            t.start()
+        while writer._queue.qsize() < len(threads):
+            time.sleep(0.001)
+    for t in [first, *threads]:
+        t.join(10)
+    assert isinstance(results["bad"], OverflowError) and isinstance(results["first"], OverflowError)
+    new, _token = results["new"]  # type: ignore[misc]
+    assert writer.has_run(new.id) and writer.has_run(kept.id) and not writer.has_run(doomed.id)
+    assert store.ingest_metrics(new.id, 0, 0, [("loss", 1, None, 1.0, 0.5)]).accepted == 1
+    assert store.ingest_metrics(kept.id, 0, 2, [("loss", 1, None, 1.0, 0.5)]).accepted == 1
+    with pytest.raises(NotFound):
+        store.ingest_metrics(doomed.id, 0, 0, [("loss", 1, None, 1.0, 0.5)])
