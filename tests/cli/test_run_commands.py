@@ -252,10 +252,9 @@ def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
     assert not [pid for pid in pids if processes.is_alive(pid)]
 
 
-def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
-    """apply dies with SIGKILL (no chance to clean up): its ranks keep running, and a later
-    ``mlbench cancel`` from another process still finds and stops every one of them."""
-    spec = _spec(tmp_path, "orphan", repetitions=1_000_000, max_exp=4, num_sizes=8)
+def _apply_then_kill_it(spec: Path) -> str:
+    """Starts ``mlbench apply SPEC`` and SIGKILLs it (no chance to clean up) once its run's ranks
+    are going; the run's id."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlbench_tui", "apply", "-q", str(spec)],
         stdout=subprocess.DEVNULL,
@@ -266,6 +265,14 @@ def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Re
     proc.kill()
     proc.wait(10)
     assert run_id is not None, "the run never got going"
+    return run_id
+
+
+def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
+    """apply dies with SIGKILL (no chance to clean up): its ranks keep running, and a later
+    ``mlbench cancel`` from another process still finds and stops every one of them."""
+    spec = _spec(tmp_path, "orphan", repetitions=1_000_000, max_exp=4, num_sizes=8)
+    run_id = _apply_then_kill_it(spec)
     pids = processes.marked_pids(run_id)
     assert len(pids) >= 3  # the ranks outlived their apply
     assert "state:    running" in mlbench("status", run_id).stdout
@@ -282,16 +289,7 @@ def test_a_run_whose_apply_was_killed_ends_as_its_ranks_said(
     launcher's exit status, so ``mlbench status`` settles the run from every rank's run_stop."""
     assert mlbench("status").returncode == 0  # the server lives in this process and outlives apply
     spec = _spec(tmp_path, "lost", repetitions=20, max_exp=3, num_sizes=4)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlbench_tui", "apply", "-q", str(spec)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=os.environ,
-    )
-    run_id = _running_local_run()
-    proc.kill()
-    proc.wait(10)
-    assert run_id is not None, "the run never got going"
+    run_id = _apply_then_kill_it(spec)
     assert len(processes.marked_pids(run_id)) >= 3  # the ranks outlived their apply
     deadline = time.monotonic() + 120
     while processes.marked_pids(run_id) and time.monotonic() < deadline:
