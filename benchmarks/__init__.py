@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "gpu_step": "benchmarks.gpu_step",
     "gpu_suite": "benchmarks.gpu_suite",
     "tracker_overhead": "benchmarks.tracker_overhead",
+    "telemetry_overhead": "benchmarks.telemetry_overhead",
     "task_steps": "benchmarks.task_steps",
     "powersgd": "benchmarks.powersgd",
     "translation": "benchmarks.translation",

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mlbench_worker import sysmetrics as sm
+
 SPEC_TEXT = """\
 apiVersion: mlbench/v1
 kind: Benchmark
@@ -51,6 +53,7 @@ PHASE_SHARE = {"fwd_pass": 0.30, "comp_loss": 0.03, "backprop": 0.57, "opt_step"
 """How a rank's compute time splits into the tracker's compute phases."""
 
 GIB = 2**30
+MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class RankProfile:
 
 @dataclass(frozen=True)
 class Telemetry:
-    """One hardware series under the ``sys/`` prefix (issue 18's proposal) and how it evolves.
+    """One hardware series under the ``sys/`` prefix (``mlbench_worker.sysmetrics``) and how it evolves.
 
     ``sample(profile, seconds, noise)`` gives the value ``seconds`` into the run; ``noise`` is a
     deterministic number in [-1, 1].
@@ -87,21 +90,21 @@ def _throttled(p: RankProfile, normal: float, throttled: float) -> float:
 
 
 TELEMETRY: tuple[Telemetry, ...] = (
-    Telemetry("sys/cpu_percent", lambda p, s, n: 102.0 + 6.0 * n),
-    Telemetry("sys/rss_bytes", lambda p, s, n: 6.2 * GIB + 1e4 * s + 5e6 * n),
-    Telemetry("sys/host_mem_available_bytes", lambda p, s, n: 1400 * GIB - 8 * 6.2 * GIB + 1e8 * n),
-    Telemetry("sys/gpu_util_percent", lambda p, s, n: _throttled(p, 86.0, 99.0) + 2.0 * n),
-    Telemetry("sys/gpu_mem_used_bytes", lambda p, s, n: 61.5 * GIB + 2e7 * n),
-    Telemetry("sys/gpu_mem_peak_allocated_bytes", lambda p, s, n: 54.0 * GIB),
-    Telemetry("sys/gpu_power_w", lambda p, s, n: _throttled(p, 640.0, 455.0) + 25.0 * n),
-    Telemetry("sys/gpu_energy_j", lambda p, s, n: _throttled(p, 640.0, 455.0) * s),
-    Telemetry("sys/gpu_sm_clock_mhz", lambda p, s, n: _throttled(p, 1980.0, 1395.0) + 15.0 * n),
-    Telemetry("sys/gpu_temp_c", lambda p, s, n: _throttled(p, 64.0, 88.0) + 1.5 * n),
-    Telemetry("sys/net_sent_bytes", lambda p, s, n: 2.9e7 * s),
-    Telemetry("sys/net_recv_bytes", lambda p, s, n: 2.9e7 * s),
+    Telemetry(sm.CPU_PERCENT, lambda p, s, n: 102.0 + 6.0 * n),
+    Telemetry(sm.RSS_MIB, lambda p, s, n: (6.2 * GIB + 1e4 * s + 5e6 * n) / MIB),
+    Telemetry(sm.HOST_MEM_AVAILABLE_MIB, lambda p, s, n: (1400 * GIB - 8 * 6.2 * GIB + 1e8 * n) / MIB),
+    Telemetry(sm.GPU_UTIL, lambda p, s, n: _throttled(p, 86.0, 99.0) + 2.0 * n),
+    Telemetry(sm.GPU_MEM_USED_MIB, lambda p, s, n: (61.5 * GIB + 2e7 * n) / MIB),
+    Telemetry(sm.GPU_MEM_PEAK_MIB, lambda p, s, n: 54.0 * GIB / MIB),
+    Telemetry(sm.GPU_POWER_W, lambda p, s, n: _throttled(p, 640.0, 455.0) + 25.0 * n),
+    Telemetry(sm.GPU_ENERGY_J, lambda p, s, n: _throttled(p, 640.0, 455.0) * s),
+    Telemetry(sm.GPU_SM_CLOCK_MHZ, lambda p, s, n: _throttled(p, 1980.0, 1395.0) + 15.0 * n),
+    Telemetry(sm.GPU_TEMP_C, lambda p, s, n: _throttled(p, 64.0, 88.0) + 1.5 * n),
+    Telemetry(sm.NET_SENT_MIB_S, lambda p, s, n: 2.9e7 / MIB),
+    Telemetry(sm.NET_RECV_MIB_S, lambda p, s, n: 2.9e7 / MIB),
 )
-"""The telemetry series every rank samples once per reporter interval: one list to update when
-the sampler of issue 18 settles its names."""
+"""The telemetry series every rank samples once per reporter interval, named and scaled as the
+worker's sampler reports them (``mlbench_worker.sysmetrics``; the once-per-run limits left out)."""
 
 
 def noise(rank: int, k: int, salt: int) -> float:

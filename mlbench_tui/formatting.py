@@ -41,7 +41,8 @@ def format_age(moment: datetime | None, now: datetime | None = None, *, unknown:
 
 def format_figure(value: float | str | None, unit: str = "", *, unknown: str = "-") -> str:
     """A measured figure for a results table: ``16.0s``, ``1.67x``, ``83%`` (of a fraction),
-    ``$0.0042``, or a number to four significant digits."""
+    ``$0.0042``, memory (``MiB``: ``812M``, ``1.2G``), energy (``kWh``: ``0.0123 kWh``), or a
+    number to four significant digits."""
     if value is None:
         return unknown
     if isinstance(value, str):
@@ -54,9 +55,21 @@ def format_figure(value: float | str | None, unit: str = "", *, unknown: str = "
         return f"{100 * float(value):.0f}%"
     if unit == "$":
         return f"${float(value):.4f}"
+    if unit == "MiB":
+        return format_mib(float(value))
+    if unit == "kWh":
+        return f"{float(value):.3g} kWh"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def format_mib(mib: float) -> str:
+    """``812M``, ``1.2G``, ``80G``: mebibytes in binary units, like Kubernetes quantities."""
+    if mib < 1000:
+        return f"{mib:.0f}M"
+    gib = mib / 1024
+    return f"{gib:.1f}G" if gib < 10 else f"{gib:.0f}G"
 
 
 def render_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str] | None = None) -> str:

@@ -98,6 +98,10 @@ class RunPlan(_Frozen):
     target: Target = Field(description="The spec's target: local processes, a Kubernetes or a Slurm cluster.")
     price_per_hour: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    telemetry_interval_s: float | None = Field(
+        default=1.0, description="Seconds between hardware telemetry samples per rank; None: off."
+    )
+    price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
 
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
@@ -126,6 +130,7 @@ def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
         "data": plan.data.model_dump(),
         "hyperparameters": dict(plan.hyperparameters),
         "implementation": plan.implementation.model_dump(),
+        "telemetry_interval_s": plan.telemetry_interval_s,
     }
 
 
@@ -233,6 +238,8 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     target=body.target,
                     price_per_hour=body.price_per_hour,
                     labels=dict(spec.metadata.labels),
+                    telemetry_interval_s=body.telemetry.interval_s,
+                    price_per_kwh=body.price_per_kwh,
                 )
             )
     return plans

@@ -1,5 +1,6 @@
 """Suite-wide fixtures: every test gets its own MLBENCH_HOME so no test touches a user's store;
-``slurm_cluster`` is a real two-node Slurm cluster on 127.0.0.1 shared by the session."""
+``slurm_cluster`` is a real two-node Slurm cluster on 127.0.0.1 shared by the session, and
+``scale_store`` / ``scale_server`` a finished 1,024-rank run and a server over it, built once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from support.slurm import SlurmCluster, start_cluster, why_unavailable
 
 if TYPE_CHECKING:
+    from benchmarks.scale_store import ScaleStore
     from mlbench_tui.executors import slurm_cluster as slurm_clusters
+    from mlbench_tui.server.serve import EmbeddedServer
 
 
 @pytest.fixture(autouse=True)
@@ -47,3 +50,26 @@ def slurm_recorded(slurm_cluster: SlurmCluster, _isolated_home: Path) -> slurm_c
     cluster = slurm_clusters.SlurmCluster(name="test", partition="debug", conf=str(slurm_cluster.conf))
     SlurmProvider().add(cluster)
     return cluster
+
+
+@pytest.fixture(scope="session")
+def scale_store(tmp_path_factory: pytest.TempPathFactory) -> ScaleStore:
+    """A finished run of 1,024 ranks (``benchmarks.scale_store``: sent through a real server, with
+    stragglers, tracker totals, telemetry and logs), built once per session: 2 epochs of 3
+    report windows, telemetry every second window."""
+    from benchmarks.scale_store import build_scale_store
+
+    path = tmp_path_factory.mktemp("scale") / "store.db"
+    return build_scale_store(path, ranks=1024, epochs=2, windows_per_epoch=3, telemetry_every=2)
+
+
+@pytest.fixture(scope="session")
+def scale_server(scale_store: ScaleStore) -> Iterator[EmbeddedServer]:
+    """One server over ``scale_store`` for the session's readers (tests that write make their own)."""
+    from mlbench_tui.server.serve import EmbeddedServer
+
+    server = EmbeddedServer(scale_store.path, record=False).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -32,6 +32,10 @@ def test_figures_and_tables() -> None:
     ]
     assert format_figure(0.00123, "$") == "$0.0012" and format_figure(71.23456) == "71.23"
     assert format_figure(None, "s") == "-" and format_figure(3) == "3"
+    assert [format_figure(v, "MiB") for v in (12.0, 999.0, 1000.0, 1536.0, 10240.0, 81559.0)] == [
+        "12M", "999M", "1.0G", "1.5G", "10G", "80G",
+    ]  # fmt: skip
+    assert format_figure(0.0123456, "kWh") == "0.0123 kWh"
     table = render_table([{"RUN": "a", "STATE": "succeeded"}, {"RUN": "long-name", "STATE": "failed"}])
     assert table.splitlines() == ["RUN        STATE", "a          succeeded", "long-name  failed"]
     assert render_table([]) == ""

@@ -237,3 +237,33 @@ def test_ranks_per_node_is_planned_per_world_size_and_keeps_old_hashes() -> None
     plain = make(body)
     assert "ranks_per_node" not in plain.normalized()["spec"]["hardware"]  # specs from before: same hash
     assert spec_hash(make({**body, "hardware": {"gpu": "1xH100", "ranks_per_node": 4}})) != spec_hash(plain)
+
+
+@pytest.mark.parametrize(
+    ("telemetry", "interval"),
+    [
+        (None, 1.0),
+        ("off", None),
+        (False, None),
+        ("on", 1.0),
+        ({"interval": "2s"}, 2.0),
+        ({"interval": 0.5}, 0.5),
+    ],
+)
+def test_telemetry_interval_reaches_the_worker(telemetry: Any, interval: float | None) -> None:
+    from mlbench_worker.config import parse_config
+
+    body: dict[str, Any] = {"task": "1a", "price_per_kwh": 0.25}
+    if telemetry is not None:
+        body["telemetry"] = telemetry
+    (plan,) = expand(make(body))
+    assert plan.telemetry_interval_s == interval and plan.price_per_kwh == 0.25
+    assert parse_config(worker_config(plan, "r")).telemetry_interval_s == interval
+
+
+def test_telemetry_and_energy_price_at_their_defaults_keep_the_spec_hash() -> None:
+    plain = make({"task": "1a"})
+    assert not {"telemetry", "price_per_kwh"} & set(plain.normalized()["spec"])
+    assert spec_hash(make({"task": "1a", "telemetry": {"interval": "1s"}})) == spec_hash(plain)
+    assert spec_hash(make({"task": "1a", "telemetry": "off"})) != spec_hash(plain)
+    assert spec_hash(make({"task": "1a", "price_per_kwh": 0.3})) != spec_hash(plain)

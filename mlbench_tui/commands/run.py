@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help="list runs, or show one run in detail")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or name")
     p.add_argument("-n", "--limit", type=_positive, default=50, help="how many runs to list (default 50)")
+    _ranks_option(p)
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("logs", help="print a run's logs (all ranks, or one)")
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ref", nargs="?", metavar="RUN|SPEC", help="run id/name, spec file/directory, or spec name"
     )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    _ranks_option(p)
     p.set_defaults(handler=cmd_results)
 
     p = sub.add_parser(
@@ -91,6 +93,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "print its report and exit 1 when the log does not comply",
     )
     p.set_defaults(handler=cmd_export)
+
+
+def _ranks_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ranks",
+        type=_rank_choice,
+        metavar="all|SET",
+        help="list these ranks of a run, each on a line: all, or a set such as 0-7,512 (by default a "
+        "large run's ranks are summarised: spread of their figures, worst ranks, ranks in odd states)",
+    )
+
+
+def _rank_choice(text: str) -> object:
+    from mlbench_tui.ranksets import RankSetError
+    from mlbench_tui.runs.ranks import parse_rank_choice
+
+    try:
+        return parse_rank_choice(text)
+    except RankSetError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _positive(text: str) -> int:
@@ -148,7 +170,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from mlbench_tui.runs.status import status_detail, status_table
 
     client = _client()
-    write_text(sys.stdout, status_detail(client, args.run) if args.run else status_table(client, args.limit))
+    if args.run:
+        write_text(sys.stdout, status_detail(client, args.run, args.ranks))
+    elif args.ranks is not None:
+        from mlbench_tui.errors import UsageError
+
+        raise UsageError("--ranks lists the ranks of one run", hint="name it: mlbench status RUN --ranks all")
+    else:
+        write_text(sys.stdout, status_table(client, args.limit))
     return 0
 
 
@@ -175,11 +204,12 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs.results import collect_results, results_output, sweep_curves
+    from mlbench_tui.runs.results import collect_results, results_output, run_ranks, sweep_curves
 
     client = _client()
     results = collect_results(client, args.ref)
-    write_text(sys.stdout, results_output(results, args.output, sweep_curves(client, results)))
+    ranks = run_ranks(client, results, args.ranks)
+    write_text(sys.stdout, results_output(results, args.output, sweep_curves(client, results), ranks))
     return 0
 
 

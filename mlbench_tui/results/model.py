@@ -9,7 +9,7 @@ ignored. To add a figure: one field here (with its default and description) and 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -73,6 +73,43 @@ class AllreduceFigures(_Loose):
     note: str | None = Field(default=None, description="Why there is no bandwidth, or why it is flagged.")
 
 
+class RankTelemetryFigures(_Loose):
+    """One rank's hardware figures from its telemetry (None where it reported no such series)."""
+
+    rank: int
+    peak_rss_mib: float | None = Field(default=None, description="Peak resident memory of the process.")
+    mem_limit_mib: float | None = Field(default=None, description="The memory limit of its cgroup (pod).")
+    peak_gpu_mem_mib: float | None = Field(
+        default=None, description="The framework's peak allocated GPU memory (else NVML's peak in use)."
+    )
+    mean_gpu_util: float | None = Field(default=None, description="Mean GPU utilisation (%) while timed.")
+    energy_j: float | None = Field(default=None, description="GPU energy from run_start to run_stop.")
+    energy_to_accuracy_j: float | None = Field(default=None, description="GPU energy to the goal.")
+    energy_source: Literal["counter", "power"] | None = Field(
+        default=None, description="NVML's energy counter, or its integrated power draw."
+    )
+
+
+class TelemetryFigures(_Loose):
+    """A run's hardware figures (``results.telemetry``): the worst rank's peaks, the mean GPU
+    utilisation over ranks, the GPU energy of all ranks together and what it cost."""
+
+    peak_rss_mib: float | None = None
+    peak_gpu_mem_mib: float | None = None
+    mean_gpu_util: float | None = Field(default=None, description="Percent, between run_start and run_stop.")
+    energy_j: float | None = Field(default=None, description="All GPUs, run_start to run_stop.")
+    energy_to_accuracy_j: float | None = Field(default=None, description="All GPUs, run_start to the goal.")
+    energy_to_accuracy_kwh: float | None = None
+    energy_cost: float | None = Field(
+        default=None, description="Energy to accuracy x the spec's price_per_kwh."
+    )
+    price_per_kwh: float | None = None
+    energy_source: Literal["counter", "power"] | None = Field(
+        default=None, description="'power' when any rank's energy was integrated from its power draw."
+    )
+    ranks: list[RankTelemetryFigures] = Field(default_factory=list)
+
+
 class RunResult(_Loose):
     """The result of one run: identity, outcome against its goal, where the time went, what it cost."""
 
@@ -108,6 +145,9 @@ class RunResult(_Loose):
     allreduce: dict[str, AllreduceFigures] | None = None
     cost_to_target: float | None = None
     price_per_hour: float | None = None
+    telemetry: TelemetryFigures | None = Field(
+        default=None, description="Peak memory, GPU utilisation and energy; None without telemetry."
+    )
     speedup: float | None = Field(default=None, description="Against the 1-worker runs of the spec.")
     efficiency: float | None = Field(default=None, description="Speedup per worker.")
     one_worker_time_s: float | None = Field(

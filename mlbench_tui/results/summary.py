@@ -19,6 +19,7 @@ from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import cost_to_target
+from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
     TRACKER_TOTALS,
     EventRecord,
@@ -81,8 +82,9 @@ def fingerprint(events: Iterable[EventRecord], host: Mapping[str, Any] | None = 
 
 def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
-    totals and train/validation times, the all-reduce figures (not the per-step training series)."""
-    wanted = {"time_train", "time_validation", *TRACKER_TOTALS}
+    totals and train/validation times, the all-reduce figures, the telemetry series its memory,
+    utilisation and energy come from (not the per-step training series)."""
+    wanted = {"time_train", "time_validation", *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 
@@ -176,6 +178,7 @@ def summarize_run(
         time_split=time_split(metrics),
         allreduce=allreduce_summary(metrics, events, plan.workers),
         price_per_hour=plan.price_per_hour,
+        telemetry=run_figures(metrics, events, plan.price_per_kwh),
         failures=[dict(e.payload) for e in events if e.kind == "rank_failed"],
         fingerprint=fingerprint(events, host),
     )

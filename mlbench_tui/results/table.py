@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlbench_tui.formatting import format_figure, render_table
-from mlbench_tui.results.model import AllreduceFigures, RunResult
+from mlbench_tui.results.model import AllreduceFigures, RankTelemetryFigures, RunResult, TelemetryFigures
 from mlbench_tui.results.scoring import config_key, score_configs
 
 
@@ -38,6 +38,56 @@ def outcome_text(result: RunResult) -> str:
     return f"{goal.metric.removeprefix('val_global_')} {best} (goal {op} {goal.target})"
 
 
+def telemetry_lines(figures: TelemetryFigures) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of a run's hardware figures for ``mlbench status`` and the TUI:
+    peak memory (against the pod's limit), GPU utilisation, energy and its cost."""
+    worst = max(
+        (r for r in figures.ranks if r.peak_rss_mib is not None),
+        key=lambda r: r.peak_rss_mib or 0.0,
+        default=None,
+    )
+    lines: list[tuple[str, str]] = []
+    if worst is not None:
+        text = f"peak {format_figure(worst.peak_rss_mib, 'MiB')} resident (rank {worst.rank}"
+        text += f" of {len(figures.ranks)}"
+        if worst.mem_limit_mib is not None:
+            text += f", limit {format_figure(worst.mem_limit_mib, 'MiB')}"
+        lines.append(("memory", text + ")"))
+    if figures.peak_gpu_mem_mib is not None:
+        lines.append(("gpu memory", f"peak {format_figure(figures.peak_gpu_mem_mib, 'MiB')} allocated"))
+    if figures.mean_gpu_util is not None:
+        lines.append(("gpu util", f"{figures.mean_gpu_util:.0f}% mean over ranks while the run was timed"))
+    source = {"counter": "NVML energy counter", "power": "integrated NVML power"}.get(
+        figures.energy_source or ""
+    )
+    if figures.energy_to_accuracy_j is not None:
+        text = f"{format_figure(figures.energy_to_accuracy_kwh, 'kWh')} to accuracy"
+        text += f" ({figures.energy_to_accuracy_j / 1000:.3g} kJ, all GPUs, {source})"
+        if figures.energy_cost is not None:
+            text += f", {format_figure(figures.energy_cost, '$')} at {figures.price_per_kwh:g}/kWh"
+        lines.append(("energy", text))
+    elif figures.energy_j is not None:
+        lines.append(
+            ("energy", f"{figures.energy_j / 1000:.3g} kJ run_start to run_stop (all GPUs, {source})")
+        )
+    return lines
+
+
+def rank_figures_text(figures: RankTelemetryFigures) -> str:
+    """One rank's hardware figures on one line: ``rss 1.8G/4.0G  gpu mem 12G  util 88%  42.1 kJ``."""
+    parts = []
+    if figures.peak_rss_mib is not None:
+        limit = f"/{format_figure(figures.mem_limit_mib, 'MiB')}" if figures.mem_limit_mib is not None else ""
+        parts.append(f"rss {format_figure(figures.peak_rss_mib, 'MiB')}{limit}")
+    if figures.peak_gpu_mem_mib is not None:
+        parts.append(f"gpu mem {format_figure(figures.peak_gpu_mem_mib, 'MiB')}")
+    if figures.mean_gpu_util is not None:
+        parts.append(f"util {figures.mean_gpu_util:.0f}%")
+    if figures.energy_j is not None:
+        parts.append(f"{figures.energy_j / 1000:.3g} kJ")
+    return "  ".join(parts)
+
+
 def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
     """One row per run, with speedup/efficiency against the 1-worker runs among ``results``
     (else the figures stored with the run when it finished)."""
@@ -52,7 +102,7 @@ def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
         row = {"RUN": result.name or "-"}
         if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
             row["FRAMEWORK"] = result.framework
-        split = result.time_split
+        split, hw = result.time_split, result.telemetry or TelemetryFigures()
         rows.append(
             row
             | {
@@ -67,6 +117,11 @@ def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
                 "SPEEDUP": format_figure(speedup, "x"),
                 "EFFICIENCY": format_figure(efficiency, "%"),
                 "COST": format_figure(result.cost_to_target, "$"),
+                "PEAK MEM": format_figure(hw.peak_rss_mib, "MiB"),
+                "GPU MEM": format_figure(hw.peak_gpu_mem_mib, "MiB"),
+                "GPU UTIL": format_figure(None if hw.mean_gpu_util is None else hw.mean_gpu_util / 100, "%"),
+                "ENERGY TO ACC": format_figure(hw.energy_to_accuracy_kwh, "kWh"),
+                "ENERGY COST": format_figure(hw.energy_cost, "$"),
                 "WALL": format_figure(result.wall_time_s, "s"),
             }
         )

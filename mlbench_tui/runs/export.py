@@ -14,7 +14,7 @@ import io
 import json
 import tempfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ PUBLISHED = (
     "allreduce",
     "cost_to_target",
     "wall_time_s",
+    "telemetry",
 )
 
 
@@ -108,9 +109,11 @@ def write_export(
     logs: Iterable[LogRecord],
     *,
     mllog: Sequence[str] | None = None,
+    power: Mapping[str, Sequence[str]] | None = None,
 ) -> Path:
     """Write the run's archive to ``path`` (a ``.zip``); returns the path. ``mllog``: the lines of
-    ``mllog.txt`` (``results.mllog.mllog_lines``), left out when None."""
+    ``mllog.txt`` (``results.mllog.mllog_lines``), left out when None; ``power``: MLPerf power
+    logs by archive path (``results.power_log.power_logs``)."""
     path = Path(path)
     try:
         plan: RunPlan | None = RunPlan.model_validate(run.plan)
@@ -140,6 +143,8 @@ def write_export(
             archive.writestr(MLLOG, "\n".join(mllog) + "\n")
             for rules in sorted(RULES.glob("*.yaml")):
                 archive.writestr(f"{MLLOG_RULES}/{rules.name}", rules.read_text(encoding="utf-8"))
+        for name, power_lines in (power or {}).items():
+            archive.writestr(name, "\n".join(power_lines) + "\n")
     tmp.replace(path)
     return path
 
@@ -169,6 +174,7 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
     has everything else, and says so. ``org``: the log's ``submission_org`` (default: the spec's
     ``org`` label)."""
     from mlbench_tui.results.mllog import INSTALL_HINT, MllogUnavailable, mllog_lines
+    from mlbench_tui.results.power_log import power_logs
 
     target = Path(output)
     if target.is_dir():
@@ -177,12 +183,14 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
     metrics = read_metrics(client, run.id)
     events = read_events(client, run.id)
     lines: list[str] | None = None
+    power: dict[str, list[str]] = {}
     left_out: list[str] = []
     try:
         plan = RunPlan.model_validate(run.plan)
         lines = mllog_lines(plan, metrics, events, state=run.state.value, org=org, message=run.error)
+        power = power_logs(metrics, events)
     except MllogUnavailable:
-        left_out.append(f"mllog.txt (MLPerf's log): {INSTALL_HINT}")
+        left_out.append(f"mllog.txt (MLPerf's log) and power/ (its GPU power logs): {INSTALL_HINT}")
     except ValueError as exc:  # a plan stored by an older version that this one cannot read
         left_out.append(f"mllog.txt (MLPerf's log): the run's stored plan is not readable ({exc})")
     logs: list[LogRecord] = []
@@ -194,7 +202,7 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
             break
         cursor = lpage.cursor
     try:
-        path = write_export(target, run, metrics, events, logs, mllog=lines)
+        path = write_export(target, run, metrics, events, logs, mllog=lines, power=power)
     except OSError as exc:
         raise MlbenchError(f"cannot write {target}: {exc.strerror or exc}") from None
     return Exported(path, tuple(left_out))

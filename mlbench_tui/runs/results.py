@@ -1,15 +1,18 @@
 """``mlbench results``: the results of a run, a spec or every finished run, as a table (with
-repeat scores, and the all-reduce curves of 0a runs per message size) or JSON. Results are the
-ones the server stored when each run ended; ``mlbench report`` draws the same runs.
+repeat scores, the all-reduce curves of 0a runs per message size, and one run's ranks summarised
+or listed) or JSON. Results are the ones the server stored when each run ended; ``mlbench
+report`` draws the same runs.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from mlbench_tui.errors import UsageError
 from mlbench_tui.results.allreduce import PREFIX as ALLREDUCE_PREFIX
 from mlbench_tui.results.allreduce import (
     SweepCurve,
@@ -20,14 +23,16 @@ from mlbench_tui.results.allreduce import (
     sweep_tables,
 )
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.ranks import RankFigures
 from mlbench_tui.results.scoring import score_configs
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, RunNotFound, resolve_run
+from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
 from mlbench_tui.runs.reads import read_metrics
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-    from mlbench_tui.store.api_models import RunInfo
+    from mlbench_tui.store.api_models import RunDetail, RunInfo
 
 
 def collect_results(client: MlbenchClient, ref: str | None) -> list[RunResult]:
@@ -76,13 +81,51 @@ def sweep_curves(client: MlbenchClient, results: Sequence[RunResult]) -> list[Sw
     return aggregate(runs)
 
 
-def results_output(results: Sequence[RunResult], output: str, curves: Sequence[SweepCurve] = ()) -> str:
-    """The results table (and the all-reduce tables of 0a runs), or with ``output == "json"``
-    every result, the repeat scores and the all-reduce curves."""
+@dataclass(frozen=True)
+class RunRanks:
+    """One run's ranks with their figures, and which of them to list."""
+
+    run: RunDetail
+    figures: dict[int, RankFigures]
+    choice: RankChoice = None
+
+
+def run_ranks(
+    client: MlbenchClient, results: Sequence[RunResult], choice: RankChoice = None
+) -> RunRanks | None:
+    """The ranks of the one run ``results`` hold, when it had several (or ``choice`` asks for
+    them): its states and every rank's figures, in two requests. ``choice`` needs one run."""
+    runs = [r for r in results if r.run_id]
+    if choice is not None and len(runs) != 1:
+        raise UsageError(
+            f"--ranks lists the ranks of one run; these results hold {len(runs)}",
+            hint="name one run: mlbench results RUN --ranks all",
+        )
+    if len(runs) != 1 or (runs[0].workers <= 1 and choice is None):
+        return None
+    run_id = runs[0].run_id
+    assert run_id is not None
+    return RunRanks(client.get_run(run_id), rank_figures(client, run_id), choice)
+
+
+def results_output(
+    results: Sequence[RunResult],
+    output: str,
+    curves: Sequence[SweepCurve] = (),
+    ranks: RunRanks | None = None,
+) -> str:
+    """The results table (and the all-reduce tables of 0a runs, and a run's ranks), or with
+    ``output == "json"`` every result, the repeat scores, the all-reduce curves and the ranks."""
     if output == "json":
         scores = [score.as_dict() for score in score_configs(results)]
         runs = [result.model_dump(mode="json") for result in results]
-        document = {"runs": runs, "scores": scores, "allreduce": sweep_json(curves)}
+        document: dict[str, Any] = {"runs": runs, "scores": scores, "allreduce": sweep_json(curves)}
+        if ranks is not None:
+            document["ranks"] = ranks_json(ranks.run, ranks.figures, ranks.choice)
         return json.dumps(document, indent=2, default=str)
     text = render_results(results) or "no finished runs"
-    return text + ("\n\n" + sweep_tables(curves) if curves else "")
+    if curves:
+        text += "\n\n" + sweep_tables(curves)
+    if ranks is not None:
+        text += "\n\n" + "\n".join(ranks_section(ranks.run, ranks.figures, ranks.choice))
+    return text

@@ -1,4 +1,4 @@
-"""``mlbench status``: the latest runs as a table, or one run in detail with its ranks and result."""
+"""``mlbench status``: the latest runs as a table, or one run in detail with its result and ranks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_age, format_figure, render_table
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.table import outcome_text
+from mlbench_tui.results.table import outcome_text, rank_figures_text, telemetry_lines
 from mlbench_tui.runs.lookup import reconcile, resolve_run
+from mlbench_tui.runs.ranks import RankChoice, ranks_lines
 from mlbench_tui.spec.tasks import get_task
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ def _live_text(client: MlbenchClient, run: RunInfo) -> str:
     return f"{measured} {task.sweep.unit} measured so far"
 
 
-def status_detail(client: MlbenchClient, ref: str) -> str:
-    """``mlbench status RUN``: one run with its ranks and result."""
+def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> str:
+    """``mlbench status RUN``: one run with its result and its ranks (listed, or summarised for
+    a large run; ``ranks`` chooses which to list)."""
     run = resolve_run(client, ref)
     if reconcile(client, run).state != run.state:
         run = client.get_run(run.id)
@@ -99,10 +101,12 @@ def status_detail(client: MlbenchClient, ref: str) -> str:
                 f"time:     compute {split.compute:.1f}s, communication {split.communication:.1f}s "
                 f"({100 * split.communication_fraction:.0f}%), preprocess {split.preprocess:.1f}s"
             )
+        if run.result.telemetry is not None:
+            lines += [f"{label + ':':<10}{text}" for label, text in telemetry_lines(run.result.telemetry)]
+    hardware = {
+        r.rank: rank_figures_text(r)
+        for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])
+    }
     if run.ranks:
-        lines.append("ranks:")
-        for rank in run.ranks:
-            where = f"{rank.host or '?'}:{rank.pid}" if rank.pid else rank.host or "-"
-            extra = f"  {rank.message}" if rank.message else ""
-            lines.append(f"  {rank.rank:>3}  {rank.state!s:<10} {where}{extra}")
+        lines += ranks_lines(client, run, ranks, hardware)
     return "\n".join(lines)

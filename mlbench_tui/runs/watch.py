@@ -276,22 +276,27 @@ class Runner:
     def _update_ranks(
         self, active: ActiveRun, status: RunStatus | None, final_state: RunState | None = None
     ) -> None:
+        """Send the ranks whose state changed since the last poll, all in one request."""
         if status is None:
             return
+        changed: dict[int, tuple[Any, ...]] = {}
+        updates = []
         for rank in status.ranks:
             seen = (rank.state, rank.host, rank.pid, rank.message)
             if final_state is None and active.rank_seen.get(rank.rank) == seen:
                 continue
             state = final_state or rank.state
-            try:
-                self.client.update_rank(
-                    active.run_id,
-                    rank.rank,
-                    RankUpdate(state=state, host=rank.host, pid=rank.pid, message=rank.message),
-                )
-            except MlbenchError:
-                continue
-            active.rank_seen[rank.rank] = seen
+            changed[rank.rank] = seen
+            updates.append(
+                (rank.rank, RankUpdate(state=state, host=rank.host, pid=rank.pid, message=rank.message))
+            )
+        if not updates:
+            return
+        try:
+            self.client.update_ranks(active.run_id, updates)
+        except MlbenchError:
+            return  # sent again at the next poll
+        active.rank_seen.update(changed)
 
     # many runs -----------------------------------------------------------------------------
 

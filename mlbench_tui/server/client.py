@@ -23,9 +23,11 @@ from mlbench_tui.store.api_models import (
     EventsPage,
     Health,
     LogsPage,
+    MetricBands,
     MetricName,
     MetricsPage,
     RankInfo,
+    RanksLatest,
     RankUpdate,
     RunCreate,
     RunCreated,
@@ -38,6 +40,7 @@ M = TypeVar("M", bound=BaseModel)
 
 _RUN_LIST = TypeAdapter(list[RunInfo])
 _NAMES = TypeAdapter(list[MetricName])
+_RANKS = TypeAdapter(list[RankInfo])
 
 
 class ServerTimeout(ServerError):
@@ -64,6 +67,13 @@ class StreamEvent:
     id: str | None = None
 
 
+def needs_tls(url: str) -> bool:
+    """Whether ``url`` is served over TLS. Only then does an httpx client need its certificate
+    store loaded (``verify``): loading it costs tens of ms per client, and a plain-http client
+    (the default server on 127.0.0.1) never uses it; redirects are not followed."""
+    return url.lower().startswith("https:")
+
+
 class MlbenchClient:
     """Client of one server with one bearer token (admin, read, or a run's write token)."""
 
@@ -71,7 +81,7 @@ class MlbenchClient:
         self.url = url.rstrip("/")
         self.token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=needs_tls(url))
         self._timeout = timeout
         self._session = secrets.token_hex(6)
         self._seq = itertools.count()
@@ -171,6 +181,16 @@ class MlbenchClient:
             self._request("PUT", f"/v1/runs/{run_id}/ranks/{rank}", json=payload, token=token), RankInfo
         )
 
+    def update_ranks(
+        self, run_id: str, updates: Sequence[tuple[int, RankUpdate]], *, token: str | None = None
+    ) -> list[RankInfo]:
+        """Set the states of many ranks in one request."""
+        items = [
+            {"rank": rank, **update.model_dump(mode="json", exclude_unset=True)} for rank, update in updates
+        ]
+        resp = self._request("PUT", f"/v1/runs/{run_id}/ranks", json={"ranks": items}, token=token)
+        return _RANKS.validate_json(resp.content)
+
     # ---- ingest (a run's write token, or the admin token)
 
     def _batch(
@@ -257,6 +277,18 @@ class MlbenchClient:
         resp = self._request("GET", f"/v1/runs/{run_id}/metrics", params=params, timeout=timeout)
         return self._model(resp, MetricsPage)
 
+    def latest(self, run_id: str, names: Sequence[str]) -> RanksLatest:
+        """Every rank's latest point of each of ``names`` (one request whatever the rank count)."""
+        resp = self._request("GET", f"/v1/runs/{run_id}/metrics/latest", params={"name": list(names)})
+        return self._model(resp, RanksLatest)
+
+    def bands(self, run_id: str, names: Sequence[str], *, points: int = 200) -> MetricBands:
+        """p50, p90 and max of each of ``names`` across ranks, in at most ``points`` buckets."""
+        params = {"name": list(names), "points": points}
+        return self._model(
+            self._request("GET", f"/v1/runs/{run_id}/metrics/bands", params=params), MetricBands
+        )
+
     def metric_names(self, run_id: str) -> list[MetricName]:
         return _NAMES.validate_json(self._request("GET", f"/v1/runs/{run_id}/metrics/names").content)
 
@@ -266,11 +298,23 @@ class MlbenchClient:
         since: int = 0,
         *,
         rank: int | None = None,
+        ranks: str | None = None,
         regex: str | None = None,
         stream: str | None = None,
         limit: int = 1000,
+        tail: bool = False,
     ) -> LogsPage:
-        params = {"since": since, "rank": rank, "regex": regex, "stream": stream, "limit": limit}
+        """Log lines since a cursor: the first ``limit`` (the last with ``tail``) of one rank, a
+        rank set (``ranks="0-7,512"``) or all, of one stream or all, matching ``regex``."""
+        params = {
+            "since": since,
+            "rank": rank,
+            "ranks": ranks,
+            "regex": regex,
+            "stream": stream,
+            "limit": limit,
+            "tail": "true" if tail else None,
+        }
         return self._model(self._request("GET", f"/v1/runs/{run_id}/logs", params=params), LogsPage)
 
     def events(

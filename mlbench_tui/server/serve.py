@@ -106,8 +106,10 @@ def probe(info: ServerInfo, store: Path | None = None, timeout: float = 1.0) -> 
         return False
     import httpx
 
+    from mlbench_tui.server.client import needs_tls
+
     try:
-        resp = httpx.get(f"{info.url}/healthz", timeout=timeout)
+        resp = httpx.get(f"{info.url}/healthz", timeout=timeout, verify=needs_tls(info.url))
         data = resp.json()
     except (httpx.HTTPError, ValueError):
         return False
@@ -250,7 +252,7 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
     ``MLBENCH_SERVER_URL`` set in the environment means "use that server" (with ``MLBENCH_TOKEN``
     and ``MLBENCH_READ_TOKEN``); nothing is started then.
     """
-    from mlbench_tui.store.engine import default_db_path
+    from mlbench_tui.settings import load_settings  # not the store's modules: SQLAlchemy is slow to import
 
     url = os.environ.get("MLBENCH_SERVER_URL")
     if url:
@@ -261,7 +263,7 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
             admin_token=os.environ.get("MLBENCH_TOKEN", ""),
             read_token=os.environ.get("MLBENCH_READ_TOKEN", os.environ.get("MLBENCH_TOKEN", "")),
         )
-    path = (Path(db_path).expanduser() if db_path else default_db_path()).resolve()
+    path = (Path(db_path).expanduser() if db_path else load_settings().store_path).resolve()
     with _embedded_lock:
         mine = _embedded.get(path)
         if mine is not None and mine._thread.is_alive():

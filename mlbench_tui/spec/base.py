@@ -16,14 +16,18 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def with_short_form(*names: str) -> Any:
-    """A ``json_schema_extra`` that also accepts the string short form (``target: local``)."""
+def with_short_form(*names: str, boolean: bool = False) -> Any:
+    """A ``json_schema_extra`` that also accepts the string short form (``target: local``), and
+    true/false when ``boolean``."""
 
     def extra(schema: dict[str, Any]) -> None:
         keep: dict[str, Any] = {k: schema.pop(k) for k in ("description", "title", "default") if k in schema}
         full = dict(schema)
         schema.clear()
         schema.update(keep)
-        schema["anyOf"] = [{"type": "string", "enum": list(names)}, full]
+        short: list[dict[str, Any]] = [{"type": "string", "enum": list(names)}]
+        if boolean:
+            short.append({"type": "boolean"})
+        schema["anyOf"] = [*short, full]
 
     return extra

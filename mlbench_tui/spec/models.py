@@ -291,6 +291,57 @@ class Implementation(StrictModel):
     )
 
 
+MIN_TELEMETRY_INTERVAL_S = 0.1
+
+
+class Telemetry(StrictModel):
+    """Hardware telemetry of every rank, sampled off the training thread and stored as ``sys/`` metrics."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Sample CPU, memory, network and GPU (power, energy, utilisation) per rank; "
+        "`telemetry: off` turns it off.",
+    )
+    interval: Duration = Field(
+        default=1.0, description="Time between samples: '1s' (the default), '0.5s', '10s', or seconds."
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _not_too_often(cls, value: float) -> float:
+        if value < MIN_TELEMETRY_INTERVAL_S:
+            raise PydanticCustomError(
+                "telemetry_interval",
+                "telemetry interval must be at least {least}s (got {value}s): sampling faster would cost "
+                "the training step",
+                {"least": MIN_TELEMETRY_INTERVAL_S, "value": value},
+            )
+        return value
+
+    @property
+    def interval_s(self) -> float | None:
+        """Seconds between samples; None when telemetry is off."""
+        return self.interval if self.enabled else None
+
+
+def _telemetry_short_form(value: Any) -> Any:
+    """``off``/``false`` and ``on``/``true`` for ``{enabled: ...}`` (YAML 1.2 reads off/on as strings)."""
+    if value in ("off", False):
+        return {"enabled": False}
+    if value in ("on", True):
+        return {"enabled": True}
+    if isinstance(value, str):
+        raise PydanticCustomError(
+            "telemetry",
+            "telemetry must be 'off', 'on' or a mapping such as 'interval: 1s', got {value}",
+            {"value": show_value(value)},
+        )
+    return value
+
+
+TelemetryField = Annotated[Telemetry, BeforeValidator(_telemetry_short_form)]
+
+
 class Data(StrictModel):
     """Where the dataset comes from."""
 
@@ -413,6 +464,16 @@ class BenchmarkBody(StrictModel):
     price_per_hour: float | None = Field(
         default=None, ge=0, description="Price of the whole run's hardware per hour, for cost to target."
     )
+    telemetry: TelemetryField = Field(
+        default_factory=Telemetry,
+        description="Hardware telemetry per rank: {interval: 1s} (the default) or 'off'.",
+        json_schema_extra=with_short_form("off", "on", boolean=True),
+    )
+    price_per_kwh: float | None = Field(
+        default=None,
+        ge=0,
+        description="Price of one kWh, for the energy cost to target (GPU energy measured by NVML).",
+    )
 
     @field_validator("env")
     @classmethod
@@ -468,11 +529,16 @@ class BenchmarkSpec(StrictModel):
     def normalized(self) -> dict[str, Any]:
         """The spec as plain JSON data, short forms expanded; the input of the spec hash.
 
-        Implementation choices left at their defaults and an unset ``ranks_per_node`` are omitted,
+        Implementation choices, telemetry and the energy price left at their defaults and an unset
+        ``ranks_per_node`` are omitted,
         so specs written before they existed keep their hash (and their stored runs)."""
         doc = self.model_dump(mode="json", by_alias=True)
         if self.spec.implementation == Implementation():
             del doc["spec"]["implementation"]
         if self.spec.hardware.ranks_per_node is None:
             del doc["spec"]["hardware"]["ranks_per_node"]
+        if self.spec.telemetry == Telemetry():
+            del doc["spec"]["telemetry"]
+        if self.spec.price_per_kwh is None:
+            del doc["spec"]["price_per_kwh"]
         return doc

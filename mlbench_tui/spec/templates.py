@@ -87,5 +87,7 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         _line("  repeats: 1", "runs per configuration, scored with an olympic mean"),
         _line("  env: {}", "extra environment variables for every rank"),
         _line("  # price_per_hour: 0.35", "hardware price per hour, for cost to target"),
+        _line("  # price_per_kwh: 0.30", "energy price, for the energy cost to target (GPU runs)"),
+        _line("  # telemetry: off", "hardware samples per rank, default {interval: 1s}"),
     ]
     return "\n".join(lines) + "\n"

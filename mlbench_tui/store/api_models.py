@@ -135,6 +135,18 @@ class RankUpdate(_Wire):
     message: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
 
 
+class RankStateUpdate(RankUpdate):
+    """One rank's update in a batch (``PUT /v1/runs/{id}/ranks``)."""
+
+    rank: Rank
+
+
+class RankUpdates(_Wire):
+    """States of many ranks in one request: an executor polling 1,024 ranks sends one, not 1,024."""
+
+    ranks: list[RankStateUpdate] = Field(min_length=1, max_length=MAX_RANK + 1)
+
+
 class RankInfo(BaseModel):
     rank: int
     state: RunState
@@ -292,6 +304,48 @@ class MetricName(BaseModel):
     count: int
     last_step: int | None = None
     last_value: float | None = None
+
+
+class RankValues(BaseModel):
+    """The latest point of one metric on each rank that reported it, as columns in rank order."""
+
+    name: str
+    rank: list[int]
+    step: list[int | None]
+    epoch: list[float | None]
+    t: list[float]
+    value: list[float | None]
+
+
+class RanksLatest(BaseModel):
+    """``GET /v1/runs/{id}/metrics/latest``: per metric, every rank's latest point."""
+
+    cursor: int = Field(description="The store's highest metric id when read.")
+    series: list[RankValues]
+
+
+class MetricBand(BaseModel):
+    """Percentiles of one metric across ranks, bucket by bucket (columns in step order).
+
+    A bucket holds consecutive steps (time, for a metric reported without steps). ``p50``,
+    ``p90`` (nearest rank) and ``max`` are taken over each rank's value at the bucket's last step
+    (its last sample in the bucket, for a metric without steps); ``max_rank`` reported the max."""
+
+    name: str
+    step: list[int | None] = Field(description="The bucket's last step (null for a metric without steps).")
+    t: list[float] = Field(description="The bucket's last time.")
+    ranks: list[int] = Field(description="How many ranks reported in the bucket.")
+    p50: list[float]
+    p90: list[float]
+    max: list[float]
+    max_rank: list[int]
+
+
+class MetricBands(BaseModel):
+    """``GET /v1/runs/{id}/metrics/bands``: percentile bands across ranks per metric."""
+
+    cursor: int = Field(description="The store's highest metric id when read.")
+    bands: list[MetricBand]
 
 
 class LogLineOut(BaseModel):

@@ -15,6 +15,7 @@ import orjson
 from sqlalchemy import Connection
 
 from mlbench_tui.errors import UsageError
+from mlbench_tui.ranksets import RankSet
 from mlbench_tui.store.api_models import (
     EventOut,
     EventsPage,
@@ -66,7 +67,7 @@ def run_info_dict(row: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def _rank_info(row: Sequence[Any]) -> RankInfo:
+def rank_info(row: Sequence[Any]) -> RankInfo:
     return RankInfo(
         rank=row[0],
         state=row[1],
@@ -111,7 +112,7 @@ def get_run(conn: Connection, run_id: str) -> RunDetail | None:
     ranks = conn.exec_driver_sql(
         f"SELECT {RANK_COLUMNS} FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)
     ).fetchall()
-    data["ranks"] = [_rank_info(r) for r in ranks]
+    data["ranks"] = [rank_info(r) for r in ranks]
     return RunDetail.model_validate(data)
 
 
@@ -377,29 +378,42 @@ def logs(
     *,
     since: int = 0,
     rank: int | None = None,
+    ranks: RankSet | None = None,
     regex: str | None = None,
     stream: str | None = None,
     limit: int = 1000,
+    tail: bool = False,
 ) -> LogsPage:
-    """Log lines newer than ``since`` (oldest first), filtered by rank, stream and regex."""
+    """Log lines newer than ``since`` (oldest first), filtered by rank (one, or a set), stream and
+    regex: the first ``limit`` of them, or with ``tail`` the last ``limit`` (a view opening on a
+    long run's latest lines). The cursor is the newest line read."""
     pattern = compile_regex(regex)
-    where = ["run_id = ?", "id > ?"]
-    base: list[Any] = [run_id]
+    where = ["run_id = ?", "id > ?", "id < ?"]
     extra: list[Any] = []
     if rank is not None:
         where.append("rank = ?")
         extra.append(rank)
+    if ranks is not None:
+        condition, values = ranks.sql()
+        where.append(condition)
+        extra.extend(values)
     if stream:
         where.append("stream = ?")
         extra.append(stream)
-    sql = f"SELECT id, rank, stream, seq, t, text FROM logs WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+    sql = f"SELECT id, rank, stream, seq, t, text FROM logs WHERE {' AND '.join(where)}"
+    sql += " ORDER BY id DESC LIMIT ?" if tail else " ORDER BY id LIMIT ?"
     out: list[LogLineOut] = []
     cursor = since
+    low, high = since, 2**63 - 1  # the id range still to read
     chunk = limit if pattern is None else max(limit, 2000)
     while len(out) < limit:
-        rows = conn.exec_driver_sql(sql, (*base, cursor, *extra, chunk)).fetchall()
+        rows = conn.exec_driver_sql(sql, (run_id, low, high, *extra, chunk)).fetchall()
         for row in rows:
-            cursor = row[0]
+            cursor = max(cursor, row[0])
+            if tail:
+                high = row[0]
+            else:
+                low = row[0]
             if pattern is None or pattern.search(row[5]):
                 out.append(
                     LogLineOut(id=row[0], rank=row[1], stream=row[2], seq=row[3], t=row[4], text=row[5])
@@ -408,6 +422,8 @@ def logs(
                     break
         if len(rows) < chunk:
             break
+    if tail:
+        out.reverse()
     return LogsPage(cursor=cursor, lines=out)
 
 

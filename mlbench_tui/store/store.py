@@ -13,7 +13,7 @@ import hmac
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -260,32 +260,48 @@ class Store:
     def op_update_rank(
         run_id: str, rank: int, upd: RankUpdate
     ) -> Callable[[Connection], tuple[Any, list[Change]]]:
+        many = Store.op_update_ranks(run_id, [(rank, upd)])
+
+        def fn(conn: Connection) -> tuple[Any, list[Change]]:
+            infos, changes = many(conn)
+            return infos[0], changes
+
+        return fn
+
+    @staticmethod
+    def op_update_ranks(
+        run_id: str, updates: Sequence[tuple[int, RankUpdate]]
+    ) -> Callable[[Connection], tuple[Any, list[Change]]]:
+        """Set the states of many ranks in one transaction; the answer lists each rank once."""
+
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
             if not queries.run_exists(conn, run_id):
                 raise NotFound(f"run {run_id} not found")
-            data = upd.model_dump(exclude_unset=True)
-            if data.get("state") is not None:
-                data["state"] = upd.state.value if upd.state else None
-            elif "state" in data:
-                del data["state"]
-            data["updated"] = time.time()
-            conn.exec_driver_sql(
-                "INSERT OR IGNORE INTO ranks (run_id, rank, state, updated) VALUES (?, ?, 'pending', ?)",
-                (run_id, rank, data["updated"]),
-            )
-            assignments = ", ".join(f"{k} = ?" for k in data)
-            conn.exec_driver_sql(
-                f"UPDATE ranks SET {assignments} WHERE run_id = ? AND rank = ?",
-                (*data.values(), run_id, rank),
-            )
-            row = conn.exec_driver_sql(
-                f"SELECT {queries.RANK_COLUMNS} FROM ranks WHERE run_id = ? AND rank = ?", (run_id, rank)
-            ).one()
-            info = RankInfo(
-                rank=row[0], state=row[1], host=row[2], pid=row[3], pod=row[4],
-                exit_code=row[5], message=row[6], updated=row[7],
-            )  # fmt: skip
-            return info, [Change("rank", run_id, [(info,)])]
+            now = time.time()
+            for rank, upd in updates:
+                data = upd.model_dump(exclude_unset=True)
+                if data.get("state") is not None:
+                    data["state"] = upd.state.value if upd.state else None
+                elif "state" in data:
+                    del data["state"]
+                data["updated"] = now
+                conn.exec_driver_sql(
+                    "INSERT OR IGNORE INTO ranks (run_id, rank, state, updated) VALUES (?, ?, 'pending', ?)",
+                    (run_id, rank, now),
+                )
+                assignments = ", ".join(f"{k} = ?" for k in data)
+                conn.exec_driver_sql(
+                    f"UPDATE ranks SET {assignments} WHERE run_id = ? AND rank = ?",
+                    (*data.values(), run_id, rank),
+                )
+            wanted = sorted({rank for rank, _ in updates})
+            rows = conn.exec_driver_sql(
+                f"SELECT {queries.RANK_COLUMNS} FROM ranks WHERE run_id = ?"
+                " AND rank IN (SELECT value FROM json_each(?)) ORDER BY rank",
+                (run_id, orjson.dumps(wanted).decode()),
+            ).fetchall()
+            infos = [queries.rank_info(row) for row in rows]
+            return infos, [Change("rank", run_id, [(info,)]) for info in infos]
 
         return fn
 

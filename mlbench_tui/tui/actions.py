@@ -86,11 +86,23 @@ ACTIONS: tuple[Action, ...] = (
         show=False,
     ),
     Action(
-        "run.ranks", "2", "Ranks", "Per-rank state and compute/comm split", "show_tab('ranks')", show=False
+        "run.ranks",
+        "2",
+        "Ranks",
+        "Ranks across the run: spread, a strip of every rank, the worst first",
+        "show_tab('ranks')",
+        show=False,
     ),
     Action("run.charts", "3", "Charts", "Live metric charts", "show_tab('charts')", show=False),
     Action("run.logs", "4", "Logs", "All ranks' logs", "show_tab('logs')", show=False),
     Action("run.metrics", "m", "Metrics", "Choose which metrics are charted", "pick_metrics"),
+    Action(
+        "run.find_ranks",
+        "k",
+        "Find ranks",
+        "Show a rank or a rank set (0-7,512) in the Ranks tab; enter on a row charts its step time",
+        "find_ranks",
+    ),
     Action("run.cancel", "x", "Cancel", "Cancel this run", "cancel_run"),
     Action("run.rerun", "r", "Rerun", "Launch this run's spec again", "rerun"),
     # Run detail, logs
@@ -99,6 +111,9 @@ ACTIONS: tuple[Action, ...] = (
         "logs.grep", "g", "Only matches", "Show only lines matching the search", "toggle_grep", show=False
     ),
     Action("logs.rank", "n", "Rank", "Cycle the rank filter: all, r0, r1, ...", "cycle_rank"),
+    Action(
+        "logs.ranks", "N", "Ranks", "Show the logs of a rank set (0-7,512; empty: all ranks)", "filter_ranks"
+    ),
     Action("logs.follow", "f", "Follow", "Follow new lines or pause", "toggle_follow"),
     Action("logs.wrap", "w", "Wrap", "Wrap long lines", "toggle_wrap", show=False),
     Action("logs.save", "ctrl+s", "Save", "Save the shown lines to a file", "save_logs", show=False),

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from textual.message import Message
@@ -35,6 +35,8 @@ from mlbench_tui.tui.messages import (
 )
 
 CHART_POINTS = 2000  # buckets per series fetched when a run screen opens (min/max kept)
+BAND_POINTS = 400  # buckets of a percentile band across ranks (each reads every rank's value)
+LOG_LINES = 5000  # log lines read when a run screen opens (the latest), and per rank-set filter
 COMPACT_ABOVE = 64  # a series delta longer than this is sent to the screen as buckets...
 COMPACT_BUCKETS = 16  # ...this many per update (min/max/last kept): UI work stays flat under load
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 5.0)
@@ -59,6 +61,28 @@ class ServerAddress:
         from mlbench_tui.server.client import MlbenchClient
 
         return MlbenchClient(self.url, self.token, timeout=self.timeout)
+
+
+@dataclass(frozen=True)
+class HistoryPlan:
+    """What a run screen reads when it opens; its live stream summarises the same metrics.
+
+    ``series``: every rank's history of these (None: of every metric); ``one_rank``: only rank
+    ``rank``'s history, for a run too wide to chart each rank; ``bands``: p50, p90 and max
+    across ranks; ``latest``: each rank's latest value, for the rank table."""
+
+    series: list[str] | None = field(default_factory=list)
+    one_rank: list[str] = field(default_factory=list)
+    bands: list[str] = field(default_factory=list)
+    latest: list[str] = field(default_factory=list)
+    rank: int = 0
+
+    @property
+    def names(self) -> list[str] | None:
+        """The metrics the stream summarises (None: every metric)."""
+        if self.series is None:
+            return None
+        return list(dict.fromkeys([*self.series, *self.one_rank, *self.bands, *self.latest]))
 
 
 class Backoff:
@@ -246,9 +270,14 @@ class _StreamReader:
     def __init__(self, address: ServerAddress, run_id: str, params: dict[str, Any]) -> None:
         import httpx
 
+        from mlbench_tui.server.client import needs_tls
+
         headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
         self._http = httpx.Client(
-            base_url=address.url, headers=headers, timeout=httpx.Timeout(address.timeout, read=None)
+            base_url=address.url,
+            headers=headers,
+            timeout=httpx.Timeout(address.timeout, read=None),
+            verify=needs_tls(address.url),
         )
         self._path = f"/v1/runs/{run_id}/stream"
         self._params = params
@@ -305,7 +334,7 @@ class RunFeed:
         interval: float = 0.25,
         chart_points: int = CHART_POINTS,
         coalesce: bool = True,
-        history: Callable[[RunDetail], list[str]] | None = None,
+        history: Callable[[RunDetail], HistoryPlan] | None = None,
     ) -> None:
         self.address = address
         self.run_id = run_id
@@ -313,7 +342,7 @@ class RunFeed:
         self.status = status
         self.interval = interval
         self.chart_points = chart_points
-        self.history = history  # the metrics whose history the screen shows (None: every metric)
+        self.history = history  # what the screen shows of the run's history (None: every metric)
         self.names: list[str] | None = None  # the metrics the stream summarises (None: all)
         self._client: Any = None  # the feed's client while it follows the stream
         self._exact_after = 0  # cursor of the sweep points read exactly so far
@@ -321,7 +350,7 @@ class RunFeed:
         self.coalesce = coalesce and interval >= MIN_COALESCE_S  # metric summaries, not every point
         self.cursors = {"metrics": 0, "logs": 0, "events": 0}
         self.wake = threading.Event()
-        self._loaded = False
+        self.loaded = False  # the history was read (the stream goes on from its cursors)
         self.loads = 0  # how many times the run was (re)loaded: 1 plus resyncs and reconnects
 
     def run(self, cancelled: Cancelled) -> None:
@@ -357,29 +386,37 @@ class RunFeed:
                 client.close()
 
     def _load(self, client: Any) -> None:
-        """The first batch: the run and the history of the metrics the screen shows, downsampled
-        by the server (later, after a reconnect: only the run; the stream resumes from the cursors).
+        """The run first, posted alone (the screen paints it at once), then what the screen
+        shows of its history (``HistoryPlan``): the latest log lines and every rank's latest
+        figures, then charts downsampled by the server and percentile bands across ranks. After
+        a reconnect, only the run: the stream resumes from the cursors.
 
         Only what the screen shows is read: on a run with millions of rows, every series of the
         run (or the full metric-name statistics) would cost the server seconds under ingest.
         """
         self.loads += 1
-        batch = RunBatch(initial=not self._loaded)
+        batch = RunBatch(initial=not self.loaded)
         batch.run = client.get_run(self.run_id)
-        if not self._loaded:
-            names = self.history(batch.run) if self.history is not None else None
-            if self.names is None and names is not None:
-                self.names = names
-            # the whole history of a run of millions of rows takes the server seconds to bucket;
-            # the screen says "loading run…" meanwhile (the server stops a read at 30 s itself)
-            page = client.metrics(self.run_id, names, points=self.chart_points, timeout=HISTORY_TIMEOUT_S)
-            self.cursors["metrics"] = page.cursor
-            for m in page.series:
-                batch.series[(m.name, m.rank)] = SeriesDelta(
-                    m.name, m.rank, list(m.step), list(m.epoch), list(m.t), list(m.value), m.min, m.max
-                )
         self.post(RunChanged(self.run_id, batch))
-        self._loaded = True
+        if self.loaded:
+            return
+        plan = self.history(batch.run) if self.history is not None else HistoryPlan(series=None)
+        if self.names is None:
+            self.names = plan.names
+        # the latest log lines (not the first ones: a long run has more than a view keeps)
+        logs = client.logs(self.run_id, limit=LOG_LINES, tail=True)
+        self.cursors["logs"] = logs.cursor
+        ranks = RunBatch(lines=logs.lines)
+        if plan.latest:  # the store's newest metric id when read: the stream goes on from there
+            ranks.latest = client.latest(self.run_id, plan.latest)
+        self.post(RunChanged(self.run_id, ranks))
+        # the whole history of a run of millions of rows takes the server seconds to bucket
+        # (the server stops a read at 30 s itself)
+        charts, read = read_charts(client, self.run_id, plan, self.chart_points, HISTORY_TIMEOUT_S)
+        self.cursors["metrics"] = ranks.latest.cursor if ranks.latest is not None else min(read, default=0)
+        if not charts.is_empty():
+            self.post(RunChanged(self.run_id, charts))
+        self.loaded = True
 
     def show(self, names: list[str]) -> None:
         """Summarise these metrics from now on (the screen shows new charts): reopens the stream
@@ -514,18 +551,37 @@ class RunFeed:
         return False
 
 
+def read_charts(
+    client: Any, run_id: str, plan: HistoryPlan, points: int = CHART_POINTS, timeout: float | None = None
+) -> tuple[RunBatch, list[int]]:
+    """The chart history ``plan`` asks for (``series``, ``one_rank``, ``bands``: a request each,
+    downsampled by the server), and the cursor of each read."""
+    charts = RunBatch()
+    cursors: list[int] = []
+    reads: list[tuple[list[str] | None, int | None]] = []
+    if plan.series is None or plan.series:
+        reads.append((plan.series, None))
+    if plan.one_rank:
+        reads.append((plan.one_rank, plan.rank))
+    for names, rank in reads:
+        page = client.metrics(run_id, names, rank=rank, points=points, timeout=timeout)
+        cursors.append(page.cursor)
+        for m in page.series:
+            charts.series[(m.name, m.rank)] = SeriesDelta(
+                m.name, m.rank, list(m.step), list(m.epoch), list(m.t), list(m.value), m.min, m.max
+            )
+    if plan.bands:
+        charts.bands = client.bands(run_id, plan.bands, points=BAND_POINTS)
+        cursors.append(charts.bands.cursor)
+    return charts, cursors
+
+
 def fetch_history(
-    address: ServerAddress, run_id: str, names: list[str], points: int = CHART_POINTS
+    address: ServerAddress, run_id: str, plan: HistoryPlan, points: int = CHART_POINTS
 ) -> RunBatch:
-    """Every point so far of ``names``, downsampled to ``points`` buckets per series (for new charts)."""
+    """Every point so far of what ``plan`` charts, downsampled (new charts, a rank on demand)."""
     client = address.client()
     try:
-        page = client.metrics(run_id, names, points=points)
+        return read_charts(client, run_id, plan, points)[0]
     finally:
         client.close()
-    batch = RunBatch()
-    for m in page.series:
-        batch.series[(m.name, m.rank)] = SeriesDelta(
-            m.name, m.rank, list(m.step), list(m.epoch), list(m.t), list(m.value), m.min, m.max
-        )
-    return batch

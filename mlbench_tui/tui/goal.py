@@ -70,6 +70,16 @@ def find_stragglers(step_times: Mapping[int, float], factor: float = STRAGGLER_F
     return {r for r, t in times.items() if t > median * factor}
 
 
+def find_underused(utilisation: Mapping[int, float], factor: float = STRAGGLER_FACTOR) -> set[int]:
+    """The straggler rule applied to hardware: ranks whose GPU utilisation is below the median of
+    all ranks divided by ``factor`` (needs 2+ ranks; a rank at 0% beside busy ones is one)."""
+    values = {r: u for r, u in utilisation.items() if math.isfinite(u)}
+    if len(values) < 2:
+        return set()
+    median = statistics.median(values.values())
+    return {r for r, u in values.items() if u * factor < median}
+
+
 def goal_label(goal: GoalPlan | None) -> str:
     """``val_global_Prec@1 ≥ 80`` (``≤`` for a minimised metric); ``—`` without a goal."""
     if goal is None:

@@ -12,7 +12,16 @@ from typing import Any
 
 from textual.message import Message
 
-from mlbench_tui.store.api_models import EventOut, LogLineOut, MetricName, RankInfo, RunDetail, RunInfo
+from mlbench_tui.store.api_models import (
+    EventOut,
+    LogLineOut,
+    MetricBands,
+    MetricName,
+    RankInfo,
+    RanksLatest,
+    RunDetail,
+    RunInfo,
+)
 
 
 @dataclass(slots=True)
@@ -84,6 +93,8 @@ class RunBatch:
     lines: list[LogLineOut] = field(default_factory=list)
     events: list[EventOut] = field(default_factory=list)
     names: list[MetricName] | None = None
+    latest: RanksLatest | None = None  # every rank's latest point of some metrics (a wide run opening)
+    bands: MetricBands | None = None  # percentiles across ranks (a wide run's step-time history)
     initial: bool = False  # the first batch after opening (or after a resync): replaces, not appends
 
     def delta(self, name: str, rank: int) -> SeriesDelta:
@@ -101,6 +112,8 @@ class RunBatch:
             and not self.lines
             and not self.events
             and self.names is None
+            and self.latest is None
+            and self.bands is None
         )
 
 

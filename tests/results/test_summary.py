@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.results import OLD_STORED, plan, series
+from support.results import GOAL, OLD_STORED, plan, series
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import ImplementationPlan
@@ -210,3 +210,44 @@ def test_a_result_reads_only_the_metrics_it_needs() -> None:
         "time_compute",
         "allreduce_fp32_busbw",
     ]
+
+
+def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> None:
+    from mlbench_worker import sysmetrics as sm
+
+    from mlbench_tui.results.table import rank_figures_text, telemetry_lines
+
+    events = [
+        EventRecord("run_start", {}, t=100.0),
+        EventRecord("goal_reached", {"value": 71.0, "train_time_s": 16.0, "val_time_s": 3.0}, t=120.0),
+        EventRecord("run_stop", {"status": "success", "reason": "goal reached"}, t=121.0),
+    ]
+    metrics = series([50.0, 71.0])
+    for rank in (0, 1):
+        for t in range(95, 125):
+            metrics += [
+                MetricPoint(sm.GPU_ENERGY_J, 9e5 + 360.0 * t, rank=rank, t=float(t)),  # 360 W
+                MetricPoint(sm.GPU_UTIL, 80.0 + 10 * rank, rank=rank, t=float(t)),
+                MetricPoint(sm.RSS_MIB, 1000.0 + 800 * rank, rank=rank, t=float(t)),
+                MetricPoint(sm.GPU_MEM_PEAK_MIB, 12288.0, rank=rank, t=float(t)),
+            ]
+    metrics.append(MetricPoint(sm.MEM_LIMIT_MIB, 4096.0, rank=1, t=95.0))
+    assert set(needed_metrics({p.name for p in metrics}, GOAL)) >= {sm.GPU_ENERGY_J, sm.RSS_MIB, sm.GPU_UTIL}
+    result = summarize_run(plan(price_per_kwh=0.5), RunState.SUCCEEDED, metrics, events)
+    hw = result.telemetry
+    assert hw is not None and RunResult.model_validate_json(result.model_dump_json()) == result
+    assert hw.energy_to_accuracy_j == pytest.approx(2 * 360.0 * 20) and hw.energy_source == "counter"
+    assert hw.energy_cost == pytest.approx(2 * 360.0 * 20 / 3.6e6 * 0.5)
+    assert (hw.peak_rss_mib, hw.peak_gpu_mem_mib, hw.mean_gpu_util) == (1800.0, 12288.0, 85.0)
+    row = results_rows([result])[0]
+    assert (row["PEAK MEM"], row["GPU MEM"], row["GPU UTIL"]) == ("1.8G", "12G", "85%")
+    assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("0.004 kWh", "$0.0020")
+    lines = dict(telemetry_lines(hw))
+    assert lines["memory"] == "peak 1.8G resident (rank 1 of 2, limit 4.0G)"
+    assert (
+        lines["energy"]
+        == "0.004 kWh to accuracy (14.4 kJ, all GPUs, NVML energy counter), $0.0020 at 0.5/kWh"
+    )
+    assert rank_figures_text(hw.ranks[1]) == "rss 1.8G/4.0G  gpu mem 12G  util 90%  7.56 kJ"
+    plain = summarize_run(plan(), RunState.SUCCEEDED, series([50.0, 71.0]), events)
+    assert plain.telemetry is None and results_rows([plain])[0]["ENERGY TO ACC"] == "-"

@@ -89,6 +89,11 @@ def test_sweeps_normalize_to_lists() -> None:
         {"data": {"source": "synthetic", "path": "/x"}},
         {"data": {"source": "synthetic", "options": {"train_samples": -1}}},
         {"goal": 80},
+        {"telemetry": "sometimes"},
+        {"telemetry": {"interval": 0.05}},
+        {"telemetry": {"interval": "1s", "enabled": "yes"}},
+        {"telemetry": {"every": "1s"}},
+        {"price_per_kwh": -0.1},
     ],
 )
 def test_strict_rejections(body: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from textual.message import Message
 from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
-from mlbench_tui.tui.feed import RunFeed, RunsFeed, ServerAddress
+from mlbench_tui.tui.feed import HistoryPlan, RunFeed, RunsFeed, ServerAddress
 from mlbench_tui.tui.messages import ConnectionChanged, RunChanged, RunSlow, RunsUpdated
 
 GOAL = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
@@ -42,7 +42,7 @@ def _follow(feed: RunsFeed | RunFeed, seconds: float) -> None:
 @contextlib.contextmanager
 def _live_run_feed(srv: EmbeddedServer) -> Iterator[tuple[str, str, list[Message], MlbenchClient]]:
     """A running goal run followed by a RunFeed (4 updates/s) in a thread: yields (run id, write
-    token, the messages posted so far, a writer client) once the first load is posted."""
+    token, the messages posted so far, a writer client) once its history is read and posted."""
     run_id, token = _running_goal_run(srv)
     posted: list[Message] = []
     address = ServerAddress(srv.info.url, srv.info.read_token)
@@ -52,7 +52,7 @@ def _live_run_feed(srv: EmbeddedServer) -> Iterator[tuple[str, str, list[Message
     thread.start()
     writer = srv.info.client()
     deadline = time.monotonic() + 5
-    while not posted and time.monotonic() < deadline:
+    while not feed.loaded and time.monotonic() < deadline:
         time.sleep(0.02)
     try:
         yield run_id, token, posted, writer
@@ -123,7 +123,12 @@ def test_run_feed_stream_carries_only_the_metrics_shown(empty_server: EmbeddedSe
     posted: list[Message] = []
     address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
     feed = RunFeed(
-        lambda: address, run_id, posted.append, lambda _m: None, interval=0.1, history=lambda run: ["loss"]
+        lambda: address,
+        run_id,
+        posted.append,
+        lambda _m: None,
+        interval=0.1,
+        history=lambda run: HistoryPlan(series=["loss"]),
     )
     stop = threading.Event()
     thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
@@ -209,13 +214,17 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
         address = ServerAddress(f"http://127.0.0.1:{proxy.server_address[1]}", None, timeout=0.3)
         posted: list[Message] = []
         feed = RunFeed(
-            lambda: address, run_id, posted.append, lambda _m: None, history=lambda _run: ["train_loss"]
+            lambda: address,
+            run_id,
+            posted.append,
+            lambda _m: None,
+            history=lambda _run: HistoryPlan(series=["train_loss"]),
         )
         stop = threading.Event()
         thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
         thread.start()
         deadline = time.monotonic() + 5
-        while not posted and time.monotonic() < deadline:
+        while not feed.loaded and time.monotonic() < deadline:
             time.sleep(0.02)
         stop.set()
     finally:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Input, SelectionList
 
+from mlbench_tui.ranksets import parse_ranks
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.tui.app import MlbenchApp
@@ -152,11 +153,11 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         await pilot.press("g")
         assert logs.only_matches and all("epoch" in e.text for e in logs.visible_entries())
         await pilot.press("g", "n")
-        assert logs.rank == 0 and {e.rank for e in logs.visible_entries()} == {0}
+        assert logs.ranks == parse_ranks("0") and {e.rank for e in logs.visible_entries()} == {0}
         await pilot.press("n")  # rank 1 printed nothing in this run: an empty view, not an error
-        assert logs.rank == 1 and logs.visible_entries() == []
+        assert logs.ranks == parse_ranks("1") and logs.visible_entries() == []
         await pilot.press("n")
-        assert logs.rank is None
+        assert logs.ranks is None
         await pilot.press("f", "w")
         assert not logs.follow and logs.wrap
         await pilot.press("ctrl+s")

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlbench_worker import sysmetrics as sm
 
+from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.tui.app import MlbenchApp
 
@@ -107,6 +109,61 @@ def test_run_overview(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
 
 def test_run_ranks(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
     assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=_open("tui-fixture-gloo-2w", "2"))
+
+
+def _post_telemetry(srv: EmbeddedServer, name: str) -> None:
+    """A minute of telemetry for both ranks of run ``name``, as GPU ranks report it: rank 1's
+    GPU mostly idle (flagged), its memory under a pod limit."""
+    with MlbenchClient(srv.url, srv.info.admin_token) as client:
+        (run,) = [r for r in client.list_runs() if r.name == name]
+        assert run.started is not None
+        start = run.started.timestamp()
+        for rank, util, rss in ((0, 92.0, 1843.0), (1, 31.0, 2410.0)):
+            samples = [{"name": sm.MEM_LIMIT_MIB, "value": 4096.0, "t": start}] * rank + [
+                {"name": sm.GPU_MEM_TOTAL_MIB, "value": 81559.0, "t": start}
+            ]
+            for k in range(60):
+                t = start + k
+                wave = (k % 10) / 10
+                samples += [
+                    {"name": sm.CPU_PERCENT, "value": 97.0 + 2 * rank, "t": t},
+                    {"name": sm.RSS_MIB, "value": rss + 5 * wave, "t": t},
+                    {"name": sm.GPU_UTIL, "value": util + 4 * wave, "t": t},
+                    {"name": sm.GPU_MEM_USED_MIB, "value": 12400.0 + 300 * rank, "t": t},
+                    {"name": sm.GPU_POWER_W, "value": 300.0 + 100 * wave - 150 * rank, "t": t},
+                ]
+            client.post_metrics(run.id, samples, rank=rank)
+
+
+def test_run_ranks_with_telemetry(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    _post_telemetry(fixed_server, "tui-fixture-gloo-2w")
+    run_before = _open(
+        "tui-fixture-gloo-2w", "2", ready=lambda screen: screen.query_one("RankTable").underused == {1}
+    )
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_telemetry_charts_have_a_line_per_rank(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    from textual.widgets import SelectionList
+
+    _post_telemetry(fixed_server, "tui-fixture-gloo-2w")
+
+    async def run_before(pilot: Any) -> None:
+        await _open("tui-fixture-gloo-2w")(pilot)
+        screen = pilot.app.screen
+        await pilot.press("m")
+        await _until(pilot, lambda: pilot.app.screen.query(SelectionList))
+        picker = pilot.app.screen.query_one(SelectionList)
+        picker.deselect_all()
+        picker.select(sm.GPU_UTIL)
+        picker.select(sm.RSS_MIB)
+        await pilot.press("enter")
+        await _until(pilot, lambda: _charts_filled(screen) and len(screen.query("MetricChart")) == 2)
+        util = screen.query_one("#chart-sys_gpu_util")
+        assert sorted(util.series) == ["r0", "r1"]  # one line per rank
+        await pilot.pause(0.3)
+
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)
 
 
 def test_run_charts(snap_compare: Any, fixed_server: EmbeddedServer) -> None:

@@ -76,11 +76,26 @@ def test_cuda_graphs_reach_the_worker_and_need_a_gpu_device() -> None:
             {"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1, "goal": {"metric": "x"}},
             "missing key goal.'target'",
         ),
+        (
+            {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "telemetry_interval_s": "1s"},
+            "'telemetry_interval_s' must be a number of seconds or null",
+        ),
+        (
+            {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "telemetry_interval_s": 0.01},
+            "'telemetry_interval_s' must be >= 0.1",
+        ),
     ],
 )
 def test_invalid_configs_name_the_offending_key(doc: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         parse_config(doc)
+
+
+def test_telemetry_is_on_by_default_and_null_turns_it_off() -> None:
+    doc = {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1}
+    assert parse_config(doc).telemetry_interval_s == 1.0  # a config written before the key existed
+    assert parse_config({**doc, "telemetry_interval_s": None}).telemetry_interval_s is None
+    assert parse_config({**doc, "telemetry_interval_s": 2}).telemetry_interval_s == 2.0
 
 
 def test_cli_reports_a_bad_config_without_a_traceback(tmp_path: Path) -> None:

@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    reporter = make_reporter(rdv.rank)
+    from mlbench_worker.sampler import attach
+
+    reporter = attach(make_reporter(rdv.rank), config, rdv)  # hardware telemetry, off the training thread
     if config.framework == "tensorflow":  # its own process model (TF_CONFIG), no torch process group
         from mlbench_worker.tasks.tf_resnet20 import run_rank as run_tensorflow_rank
 

@@ -19,6 +19,8 @@ BACKENDS = ("gloo", "nccl", "mpi")
 PRECISIONS = ("fp32", "bf16", "fp16", "amp")
 DEVICES = ("cpu", "cuda")
 DATA_SOURCES = ("synthetic", "path", "download")
+DEFAULT_TELEMETRY_INTERVAL_S = 1.0
+MIN_TELEMETRY_INTERVAL_S = 0.1
 
 
 class ConfigError(ValueError):
@@ -78,6 +80,7 @@ class WorkerConfig:
     data: DataConfig = field(default_factory=DataConfig)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
+    telemetry_interval_s: float | None = DEFAULT_TELEMETRY_INTERVAL_S  # None: telemetry off
 
     def hp(self, key: str, default: Any) -> Any:
         """A hyperparameter, or ``default`` when the plan did not set it."""
@@ -184,7 +187,22 @@ def parse_config(doc: Any) -> WorkerConfig:
         data=data,
         hyperparameters=dict(hps),
         implementation=implementation,
+        telemetry_interval_s=_telemetry_interval(doc),
     )
+
+
+def _telemetry_interval(doc: Mapping[str, Any]) -> float | None:
+    """Seconds between telemetry samples: absent means the default, ``null`` means off."""
+    if "telemetry_interval_s" not in doc:
+        return DEFAULT_TELEMETRY_INTERVAL_S
+    value = doc["telemetry_interval_s"]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"'telemetry_interval_s' must be a number of seconds or null, got {value!r}")
+    if value < MIN_TELEMETRY_INTERVAL_S:
+        raise ConfigError(f"'telemetry_interval_s' must be >= {MIN_TELEMETRY_INTERVAL_S}, got {value!r}")
+    return float(value)
 
 
 def load_config(path: str | os.PathLike[str]) -> WorkerConfig:

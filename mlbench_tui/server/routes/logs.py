@@ -1,4 +1,5 @@
-"""Routes of log lines: batched ingest from ranks, and cursor reads filtered by rank, stream and regex."""
+"""Routes of log lines: batched ingest from ranks, and cursor reads filtered by rank (or rank set),
+stream and regex."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from mlbench_tui.ranksets import parse_ranks
 from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, MAX_RANK, LogBatch, LogsPage
@@ -23,17 +25,40 @@ def router(api: Api) -> APIRouter:
         request: Request,
         since: Annotated[int, Query(ge=0, le=2**62)] = 0,
         rank: Annotated[int | None, Query(ge=0, le=MAX_RANK)] = None,
+        ranks: Annotated[
+            str | None,
+            Query(
+                max_length=2000,
+                description="A rank set: ranks and ranges, e.g. 0-7,512.",
+                examples=["0-7,512"],
+            ),
+        ] = None,
         regex: Annotated[str | None, Query(max_length=queries.MAX_REGEX_LEN)] = None,
         stream: Annotated[str | None, Query(pattern="^(stdout|stderr|system)$")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+        tail: Annotated[
+            bool, Query(description="The last 'limit' lines since the cursor, not the first.")
+        ] = False,
     ) -> Response:
-        """Log lines since a cursor, oldest first, filtered by rank, stream and a Python regex."""
+        """Log lines since a cursor, oldest first, filtered by rank (or a rank set), stream and a
+        Python regex; the first ``limit`` of them, or the last with ``tail``."""
         api.authz.read(request)
         api.check_run(run_id)
+        rank_set = parse_ranks(ranks) if ranks is not None else None
         return await api.read(
             request,
             lambda c: json_response(
-                queries.logs(c, run_id, since=since, rank=rank, regex=regex, stream=stream, limit=limit)
+                queries.logs(
+                    c,
+                    run_id,
+                    since=since,
+                    rank=rank,
+                    ranks=rank_set,
+                    regex=regex,
+                    stream=stream,
+                    limit=limit,
+                    tail=tail,
+                )
             ),
         )
 

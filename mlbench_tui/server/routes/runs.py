@@ -15,6 +15,7 @@ from mlbench_tui.store.api_models import (
     MAX_RANK,
     RankInfo,
     RankUpdate,
+    RankUpdates,
     RunCreate,
     RunCreated,
     RunDetail,
@@ -76,6 +77,17 @@ def router(api: Api) -> APIRouter:
         if api.authz.write_run(request, run_id) is None:
             raise NotFound(f"run {run_id} not found")
         return json_response(await api.write(api.store.op_update_rank(run_id, rank, body)))
+
+    @routes.put("/{run_id}/ranks", response_model=list[RankInfo])
+    async def put_ranks(run_id: RunId, body: RankUpdates, request: Request) -> Response:
+        """Set the states of many ranks at once (an executor polling a large run sends one request)."""
+        if api.authz.write_run(request, run_id) is None:
+            raise NotFound(f"run {run_id} not found")
+        updates = [
+            (item.rank, RankUpdate(**item.model_dump(exclude_unset=True, exclude={"rank"})))
+            for item in body.ranks
+        ]
+        return json_response(await api.write(api.store.op_update_ranks(run_id, updates)))
 
     @routes.put("/{run_id}/ranks/{rank}", response_model=RankInfo)
     async def put_rank(run_id: RunId, rank: Rank, body: RankUpdate, request: Request) -> Response:

@@ -6,27 +6,30 @@ per-rank views, goal metric points, environment and failures. Widgets get the de
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from mlbench_worker import sysmetrics as sm
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
 from mlbench_tui.spec.tasks import default_charts, sweep_of
-from mlbench_tui.store.api_models import EventOut, MetricName, RunDetail
+from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
+from mlbench_tui.tui import rank_telemetry
 from mlbench_tui.tui.actions import bindings
-from mlbench_tui.tui.feed import RunFeed, fetch_history
-from mlbench_tui.tui.goal import goal_status
-from mlbench_tui.tui.messages import RunChanged, RunGone, RunSlow, SeriesDelta
+from mlbench_tui.tui.feed import HistoryPlan, RunFeed, fetch_history
+from mlbench_tui.tui.goal import find_underused, goal_status
+from mlbench_tui.tui.messages import RunBatch, RunChanged, RunGone, RunSlow, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
+from mlbench_tui.tui.screens.run_logs import RunLogsActions
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.goal_progress import GoalProgress
 from mlbench_tui.tui.widgets.log_view import LogEntry, LogView
@@ -35,16 +38,9 @@ from mlbench_tui.tui.widgets.rank_table import RankTable, RankView
 from mlbench_tui.tui.widgets.run_overview import environment_renderable, result_renderable, summary_renderable
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
-
-MAX_RANK_SERIES = 6
-TOTALS = {
-    "time_compute": "compute",
-    "time_communication": "comm",
-    "time_preprocess": "data",
-    "time_metrics": "other",
-}
+MAX_RANK_SERIES = 6  # a run of more ranks charts its step time as percentile bands across ranks
+RANK_FIGURES = (*RANK_METRICS, *rank_telemetry.SERIES)  # what the rank table shows of each rank
+BANDS = (("p50", "p50"), ("p90", "p90"), ("max", "max"))  # percentiles across ranks: key, label
 
 
 def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
@@ -62,19 +58,42 @@ def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
     return out
 
 
-def history_metrics(run: RunDetail, charts: list[str] | None = None) -> list[str]:
-    """The metrics a run screen shows: its charts (by default those of ``default_charts``), the
-    goal metric (goal progress), step time and the tracker totals (rank table). Their history is
-    loaded when the screen opens and the live stream summarises only them."""
+def wide(run: RunDetail) -> bool:
+    """Whether a run has too many ranks to chart one line each (its step time is drawn as bands)."""
+    return run.workers > MAX_RANK_SERIES
+
+
+def chart_plan(run: RunDetail, names: list[str]) -> HistoryPlan:
+    """The history of the charts of ``names``: every rank's on a run of a few ranks; on a wide
+    run rank 0's (global metrics are equal on every rank) and the step time as bands across
+    ranks, so the work stays that of a few series, not of one series per rank."""
+    if not wide(run):
+        return HistoryPlan(series=list(names))
+    return HistoryPlan(
+        one_rank=[n for n in names if n != STEP_TIME], bands=[STEP_TIME] if STEP_TIME in names else []
+    )
+
+
+def per_rank(name: str) -> bool:
+    """Charts with one line per rank (up to ``MAX_RANK_SERIES``): step time and the telemetry."""
+    return name == STEP_TIME or sm.is_sys(name)
+
+
+def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan:
+    """What a run screen reads when it opens, and its stream summarises: its charts (by default
+    those of ``default_charts``), the goal metric (goal progress) and every rank's step time and
+    tracker totals (rank table): their history on a run of a few ranks, each rank's latest
+    value on a wide one."""
     goal = run.goal.metric if run.goal is not None else None
     names = list(charts) if charts is not None else default_charts(run.task, goal)
-    for name in ([goal] if goal else []) + ["step_time", *TOTALS]:
-        if name not in names:
-            names.append(name)
-    return names
+    if goal and goal not in names:
+        names.append(goal)
+    if not wide(run):
+        return HistoryPlan(series=names + [n for n in RANK_FIGURES if n not in names])
+    return dataclasses.replace(chart_plan(run, names), latest=list(RANK_FIGURES))
 
 
-class RunDetailScreen(Screen[None]):
+class RunDetailScreen(RunLogsActions):
     """Everything about one run, live."""
 
     SCOPES: ClassVar[tuple[str, ...]] = ("run", "logs")
@@ -95,14 +114,13 @@ class RunDetailScreen(Screen[None]):
         self.stop: dict[str, Any] | None = None
         self.feed: RunFeed | None = None
         self.gone = False
+        self.rank_on_chart: int | None = None  # a wide run's rank whose step time is charted too
+        self._band_x = -math.inf  # the step of the last live band point (bands go forward only)
         self._metric_ranks: dict[str, set[int]] = {}
         self._charts: dict[str, MetricChart] = {}  # metric name -> its chart, in grid order
         self._charts_built = False
         self._ranks_stale = False
-
-    @property
-    def mlbench(self) -> MlbenchApp:
-        return self.app  # type: ignore[return-value]
+        self._t0: float | None = None  # x origin of the telemetry charts (seconds)
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="title")
@@ -120,12 +138,17 @@ class RunDetailScreen(Screen[None]):
                 yield Grid(id="chart-grid")
             with TabPane("Logs [4]", id="logs"):
                 yield Input(placeholder="regex to highlight (enter to apply, empty clears)", id="log-search")
+                yield Input(
+                    placeholder="ranks to show, e.g. 0-7,512 (enter; empty: all ranks)", id="log-ranks"
+                )
                 yield LogView(id="log-view")
         yield Footer()
 
     def on_mount(self) -> None:
         self._update_title()
         self.query_one("#log-search", Input).display = False
+        self.query_one("#log-ranks", Input).display = False
+        self.query_one(LogView).set_live(False)  # the overview is shown first
         self.query_one("#loading", StatusLine).show(Text("loading run…", style="grey50"))
         self.feed = RunFeed(
             lambda: self.mlbench.address,
@@ -133,7 +156,7 @@ class RunDetailScreen(Screen[None]):
             self.post_message,
             self.mlbench.post_status,
             interval=self.mlbench.update_interval,
-            history=history_metrics,
+            history=history_plan,
         )
         self._run_feed(self.feed)
         self.set_interval(1.0, self._tick)
@@ -181,15 +204,19 @@ class RunDetailScreen(Screen[None]):
             view.host = rank.host or rank.pod or view.host
         if batch.names is not None:
             self.metric_names = batch.names
+        if batch.latest is not None:
+            self._add_latest(batch.latest)
+        if batch.bands is not None:
+            self._add_bands(batch.bands)
         if batch.series:
             self._add_series(batch.series.values())
         if batch.events:
             self._add_events(batch.events)
         if batch.lines:
             self.query_one(LogView).add_lines(
-                LogEntry(line.rank, line.stream, line.t, line.text) for line in batch.lines
+                LogEntry(line.rank, line.stream, line.t, line.text, line.id) for line in batch.lines
             )
-        if batch.run is not None or batch.ranks or batch.series:
+        if batch.run is not None or batch.ranks or batch.series or batch.latest is not None:
             self._show_ranks()
         self._update_goal()
         if batch.run is not None or batch.events:
@@ -213,9 +240,37 @@ class RunDetailScreen(Screen[None]):
             self._build_charts()
         self._update_title()
 
+    def _add_latest(self, latest: RanksLatest) -> None:
+        """Every rank's latest figures (a wide run opening): O(ranks), no chart work."""
+        for series in latest.series:
+            for rank, step, epoch, value in zip(
+                series.rank, series.step, series.epoch, series.value, strict=True
+            ):
+                view = self.ranks.get(rank)
+                if view is None:
+                    view = self.ranks[rank] = RankView(rank)
+                if value is not None and not view.take(series.name, value, step):
+                    view.telemetry.update(series.name, value)
+                if epoch is not None and (view.epoch is None or epoch > view.epoch):
+                    view.epoch = epoch
+
+    def _add_bands(self, found: MetricBands) -> None:
+        """A wide run's history of percentiles across ranks: one line per percentile."""
+        for band in found.bands:
+            chart = self._charts.get(band.name)
+            if chart is None:
+                continue
+            xs = [float(s) if s is not None else t for s, t in zip(band.step, band.t, strict=True)]
+            for key, label in BANDS:
+                chart.add_points(key, list(zip(xs, getattr(band, key), strict=True)), label=label)
+            if xs:
+                self._band_x = max(self._band_x, xs[-1])
+
     def _add_series(self, deltas: Iterable[SeriesDelta], *, charts_only: bool = False) -> None:
-        """Fold new points in: O(series) for rank views and goal, O(points) only for charts."""
+        """Fold new points in: O(series) for rank views and goal, O(points) only for the charts
+        (of the chart rank, and on a wide run of the rank charted on demand)."""
         goal_metric = self.run.goal.metric if self.run is not None and self.run.goal is not None else ""
+        band_x = None
         for d in deltas:
             if not len(d):
                 continue
@@ -225,11 +280,8 @@ class RunDetailScreen(Screen[None]):
                 if view is None:
                     view = self.ranks[d.rank] = RankView(d.rank)
                 step, epoch, value = d.last()
-                if value is not None:
-                    if d.name == "step_time":
-                        view.step_time = value
-                    elif d.name in TOTALS:
-                        setattr(view, TOTALS[d.name], value)
+                if value is not None and not view.take(d.name, value):
+                    view.telemetry.update(d.name, value)
                 if step is not None and sweep_of(d.name) is None and (view.step is None or step > view.step):
                     view.step = step
                 if epoch is not None and (view.epoch is None or epoch > view.epoch):
@@ -239,21 +291,90 @@ class RunDetailScreen(Screen[None]):
                         self.goal_rank = d.rank
                     if d.rank == self.goal_rank:
                         self.goal_points.extend(_goal_points(d))
-            if d.name in self.chart_metrics and (d.name == "step_time" or d.rank == self._chart_rank(d.name)):
-                self._chart_points(d.name, d.rank, d.xy())
+                if d.name == STEP_TIME and step is not None:
+                    band_x = step if band_x is None else max(band_x, step)
+            if d.name in self.chart_metrics:
+                self._chart_points(d.name, d.rank, d)
+        if band_x is not None and self._wide:
+            self._live_band(float(band_x))
+
+    @property
+    def _wide(self) -> bool:
+        return self.run is not None and wide(self.run)
 
     def _chart_rank(self, name: str) -> int:
         """Charts show rank 0 (global metrics are equal on every rank), or the lowest rank seen."""
         ranks = self._metric_ranks.get(name)
         return 0 if not ranks or 0 in ranks else min(ranks)
 
-    def _chart_points(self, name: str, rank: int, points: list[tuple[float, float]]) -> None:
-        if name == "step_time" and rank >= MAX_RANK_SERIES:
-            return
+    def _chart_points(self, name: str, rank: int, delta: SeriesDelta) -> None:
         chart = self._charts.get(name)
         if chart is None:
             return
-        chart.add_points(f"r{rank}", points, label=f"rank {rank}" if name == "step_time" else name)
+        if not per_rank(name):
+            if rank == self._chart_rank(name):
+                chart.add_points(f"r{rank}", delta.xy(), label=name)
+            return
+        if not self._wide:
+            shown = rank < MAX_RANK_SERIES
+        elif name == STEP_TIME:  # and the bands
+            shown = rank == self.rank_on_chart
+        else:  # the telemetry of a wide run: the chart rank's (its history is that rank's)
+            shown = rank == self._chart_rank(name)
+        if not shown:
+            return
+        points = delta.xy()
+        label = f"rank {rank}"
+        if sm.is_sys(name):  # sampled in time: x is seconds since the run started
+            origin = self._time_origin(points)
+            points = [(t - origin, v) for t, v in points]
+        if name == sm.GPU_UTIL:
+            utils = {
+                r: v.telemetry.gpu_util for r, v in self.ranks.items() if v.telemetry.gpu_util is not None
+            }
+            label += " ⚠ idle" if rank in find_underused(utils) else ""
+        chart.add_points(f"r{rank}", points, label=label)
+
+    def _time_origin(self, points: list[tuple[float, float]]) -> float:
+        """The x origin of time-sampled charts: the run's start, else the first sample seen."""
+        if self._t0 is None:
+            started = self.run.started if self.run is not None else None
+            self._t0 = started.timestamp() if started is not None else min(t for t, _ in points)
+        return self._t0
+
+    def _live_band(self, x: float) -> None:
+        """One point per band from every rank's latest step time: O(ranks) per update, and the
+        chart gets three points however many ranks reported."""
+        chart = self._charts.get(STEP_TIME)
+        if chart is None:
+            return
+        pairs = sorted((v.step_time, v.rank) for v in self.ranks.values() if v.step_time is not None)
+        if not pairs:
+            return
+        values = [v for v, _ in pairs]
+        self._band_x = x = max(self._band_x, x)
+        for (key, label), value in zip(
+            BANDS, (percentile(values, 50), percentile(values, 90), values[-1]), strict=True
+        ):
+            chart.add_points(key, [(x, value)], label=label)
+
+    def chart_rank(self, rank: int) -> None:
+        """Chart one rank's step time beside the bands (a wide run; another rank replaces it)."""
+        self.action_show_tab("charts")
+        if not self._wide or rank == self.rank_on_chart:
+            return
+        chart = self._charts.get(STEP_TIME)
+        if chart is not None and self.rank_on_chart is not None:
+            chart.remove_series(f"r{self.rank_on_chart}")
+        self.rank_on_chart = rank
+        if chart is None:
+            self.notify(f"chart step_time (m) to see rank {rank}'s step time", severity="warning")
+            return
+        self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=rank), replace=False)
+
+    @on(RankTable.RankChosen)
+    def _rank_chosen(self, message: RankTable.RankChosen) -> None:
+        self.chart_rank(message.rank)
 
     def _add_events(self, events: Iterable[EventOut]) -> None:
         for event in events:
@@ -279,11 +400,13 @@ class RunDetailScreen(Screen[None]):
                 chart = MetricChart(
                     name,
                     goal=goal.target if goal is not None and goal.metric == name else None,
-                    x_label=sweep.x_label if sweep is not None else "step",
+                    x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
                     id=f"chart-{_chart_id(name)}",
                     classes="chart",
                 )
+                if name == STEP_TIME and self.run is not None and wide(self.run):
+                    chart.border_subtitle = f"p50 · p90 · max across {self.run.workers} ranks"
                 added.append(chart)
             self._charts[name] = chart
         for chart in old.values():
@@ -292,26 +415,39 @@ class RunDetailScreen(Screen[None]):
             grid.mount_all(added)
         grid.styles.grid_size_rows = max(1, math.ceil(len(self._charts) / 2))
         if self.run is not None and added and self._charts_built:  # the first ones come with the run
-            self._load_history([str(c.border_title) for c in added])
+            names = [str(c.border_title) for c in added]
+            self._load_history(chart_plan(self.run, names))
+            if self.rank_on_chart is not None and STEP_TIME in names:
+                self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=self.rank_on_chart), replace=False)
         self._charts_built = True
 
     @work(thread=True, group="chart-history", exit_on_error=False)
-    def _load_history(self, names: list[str]) -> None:
-        """New charts start with the run's whole history (downsampled by the server)."""
+    def _load_history(self, plan: HistoryPlan, replace: bool = True) -> None:
+        """New charts (or a rank charted on demand) start with the run's whole history,
+        downsampled by the server."""
         try:
-            batch = fetch_history(self.mlbench.address, self.run_id, names)
+            batch = fetch_history(self.mlbench.address, self.run_id, plan)
         except Exception as exc:
             self.app.call_from_thread(self.notify, f"cannot load chart history: {exc}", severity="warning")
             return
-        self.app.call_from_thread(self._show_history, names, list(batch.series.values()))
+        self.app.call_from_thread(self._show_history, plan, batch, replace)
 
-    def _show_history(self, names: list[str], deltas: list[SeriesDelta]) -> None:
-        """History replaces what the stream drew meanwhile (points must come in x order)."""
-        for name in names:
+    def _show_history(self, plan: HistoryPlan, batch: RunBatch, replace: bool) -> None:
+        """History replaces what the stream drew meanwhile (points must come in x order): the
+        whole charts, or (``replace`` False) the series of the rank charted on demand."""
+        for name in {*(plan.series or ()), *plan.one_rank, *plan.bands}:
             chart = self._charts.get(name)
-            if chart is not None:
+            if chart is None:
+                continue
+            if replace:
                 chart.clear()
-        self._add_series(deltas, charts_only=True)
+            else:
+                chart.remove_series(f"r{plan.rank}")
+        if not replace and plan.rank != self.rank_on_chart:
+            return  # another rank was chosen meanwhile
+        if batch.bands is not None:
+            self._add_bands(batch.bands)
+        self._add_series(batch.series.values(), charts_only=True)
 
     # -- painting ---------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -374,13 +510,19 @@ class RunDetailScreen(Screen[None]):
 
     @on(TabbedContent.TabActivated, "#tabs")
     def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
-        if event.pane.id == "ranks" and self._ranks_stale:
-            self._show_ranks(now=True)
+        self._shown(event.pane.id or "")
+
+    def _shown(self, tab: str) -> None:
+        """Widgets nobody sees are only marked stale: they catch up when their tab is shown."""
+        if tab == "ranks":
+            if self._ranks_stale:
+                self._show_ranks(now=True)
+            self.query_one("#rank-table").focus()  # arrows and enter pick a rank
+        self.query_one(LogView).set_live(tab == "logs")
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
-        if tab == "ranks" and self._ranks_stale:
-            self._show_ranks(now=True)  # at once, not after the tab's activation message
+        self._shown(tab)  # at once, not after the tab's activation message
 
     def action_cancel_run(self) -> None:
         if self.run is not None:
@@ -427,62 +569,15 @@ class RunDetailScreen(Screen[None]):
                 self.chart_metrics = chosen
                 self._build_charts()
                 if self.feed is not None and self.run is not None:
-                    self.feed.show(history_metrics(self.run, chosen))
+                    self.feed.show(history_plan(self.run, chosen).names or [])
                 self.action_show_tab("charts")
 
         if self.app.screen is self:
             self.app.push_screen(MetricPickerScreen(names, self.chart_metrics), picked)
 
-    def _logs(self) -> LogView:
-        return self.query_one(LogView)
-
-    def action_search_logs(self) -> None:
-        self.action_show_tab("logs")
-        search = self.query_one("#log-search", Input)
-        search.display = True
-        search.focus()
-
-    @on(Input.Submitted, "#log-search")
-    def _search(self, event: Input.Submitted) -> None:
-        error = self._logs().set_pattern(event.value)
-        if error:
-            self.notify(error, severity="error")
-            return
-        if not event.value:
-            event.input.display = False
-        self._logs().query_one("RichLog").focus()
-
-    def action_toggle_grep(self) -> None:
-        logs = self._logs()
-        if logs.pattern is None:
-            self.notify("search first (/): only-matches filters on the search regex", severity="warning")
-            return
-        logs.only_matches = not logs.only_matches
-
-    def action_cycle_rank(self) -> None:
-        self.action_show_tab("logs")
-        self._logs().cycle_rank()
-
-    def action_toggle_follow(self) -> None:
-        self._logs().follow = not self._logs().follow
-
-    def action_toggle_wrap(self) -> None:
-        self._logs().wrap = not self._logs().wrap
-
-    def action_save_logs(self) -> None:
-        from mlbench_tui.settings import Paths
-
-        safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in self.run_name)
-        path = Path(Paths.from_env().state_dir) / "logs" / f"{safe}.log"
-        try:
-            count = self._logs().save(path)
-        except OSError as exc:
-            self.notify(f"cannot save logs: {exc}", severity="error")
-            return
-        self.notify(f"saved {count} lines to {path}")
-        self.saved_path = path
-
-    saved_path: Path | None = None
+    def action_find_ranks(self) -> None:
+        self.action_show_tab("ranks")
+        self.query_one(RankTable).find()
 
 
 def _chart_id(name: str) -> str:

@@ -1,7 +1,10 @@
 """Logs of all ranks interleaved, with rank tags, a rank filter, regex highlight, follow and wrap.
 
 The widget keeps the last ``MAX_LINES`` lines it was given (the store keeps everything) and
-redraws from that buffer when a filter changes, so filtering never needs the network. New lines
+redraws from that buffer when a filter changes, at once. A rank filter is a rank set (``0-7,512``,
+or one rank); on a run of many ranks the buffer holds few lines of any one rank, so the owner
+asks the server for the set's latest lines (``RanksChanged``) and hands them over
+(``show_tail``): the view then shows those, and the set's new lines as they come. New lines
 arrive in batches and are written with one ``RichLog.write`` per batch.
 """
 
@@ -16,12 +19,15 @@ from pathlib import Path
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import RichLog
 
+from mlbench_tui.ranksets import RankSet
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
 MAX_LINES = 20_000
+REDRAW_LINES = 2_000  # lines written when the view is redrawn (a filter changed, shown again)
 RANK_STYLES = ("cyan", "magenta", "green", "yellow", "dodger_blue1", "orchid", "spring_green1", "orange1")
 MATCH_STYLE = "black on yellow"
 
@@ -34,6 +40,7 @@ class LogEntry:
     stream: str
     t: float
     text: str
+    id: int = 0  # the store's line id (0: not from the store)
 
 
 def format_offset(seconds: float) -> str:
@@ -47,9 +54,17 @@ def format_offset(seconds: float) -> str:
 
 
 class LogView(Vertical):
-    """Status line + log; state: ``rank`` (None: all), ``pattern``, ``follow``, ``wrap``, ``only_matches``."""
+    """Status line + log; state: ``ranks`` (None: all), ``pattern``, ``follow``, ``wrap``,
+    ``only_matches``."""
 
-    rank: reactive[int | None] = reactive(None)
+    class RanksChanged(Message):
+        """The rank filter changed: the owner may fetch the set's latest lines (``show_tail``)."""
+
+        def __init__(self, ranks: RankSet | None) -> None:
+            super().__init__()
+            self.ranks = ranks
+
+    ranks: reactive[RankSet | None] = reactive(None)
     follow: reactive[bool] = reactive(True)
     wrap: reactive[bool] = reactive(False)
     only_matches: reactive[bool] = reactive(False)
@@ -58,9 +73,12 @@ class LogView(Vertical):
         super().__init__(id=id)
         self.origin_t = origin_t
         self.entries: deque[LogEntry] = deque(maxlen=MAX_LINES)
+        self.tail: deque[LogEntry] | None = None  # the rank filter's lines from the server
         self.ranks_seen: set[int] = set()
         self.pattern: re.Pattern[str] | None = None
         self.shown = 0  # lines currently written to the RichLog
+        self.live = True  # lines are written as they come (see set_live)
+        self._stale = False  # lines came, or a filter changed, while not live
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="log-status")
@@ -77,16 +95,39 @@ class LogView(Vertical):
             return
         self.entries.extend(batch)
         self.ranks_seen.update(e.rank for e in batch)
+        if self.tail is not None and self.ranks is not None:
+            self.tail.extend(e for e in batch if e.rank in self.ranks)
         visible = [e for e in batch if self._visible(e)]
-        if visible:
+        if visible and self.live:
             self._write(visible)
+        elif visible:
+            self._stale = True
         self._update_status()
 
+    def set_live(self, live: bool) -> None:
+        """Write lines as they come (the view is shown) or only keep them (it is hidden: a
+        run of 1,024 ranks logs more than is worth rendering unseen); shown again, it redraws."""
+        self.live = live
+        if live and self._stale:
+            self.redraw()
+
+    def show_tail(self, ranks: RankSet, lines: Iterable[LogEntry]) -> None:
+        """Show the server's latest ``lines`` of ``ranks`` (and those that came since) while the
+        filter is still ``ranks``."""
+        if ranks != self.ranks:
+            return
+        tail = list(lines)
+        last = tail[-1].id if tail else 0
+        tail += [e for e in self.entries if e.rank in ranks and e.id > last]
+        self.tail = deque(tail, maxlen=MAX_LINES)
+        self.redraw()
+
     def visible_entries(self) -> list[LogEntry]:
-        return [e for e in self.entries if self._visible(e)]
+        source = self.tail if self.tail is not None else self.entries
+        return [e for e in source if self._visible(e)]
 
     def _visible(self, entry: LogEntry) -> bool:
-        if self.rank is not None and entry.rank != self.rank:
+        if self.ranks is not None and entry.rank not in self.ranks:
             return False
         return not (self.only_matches and self.pattern is not None and not self.pattern.search(entry.text))
 
@@ -108,12 +149,18 @@ class LogView(Vertical):
         self.shown += len(entries)
 
     def redraw(self) -> None:
-        """Rewrite the log from the buffer (after a filter, pattern or wrap change)."""
+        """Rewrite the log from the buffer (after a filter, pattern or wrap change): its last
+        ``REDRAW_LINES`` shown lines, at once or, while hidden, when shown again."""
+        if not self.live:
+            self._stale = True
+            self._update_status()
+            return
+        self._stale = False
         log = self.query_one(RichLog)
         log.clear()
         log.wrap = self.wrap
         self.shown = 0
-        visible = self.visible_entries()
+        visible = self.visible_entries()[-REDRAW_LINES:]
         if visible:
             self._write(visible)
         self._update_status()
@@ -132,19 +179,17 @@ class LogView(Vertical):
         return None
 
     def cycle_rank(self) -> None:
-        """All ranks -> rank 0 -> rank 1 -> ... -> all ranks."""
+        """All ranks -> rank 0 -> rank 1 -> ... -> all ranks (from a rank set: its next rank)."""
         ranks = sorted(self.ranks_seen)
-        if not ranks:
-            self.rank = None
-        elif self.rank is None:
-            self.rank = ranks[0]
-        else:
-            later = [r for r in ranks if r > self.rank]
-            self.rank = later[0] if later else None
+        current = None if self.ranks is None else self.ranks.ranges[0][0]
+        later = [r for r in ranks if current is None or r > current]
+        self.ranks = RankSet(((later[0], later[0]),)) if later else None
 
-    def watch_rank(self) -> None:
+    def watch_ranks(self, ranks: RankSet | None) -> None:
+        self.tail = None
         if self.is_mounted:
             self.redraw()
+            self.post_message(self.RanksChanged(ranks))
 
     def watch_only_matches(self) -> None:
         if self.is_mounted:
@@ -177,7 +222,7 @@ class LogView(Vertical):
             return
         status = Text()
         status.append(" ranks: ", style="bold")
-        status.append("all" if self.rank is None else f"r{self.rank}")
+        status.append(_ranks_label(self.ranks))
         status.append("   search: ", style="bold")
         status.append(f"/{self.pattern.pattern}/" if self.pattern else "—")
         if self.only_matches:
@@ -188,3 +233,10 @@ class LogView(Vertical):
         status.append("on" if self.wrap else "off")
         status.append(f"   {self.shown}/{len(self.entries)} lines", style="grey50")
         self.query_one("#log-status", StatusLine).show(status)
+
+
+def _ranks_label(ranks: RankSet | None) -> str:
+    """``all``, ``r3``, or the set as typed back (``0-7,512``)."""
+    if ranks is None:
+        return "all"
+    return f"r{ranks.ranges[0][0]}" if len(ranks) == 1 else str(ranks)

@@ -62,10 +62,12 @@ class MetricChart(Widget):
         return self._series
 
     def add_points(self, key: str, points: Iterable[tuple[float, float]], label: str | None = None) -> None:
-        """Append points to series ``key`` (created on first use); x must be non-decreasing."""
+        """Append points to series ``key`` (created on first use); x must be non-decreasing. A new
+        ``label`` replaces the series' legend (a rank flagged or no longer flagged)."""
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = MinMaxSeries(key)
+        if label is not None or key not in self._labels:
             self._labels[key] = label or key
         if self.log_x:
             for x, y in points:
@@ -74,6 +76,12 @@ class MetricChart(Widget):
         else:
             series.extend(points)
         self._invalidate()
+
+    def remove_series(self, key: str) -> None:
+        """Drop series ``key`` (if charted)."""
+        if self._series.pop(key, None) is not None:
+            self._labels.pop(key, None)
+            self._invalidate()
 
     def clear(self) -> None:
         self._series.clear()

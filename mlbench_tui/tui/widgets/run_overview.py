@@ -15,7 +15,7 @@ from rich.text import Text
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.results.table import allreduce_text
+from mlbench_tui.results.table import allreduce_text, telemetry_lines
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -102,6 +102,8 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
             )
         if result.cost_to_target is not None:
             rows.append(("cost to target", f"${result.cost_to_target:.2f}"))
+        if result.telemetry is not None:
+            rows += telemetry_lines(result.telemetry)
         for dtype, entry in (result.allreduce or {}).items():
             text = allreduce_text(dtype, entry).removeprefix(f"{dtype} ")
             if entry.peak_busbw_size is not None:

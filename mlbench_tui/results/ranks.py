@@ -1,0 +1,159 @@
+"""Per-rank figures of a run and how they spread across its ranks: what ``mlbench status``,
+``mlbench results`` and the TUI's Ranks tab show of a run of any size (median, p90, the worst
+ranks) instead of one line per rank.
+
+A rank's figures are its latest step time and its tracker totals (compute, communication, data,
+other seconds so far). Its *busy time* is the part of a step it did not spend communicating,
+``step time x (1 - comm share)``: in synchronous training every rank's step takes as long as the
+slowest one's, and the ranks that others wait for are the ones with the most busy time (and the
+least communication). Ranks are ordered worst first by busy time, and a rank is a straggler when
+its busy time is well above the median's. Pure functions over numbers, shared by the CLI and
+the TUI.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS
+
+STEP_TIME = "step_time"
+RANK_METRICS = (STEP_TIME, *TRACKER_TOTALS)
+"""The metrics a rank's figures are read from (their latest value per rank)."""
+
+STRAGGLER_FACTOR = 1.25  # a straggler's busy time exceeds the median's by 25%
+TOTAL_FIELDS = {
+    "time_compute": "compute",
+    "time_communication": "comm",
+    "time_preprocess": "data",
+    "time_metrics": "other",
+}
+
+
+def percentile(ordered: Sequence[float], percent: int) -> float:
+    """The nearest-rank ``percent`` percentile (1..100) of sorted, non-empty ``ordered``."""
+    n = len(ordered)
+    return ordered[max(0, (percent * n + 99) // 100 - 1)]
+
+
+@dataclass
+class RankFigures:
+    """One rank's latest step time (seconds) and cumulative tracker totals (seconds)."""
+
+    rank: int
+    step: int | None = None
+    step_time: float | None = None
+    compute: float = 0.0
+    comm: float = 0.0
+    data: float = 0.0
+    other: float = 0.0
+
+    @property
+    def comm_share(self) -> float | None:
+        """Communication's share of the tracker totals (None before any total arrived)."""
+        total = self.compute + self.comm + self.data + self.other
+        return self.comm / total if total > 0 else None
+
+    @property
+    def busy(self) -> float | None:
+        """Seconds per step not spent communicating (the step time without totals yet)."""
+        if self.step_time is None or not math.isfinite(self.step_time):
+            return None
+        share = self.comm_share
+        return self.step_time if share is None else self.step_time * (1.0 - share)
+
+    def take(self, name: str, value: float | None, step: int | None = None) -> bool:
+        """Fold in the latest ``value`` of metric ``name``; False for a metric it does not keep."""
+        if name == STEP_TIME:
+            if value is not None:
+                self.step_time = value
+        elif name in TOTAL_FIELDS:
+            if value is not None:
+                setattr(self, TOTAL_FIELDS[name], value)
+        else:
+            return False
+        if step is not None and (self.step is None or step > self.step):
+            self.step = step
+        return True
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One figure across ranks: nearest-rank percentiles and the ranks at either end."""
+
+    count: int
+    p10: float
+    p50: float
+    p90: float
+    min: float
+    max: float
+    min_rank: int
+    max_rank: int
+
+
+def spread(values: Mapping[int, float | None]) -> Spread | None:
+    """How ``values`` (rank -> figure; None and non-finite ones left out) spread across ranks."""
+    pairs = sorted((v, r) for r, v in values.items() if v is not None and math.isfinite(v))
+    if not pairs:
+        return None
+    ordered = [v for v, _ in pairs]
+    return Spread(
+        count=len(pairs),
+        p10=percentile(ordered, 10),
+        p50=percentile(ordered, 50),
+        p90=percentile(ordered, 90),
+        min=pairs[0][0],
+        max=pairs[-1][0],
+        min_rank=pairs[0][1],
+        max_rank=pairs[-1][1],
+    )
+
+
+def find_stragglers(values: Mapping[int, float], factor: float = STRAGGLER_FACTOR) -> set[int]:
+    """Ranks whose figure is more than ``factor`` times the median of all ranks (needs 2+ ranks)."""
+    finite = {r: v for r, v in values.items() if math.isfinite(v) and v > 0}
+    if len(finite) < 2:
+        return set()
+    median = statistics.median(finite.values())
+    return {r for r, v in finite.items() if v > median * factor}
+
+
+F = TypeVar("F", bound="RankFigures")
+
+
+def worst_first(ranks: Iterable[F]) -> list[F]:
+    """``ranks`` by busy time, largest first; ranks without one last, each group by rank."""
+    return sorted(ranks, key=lambda f: (f.busy is None, -(f.busy or 0.0), f.rank))
+
+
+@dataclass(frozen=True)
+class RanksSummary:
+    """What a run's ranks look like as a whole."""
+
+    ranks: int  # the run's ranks
+    reported: int  # ranks with figures
+    step_time: Spread | None
+    comm_share: Spread | None
+    busy: Spread | None
+    worst: list[RankFigures]  # worst first
+    stragglers: frozenset[int]
+
+
+def summarize_ranks(figures: Iterable[RankFigures], ranks: int, worst: int = 5) -> RanksSummary:
+    """The spread of step time, comm share and busy time over ``figures``, the ``worst`` worst
+    ranks and the stragglers, for a run of ``ranks`` ranks."""
+    figures = list(figures)
+    busy = {f.rank: f.busy for f in figures}
+    return RanksSummary(
+        ranks=ranks,
+        reported=sum(1 for f in figures if f.step_time is not None or f.comm_share is not None),
+        step_time=spread({f.rank: f.step_time for f in figures}),
+        comm_share=spread({f.rank: f.comm_share for f in figures}),
+        busy=spread(busy),
+        worst=[f for f in worst_first(figures) if f.busy is not None][:worst],
+        stragglers=frozenset(find_stragglers({r: b for r, b in busy.items() if b is not None})),
+    )

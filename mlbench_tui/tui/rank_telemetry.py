@@ -1,0 +1,74 @@
+"""A rank's latest hardware telemetry as the Ranks tab shows it: CPU, memory, GPU, GPU memory, power.
+
+Pure (no Textual): the run screen folds each ``sys/`` sample into the rank's ``RankTelemetry``
+and the rank table asks it for its cells, so another rank view (a distribution of 1,024 ranks,
+worst first) can carry the same columns. Memory reads against the pod's limit when the rank
+reported one, GPU memory against the GPU's total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlbench_worker import sysmetrics as sm
+
+from mlbench_tui.formatting import format_mib
+
+UNKNOWN = "—"
+COLUMNS = ("CPU", "mem", "GPU", "GPU mem", "power")
+
+
+@dataclass
+class RankTelemetry:
+    """The latest value of each telemetry series a rank reported (None: not reported)."""
+
+    cpu_percent: float | None = None
+    rss_mib: float | None = None
+    mem_limit_mib: float | None = None
+    gpu_util: float | None = None
+    gpu_mem_mib: float | None = None
+    gpu_mem_total_mib: float | None = None
+    gpu_power_w: float | None = None
+
+    def update(self, name: str, value: float) -> bool:
+        """Take one sample of series ``name``; False when the table shows no such series."""
+        if name == sm.CPU_PERCENT:
+            self.cpu_percent = value
+        elif name == sm.RSS_MIB:
+            self.rss_mib = value
+        elif name == sm.MEM_LIMIT_MIB:
+            self.mem_limit_mib = value
+        elif name == sm.GPU_UTIL:
+            self.gpu_util = value
+        elif name == sm.GPU_MEM_USED_MIB:
+            self.gpu_mem_mib = value
+        elif name == sm.GPU_MEM_TOTAL_MIB:
+            self.gpu_mem_total_mib = value
+        elif name == sm.GPU_POWER_W:
+            self.gpu_power_w = value
+        else:
+            return False
+        return True
+
+    def cells(self) -> tuple[str, ...]:
+        """The texts of ``COLUMNS``, in order."""
+        return (
+            UNKNOWN if self.cpu_percent is None else f"{self.cpu_percent:.0f}%",
+            _against(self.rss_mib, self.mem_limit_mib),
+            UNKNOWN if self.gpu_util is None else f"{self.gpu_util:.0f}%",
+            _against(self.gpu_mem_mib, self.gpu_mem_total_mib),
+            UNKNOWN if self.gpu_power_w is None else f"{self.gpu_power_w:.0f} W",
+        )
+
+
+# The series the rank table reads: their history is loaded with the run (the latest value counts).
+SERIES = (
+    sm.CPU_PERCENT, sm.RSS_MIB, sm.MEM_LIMIT_MIB, sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_MEM_TOTAL_MIB,
+    sm.GPU_POWER_W,
+)  # fmt: skip
+
+
+def _against(used: float | None, limit: float | None) -> str:
+    if used is None:
+        return UNKNOWN
+    return format_mib(used) if limit is None else f"{format_mib(used)}/{format_mib(limit)}"

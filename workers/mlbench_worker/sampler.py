@@ -1,0 +1,343 @@
+"""Hardware telemetry of one rank, sampled on its own daemon thread and sent as ``sys/`` metrics.
+
+Every ``interval`` seconds the sampler reads the rank's process and host (psutil) and the rank's
+GPU (NVIDIA's NVML bindings, ``pynvml`` from ``nvidia-ml-py``; the framework's peak allocated
+memory) and hands the values to the reporter, whose own thread ships them. The training thread
+never waits on it. Each library is imported lazily, in the sampler's thread; when one is missing
+or cannot start (no driver), its series are "not available": one log line, and the rest goes on.
+The series and their units are listed in ``mlbench_worker.sysmetrics``.
+
+``attach(reporter, config, rdv)`` is the runtime's hook: it starts the sampler and returns a
+reporter whose ``close()`` takes a last sample and stops the sampler before closing the real one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from mlbench_worker import sysmetrics as sm
+from mlbench_worker.cgroup import cgroup_limits
+
+if TYPE_CHECKING:
+    from mlbench_worker.config import WorkerConfig
+    from mlbench_worker.context import Rendezvous, ReporterLike
+
+MIB = float(2**20)
+Sample = list[tuple[str, float]]
+
+
+def optional_import(name: str, what: str, log: Callable[[str], None]) -> ModuleType | None:
+    """``import name``, or None after one log line saying which series are not available."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        log(f"{what} not available: {exc} (pip install 'mlbench-tui[worker]')")
+        return None
+
+
+class HostProbe:
+    """The rank's process (CPU, resident memory), the host's available memory and network rates."""
+
+    def __init__(self, psutil: ModuleType, pid: int | None = None) -> None:
+        self.psutil = psutil
+        self.process = psutil.Process(pid)
+        self.process.cpu_percent(None)  # primes the counter: the next call covers the interval since
+        self._net = self._net_counters()
+
+    def _net_counters(self) -> tuple[float, int, int] | None:
+        counters = self.psutil.net_io_counters()
+        return None if counters is None else (time.monotonic(), counters.bytes_sent, counters.bytes_recv)
+
+    def read(self) -> Sample:
+        out: Sample = [
+            (sm.CPU_PERCENT, self.process.cpu_percent(None)),
+            (sm.RSS_MIB, self.process.memory_info().rss / MIB),
+            (sm.HOST_MEM_AVAILABLE_MIB, self.psutil.virtual_memory().available / MIB),
+        ]
+        net, before = self._net_counters(), self._net
+        if net is not None and before is not None and net[0] > before[0]:
+            seconds = net[0] - before[0]
+            # a counter that went down (an interface went away) gives no rate for this interval
+            if net[1] >= before[1] and net[2] >= before[2]:
+                out.append((sm.NET_SENT_MIB_S, (net[1] - before[1]) / MIB / seconds))
+                out.append((sm.NET_RECV_MIB_S, (net[2] - before[2]) / MIB / seconds))
+        self._net = net
+        return out
+
+
+class GpuProbe:
+    """The rank's GPU through NVML, and the framework's peak allocated memory on it.
+
+    The GPU is the one the runtime placed the rank on (``mlbench_worker.devices``: GPU
+    ``LOCAL_RANK`` of the visible ones), found in NVML by torch's UUID of it once torch has
+    initialised CUDA, else as the ``LOCAL_RANK``-th entry of ``CUDA_VISIBLE_DEVICES`` (TensorFlow
+    ranks), else as NVML's device ``LOCAL_RANK``. A field the GPU does not support (MIG, older
+    boards) is dropped for the rest of the run.
+    """
+
+    FIELDS: tuple[str, ...] = (
+        sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_POWER_W, sm.GPU_ENERGY_J, sm.GPU_SM_CLOCK_MHZ, sm.GPU_TEMP_C,
+    )  # fmt: skip
+
+    def __init__(
+        self, nvml: ModuleType, local_rank: int, env: Mapping[str, str], log: Callable[[str], None]
+    ) -> None:
+        self.nvml = nvml
+        self.local_rank = local_rank
+        self.env = env
+        self.log = log
+        self.handle: Any = None
+        self.torch_index: int | None = None
+        self.fields = list(self.FIELDS)
+        self._failed = False
+        self._sample_failed = False
+
+    def _resolve(self) -> bool:
+        torch = sys.modules.get("torch")
+        cuda_up = torch is not None and torch.cuda.is_initialized()
+        if torch is not None and not cuda_up and "tensorflow" not in sys.modules:
+            return False  # a torch rank: wait until the runtime has picked its device
+        nvml = self.nvml
+        if cuda_up:
+            assert torch is not None
+            self.torch_index = self.local_rank
+            uuid = str(torch.cuda.get_device_properties(self.local_rank).uuid)
+            with contextlib.suppress(nvml.NVMLError):
+                name = uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}"
+                self.handle = nvml.nvmlDeviceGetHandleByUUID(name)
+                return True
+        visible = [v.strip() for v in self.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        if not visible:
+            self.handle = nvml.nvmlDeviceGetHandleByIndex(self.local_rank)
+        elif self.local_rank >= len(visible):
+            raise nvml.NVMLError(nvml.NVML_ERROR_NOT_FOUND)  # placement refuses such a rank too
+        elif visible[self.local_rank].isdigit():
+            self.handle = nvml.nvmlDeviceGetHandleByIndex(int(visible[self.local_rank]))
+        else:
+            self.handle = nvml.nvmlDeviceGetHandleByUUID(visible[self.local_rank])
+        return True
+
+    def once(self) -> Sample:
+        """The GPU's total memory (sent once), when the GPU is known."""
+        if self.handle is None:
+            return []
+        return [(sm.GPU_MEM_TOTAL_MIB, self.nvml.nvmlDeviceGetMemoryInfo(self.handle).total / MIB)]
+
+    def read(self) -> tuple[Sample, bool]:
+        """This sample's GPU values, and whether the GPU was found just now (send ``once``)."""
+        found = False
+        if self.handle is None:
+            if self._failed:
+                return [], False
+            try:
+                found = self._resolve()
+            except self.nvml.NVMLError as exc:
+                self._failed = True
+                self.log(f"GPU series not available: NVML cannot find this rank's GPU ({exc})")
+                return [], False
+            if not found:
+                return [], False
+        out: Sample = []
+        for name in list(self.fields):
+            try:
+                out.append((name, self._field(name)))
+            except self.nvml.NVMLError_NotSupported:
+                self.fields.remove(name)
+            except self.nvml.NVMLError as exc:  # e.g. the GPU fell off the bus: skip this sample
+                if not self._sample_failed:
+                    self._sample_failed = True
+                    self.log(f"GPU sample failed: {exc} (skipped; said once)")
+                return out, found
+        peak = self._framework_peak()
+        if peak is not None:
+            out.append((sm.GPU_MEM_PEAK_MIB, peak / MIB))
+        return out, found
+
+    def _field(self, name: str) -> float:
+        nvml, h = self.nvml, self.handle
+        if name == sm.GPU_UTIL:
+            return float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        if name == sm.GPU_MEM_USED_MIB:
+            return nvml.nvmlDeviceGetMemoryInfo(h).used / MIB
+        if name == sm.GPU_POWER_W:
+            return nvml.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts
+        if name == sm.GPU_ENERGY_J:
+            return nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0  # millijoules
+        if name == sm.GPU_SM_CLOCK_MHZ:
+            return float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+        assert name == sm.GPU_TEMP_C
+        return float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
+
+    def _framework_peak(self) -> float | None:
+        """Peak bytes the framework allocated on the GPU (torch or TensorFlow), if one runs on it."""
+        torch = sys.modules.get("torch")
+        if torch is not None and self.torch_index is not None:
+            return float(torch.cuda.max_memory_allocated(self.torch_index))
+        tf = sys.modules.get("tensorflow")
+        if tf is not None:
+            with contextlib.suppress(Exception):  # no GPU visible to TensorFlow, or not started yet
+                return float(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+        return None
+
+
+class Sampler:
+    """Samples the probes every ``interval`` seconds on a daemon thread and reports the values."""
+
+    def __init__(
+        self,
+        reporter: ReporterLike,
+        interval: float,
+        *,
+        gpu: bool,
+        local_rank: int = 0,
+        rank: int = 0,
+        env: Mapping[str, str] | None = None,
+        cgroup_root: Path = Path("/sys/fs/cgroup"),
+    ) -> None:
+        self.reporter = reporter
+        self.interval = interval
+        self.want_gpu = gpu
+        self.local_rank = local_rank
+        self.rank = rank
+        self.env = os.environ if env is None else env
+        self.cgroup_root = cgroup_root
+        self.host: HostProbe | None = None
+        self.gpu: GpuProbe | None = None
+        self.ready = threading.Event()  # set once setup is done (the libraries are loaded)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"mlbench-telemetry-{rank}", daemon=True)
+
+    def log(self, message: str) -> None:
+        """One line on the rank's stderr (the executor keeps it with the rank's log)."""
+        with contextlib.suppress(Exception):
+            print(f"[rank {self.rank}] telemetry: {message}", file=sys.stderr, flush=True)
+
+    def setup(self) -> None:
+        """Import and start the libraries, prime the counters, report the ``once`` series."""
+        psutil = optional_import("psutil", "CPU, memory and network series (psutil)", self.log)
+        if psutil is not None:
+            self.host = HostProbe(psutil)
+        if self.want_gpu:
+            nvml = optional_import("pynvml", "GPU series (NVIDIA's nvidia-ml-py)", self.log)
+            if nvml is not None:
+                try:
+                    nvml.nvmlInit()
+                    self.gpu = GpuProbe(nvml, self.local_rank, self.env, self.log)
+                except nvml.NVMLError as exc:
+                    self.log(f"GPU series not available: NVML did not start ({exc})")
+        limits = cgroup_limits(root=self.cgroup_root)
+        once: Sample = []
+        if limits.memory_bytes is not None:
+            once.append((sm.MEM_LIMIT_MIB, limits.memory_bytes / MIB))
+        if limits.cpu_cores is not None:
+            once.append((sm.CPU_LIMIT_CORES, limits.cpu_cores))
+        self._report(once, time.time())
+
+    def sample(self) -> Sample:
+        """Read every available probe once and report the values; returns them."""
+        now = time.time()
+        out: Sample = []
+        if self.host is not None:
+            out.extend(self.host.read())
+        if self.gpu is not None:
+            values, found = self.gpu.read()
+            if found:
+                out.extend(self.gpu.once())
+            out.extend(values)
+        self._report(out, now)
+        return out
+
+    def _report(self, values: Sample, t: float) -> None:
+        for name, value in values:
+            self.reporter.metric(name, value, t=t)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Take a last sample (so peaks and energy reach the end of the run) and stop the thread."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self.setup()
+        except Exception as exc:  # never take the rank down for its telemetry
+            self.log(f"not available: {exc!r}")
+            return
+        finally:
+            self.ready.set()
+        deadline = time.monotonic()
+        failed = False
+        while True:
+            deadline += self.interval
+            stopping = self._stop.wait(max(0.0, deadline - time.monotonic()))
+            try:
+                self.sample()
+            except Exception as exc:
+                if not failed:  # said once: a broken probe must not fill the rank's log
+                    self.log(f"sample failed: {exc!r}")
+                failed = True
+            if stopping:
+                break
+            if time.monotonic() > deadline + self.interval:  # fell behind (a suspended process)
+                deadline = time.monotonic()
+        if self.gpu is not None:
+            with contextlib.suppress(Exception):
+                self.gpu.nvml.nvmlShutdown()
+
+
+class SampledReporter:
+    """A reporter that closes its sampler first, so the last sample still goes out."""
+
+    def __init__(self, inner: ReporterLike, sampler: Sampler) -> None:
+        self.inner = inner
+        self.sampler = sampler
+
+    def metric(
+        self,
+        name: str,
+        value: float,
+        *,
+        step: int | None = None,
+        epoch: float | None = None,
+        t: float | None = None,
+    ) -> None:
+        self.inner.metric(name, value, step=step, epoch=epoch, t=t)
+
+    def log(self, text: str, stream: str = "stdout") -> None:
+        self.inner.log(text, stream)
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        self.inner.event(kind, payload)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.inner.flush(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.sampler.stop(min(timeout, 5.0))
+        self.inner.close(timeout)
+
+
+def attach(reporter: ReporterLike, config: WorkerConfig, rdv: Rendezvous) -> ReporterLike:
+    """Start this rank's sampler as the config asks; the reporter to use from now on."""
+    if config.telemetry_interval_s is None:
+        return reporter
+    sampler = Sampler(
+        reporter,
+        config.telemetry_interval_s,
+        gpu=config.device == "cuda",
+        local_rank=rdv.local_rank,
+        rank=rdv.rank,
+    )
+    return SampledReporter(reporter, sampler.start())
