@@ -22,4 +22,5 @@ BENCHMARKS: dict[str, str] = {
     "tui_ingest": "benchmarks.tui_ingest",
     "tui_startup": "benchmarks.tui_startup",
     "scale": "benchmarks.scale",
+    "report": "benchmarks.report",
 }

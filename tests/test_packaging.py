@@ -162,3 +162,16 @@ def test_installed_gke_program_previews_under_pulumi_mocks(installed: Installed)
     gpu = pools["gpu"]["nodeConfig"]
     assert isinstance(gpu, dict) and gpu["spot"] is True
     assert gpu["guestAccelerators"][0]["type"] == "nvidia-tesla-t4"
+
+
+def test_installed_tui_finds_the_shipped_quickstart_outside_the_checkout(installed: Installed) -> None:
+    find = (
+        "from pathlib import Path; from mlbench_tui.tui.screens.first_run import quickstart_spec;"
+        " print(quickstart_spec(Path.cwd()))"
+    )
+    found = installed.run("python", "-c", find)
+    assert found.returncode == 0, found.stderr
+    spec = Path(found.stdout.strip())
+    assert spec.is_relative_to(installed.venv) and spec.name == "quickstart.yaml"
+    validate = installed.run("mlbench", "validate", str(spec))
+    assert validate.returncode == 0 and "quickstart" in validate.stdout, validate.stdout + validate.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import closing
 from pathlib import Path
 
 FORMATS = ("html", "png", "svg")
@@ -57,19 +58,21 @@ def _pixels(text: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from mlbench_tui.report.build import write_figures, write_report
     from mlbench_tui.report.renderer import Renderer
-    from mlbench_tui.runs.results import report_run_ids
-    from mlbench_tui.server.serve import ensure_server
 
-    with Renderer() as renderer:  # its processes import matplotlib while the server starts
-        client = ensure_server().client()
-        run_ids = report_run_ids(client, args.refs)
-        if args.format == "html":
-            written = write_report(client, run_ids, args.output, renderer=renderer)
-        else:
-            size = {"width": args.width, "height": args.height}
-            written = write_figures(client, run_ids, args.out_dir, args.format, renderer=renderer, **size)
+    # First: the renderer's processes import matplotlib while this one imports the rest and reads.
+    with Renderer() as renderer:
+        from mlbench_tui.report.build import write_figures, write_report
+        from mlbench_tui.runs.results import report_run_ids
+        from mlbench_tui.server.serve import run_reader
+
+        with closing(run_reader()) as reader:
+            run_ids = report_run_ids(reader, args.refs)
+            if args.format == "html":
+                written = write_report(reader, run_ids, args.output, renderer=renderer)
+            else:
+                size = {"width": args.width, "height": args.height}
+                written = write_figures(reader, run_ids, args.out_dir, args.format, renderer=renderer, **size)
     where = written.paths[0] if args.format == "html" else args.out_dir
     print(f"wrote {where} ({written.runs} runs, {written.figures} figures)", file=sys.stderr)
     return 0

@@ -192,7 +192,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from mlbench_tui.runs.control import cancel_run
 
-    print(cancel_run(_client(), args.run), file=sys.stderr)
+    print(cancel_run(_client(), args.run, reconnect=_client), file=sys.stderr)
     return 0
 
 

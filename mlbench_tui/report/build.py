@@ -21,7 +21,7 @@ from mlbench_tui.report.training import run_figures
 
 if TYPE_CHECKING:
     from mlbench_tui.report.draw import ImageFormat
-    from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.reader import RunReader
 
 
 class ReportError(MlbenchError):
@@ -54,7 +54,7 @@ class Written:
     figures: int
 
 
-def _records(client: MlbenchClient, run_ids: Sequence[str]) -> list[RunRecord]:
+def _records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
     if not run_ids:
         raise ReportError("no runs to report on", hint="run a benchmark first: mlbench apply SPEC")
     return load_records(client, run_ids)
@@ -70,7 +70,7 @@ def report_html(records: Sequence[RunRecord], renderer: Renderer) -> tuple[str, 
 
 
 def write_report(
-    client: MlbenchClient, run_ids: Sequence[str], path: Path, *, renderer: Renderer | None = None
+    client: RunReader, run_ids: Sequence[str], path: Path, *, renderer: Renderer | None = None
 ) -> Written:
     """Write the HTML report of ``run_ids`` to ``path`` (atomically)."""
     with _renderer(renderer) as drawing:
@@ -81,7 +81,7 @@ def write_report(
 
 
 def write_figures(
-    client: MlbenchClient,
+    client: RunReader,
     run_ids: Sequence[str],
     out_dir: Path,
     fmt: ImageFormat,

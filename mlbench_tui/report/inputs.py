@@ -1,9 +1,9 @@
 """What a report is drawn from: each chosen run's stored result, spec text and metric series.
 
-Read through the server's HTTP API (the CLI's embedded server or a remote one, the TUI's own),
-a few requests per run; long series come downsampled by the server (min/max/last buckets), so a
-report of a long run costs about the same as one of a short run. Nothing is re-run or recomputed
-beyond what the figures need.
+Read through the server's HTTP API (a remote server, the TUI's own) or from the store file
+(``mlbench report`` on the local store), a few reads per run; long series come downsampled by the
+store's query (min/max/last buckets), so a report of a long run costs about the same as one of a
+short run. Nothing is re-run or recomputed beyond what the figures need.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.scoring import is_sweep
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_metrics
 
 if TYPE_CHECKING:
-    from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.reader import RunReader
 
 POINTS_PER_SERIES = 400  # buckets per (metric, rank): more than a figure's width in points
 
@@ -60,7 +61,7 @@ def by_name(points: Iterable[MetricPoint]) -> dict[str, tuple[MetricPoint, ...]]
 
 
 def read_series(
-    client: MlbenchClient, run_id: str, *, rank: int | None = None, points: int | None = POINTS_PER_SERIES
+    client: RunReader, run_id: str, *, rank: int | None = None, points: int | None = POINTS_PER_SERIES
 ) -> dict[str, tuple[MetricPoint, ...]]:
     """A run's metrics by name (of one rank when given), each series downsampled to ``points``
     buckets by the server (None: every point)."""
@@ -73,7 +74,7 @@ def read_series(
     )
 
 
-def load_records(client: MlbenchClient, run_ids: Sequence[str]) -> list[RunRecord]:
+def load_records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
     """The records of ``run_ids``, in that order."""
     records = []
     for run_id in run_ids:
@@ -88,5 +89,5 @@ def training(records: Iterable[RunRecord]) -> list[RunRecord]:
 
 
 def sweeps(records: Iterable[RunRecord]) -> list[RunRecord]:
-    """Runs without a goal that measured all-reduce curves, or that are task 0a (failed ones too)."""
-    return [r for r in records if r.result.goal is None and (r.result.task == "0a" or r.result.allreduce)]
+    """All-reduce sweeps (``scoring.is_sweep``)."""
+    return [r for r in records if is_sweep(r.result)]

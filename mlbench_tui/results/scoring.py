@@ -74,12 +74,20 @@ def reached_time(result: RunResult) -> float | None:
     return result.time_to_accuracy_s if result.reached else None
 
 
+def is_sweep(result: RunResult) -> bool:
+    """A run without a goal that measured all-reduce curves, or any task 0a run (failed ones too):
+    it has no time to accuracy; its repeats are aggregated per message size (``results.allreduce``)."""
+    return result.goal is None and (result.task == "0a" or bool(result.allreduce))
+
+
 def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
     """Group results by (spec, framework, backend, workers), score each group over its repeats,
-    and add speedup and efficiency where the same spec, framework and backend has a 1-worker score."""
+    and add speedup and efficiency where the same spec, framework and backend has a 1-worker score.
+    All-reduce sweeps (``is_sweep``) are left out: they have no goal to score."""
     groups: dict[tuple[str, str, str, int], list[RunResult]] = {}
     for result in results:
-        groups.setdefault(config_key(result), []).append(result)
+        if not is_sweep(result):
+            groups.setdefault(config_key(result), []).append(result)
     scores: list[ConfigScore] = []
     for (spec_name, framework, backend, workers), members in sorted(groups.items()):
         times = [t for t in map(reached_time, members) if t is not None]

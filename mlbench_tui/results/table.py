@@ -1,5 +1,6 @@
 """The results table ``mlbench apply`` and ``mlbench results`` print: one row per run, then the
-scores of configurations that ran more than once (olympic mean over their repeats)."""
+scores of configurations with a goal that ran more than once (olympic mean over their repeats).
+Task 0a's repeats are aggregated per message size instead (``allreduce.sweep_tables``)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,27 @@ def allreduce_text(dtype: str, figures: AllreduceFigures) -> str:
     return text
 
 
-def outcome_text(result: RunResult) -> str:
-    """``Prec@1 71 (goal >= 70.0)`` for a run with a goal; per dtype, peak bus bandwidth (or
-    latency for one rank) for 0a."""
+def sizes_text(dtype: str, figures: AllreduceFigures) -> str:
+    """One dtype of a 0a result when its per-size tables follow: what was measured, and a flag
+    when one rank measured latency only or some bandwidth is above the device's ceiling."""
+    text = f"{dtype} {figures.sizes} size{'' if figures.sizes == 1 else 's'}"
+    if figures.latency_only:
+        return text + ", latency only"
+    if figures.above_ceiling and figures.busbw_ceiling_gbps is not None:
+        text += f", ! {figures.above_ceiling} above the {figures.busbw_ceiling_gbps:,.0f} GB/s ceiling"
+    return text
+
+
+def outcome_text(result: RunResult, *, sweep_tables: bool = False) -> str:
+    """``Prec@1 71 (goal >= 70.0)`` for a run with a goal; for 0a per dtype the peak bus bandwidth
+    (or latency for one rank), or with ``sweep_tables`` (the per-size tables follow) what it
+    measured."""
     goal = result.goal
     if goal is None:
-        shown = [allreduce_text(dtype, entry) for dtype, entry in sorted((result.allreduce or {}).items())]
-        return ", ".join(shown) or "-"
+        entries = sorted((result.allreduce or {}).items())
+        if sweep_tables and entries:
+            return ", ".join(sizes_text(dtype, entry) for dtype, entry in entries) + " (tables below)"
+        return ", ".join(allreduce_text(dtype, entry) for dtype, entry in entries) or "-"
     op = ">=" if goal.direction == "max" else "<="
     best = "-" if result.best_value is None else f"{result.best_value:.4g}"
     return f"{goal.metric.removeprefix('val_global_')} {best} (goal {op} {goal.target})"
@@ -88,9 +103,9 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
     return "  ".join(parts)
 
 
-def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
+def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) -> list[dict[str, str]]:
     """One row per run, with speedup/efficiency against the 1-worker runs among ``results``
-    (else the figures stored with the run when it finished)."""
+    (else the figures stored with the run when it finished); ``sweep_tables``: see ``outcome_text``."""
     scores = {(s.spec_name, s.framework, s.backend, s.workers): s for s in score_configs(results)}
     several_frameworks = len({r.framework for r in results}) > 1
     rows = []
@@ -107,7 +122,7 @@ def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
             row
             | {
                 "STATE": str(result.state),
-                "RESULT": outcome_text(result),
+                "RESULT": outcome_text(result, sweep_tables=sweep_tables),
                 "REACHED": {True: "yes", False: "no", None: "-"}[result.reached],
                 "TIME TO ACC": format_figure(result.time_to_accuracy_s, "s"),
                 "VAL TIME": format_figure(result.validation_time_s, "s"),
@@ -128,9 +143,10 @@ def results_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
     return rows
 
 
-def render_results(results: Sequence[RunResult]) -> str:
-    """The results table, plus the repeat scores when a configuration ran more than once."""
-    text = render_table(results_rows(results))
+def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) -> str:
+    """The results table, plus the repeat scores when a configuration ran more than once;
+    ``sweep_tables`` says the all-reduce tables of 0a runs follow it."""
+    text = render_table(results_rows(results, sweep_tables=sweep_tables))
     repeated = [s for s in score_configs(results) if s.runs > 1]
     if repeated:
         score_rows = [

@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.store.api_models import RankUpdate
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from mlbench_tui.executors.api import Executor
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
+    from mlbench_tui.store.reader import RunReader
 
 
 RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
@@ -31,15 +32,15 @@ class RunNotFound(MlbenchError):
     exit_code = 1
 
 
-def resolve_run(client: MlbenchClient, ref: str) -> RunDetail:
+def resolve_run(client: RunReader, ref: str) -> RunDetail:
     """The run with id ``ref``, or the latest run named ``ref``."""
     from mlbench_tui.server.client import ServerHTTPError
 
     if RUN_ID.match(ref):
         try:
             return client.get_run(ref)
-        except ServerHTTPError as exc:
-            if exc.status == 404:
+        except (NotFound, ServerHTTPError) as exc:  # a StoreReader's, an HTTP client's
+            if isinstance(exc, NotFound) or exc.status == 404:
                 raise RunNotFound(f"no run {ref}", hint="list runs with: mlbench status") from None
             raise
     matches = [run for run in client.list_runs() if run.name == ref]

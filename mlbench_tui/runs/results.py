@@ -24,7 +24,7 @@ from mlbench_tui.results.allreduce import (
 )
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import RankFigures
-from mlbench_tui.results.scoring import score_configs
+from mlbench_tui.results.scoring import is_sweep, score_configs
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, RunNotFound, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
@@ -33,9 +33,10 @@ from mlbench_tui.runs.reads import read_metrics
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
+    from mlbench_tui.store.reader import RunReader
 
 
-def collect_results(client: MlbenchClient, ref: str | None) -> list[RunResult]:
+def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     """Results of one run (id or name), of a spec (a spec file/directory, or a spec name: the
     latest run of each plan), or of every finished run."""
     if ref is None:
@@ -57,7 +58,7 @@ def collect_results(client: MlbenchClient, ref: str | None) -> list[RunResult]:
     return [run.known_result() for run in sorted(latest.values(), key=lambda r: r.created)]
 
 
-def report_run_ids(client: MlbenchClient, refs: Sequence[str]) -> list[str]:
+def report_run_ids(client: RunReader, refs: Sequence[str]) -> list[str]:
     """The runs ``mlbench report`` draws: each ref's runs as ``mlbench results REF`` shows them,
     in order and once each; with no ref, every finished run."""
     ids: dict[str, None] = {}
@@ -73,7 +74,7 @@ def sweep_curves(client: MlbenchClient, results: Sequence[RunResult]) -> list[Sw
     """The all-reduce curves (task 0a) of ``results``, repeats aggregated size by size."""
     runs = []
     for result in results:
-        if result.goal is not None or not result.run_id or not (result.allreduce or result.task == "0a"):
+        if not result.run_id or not is_sweep(result):
             continue
         names = [m.name for m in client.metric_names(result.run_id) if m.name.startswith(ALLREDUCE_PREFIX)]
         points = [p for p in read_metrics(client, result.run_id, names) if p.rank == 0]
@@ -123,7 +124,7 @@ def results_output(
         if ranks is not None:
             document["ranks"] = ranks_json(ranks.run, ranks.figures, ranks.choice)
         return json.dumps(document, indent=2, default=str)
-    text = render_results(results) or "no finished runs"
+    text = render_results(results, sweep_tables=bool(curves)) or "no finished runs"
     if curves:
         text += "\n\n" + sweep_tables(curves)
     if ranks is not None:

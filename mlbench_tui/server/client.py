@@ -49,6 +49,10 @@ class ServerTimeout(ServerError):
     timed_out = True
 
 
+class ServerUnreachable(ServerError):
+    """No server answers at the client's address (never started, or stopped since)."""
+
+
 class ServerHTTPError(ServerError):
     """The server answered with an error status; ``status`` and ``reason`` say which."""
 
@@ -122,7 +126,7 @@ class MlbenchClient:
                 f"mlbench server at {self.url} did not answer within {limit:g} s ({exc})"
             ) from None
         except httpx.HTTPError as exc:
-            raise ServerError(
+            raise ServerUnreachable(
                 f"cannot reach mlbench server at {self.url}: {exc}",
                 hint="start one with 'mlbench server', or check MLBENCH_SERVER_URL",
             ) from None

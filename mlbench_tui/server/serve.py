@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
     from mlbench_tui.server.auth import AuthConfig
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.reader import RunReader
     from mlbench_tui.store.store import Store
 
 STATE_FILE = "server.json"
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,15 @@ def probe(info: ServerInfo, store: Path | None = None, timeout: float = 1.0) -> 
     return resp.status_code == 200 and (store is None or Path(data.get("store", "")) == store.resolve())
 
 
+def listen_backlog() -> int:
+    """The longest listen queue the system allows (``net.core.somaxconn``): thousands of ranks
+    connect within a second of a run's start, and a full queue drops their handshakes."""
+    try:
+        return max(1, int(SOMAXCONN.read_text()))
+    except (OSError, ValueError):  # not Linux: the platform's own limit
+        return socket.SOMAXCONN
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0 picks a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -128,7 +139,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise ServerError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="pick another --port"
         ) from exc
-    sock.listen(2048)
+    sock.listen(listen_backlog())
     sock.set_inheritable(True)
     return sock
 
@@ -161,6 +172,7 @@ def make_server(store: Store, auth: AuthConfig, *, log_level: str = "warning") -
         server_header=False,
         proxy_headers=False,  # no proxy in front; one ASGI layer less per request
         lifespan="on",
+        backlog=listen_backlog(),  # uvicorn listens on the socket again, by default with 2048
     )
     return _Server(config)
 
@@ -244,6 +256,7 @@ class EmbeddedServer:
 
 _embedded: dict[Path, EmbeddedServer] = {}
 _embedded_lock = threading.Lock()
+_hooked = False  # _stop_before_pools_close registered
 
 
 def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> ServerInfo:
@@ -290,7 +303,37 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
                 time.sleep(0.1)
             raise
         _embedded[path] = server
+        _stop_before_pools_close()
         return server.info
+
+
+def _stop_before_pools_close() -> None:
+    """Stop the embedded servers as the main thread ends, before the interpreter closes every
+    thread pool: concurrent.futures does that in threading's exit hooks, which run before
+    ``atexit``, and a request arriving in between could not start its read and was answered
+    500. Hooks run last-registered first; the pool module is imported (the app's read gate
+    made a pool), so this one runs before it."""
+    global _hooked
+    if _hooked:
+        return
+    import concurrent.futures.thread  # noqa: F401  (registered its hook before this one)
+
+    with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+        threading._register_atexit(stop_embedded)  # type: ignore[attr-defined]
+    _hooked = True
+
+
+def run_reader(db_path: str | Path | None = None) -> RunReader:
+    """What a read-only command reads runs through: ``MLBENCH_SERVER_URL``'s server when set, else
+    the store file itself (no server to start) unless it must first be created or upgraded, which
+    ``ensure_server``'s server does."""
+    from mlbench_tui.store.reader import StoreReader
+
+    if not os.environ.get("MLBENCH_SERVER_URL"):
+        reader = StoreReader.open(db_path)
+        if reader is not None:
+            return reader
+    return ensure_server(db_path).client()
 
 
 def stop_embedded() -> None:

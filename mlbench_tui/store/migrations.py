@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator
 
 from mlbench_tui.errors import StoreError
-from mlbench_tui.store import schema
 
 # 0001: the first store layout (runs, metrics, logs, events).
 _M0001 = """
@@ -191,11 +190,15 @@ def migrate(conn: sqlite3.Connection, path: str = "") -> list[str]:
             apply(conn)
             _record(conn, name)
         new.append(name)
+    from mlbench_tui.store import schema  # the table models: only where a store is migrated
+
     schema.check(conn, where)
     return new
 
 
 def _create(conn: sqlite3.Connection, where: str) -> list[str]:
+    from mlbench_tui.store import schema
+
     with _transaction(conn, "the initial schema", where):
         schema.create(conn)
         for name, _ in MIGRATIONS:

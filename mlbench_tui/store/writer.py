@@ -36,11 +36,15 @@ MAX_GROUP_JOBS = 512
 METRIC_CHUNK = 128
 METRIC_WIDTH = MetricChunk.WIDTH
 
-# When the loop's previous group had at least LINGER_MIN_GROUP requests (many clients are
-# sending), the next group waits LINGER_ITERATIONS loop iterations so that requests arriving
-# meanwhile join it: fewer, larger commits. A lightly loaded server writes each request at once.
+# A commit costs per transaction (its pages, the WAL append), not per row. While requests arrive
+# at LINGER_MIN_RATE per second or more from many clients at once (the previous group had at
+# least LINGER_MIN_GROUP requests), a group waits LINGER_S after its first request so that those
+# arriving meanwhile share its commit; the rate is counted over windows of RATE_WINDOW_S. A
+# lightly loaded server, or one client sending request after request, is written at once.
+LINGER_S = 0.005
+LINGER_MIN_RATE = 400.0
 LINGER_MIN_GROUP = 8
-LINGER_ITERATIONS = 2
+RATE_WINDOW_S = 0.1
 
 
 def written_tables() -> dict[str, Table]:
@@ -67,6 +71,25 @@ def _chunk_sql(metrics: Table, rows: int) -> str:
         values.append(f"({row_id},{','.join(f'?{first + k}' for k in range(METRIC_WIDTH))})")
     columns = ", ".join(c.name for c in metrics.columns)
     return f"INSERT INTO {metrics.name} ({columns}) VALUES {','.join(values)}"
+
+
+class ArrivalRate:
+    """Arrivals per second over the last complete window of at least ``RATE_WINDOW_S`` seconds."""
+
+    def __init__(self) -> None:
+        self.rate = 0.0
+        self._count = 0
+        self._since: float | None = None
+
+    def add(self, now: float) -> None:
+        """Count one arrival at ``now`` (seconds, any monotonic clock); a window that ends here is rated."""
+        if self._since is None:
+            self._since = now
+        elapsed = now - self._since
+        if elapsed >= RATE_WINDOW_S:  # a quiet spell is one long window: a low rate
+            self.rate = self._count / elapsed
+            self._count, self._since = 0, now
+        self._count += 1
 
 
 @dataclass
@@ -156,7 +179,8 @@ class Writer:
         self._inline_thread: int | None = None
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
-        self._last_group = 0  # jobs in the loop's previous group: a busy server lingers (see there)
+        self._arrivals = ArrivalRate()  # of the loop's requests: a busy server lingers
+        self._last_group = 0  # requests in the loop's previous group
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -196,22 +220,19 @@ class Writer:
             self._put(job)
             return
         self._pending.append(job)
-        self._schedule_drain(loop)
+        self._arrivals.add(loop.time())
+        self._schedule_drain(loop, linger=True)
 
-    def _schedule_drain(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _schedule_drain(self, loop: asyncio.AbstractEventLoop, *, linger: bool = False) -> None:
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            if self._last_group >= LINGER_MIN_GROUP:
-                loop.call_soon(self._linger, loop, LINGER_ITERATIONS)
+            if linger and self._busy():  # the loop reads what arrives meanwhile
+                loop.call_later(LINGER_S, self._drain_inline)
             else:
                 loop.call_soon(self._drain_inline)
 
-    def _linger(self, loop: asyncio.AbstractEventLoop, iterations: int) -> None:
-        """Let the loop read and parse what arrived meanwhile before the group is written."""
-        if iterations > 1:
-            loop.call_soon(self._linger, loop, iterations - 1)
-        else:
-            loop.call_soon(self._drain_inline)
+    def _busy(self) -> bool:
+        return self._arrivals.rate >= LINGER_MIN_RATE and self._last_group >= LINGER_MIN_GROUP
 
     def _drain_inline(self) -> None:
         """Write and commit the loop's pending requests as one group transaction, in the loop.

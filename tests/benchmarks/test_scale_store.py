@@ -132,6 +132,7 @@ def test_every_rank_logs_and_stragglers_warn(built: ScaleStore, client: MlbenchC
 
 
 def test_an_unfinished_run_is_live_its_last_report_just_now(tmp_path: Path) -> None:
+    built_at = time.time()
     built = build_scale_store(tmp_path / "live.db", ranks=8, finished=False)
     server = EmbeddedServer(built.path, record=False).start()
     try:
@@ -142,6 +143,8 @@ def test_an_unfinished_run_is_live_its_last_report_just_now(tmp_path: Path) -> N
             kinds = {e.kind for e in c.events(built.run_id).events}
             assert "run_start" in kinds and not kinds & {"goal_reached", "run_stop"}
             last = max(s.t[-1] for s in c.metrics(built.run_id, "step_time").series)
-            assert 0 <= time.time() - last < 120
+            # the run's clock ends as the store is built (less the model's last few seconds): a
+            # bound on the clock, not on how long building took
+            assert built_at - 60 <= last <= time.time()
     finally:
         server.stop()

@@ -348,10 +348,9 @@ def test_following_a_log_does_not_retry_a_permission_error(
     handle = _schedule(executor)
     kube.put("v1/pods", NS, f"{JOB}-0-abcde", pod(JOB, 0, "Running"))
     kube.log_fault(NS, f"{JOB}-0-abcde", 403, "Forbidden")
-    started = time.monotonic()
     with pytest.raises(ExecutorError, match=r"forbidden \(403\).*read the log of pod bench/run-0001-0-abcde"):
         list(executor.log_iter(handle, rank=0, follow=True))
-    assert time.monotonic() - started < 5  # no backoff sleeps
+    # one read, refused at once: no retry, so no backoff sleep before it
     assert len([r for r in kube.requests() if r.subresource == "log"]) == 1
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import shlex
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -173,13 +172,10 @@ def test_hostile_values_reach_the_ranks_verbatim_through_bash(tmp_path: Path, va
     assert not marker.exists()
 
 
-def test_a_thousand_ranks_render_fast_and_the_script_does_not_grow() -> None:
+def test_a_thousand_ranks_render_to_a_script_that_does_not_grow_per_rank() -> None:
     small = slurm_plan({"tasks_per_node": 8}, workers=8)
     large = slurm_plan({"tasks_per_node": 8}, workers=1024)
-    started = time.perf_counter()
     job = sbatch.render(large, make_launch(), CLUSTER, run_dir=RUN_DIR, python=PYTHON)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 1.0
     assert "#SBATCH --nodes=128\n#SBATCH --ntasks-per-node=8\n" in job.script
     base = sbatch.render(small, make_launch(), CLUSTER, run_dir=RUN_DIR, python=PYTHON).script
     assert len(job.script) - len(base) <= 16  # a few more digits, nothing per rank

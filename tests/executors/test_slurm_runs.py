@@ -230,6 +230,10 @@ def test_cancel_mid_run_leaves_no_process_on_either_node(
         )
         job = re.search(r"slurm://(\d+)@test", mlbench("status", run_id).stdout)
         assert job is not None
+        # mid-run: rank 0 is in its sweep (its processes exist long before it prints a line)
+        wait_until(
+            lambda: "all-reduce sweep" in mlbench("logs", run_id, "--rank", "0").stdout, 60, "the sweep"
+        )
         follow = subprocess.Popen(
             [sys.executable, "-m", "mlbench_tui", "logs", run_id, "-f", "--rank", "0"],
             stdout=subprocess.PIPE,

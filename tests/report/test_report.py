@@ -118,6 +118,16 @@ def test_bad_references_and_paths_are_clear_errors(store: Path, tmp_path: Path) 
     assert proc.returncode == 2 and "expected 100 to 10000 pixels, got 5" in proc.stderr
 
 
+def test_report_reads_the_store_beside_a_server_that_writes_it(
+    store: Path, server: EmbeddedServer, tmp_path: Path
+) -> None:
+    # The report reads the store file itself, needing no server of its own: here another one
+    # (unrecorded, so not one to reuse) holds the store's writer.
+    proc = mlbench(store, "report", "report-train", "-o", "r.html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "wrote r.html (8 runs, 9 figures)"
+
+
 def test_figures_hold_the_stored_results(server: EmbeddedServer) -> None:
     client = server.info.client()
     runs = sorted(client.list_runs(), key=lambda r: r.created)

@@ -67,6 +67,16 @@ def test_frameworks_of_one_spec_are_scored_apart_and_named_in_the_table() -> Non
     assert "FRAMEWORK" not in render_results(rows[:2])
 
 
+def test_allreduce_sweeps_are_not_scored_against_a_goal() -> None:
+    goal = {"metric": "val_global_Prec@1", "target": 70.0}
+    sweeps = [RunResult(name=f"ar-{r}", spec_name="ar", task="0a", backend="gloo") for r in (0, 1)]
+    missed = [RunResult(name="t", spec_name="t", backend="gloo", goal=goal, reached=False)] * 2
+    # a training configuration that never reached its goal is scored ("0 reached" means something)
+    assert [(s.spec_name, s.runs, s.reached) for s in score_configs(sweeps + missed)] == [("t", 2, 0)]
+    table = render_results(sweeps + missed)
+    assert "t pytorch gloo 1w" in table and "ar pytorch gloo 1w" not in table
+
+
 def test_cost_to_target() -> None:
     assert cost_to_target(1800.0, 2.0) == pytest.approx(1.0)
     assert cost_to_target(1800.0, None) is None

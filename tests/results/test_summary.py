@@ -57,6 +57,9 @@ def test_allreduce_run_shows_its_peak_bandwidth() -> None:
     result = summarize_run(plan(goal=None, task="0a"), RunState.SUCCEEDED, points, [])
     assert result.reached is None and result.allreduce is not None
     assert "fp32 peak 1.5 GB/s" in render_results([result])
+    # where the per-size tables follow (mlbench results), the row names what they hold instead
+    table = render_results([result], sweep_tables=True)
+    assert "fp32 1 size (tables below)" in table and "peak" not in table and "GB/s" not in table
 
 
 def test_one_rank_allreduce_has_latency_only_with_a_note() -> None:
@@ -77,6 +80,7 @@ def test_one_rank_allreduce_has_latency_only_with_a_note() -> None:
         and "9021" not in table
         and "9.02e+03" not in table
     )
+    assert "fp32 2 sizes, latency only (tables below)" in render_results([result], sweep_tables=True)
     sweep = EventRecord("allreduce_sweep", {"latency_only": True, "world_size": 1})
     by_word = allreduce_summary(points[:2], [sweep])  # the worker's word suffices
     assert by_word is not None and by_word["fp32"].latency_only
@@ -108,6 +112,8 @@ def test_a_bandwidth_above_the_devices_ceiling_is_flagged() -> None:
     table = render_results([result])
     assert "fp32 peak 9.02e+03 GB/s (! above the 3,352 GB/s ceiling)" in table
     assert "fp16 peak 380 GB/s" in table
+    flagged = render_results([result], sweep_tables=True)
+    assert "fp16 1 size, fp32 1 size, ! 1 above the 3,352 GB/s ceiling (tables below)" in flagged
 
 
 def test_a_result_stored_by_an_older_version_loads_with_its_figures() -> None:

@@ -37,8 +37,13 @@ def results(env: dict[str, str], *args: str) -> str:
 
 def test_sweep_table_per_size_backend_and_world_size(env: dict[str, str]) -> None:
     text = results(env, "report-allreduce")
-    runs, _scores, fp16, fp32 = text.split("\n\n")
-    assert len(runs.splitlines()) == 1 + 8
+    runs, fp16, fp32 = text.split("\n\n")  # no repeat scores: a sweep has no goal to score
+    head, *rows = runs.splitlines()
+    assert len(rows) == 8 and "REACHED" in head
+    # each run's row says what it measured; the figures are the per-size tables that follow
+    assert "report-allreduce-gloo-2w-r0  succeeded  fp16 16 sizes, fp32 16 sizes (tables below)" in runs
+    assert "report-allreduce-mpi-4w-r1   succeeded  fp32 16 sizes (tables below)" in runs
+    assert "peak" not in runs and "GB/s" not in runs
     head, *rows = fp32.splitlines()[1:]
     assert fp32.splitlines()[0] == (
         "all-reduce fp32: p50 latency and bus bandwidth per message size "

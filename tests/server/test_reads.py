@@ -16,9 +16,8 @@ from mlbench_tui.store.engine import make_engine
 
 pytestmark = pytest.mark.anyio
 
-SLOW = (  # tens of seconds of SQLite work
-    "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1000000000)"
-    " SELECT count(*) FROM c"
+SLOW = (  # never ends on its own: only an interrupt stops it
+    "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT count(*) FROM c"
 )
 
 
@@ -42,11 +41,11 @@ class Client:
 
 
 async def test_a_read_whose_client_left_is_interrupted(tmp_path: Path) -> None:
-    gate = ReadGate(make_engine(tmp_path / "s.db"))
-    start = time.monotonic()
+    # a deadline no test reaches: the endless query can only stop because its client left
+    gate = ReadGate(make_engine(tmp_path / "s.db"), deadline=3600)
     with pytest.raises(ReadAborted) as err:
         await gate.run(Client(after=0.3), slow)  # type: ignore[arg-type]
-    assert err.value.reason == "client_gone" and time.monotonic() - start < 2.0
+    assert err.value.reason == "client_gone"
     assert gate.running == 0 and gate.aborted == 1
     assert await gate.run(None, lambda c: c.exec_driver_sql("SELECT 42").scalar()) == 42  # pool reusable
     gate.close()

@@ -3,22 +3,54 @@
 from __future__ import annotations
 
 import os
+import select
+import shutil
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from mlbench_tui.server.serve import EmbeddedServer, ensure_server, read_state, state_path, stop_embedded
+from mlbench_tui.server.client import MlbenchClient
+from mlbench_tui.server.serve import (
+    SOMAXCONN,
+    EmbeddedServer,
+    ensure_server,
+    listen_backlog,
+    read_state,
+    run_reader,
+    state_path,
+    stop_embedded,
+)
 from mlbench_tui.store.api_models import RunCreate
+from mlbench_tui.store.reader import StoreReader
 
 from .conftest import ADMIN, ServerProcess
 
 pytestmark = pytest.mark.slow
+
+
+LATE_REQUEST = """
+import concurrent.futures.thread as pools, sys, threading, time
+from mlbench_tui.server.serve import ensure_server
+
+client = ensure_server(sys.argv[1]).client()
+client.list_runs()
+
+def late():  # a request that arrives once the interpreter has closed its thread pools
+    while threading.main_thread().is_alive() or not pools._shutdown:
+        time.sleep(0.01)
+    try:
+        client.list_runs()
+        print("answered")
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+
+threading.Thread(target=late).start()
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -27,8 +59,7 @@ def _no_leftover_embedded() -> Iterator[None]:
     stop_embedded()
 
 
-def test_mlbench_server_starts_quickly_and_answers_healthz(tmp_path: Path) -> None:
-    t0 = time.monotonic()
+def test_mlbench_server_prints_its_url_once_it_answers_healthz(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlbench_tui", "server", "--port", "0", "--db", str(tmp_path / "s.db")],
         stdout=subprocess.PIPE,
@@ -37,11 +68,12 @@ def test_mlbench_server_starts_quickly_and_answers_healthz(tmp_path: Path) -> No
     )
     try:
         assert proc.stdout is not None
+        # A hang guard only: this pins when the server says it is ready, not how fast it starts.
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "mlbench server printed no URL"
         url = proc.stdout.readline().strip()
+        # The URL is printed when the server is ready: the first request is answered, no retry.
         assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
-        elapsed = time.monotonic() - t0
-        # under a second on an idle machine; generous here because CI machines are shared
-        assert elapsed < 5.0, f"server took {elapsed:.2f}s to answer /healthz"
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
@@ -87,6 +119,22 @@ def test_env_server_url_is_used_as_is(monkeypatch: pytest.MonkeyPatch) -> None:
     assert info.url == "http://example.invalid:1" and info.admin_token == "tok"
 
 
+def test_run_reader_reads_the_file_unless_a_server_is_named_or_must_create_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "s.db"
+    fresh = run_reader(store)  # no store yet: a server creates it
+    assert isinstance(fresh, MlbenchClient) and fresh.list_runs() == []
+    stop_embedded()
+    reader = run_reader(store)  # now it exists: read in this process, no server started
+    assert isinstance(reader, StoreReader) and reader.list_runs() == []
+    reader.close()
+    assert read_state() is None
+    monkeypatch.setenv("MLBENCH_SERVER_URL", "http://127.0.0.1:9/")
+    named = run_reader(store)
+    assert isinstance(named, MlbenchClient) and named.url == "http://127.0.0.1:9"
+
+
 def test_second_server_on_same_store_fails_cleanly(tmp_path: Path) -> None:
     with EmbeddedServer(tmp_path / "one.db", record=False):
         result = subprocess.run(
@@ -97,6 +145,20 @@ def test_second_server_on_same_store_fails_cleanly(tmp_path: Path) -> None:
         )
     assert result.returncode != 0
     assert "in use by another mlbench server" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read a listen queue's length")
+def test_the_listen_queue_is_as_long_as_the_system_allows(tmp_path: Path) -> None:
+    """Thousands of ranks connect at a run's start: a short queue drops their handshakes."""
+    if SOMAXCONN.exists():
+        assert listen_backlog() == int(SOMAXCONN.read_text())
+    with EmbeddedServer(tmp_path / "q.db", record=False) as embedded:
+        port = embedded.url.rsplit(":", 1)[1]
+        listening = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    assert listening[0] == "LISTEN"
+    assert int(listening[2]) == listen_backlog()  # a listening socket's Send-Q is its queue's length
 
 
 def test_busy_port_and_bad_port_are_clear_errors(tmp_path: Path) -> None:
@@ -116,3 +178,19 @@ def test_busy_port_and_bad_port_are_clear_errors(tmp_path: Path) -> None:
         timeout=30,
     )
     assert bad.returncode == 2 and "--port" in bad.stderr
+
+
+def test_a_process_stops_its_embedded_server_before_its_thread_pools_close(tmp_path: Path) -> None:
+    """``mlbench apply`` serves the store to ``mlbench cancel``; when apply ends with its run,
+    a request that comes in as its process exits is served or refused, never answered 500
+    (the read gate's pool was already closed while the server still took requests)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_REQUEST, str(tmp_path / "s.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(("answered", "ServerUnreachable")), done.stdout + done.stderr
+    assert "unhandled error" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -11,8 +12,10 @@ import pytest
 
 from mlbench_tui.errors import NotFound
 from mlbench_tui.store import queries
+from mlbench_tui.store import writer as writer_module
 from mlbench_tui.store.api_models import RunCreate, RunUpdate
 from mlbench_tui.store.store import Store
+from mlbench_tui.store.writer import LINGER_MIN_RATE, RATE_WINDOW_S, ArrivalRate
 
 
 def test_concurrent_writers_are_group_committed(store: Store) -> None:
@@ -34,6 +37,53 @@ def test_concurrent_writers_are_group_committed(store: Store) -> None:
     assert not errors
     count = sqlite3.connect(store.path).execute("SELECT count(*) FROM metrics").fetchone()[0]
     assert count == 8 * 50 * 20
+
+
+def test_arrival_rate_is_that_of_the_last_complete_window() -> None:
+    rate = ArrivalRate()
+    for i in range(300):  # 1,000 requests per second for 0.3 s: busy
+        rate.add(i / 1000)
+    assert rate.rate >= LINGER_MIN_RATE
+    rate.add(10.0)  # after a quiet spell: the spell ends one long window of few arrivals
+    assert rate.rate < LINGER_MIN_RATE / 10
+    for i in range(1, 10):  # 10 per second: a lightly loaded server writes at once
+        rate.add(10.0 + i * RATE_WINDOW_S)
+    assert 0 < rate.rate < LINGER_MIN_RATE
+
+
+def test_a_lingering_loop_commits_every_request_once_in_arrival_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests that arrive while a busy server's group waits join it: none lost, ids in arrival order."""
+    monkeypatch.setattr(writer_module, "LINGER_MIN_RATE", 0.0)  # every group lingers
+    monkeypatch.setattr(writer_module, "LINGER_MIN_GROUP", 0)
+    run, _ = store.create_run(RunCreate(name="busy", workers=16))
+    writer = store.writer
+    assert writer is not None
+    sent: list[tuple[int, int]] = []  # (rank, step) in arrival order
+
+    async def rank(r: int) -> list[tuple[int, bool]]:
+        acks = []
+        for seq in range(20):
+            rows = [("loss", seq * 10 + i, None, 1.0, float(r)) for i in range(3)]
+            sent.extend((r, row[1]) for row in rows)
+            params = writer.series.params(run.id, r, rows)
+            acks.append(writer.ingest_metrics_async(run.id, r, "s", seq, params))
+            await asyncio.sleep(0)  # the next request comes in a later loop iteration
+        return list(await asyncio.gather(*acks))
+
+    async def serve() -> list[list[tuple[int, bool]]]:
+        writer.attach_loop(asyncio.get_running_loop())
+        try:
+            return list(await asyncio.gather(*(rank(r) for r in range(16))))
+        finally:
+            await writer.drain()
+            writer.attach_loop(None)
+
+    acks = asyncio.run(serve())
+    assert all(ack == (3, False) for per_rank in acks for ack in per_rank)
+    got = sqlite3.connect(store.path).execute("SELECT rank, step FROM metrics_v ORDER BY id").fetchall()
+    assert got == sent
 
 
 def test_batches_of_any_size_store_every_row_once_with_consecutive_ids(store: Store) -> None:

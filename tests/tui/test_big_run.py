@@ -1,5 +1,6 @@
-"""Opening a run of a realistic size (a million metric rows) shows its charts within the client's
-timeout: the run screen reads only what it shows, and the server downsamples it in SQL."""
+"""Opening a run of a realistic size (a million metric rows) shows its charts in one load that the
+client does not give up on: the run screen reads only the metrics it shows, downsampled by the
+server, so what crosses the wire is bounded by the screen, not by the run."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.store import Store
 from mlbench_tui.tui.app import MlbenchApp
-from mlbench_tui.tui.feed import ServerAddress
-from mlbench_tui.tui.screens.run_detail import RunDetailScreen
+from mlbench_tui.tui.feed import CHART_POINTS, HISTORY_TIMEOUT_S
+from mlbench_tui.tui.screens.run_detail import RunDetailScreen, history_metrics
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
@@ -49,29 +50,32 @@ def big_run(path: Path) -> str:
         return run.id
 
 
-async def test_a_big_run_opens_with_its_charts_within_the_client_timeout(tmp_path: Path) -> None:
+async def test_a_big_run_opens_with_its_charts_from_one_bounded_read(tmp_path: Path) -> None:
     run_id = big_run(tmp_path / "big.db")
     srv = EmbeddedServer(tmp_path / "big.db", record=False).start()
     try:
         app = MlbenchApp(srv.url, token=srv.info.read_token, admin_token=srv.info.admin_token)
         async with app.run_test(size=(140, 45)) as pilot:
             screen = RunDetailScreen(run_id)
-            start = time.monotonic()
             app.push_screen(screen)
             await pilot.pause()
             assert "loading run" in str(screen.query_one("#loading", StatusLine).render())
-            # Half the client's timeout: under ingest on 2 cores the same reads take about twice as long.
+            # A hang guard only (the feed itself waits HISTORY_TIMEOUT_S for the history): what
+            # is pinned is one bounded read, not how fast a busy machine answers it.
+            deadline = time.monotonic() + 2 * HISTORY_TIMEOUT_S
             while not (screen.run is not None and screen._charts and screen._charts["train_loss"].series):
-                elapsed = time.monotonic() - start
-                assert elapsed < ServerAddress.timeout / 2, "charts not shown within half the client timeout"
+                assert time.monotonic() < deadline, "the run screen never showed its charts"
                 await pilot.pause(0.05)
                 await asyncio.sleep(0.02)
             assert screen.feed is not None and screen.feed.loads == 1  # no read timed out and retried
             assert not screen.query_one("#loading").display
+            # only what the screen shows was read: no history of the metrics it does not show
+            assert set(screen._metric_ranks) <= set(history_metrics(screen.run))
+            assert not {"lr", "train_Prec@1"} & set(screen._metric_ranks)
             await pilot.press("3")
             loss = screen.query_one("#chart-train_loss", MetricChart)
             points = len(loss.series["r0"])
-            assert 2000 <= points <= 3 * 2000  # buckets (min and max kept), not 125k points
+            assert CHART_POINTS <= points <= 3 * CHART_POINTS  # buckets (min and max kept), not 125k points
             assert loss.series["r0"].last == (STEPS - 1, pytest.approx(math.exp(-(STEPS - 1) / 40_000)))
             assert screen.goal_points and max(v for _, v in screen.goal_points) > 80  # goal reached
             assert screen.ranks[1].compute == pytest.approx((STEPS - 1) * 0.04)  # tracker totals

@@ -246,8 +246,10 @@ async def test_live_updates_are_batched(server: EmbeddedServer) -> None:
         await wait_for(pilot, lambda: len(screen.query_one(LogView).entries) == 40, what="all log lines")
         await wait_for(pilot, lambda: screen.goal_points, what="goal metric")
         elapsed = time.monotonic() - start
-        # 121 committed batches arrived as a handful of messages: about one per 0.25 s interval
-        assert len(received) <= elapsed / 0.25 + 3, (len(received), elapsed)
+        # 121 committed batches arrived as a handful of messages: at most one per 0.25 s window
+        # of the feed and one per summary of the server (their phases drift on a busy machine).
+        # Relative to the time taken, so it holds at any speed; the points below pin coalescing.
+        assert len(received) <= 2 * (elapsed / 0.25 + 1), (len(received), elapsed)
         # The stream is coalesced: per update one min/max/last bucket per series, not 80 points...
         losses = [d for m in received for d in m.batch.series.values() if d.name == "train_loss"]
         assert sum(len(d) for d in losses) <= 2 * len(received) < 80

@@ -1,12 +1,12 @@
 """Reporter: ships a rank's metrics, log lines and events to the mlbench server.
 
 The training thread only appends to in-memory buffers (``metric``, ``log``, ``event`` never
-touch the network). A background thread cuts the buffers into batches every ``interval``
-seconds (or sooner when they fill), POSTs them to ``/v1/runs/{id}/{metrics,logs,events}:batch``
-with the run's write token, and retries with exponential backoff. While the server is
-unreachable, batches go to a spool file (``spool.py``) and are re-sent in order once it answers
-again; each batch keeps its ``(session, seq)`` so a re-sent batch is stored once. ``close()``
-(also run at interpreter exit) flushes what is left.
+touch the network). A background thread cuts the buffers into batches about every ``interval``
+seconds (``next_wait``; sooner when they fill), POSTs them to
+``/v1/runs/{id}/{metrics,logs,events}:batch`` with the run's write token, and retries with
+exponential backoff. While the server is unreachable, batches go to a spool file (``spool.py``)
+and are re-sent in order once it answers again; each batch keeps its ``(session, seq)`` so a
+re-sent batch is stored once. ``close()`` (also run at interpreter exit) flushes what is left.
 
 Without a server URL the reporter still works: batches are written to the spool directory when
 one is configured (``MLBENCH_SPOOL_DIR``), so a later ``Reporter`` with a URL uploads them, and
@@ -24,6 +24,7 @@ import http.client
 import json
 import math
 import os
+import random
 import re
 import secrets
 import sys
@@ -88,6 +89,7 @@ class Reporter:
         self._backoff = 0.0
         self._conn: http.client.HTTPConnection | None = None
         self._warned: set[str] = set()
+        self._rng = random.Random()  # its own: the training's seeded ``random`` stays untouched
         self.dropped = 0
         self.sent_batches = 0
         self._thread = threading.Thread(target=self._run, name=f"mlbench-reporter-{rank}", daemon=True)
@@ -200,6 +202,11 @@ class Reporter:
             with self._cond:
                 self._cond.notify_all()
 
+    def next_wait(self) -> float:
+        """Seconds until the next batch: ``interval`` on average, drawn anew each time between half
+        and one and a half of it, so ranks started together do not all post at the same instant."""
+        return self.interval * self._rng.uniform(0.5, 1.5)
+
     def _take(self) -> list[Batch]:
         batches: list[Batch] = []
         for kind, buf in self._buffers.items():
@@ -228,7 +235,7 @@ class Reporter:
                         or self._flush_requests > self._flushed
                         or any(len(b) >= MAX_BATCH_ITEMS for b in self._buffers.values())
                     ),
-                    self.interval,
+                    self.next_wait(),
                 )
                 ticket = self._flush_requests
                 closing = self._closing

@@ -6,6 +6,8 @@ another terminal), so the user lands on the live runs table.
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -21,6 +23,15 @@ if TYPE_CHECKING:
     from mlbench_tui.tui.app import MlbenchApp
 
 QUICKSTART = "specs/quickstart.yaml"
+
+
+def quickstart_spec(base: Path) -> Path:
+    """The quick start to launch: ``base``'s own (a specs directory or a checkout) if it has one,
+    else the copy shipped in the package, so an installed wheel launches it from anywhere."""
+    for candidate in (base / "quickstart.yaml", base / QUICKSTART):
+        if candidate.is_file():
+            return candidate
+    return Path(str(resources.files("mlbench_tui.spec") / "quickstart.yaml"))
 
 
 def welcome_text(specs_key: str, launch_key: str, server_url: str) -> Text:
@@ -80,8 +91,6 @@ class FirstRunScreen(Screen[None]):
                 return
 
     def action_quickstart(self) -> None:
-        from pathlib import Path
-
         from mlbench_tui.tui.screens.confirm import ConfirmScreen
         from mlbench_tui.tui.screens.run_commands import launch
 
@@ -90,10 +99,7 @@ class FirstRunScreen(Screen[None]):
             if self.mlbench.spec_path and self.mlbench.spec_path.is_dir()
             else Path.cwd()
         )
-        path = base / QUICKSTART if not (base / "quickstart.yaml").is_file() else base / "quickstart.yaml"
-        if not path.is_file():
-            self.notify(f"{path} not found: run mlbench tui from the project checkout", severity="error")
-            return
+        path = quickstart_spec(base)
 
         def answer(yes: bool | None) -> None:
             if yes:
