@@ -77,6 +77,12 @@ class RunPlan(_Frozen):
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     backend: Literal["gloo", "nccl", "mpi"]
     workers: int = Field(ge=1, description="World size (number of ranks).")
+    ranks_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        description="Ranks sharing a node (hardware.ranks_per_node, at most workers); None: the target's "
+        "default (one per pod on Kubernetes, target.tasks_per_node on Slurm, all of them locally).",
+    )
     repeat: int = Field(default=0, ge=0, description="Index of this repeat, 0-based.")
     repeats: int = Field(default=1, ge=1)
     seed: int
@@ -218,6 +224,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     framework=framework,
                     backend=backend,
                     workers=workers,
+                    ranks_per_node=min(hw.ranks_per_node, workers) if hw.ranks_per_node else None,
                     repeat=repeat,
                     repeats=body.repeats,
                     seed=body.seed,

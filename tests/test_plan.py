@@ -229,6 +229,16 @@ def test_an_implementation_left_at_its_defaults_keeps_the_spec_hash() -> None:
     assert spec_hash(make({**body, "implementation": {"cuda_graphs": True}})) != spec_hash(plain)
 
 
+def test_ranks_per_node_is_planned_per_world_size_and_keeps_old_hashes() -> None:
+    body = {"task": "0a", "workers": [1, 2, 4, 8], "backend": "nccl", "hardware": {"gpu": "1xH100"}}
+    plans = expand(make({**body, "hardware": {"gpu": "1xH100", "ranks_per_node": 4}}))
+    assert [(p.workers, p.ranks_per_node) for p in plans] == [(1, 1), (2, 2), (4, 4), (8, 4)]
+    assert all(p.ranks_per_node is None for p in expand(make(body)))
+    plain = make(body)
+    assert "ranks_per_node" not in plain.normalized()["spec"]["hardware"]  # specs from before: same hash
+    assert spec_hash(make({**body, "hardware": {"gpu": "1xH100", "ranks_per_node": 4}})) != spec_hash(plain)
+
+
 @pytest.mark.parametrize(
     ("telemetry", "interval"),
     [

@@ -6,8 +6,9 @@ preinstalled). That AMI does not run the NVIDIA device plugin, and EKS has no fi
 for it, so ``mlbench cluster create aws`` applies the upstream plugin DaemonSet
 (``mlbench_tui.infra.device_plugin``) right after ``pulumi up`` (what eksctl does too); when the
 stack is run with the pulumi CLI directly, run ``mlbench cluster init --device-plugin`` once.
-Benchmark nodes are labelled ``mlbench.io/pool=bench``; GPU nodes also ``mlbench.io/gpu=true``
-with the taint ``mlbench.io/gpu=true:NoSchedule``. Subnets are public (no NAT gateway to pay
+Benchmark nodes are labelled ``mlbench.io/pool=bench``; GPU nodes also ``mlbench.io/gpu=true`` and
+``mlbench.io/gpu-model=<model>`` (``t4``, ``h100``: runs that name a model select on it), with the
+taint ``mlbench.io/gpu=true:NoSchedule``. Subnets are public (no NAT gateway to pay
 for); nodes accept traffic only from the cluster security group.
 """
 
@@ -22,7 +23,14 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from mlbench_tui.executors.placement import BENCH_POOL_LABEL, GPU_LABEL, GPU_TAINT, SYSTEM_POOL_LABEL
+from mlbench_tui.executors.placement import (
+    BENCH_POOL_LABEL,
+    GPU_LABEL,
+    GPU_MODEL_LABEL,
+    GPU_TAINT,
+    SYSTEM_POOL_LABEL,
+    gpu_model_label,
+)
 from mlbench_tui.infra.kubeconfig import exec_kubeconfig
 from mlbench_tui.infra.providers import (
     BenchPoolSize,
@@ -266,6 +274,9 @@ class EksCluster(pulumi.ComponentResource):
         taints: list[aws.eks.NodeGroupTaintArgs] = []
         if args.gpu_count:
             labels.update([GPU_LABEL])
+            model = gpu_model_label(args.gpu_model) if args.gpu_model else None
+            if model is not None:  # runs that name a GPU model select on it
+                labels[GPU_MODEL_LABEL] = model
             taints.append(
                 aws.eks.NodeGroupTaintArgs(
                     key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE"

@@ -3,8 +3,9 @@
 ``GkeCluster`` is a Pulumi ComponentResource. The GPU pool gets GKE-managed NVIDIA drivers
 (``gpuDriverInstallationConfig``), so no driver DaemonSet is needed, and GKE runs the NVIDIA
 device plugin on GPU nodes itself. Benchmark nodes are labelled ``mlbench.io/pool=bench``; GPU
-nodes also ``mlbench.io/gpu=true`` and carry the taint ``mlbench.io/gpu=true:NoSchedule``, so
-only pods that tolerate it (mlbench's benchmark pods) land there. System pods run on the small
+nodes also ``mlbench.io/gpu=true`` and ``mlbench.io/gpu-model=<model>`` (``t4``, ``h100``: runs
+that name a model select on it) and carry the taint ``mlbench.io/gpu=true:NoSchedule``, so only
+pods that tolerate it (mlbench's benchmark pods) land there. System pods run on the small
 untainted ``system`` pool. Workload identity is on; nodes use the GKE metadata server.
 ``program()`` is the stack body shared by ``infra/gcp/__main__.py`` and ``mlbench cluster``.
 """
@@ -17,8 +18,16 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from mlbench_tui.executors.placement import BENCH_POOL_LABEL, GPU_LABEL, GPU_TAINT, SYSTEM_POOL_LABEL
+from mlbench_tui.executors.placement import (
+    BENCH_POOL_LABEL,
+    GPU_LABEL,
+    GPU_MODEL_LABEL,
+    GPU_TAINT,
+    SYSTEM_POOL_LABEL,
+    gpu_model_label,
+)
 from mlbench_tui.infra.kubeconfig import exec_kubeconfig
+from mlbench_tui.infra.prices import accelerator_model
 from mlbench_tui.infra.providers import (
     BenchPoolSize,
     ClusterConfigError,
@@ -84,12 +93,21 @@ class GkeClusterArgs(BenchPoolSize):
         parts = self.location.split("-")
         return "-".join(parts[:2]) if len(parts) > 2 else self.location
 
+    @property
+    def gpu_model_label(self) -> str | None:
+        """The pool's ``mlbench.io/gpu-model`` label value (``nvidia-h100-80gb`` -> ``h100``)."""
+        if self.accelerator_type is None:
+            return None
+        model = accelerator_model(self.accelerator_type)
+        return gpu_model_label(model) if model is not None else None
+
     def node_pool_details(self) -> dict[str, Any]:
         """What the GPU pool is, as exported by the stack and recorded by ``mlbench cluster``."""
         return {
             "name": "gpu" if self.accelerator_type else "bench",
             "machine_type": self.machine_type,
             "accelerator_type": self.accelerator_type,
+            "gpu_model": self.gpu_model_label,
             "accelerator_count": self.accelerator_count if self.accelerator_type else 0,
             "node_count": self.node_count,
             "min_nodes": self.autoscaling_min,
@@ -211,6 +229,8 @@ class GkeCluster(pulumi.ComponentResource):
         accelerators: list[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs] = []
         if args.accelerator_type is not None:
             labels.update([GPU_LABEL])
+            if args.gpu_model_label is not None:  # runs that name a GPU model select on it
+                labels[GPU_MODEL_LABEL] = args.gpu_model_label
             taints.append(
                 gcp.container.NodePoolNodeConfigTaintArgs(
                     key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE"

@@ -156,11 +156,13 @@ def _spec_summary(item: LoadedSpec, runs: int) -> dict[str, Any]:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Load specs (exit 2 on any problem) and print their expanded run plans."""
     from mlbench_tui.plan import expand
+    from mlbench_tui.runs.plans import check_placement
     from mlbench_tui.spec.loader import load_paths
 
     plans: list[RunPlan] = []
     for item in load_paths(args.paths):
         plans.extend(expand(item.spec))
+    check_placement(plans)
     sys.stdout.write(render_plans(plans, args.output))
     return 0
 

@@ -90,6 +90,11 @@ class Executor(abc.ABC):
     def submit(self, plan: RunPlan, launch: LaunchContext) -> RunHandle:
         return self.schedule(self.dryrun(plan, launch))
 
+    def check_placement(self, plan: RunPlan) -> None:
+        """Raise ``ExecutorError`` when this target cannot place ``plan`` (asked before any run
+        starts, so a sweep is refused whole); the default places every plan."""
+        return None
+
     @abc.abstractmethod
     def describe(self, handle: RunHandle) -> RunStatus | None:
         """Current status, or None when the executor does not know the run."""

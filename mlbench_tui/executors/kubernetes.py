@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import manifests, pod_logs
 from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, log_filter
 from mlbench_tui.executors.kube import api_error, apply_object, call_json, make_api_client
-from mlbench_tui.executors.pod_status import rank_of, run_status
+from mlbench_tui.executors.pod_status import layout_of, rank_of, run_status
 from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.spec.targets import KubernetesTarget
@@ -48,26 +47,36 @@ class _TransientLogError(Exception):
         self.error = error
 
 
-class PodLogTailer:
-    """One follower thread per rank (waiting for its pod to start); lines queue up for ``poll``."""
+def _labelled(pod: int, per_pod: int, line: str) -> tuple[int, str]:
+    """``(rank, text)`` of a line of pod ``pod``: with one rank per pod the pod's rank; with
+    several, the rank torchrun wrote in front of it (-1 for torchrun's own lines, named by pod)."""
+    if per_pod == 1:
+        return pod, line
+    rank, text = pod_logs.split_rank(line)
+    return (rank, text) if rank is not None else (-1, f"[pod {pod}] {line}")
 
-    def __init__(self, executor: KubernetesExecutor, handle: RunHandle, ranks: int) -> None:
+
+class PodLogTailer:
+    """One follower thread per pod (waiting for it to start); its lines queue up for ``poll``
+    as ``(rank, text)`` (``_labelled``)."""
+
+    def __init__(self, executor: KubernetesExecutor, handle: RunHandle, pods: int, per_pod: int) -> None:
         self._lines: queue.Queue[tuple[int, str]] = queue.Queue()
         self._threads = [
             threading.Thread(
-                target=self._follow, args=(executor, handle, r), name=f"k8s-tail-{r}", daemon=True
+                target=self._follow, args=(executor, handle, i, per_pod), name=f"k8s-tail-{i}", daemon=True
             )
-            for r in range(ranks)
+            for i in range(pods)
         ]
         for thread in self._threads:
             thread.start()
 
-    def _follow(self, executor: KubernetesExecutor, handle: RunHandle, rank: int) -> None:
+    def _follow(self, executor: KubernetesExecutor, handle: RunHandle, pod: int, per_pod: int) -> None:
         try:
-            for line in executor._rank_lines(handle, rank, True, None):
-                self._lines.put((rank, line))
+            for line in executor._pod_lines(handle, pod, True, None):
+                self._lines.put(_labelled(pod, per_pod, line))
         except ExecutorError as exc:
-            self._lines.put((-1, f"log of rank {rank} unavailable: {exc.message}"))
+            self._lines.put((-1, f"log of pod {pod} unavailable: {exc.message}"))
 
     def poll(self, *, final: bool = False, since: float | None = None) -> list[tuple[int, str]]:
         """New lines since the last call; ``final`` first lets the followers reach the end."""
@@ -218,6 +227,13 @@ class KubernetesExecutor(Executor):
     # --- watching ---
     def describe(self, handle: RunHandle | str) -> RunStatus | None:
         handle = _resolve(handle)
+        owner = self._owner(handle)
+        if owner is None:
+            return None
+        return run_status(handle, owner, self._pods(handle.where, handle.run_id))
+
+    def _owner(self, handle: RunHandle) -> dict[str, Any] | None:
+        """The run's Job (or MPIJob), when it exists and belongs to this run."""
         name, namespace = manifests.object_name(handle.run_id), handle.where
         owner = self._get_owner("Job", namespace, name)
         if owner is None and self._mpi_known():
@@ -226,8 +242,7 @@ class KubernetesExecutor(Executor):
             return None
         if (owner["metadata"].get("annotations") or {}).get(manifests.ANNOTATION_RUN_ID) != handle.run_id:
             return None
-        pods = self._pods(namespace, handle.run_id)
-        return run_status(handle, owner, pods)
+        return owner
 
     def _mpi_known(self) -> bool:
         try:
@@ -314,64 +329,69 @@ class KubernetesExecutor(Executor):
         since: float | None = None,
         regex: str | None = None,
     ) -> Iterator[str]:
-        """Log lines of one rank's pod (or of every rank, prefixed ``[rank N]``)."""
+        """Log lines of one rank (or of every rank, prefixed ``[rank N]``) from its pod's log."""
         handle = _resolve(handle)
         pattern = log_filter(regex)
         status = self.describe(handle)
         if status is None:
             raise ExecutorError(f"unknown run {handle}")
-        ranks = [r.rank for r in status.ranks] if rank is None else [rank]
-        if rank is not None and rank not in {r.rank for r in status.ranks} and not follow:
-            raise ExecutorError(
-                f"run {handle} has no rank {rank}", hint=f"ranks: {sorted(r.rank for r in status.ranks)}"
-            )
-        if len(ranks) == 1 and rank is not None:
-            for line in self._rank_lines(handle, rank, follow, since):
+        per_pod = self._layout(handle)[1]
+        known = {r.rank for r in status.ranks}
+        if rank is not None:
+            if rank not in known and not follow:
+                raise ExecutorError(f"run {handle} has no rank {rank}", hint=f"ranks: {sorted(known)}")
+            for line in self._rank_lines(handle, rank, per_pod, follow, since):
                 if pattern is None or pattern.search(line):
                     yield line
             return
-        yield from self._merged_lines(handle, ranks, follow, since, pattern)
+        pods = sorted({r // per_pod for r in known})
+        for r, text in self._merged_lines(handle, pods, per_pod, follow, since):
+            if pattern is None or pattern.search(text):
+                yield f"[rank {r}] {text}" if r >= 0 else text
+
+    def _rank_lines(
+        self, handle: RunHandle, rank: int, per_pod: int, follow: bool, since: float | None
+    ) -> Iterator[str]:
+        """One rank's lines: its pod's whole log, or the lines torchrun marked with its rank."""
+        for got, text in self._merged_lines(handle, [rank // per_pod], per_pod, follow, since):
+            if got == rank:
+                yield text
 
     def _merged_lines(
-        self,
-        handle: RunHandle,
-        ranks: list[int],
-        follow: bool,
-        since: float | None,
-        pattern: re.Pattern[str] | None,
-    ) -> Iterator[str]:
-        if not follow:
-            for r in sorted(ranks):
-                for line in self._rank_lines(handle, r, False, since):
-                    if pattern is None or pattern.search(line):
-                        yield f"[rank {r}] {line}"
+        self, handle: RunHandle, pods: list[int], per_pod: int, follow: bool, since: float | None
+    ) -> Iterator[tuple[int, str]]:
+        """``(rank, text)`` of the pods' logs: pod after pod, or as they come when following."""
+        if not follow or len(pods) == 1:
+            for pod in pods:
+                for line in self._pod_lines(handle, pod, follow, since):
+                    yield _labelled(pod, per_pod, line)
             return
         lines: queue.Queue[tuple[int, str | None, Exception | None]] = queue.Queue()
 
-        def pump(r: int) -> None:
+        def pump(pod: int) -> None:
             try:
-                for line in self._rank_lines(handle, r, True, since):
-                    lines.put((r, line, None))
-                lines.put((r, None, None))
+                for line in self._pod_lines(handle, pod, True, since):
+                    lines.put((pod, line, None))
+                lines.put((pod, None, None))
             except Exception as exc:
-                lines.put((r, None, exc))
+                lines.put((pod, None, exc))
 
-        for r in ranks:
-            threading.Thread(target=pump, args=(r,), name=f"k8s-log-{r}", daemon=True).start()
-        open_ranks = len(ranks)
-        while open_ranks:
-            r, text, error = lines.get()
+        for pod in pods:
+            threading.Thread(target=pump, args=(pod,), name=f"k8s-log-{pod}", daemon=True).start()
+        open_pods = len(pods)
+        while open_pods:
+            pod, text, error = lines.get()
             if error is not None:
                 raise error
             if text is None:
-                open_ranks -= 1
-            elif pattern is None or pattern.search(text):
-                yield f"[rank {r}] {text}"
+                open_pods -= 1
+            else:
+                yield _labelled(pod, per_pod, text)
 
-    def _pod_for_rank(self, handle: RunHandle, rank: int, follow: bool) -> dict[str, Any] | None:
-        """The rank's pod once its container has started (waits while pending when following)."""
+    def _started_pod(self, handle: RunHandle, index: int, follow: bool) -> dict[str, Any] | None:
+        """Pod ``index`` of the run once its container has started (waits while pending when following)."""
         while True:
-            pods = [p for p in self._pods(handle.where, handle.run_id) if rank_of(p) == rank]
+            pods = [p for p in self._pods(handle.where, handle.run_id) if rank_of(p) == index]
             started = [
                 p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             ]
@@ -384,12 +404,12 @@ class KubernetesExecutor(Executor):
                 return None
             time.sleep(0.5)
 
-    def _rank_lines(self, handle: RunHandle, rank: int, follow: bool, since: float | None) -> Iterator[str]:
-        """One rank's log lines. Following, it reconnects across a dropped connection or a
+    def _pod_lines(self, handle: RunHandle, index: int, follow: bool, since: float | None) -> Iterator[str]:
+        """Pod ``index``'s log lines. Following, it reconnects across a dropped connection or a
         transient API error (the log not there yet, 429, 5xx) with timestamps on, showing each
         line once, until the container's stream ends (as ``kubectl logs -f``) or the run is over."""
         if not follow:
-            pod = self._pod_for_rank(handle, rank, False)
+            pod = self._started_pod(handle, index, False)
             if pod is not None:
                 yield from self._read_log(handle, pod, False, since, timestamps=False)
             return
@@ -397,7 +417,7 @@ class KubernetesExecutor(Executor):
         final = False  # the run is over: one last plain read picks up what a drop cut off
         delay = _RETRY_FIRST_S
         while True:
-            pod = self._pod_for_rank(handle, rank, not final)
+            pod = self._started_pod(handle, index, not final)
             if pod is None:
                 return
             cursor.reconnect()
@@ -451,18 +471,17 @@ class KubernetesExecutor(Executor):
             response.release_conn()
 
     def log_tailer(self, handle: RunHandle | str) -> PodLogTailer:
-        """Follows every rank's pod log in the background; ``poll`` drains new ``(rank, line)``s
-        (the runner ships them into the store, as it does with local rank log files)."""
+        """Follows every pod's log in the background; ``poll`` drains new ``(rank, line)``s (the
+        runner ships them into the store, as it does with local rank log files)."""
         handle = _resolve(handle)
-        status = self.describe(handle)
-        if status is None:
+        if self.describe(handle) is None:
             raise ExecutorError(f"unknown run {handle}")
-        owner_workers = max([r.rank for r in status.ranks], default=-1) + 1
-        return PodLogTailer(self, handle, max(owner_workers, self._workers(handle)))
+        return PodLogTailer(self, handle, *self._layout(handle))
 
-    def _workers(self, handle: RunHandle) -> int:
-        owner = self._get_owner("Job", handle.where, manifests.object_name(handle.run_id))
-        return int(((owner or {}).get("spec") or {}).get("completions") or 0)
+    def _layout(self, handle: RunHandle) -> tuple[int, int]:
+        """``(pods, ranks per pod)`` of the run (``pod_status.layout_of`` its owner)."""
+        owner = self._owner(handle)
+        return layout_of(owner) if owner is not None else (0, 1)
 
     # --- cancel ---
     def cancel(self, handle: RunHandle | str) -> None:

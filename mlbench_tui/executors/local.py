@@ -38,6 +38,7 @@ from mlbench_tui.executors.api import (
     RunStatus,
     log_filter,
 )
+from mlbench_tui.executors.local_gpus import MachineGpus, machine_gpus
 from mlbench_tui.plan import RunPlan, worker_config
 
 SCHEME = "local"
@@ -46,6 +47,10 @@ LAUNCH_FILE = "launch.json"
 EXIT_FILE = "exit.json"
 CANCEL_FILE = "cancel.json"
 LAUNCHER_LOG = "launcher.log"
+
+# The launchers this process started and has not reaped yet, by run directory. Only a parent can
+# read its child's exit status, so every executor instance in this process reaps through these.
+_CHILDREN: dict[Path, subprocess.Popen[bytes]] = {}
 
 
 def default_runs_dir() -> Path:
@@ -83,10 +88,10 @@ class LocalExecutor(Executor):
     name = SCHEME
 
     def __init__(self, runs_dir: str | Path | None = None, *, cpu_count: int | None = None) -> None:
-        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+        self.runs_dir = (Path(runs_dir) if runs_dir is not None else default_runs_dir()).absolute()
         self.cpu_count = cpu_count or os.cpu_count() or 1
         self.host = socket.gethostname().split(".")[0] or "localhost"
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._gpus: MachineGpus | None = None  # asked once, when a GPU run is placed
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -100,6 +105,26 @@ class LocalExecutor(Executor):
 
     def handle_for(self, run_id: str) -> RunHandle:
         return RunHandle(SCHEME, self.host, run_id)
+
+    # -- placement ---------------------------------------------------------------------------
+
+    def check_placement(self, plan: RunPlan) -> None:
+        """Every rank of a GPU run takes GPUs of its own (rank i: GPU LOCAL_RANK): refuse a run
+        that needs more than this machine shows (NCCL fails two ranks on one GPU)."""
+        needed = plan.workers * plan.resources.gpus
+        if not needed:
+            return
+        if self._gpus is None:
+            self._gpus = machine_gpus()
+        shown = self._gpus.visible
+        if needed > shown:
+            per_rank = f"{plan.resources.gpus} GPU{'' if plan.resources.gpus == 1 else 's'}"
+            raise ExecutorError(
+                f"run {plan.name} needs {needed} GPU{'' if needed == 1 else 's'} ({plan.workers} rank(s) x "
+                f"{per_rank}) but this machine shows {self._gpus.describe()}",
+                hint="lower workers (or GPUs per rank) to fit, or widen CUDA_VISIBLE_DEVICES; "
+                "ranks never share a GPU",
+            )
 
     # -- dryrun / schedule -------------------------------------------------------------------
 
@@ -198,7 +223,7 @@ class LocalExecutor(Executor):
                 )
             except OSError as exc:
                 raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
-        self._procs[run_id] = proc
+        _CHILDREN[run_dir] = proc
         _write_json(
             run_dir / LAUNCH_FILE,
             {
@@ -243,14 +268,15 @@ class LocalExecutor(Executor):
             raise ExecutorError(f"not a local run: {resolved}")
         return resolved
 
-    def _reap(self, run_id: str, run_dir: Path) -> dict[str, Any] | None:
+    def _reap(self, run_dir: Path) -> dict[str, Any] | None:
         """Record the launcher's exit status once it has ended (only its parent can see it)."""
-        proc = self._procs.get(run_id)
+        proc = _CHILDREN.get(run_dir)
         if proc is None:
             return _read_json(run_dir / EXIT_FILE)
         code = proc.poll()
         if code is None:
             return None
+        del _CHILDREN[run_dir]
         self._release_port(run_dir)
         existing = _read_json(run_dir / EXIT_FILE)
         if existing is not None:
@@ -279,12 +305,18 @@ class LocalExecutor(Executor):
         launch = _read_json(run_dir / LAUNCH_FILE)
         if launch is None:
             return None
-        finished = self._reap(resolved.run_id, run_dir)
+        finished = self._reap(run_dir)
         pid, ticks = int(launch["pid"]), launch.get("start_ticks")
         if finished is not None:
             state = RunState(finished["state"])
             code = finished.get("exit_code")
             message = None if state is RunState.SUCCEEDED else self._failure_message(run_dir, state, code)
+        elif run_dir in _CHILDREN:
+            # Our own child, not reaped yet: only its wait status decides how it ended. /proc may
+            # already show it ended (a leader whose other threads are still exiting is a zombie
+            # that cannot be reaped yet); the next poll reaps it.
+            alive = processes.is_alive(pid, ticks)
+            state, message = RunState.RUNNING, None if alive else "finishing"
         elif processes.is_alive(pid, ticks):
             state, message = RunState.RUNNING, None
         elif self._watched_elsewhere(launch):
@@ -377,11 +409,11 @@ class LocalExecutor(Executor):
         if finished is None and not (run_dir / CANCEL_FILE).exists():
             _write_json(run_dir / CANCEL_FILE, {"requested_at": time.time(), "by_pid": os.getpid()})
         processes.terminate_run(resolved.run_id, int(launch["pid"]), launch.get("start_ticks"))
-        proc = self._procs.get(resolved.run_id)
+        proc = _CHILDREN.get(run_dir)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
-            self._reap(resolved.run_id, run_dir)
+            self._reap(run_dir)
         elif finished is None:
             _write_json(
                 run_dir / EXIT_FILE,

@@ -1,12 +1,16 @@
 """Kubernetes manifests for one run, rendered by pure functions (golden-tested).
 
-``render(plan, launch)`` returns the objects of one run in apply order: the owner first (the
-Indexed ``Job``, or the Kubeflow ``MPIJob`` for the mpi backend), then the ``Secret`` with the run's
-write token, the ``ConfigMap`` with the worker config and the plan, and the headless ``Service``
-that gives rank 0 a stable DNS name. Every object carries the ``app.kubernetes.io/*`` labels and
-``mlbench.io/run-id``; the executor sets ``ownerReferences`` to the owner once the API server has
-given it a uid, so deleting the Job (cancel, or ``ttlSecondsAfterFinished``) removes everything.
-Nothing here talks to a cluster or imports the kubernetes client.
+``render(plan, launch)`` returns the objects of one run in apply order: the owner first (the Indexed
+``Job``, or the Kubeflow ``MPIJob`` for the mpi backend), then the ``Secret`` with the run's write
+token, the ``ConfigMap`` with the worker config and the plan, and the headless ``Service`` that
+gives rank 0 a stable DNS name. One pod per node: with ``ranks_per_node`` above 1 the pod's torchrun
+starts that node's ranks (one GPU each, rendezvous with pod 0), so ranks on one node talk through
+NVLink and shared memory; a GPU run selects nodes labelled with its GPU model. Objects are one per
+run whatever its size (no per-rank object), so 1,024 ranks render as fast as 2. Every object carries
+the ``app.kubernetes.io/*`` labels and ``mlbench.io/run-id``; the executor sets ``ownerReferences``
+to the owner once the API server has given it a uid, so deleting the Job (cancel, or
+``ttlSecondsAfterFinished``) removes everything. Nothing here talks to a cluster or imports the
+kubernetes client.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ import hashlib
 import json
 import math
 import re
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
+from mlbench_tui.executors.placement import GPU_LABEL, GPU_MODEL_LABEL, GPU_TOLERATIONS, gpu_model_label
+from mlbench_tui.executors.pod_logs import RANK_LOG_PREFIX_TEMPLATE
 from mlbench_tui.plan import RunPlan, worker_config
 from mlbench_tui.spec.targets import KubernetesTarget
 
@@ -30,6 +36,7 @@ LABEL_RUN_ID = "mlbench.io/run-id"
 ANNOTATION_RUN_ID = "mlbench.io/run-id"
 ANNOTATION_MANIFEST_HASH = "mlbench.io/manifest-hash"
 ANNOTATION_TOKEN = "mlbench.io/token"
+ANNOTATION_RANKS_PER_NODE = "mlbench.io/ranks-per-node"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "worker"
 CONFIG_DIR = "/etc/mlbench"
@@ -161,15 +168,49 @@ def run_worker_config(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
     return config
 
 
+def node_layout(plan: RunPlan) -> tuple[int, int]:
+    """``(nodes, ranks_per_node)``: one pod per node, ``plan.ranks_per_node`` ranks in each (1 when
+    unset); a world size that does not fill whole pods is refused (the spec's policy says so first)."""
+    per_node = plan.ranks_per_node or 1
+    if plan.workers % per_node:
+        raise ExecutorError(
+            f"{plan.workers} workers do not fill whole nodes of {per_node} ranks",
+            hint=f"use world sizes up to {per_node} or multiples of it",
+        )
+    return plan.workers // per_node, per_node
+
+
+def _torchrun_pod(plan: RunPlan) -> bool:
+    """Whether a pod's torchrun starts its node's ranks (several per pod on gloo or nccl)."""
+    return node_layout(plan)[1] > 1 and plan.backend != "mpi"
+
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)([A-Za-z]*)$")
+
+
+def _times(quantity: str, count: int) -> str:
+    """A Kubernetes quantity ``count`` times over (``500m`` x 4 -> ``2000m``, ``12Gi`` x 4 -> ``48Gi``)."""
+    if count == 1:
+        return quantity
+    match = _QUANTITY.match(quantity)
+    if match is None:  # the spec's short forms only make plain and suffixed decimals
+        raise ExecutorError(f"cannot scale the quantity {quantity!r} to {count} ranks per pod")
+    total = Decimal(match[1]) * count
+    return f"{total.normalize():f}{match[2]}"
+
+
 def _quantities(plan: RunPlan) -> dict[str, Any]:
+    """A pod's resources: every rank's share times the ranks it runs; a GPU run's GPUs through
+    ``nvidia.com/gpu`` (the device plugin hands the pod exactly those, rank i takes the i-th)."""
     res = plan.resources
+    per_node = node_layout(plan)[1]
     amounts: dict[str, str] = {}
     if res.cpu:
-        amounts["cpu"] = res.cpu
+        amounts["cpu"] = _times(res.cpu, per_node)
     if res.memory:
-        amounts["memory"] = res.memory
+        amounts["memory"] = _times(res.memory, per_node)
     if res.gpus:
-        amounts["nvidia.com/gpu"] = str(res.gpus)
+        amounts["nvidia.com/gpu"] = str(res.gpus * per_node)
     # requests == limits: Guaranteed QoS keeps a benchmark's timings free of noisy neighbours.
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
@@ -188,11 +229,16 @@ def _tolerations(plan: RunPlan) -> list[dict[str, Any]]:
 
 
 def _node_selector(plan: RunPlan) -> dict[str, str]:
-    """GPU runs go to the GPU pool (``placement.GPU_LABEL``) plus the target's own
-    selector; the GPU model is pinned by the cluster's pool, or by the target's node_selector."""
+    """GPU runs go to the GPU pool (``placement.GPU_LABEL``) and, when they name a GPU model
+    (strictly), to nodes labelled with it (``placement.GPU_MODEL_LABEL``); then the target's own
+    selector."""
     selector: dict[str, str] = {}
-    if plan.resources.gpus:
+    res = plan.resources
+    if res.gpus:
         selector[GPU_LABEL[0]] = GPU_LABEL[1]
+        model = gpu_model_label(res.gpu_type) if res.gpu_type and res.gpu_type_strict else None
+        if model is not None:
+            selector[GPU_MODEL_LABEL] = model
     selector.update(target_of(plan).node_selector)
     return selector
 
@@ -205,6 +251,7 @@ def _env(plan: RunPlan, launch: LaunchContext, name: str) -> list[dict[str, Any]
 
     master = f"{name}-0.{name}"
     threads = str(plan.resources.threads_per_rank)
+    nodes, per_node = node_layout(plan)
     env: list[dict[str, Any]] = [
         {"name": "MLBENCH_CONFIG", "value": CONFIG_FILE},
         {"name": "MLBENCH_SERVER_URL", "value": worker_server_url(plan, launch)},
@@ -214,19 +261,26 @@ def _env(plan: RunPlan, launch: LaunchContext, name: str) -> list[dict[str, Any]
             "valueFrom": {"secretKeyRef": {"name": secret_name(launch.run_id), "key": SECRET_TOKEN_KEY}},
         },
         {"name": "MLBENCH_SPOOL_DIR", "value": "/tmp/mlbench-spool"},
-        {"name": "RANK", "valueFrom": rank_ref()},
-        {"name": "LOCAL_RANK", "value": "0"},
-        {"name": "WORLD_SIZE", "value": str(plan.workers)},
-        {"name": "MASTER_ADDR", "value": master},
-        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+    ]
+    if not _torchrun_pod(plan):  # the pod is the rank; with torchrun, torchrun sets these per rank
+        env += [
+            {"name": "RANK", "valueFrom": rank_ref()},
+            {"name": "LOCAL_RANK", "value": "0"},
+            {"name": "WORLD_SIZE", "value": str(plan.workers)},
+            {"name": "MASTER_ADDR", "value": master},
+            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+        ]
+    env += [
         {"name": "PET_NODE_RANK", "valueFrom": rank_ref()},
-        {"name": "PET_NNODES", "value": str(plan.workers)},
-        {"name": "PET_NPROC_PER_NODE", "value": "1"},
+        {"name": "PET_NNODES", "value": str(nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(per_node)},
         {"name": "PET_MASTER_ADDR", "value": master},
         {"name": "PET_MASTER_PORT", "value": str(MASTER_PORT)},
         {"name": "OMP_NUM_THREADS", "value": threads},
         {"name": "MKL_NUM_THREADS", "value": threads},
     ]
+    if _torchrun_pod(plan):
+        env.append({"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_LOG_PREFIX_TEMPLATE})
     if plan.framework == "tensorflow":
         # MultiWorkerMirroredStrategy: each rank builds TF_CONFIG from this list and its RANK
         # (one template for all pods of the Indexed Job); the rendezvous port serves TF's gRPC.
@@ -311,37 +365,53 @@ def worker_command() -> list[str]:
     return ["python", "-m", "mlbench_worker", "--config", CONFIG_FILE]
 
 
+def node_command() -> list[str]:
+    """A node's pod with several ranks: torchrun starts them (nodes, ranks per node, node rank and
+    rendezvous from the ``PET_*`` environment), never restarts one, and tees each rank's output
+    to the pod's log with its rank in front (``RANK_LOG_PREFIX_TEMPLATE``)."""
+    return [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--max-restarts=0",
+        "--tee=3",
+        "-m",
+        *worker_command()[2:],
+    ]
+
+
 def job(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
-    """The Indexed Job: one pod per rank, rank = completion index, no silent retries."""
+    """The Indexed Job: one pod per node (completion index = node rank; with one rank per node,
+    the rank), no silent retries."""
     name = object_name(launch.run_id)
+    nodes, per_node = node_layout(plan)
     template_labels = labels(plan, launch.run_id, "worker")
     if plan.resources.gpus and plan.resources.gpu_type:
         template_labels[GPU_TYPE_LABEL] = label_value(plan.resources.gpu_type.lower())
+    command = node_command() if _torchrun_pod(plan) else worker_command()
     spec: dict[str, Any] = {
-        "completions": plan.workers,
-        "parallelism": plan.workers,
+        "completions": nodes,
+        "parallelism": nodes,
         "completionMode": "Indexed",
         "backoffLimit": 0,
         "ttlSecondsAfterFinished": DEFAULT_TTL_S,
         "template": {
             "metadata": {"labels": template_labels, "annotations": {ANNOTATION_RUN_ID: launch.run_id}},
-            "spec": _pod_spec(plan, launch, name, worker_command()),
+            "spec": _pod_spec(plan, launch, name, command),
         },
     }
     deadline = _deadline(plan)
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(plan, launch, name, "run"),
-        "spec": spec,
-    }
+    meta = _meta(plan, launch, name, "run")
+    meta["annotations"][ANNOTATION_RANKS_PER_NODE] = str(per_node)  # pod_status.layout_of reads it
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
 def mpijob(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
     """An MPIJob for the Kubeflow MPI Operator (v2beta1): a launcher runs ``mpirun`` over the workers."""
     name = object_name(launch.run_id)
+    nodes, per_node = node_layout(plan)
     launcher_cmd = ["mpirun", "-n", str(plan.workers), "--bind-to", "none", *worker_command()]
     worker_spec = _pod_spec(plan, launch, name, ["/usr/sbin/sshd", "-De", "-f", "/home/mlbench/.sshd_config"])
     launcher_spec = _pod_spec(plan, launch, name, launcher_cmd)
@@ -360,7 +430,7 @@ def mpijob(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
         "kind": "MPIJob",
         "metadata": _meta(plan, launch, name, "run"),
         "spec": {
-            "slotsPerWorker": 1,
+            "slotsPerWorker": per_node,
             "runPolicy": run_policy,
             "mpiImplementation": "OpenMPI",
             "launcherCreationPolicy": "WaitForWorkersReady",
@@ -375,7 +445,7 @@ def mpijob(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
                     },
                 },
                 "Worker": {
-                    "replicas": plan.workers,
+                    "replicas": nodes,
                     "restartPolicy": "Never",
                     "template": {
                         "metadata": {"labels": labels(plan, launch.run_id, "worker")},

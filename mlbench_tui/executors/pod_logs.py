@@ -15,6 +15,18 @@ _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?
 
 Stamp = tuple[int, int]  # (seconds since the epoch, nanoseconds)
 
+# A pod that runs several ranks: its torchrun writes each line of rank N as "[rankN]:<line>"
+# (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with --tee), so the pod's one log splits by rank.
+RANK_LOG_PREFIX_TEMPLATE = "[rank${rank}]:"
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+
+
+def split_rank(line: str) -> tuple[int | None, str]:
+    """A line of a pod with several ranks -> (its rank, the text the rank wrote); (None, line)
+    for torchrun's own lines."""
+    match = _RANK_PREFIX.match(line)
+    return (int(match[1]), line[match.end() :]) if match else (None, line)
+
 
 def parse_stamp(text: str) -> Stamp | None:
     """``2026-11-21T12:00:05.25Z`` -> (seconds, nanoseconds); None when it is not one."""

@@ -18,7 +18,19 @@ _STUCK = {
 }
 
 
+def layout_of(owner: dict[str, Any]) -> tuple[int, int]:
+    """``(pods, ranks per pod)`` of a run's owner: a Job's completions and its ranks-per-node
+    annotation, or an MPIJob's worker replicas and slots per worker."""
+    meta, spec = owner.get("metadata") or {}, owner.get("spec") or {}
+    if owner.get("kind") == "MPIJob" or "mpiReplicaSpecs" in spec:
+        replicas = ((spec.get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
+        return int(replicas or 1), int(spec.get("slotsPerWorker") or 1)
+    per_pod = str((meta.get("annotations") or {}).get(manifests.ANNOTATION_RANKS_PER_NODE) or 1)
+    return int(spec.get("completions") or 1), int(per_pod) if per_pod.isdigit() else 1
+
+
 def rank_of(pod: dict[str, Any]) -> int | None:
+    """The pod's index among the run's pods (its node rank; its rank with one rank per pod)."""
     meta = pod.get("metadata") or {}
     for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
         for key in (manifests.COMPLETION_INDEX_ANNOTATION, "training.kubeflow.org/replica-index"):
@@ -70,22 +82,22 @@ def pod_state(pod: dict[str, Any]) -> tuple[RunState, str | None, int | None]:
 
 def run_status(handle: RunHandle, owner: dict[str, Any], pods: list[dict[str, Any]]) -> RunStatus:
     meta, spec, state_obj = owner["metadata"], owner.get("spec") or {}, owner.get("status") or {}
-    workers = int(
-        spec.get("completions") or (spec.get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") or 1)
-    )
+    nodes, per_pod = layout_of(owner)
+    workers = nodes * per_pod
     ranks: dict[int, RankStatus] = {}
     for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
-        rank = rank_of(pod)
-        if rank is None:
+        index = rank_of(pod)
+        if index is None:
             continue
         state, message, exit_code = pod_state(pod)
-        ranks[rank] = RankStatus(
-            rank=rank,
-            state=state,
-            host=(pod.get("spec") or {}).get("nodeName"),
-            exit_code=exit_code,
-            message=message,
-        )
+        for rank in range(index * per_pod, (index + 1) * per_pod):  # the ranks the pod runs
+            ranks[rank] = RankStatus(
+                rank=rank,
+                state=state,
+                host=(pod.get("spec") or {}).get("nodeName"),
+                exit_code=exit_code,
+                message=message,
+            )
     rank_list = [ranks[r] for r in sorted(ranks)]
     conditions = {c.get("type"): c for c in state_obj.get("conditions") or [] if c.get("status") == "True"}
     if meta.get("deletionTimestamp"):

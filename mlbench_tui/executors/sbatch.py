@@ -2,7 +2,8 @@
 
 ``render(plan, launch, cluster, ...)`` returns a ``BatchJob``: the script, the ``sbatch`` command
 that submits it and the environment added to sbatch's own process. The job asks for
-``nodes x tasks_per_node`` tasks, one per rank, and its one step runs ``srun`` on all of them:
+``nodes x tasks_per_node`` tasks, one per rank (``hardware.ranks_per_node`` stands for an unset
+``tasks_per_node``), and its one step runs ``srun`` on all of them:
 ``srun`` starts ``python -m mlbench_worker`` per task with its output in ``logs/rank-<task>.log``
 under the run directory on the shared filesystem, so the login node reads every rank's log.
 The ranks find each other from Slurm's environment (``mlbench_worker.slurm``).
@@ -90,7 +91,7 @@ def worker_url(plan: RunPlan, cluster: SlurmCluster, launch_url: str, host: str)
 
 
 def _job_options(plan: RunPlan, target: SlurmTarget, cluster: SlurmCluster) -> list[str]:
-    nodes, per_node = target.layout(plan.workers)
+    nodes, per_node = target.layout(plan.workers, plan.ranks_per_node)
     res = plan.resources
     options = [f"--job-name={plan.name}", f"--nodes={nodes}", f"--ntasks-per-node={per_node}"]
     if res.cpu is not None:
@@ -124,7 +125,7 @@ def _job_options(plan: RunPlan, target: SlurmTarget, cluster: SlurmCluster) -> l
 def _step_command(
     plan: RunPlan, target: SlurmTarget, cluster: SlurmCluster, python: str, run_dir: str
 ) -> list[str]:
-    per_node = target.layout(plan.workers)[1]
+    per_node = target.layout(plan.workers, plan.ranks_per_node)[1]
     res = plan.resources
     logs = f"{run_dir}/{LOG_DIR}".replace("%", "%%")  # srun expands %-patterns in --output
     srun = ["srun", f"--ntasks={plan.workers}", f"--ntasks-per-node={per_node}"]
@@ -186,7 +187,7 @@ def render(
     """
     target = slurm_target(plan)
     try:
-        nodes, per_node = target.layout(plan.workers)
+        nodes, per_node = target.layout(plan.workers, plan.ranks_per_node)
     except ValueError as exc:
         raise ExecutorError(str(exc), hint="fix spec.target.nodes / tasks_per_node") from None
     server_url = worker_url(plan, cluster, launch.server_url, host)

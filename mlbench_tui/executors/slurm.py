@@ -161,7 +161,7 @@ class SlurmExecutor(Executor):
                 f"sbatch refused the job: {detail}", hint=f"the batch script: {run_dir / sbatch.SCRIPT_FILE}"
             )
         job_id = match[1]
-        nodes, per_node = target.layout(plan.workers)
+        nodes, per_node = target.layout(plan.workers, plan.ranks_per_node)
         _write_json(
             run_dir / JOB_FILE,
             {

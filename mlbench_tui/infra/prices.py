@@ -16,6 +16,7 @@ from typing import Any
 
 from mlbench_tui.errors import UsageError
 from mlbench_tui.infra.providers import ClusterRequest, GpuSpec
+from mlbench_tui.spec.gpus import canonical_gpu_model
 
 PRICED_PROVIDERS: tuple[str, ...] = ("gcp", "aws")
 GCP_DEFAULT_ZONES_PER_REGION = 3
@@ -45,6 +46,15 @@ def _cloud(provider: str) -> dict[str, Any]:
         raise UsageError(f"no price table for provider {provider!r}")
     cloud: dict[str, Any] = table[provider]
     return cloud
+
+
+def accelerator_model(accelerator: str) -> str | None:
+    """The catalog GPU model of a GCP accelerator type (``nvidia-h100-80gb`` -> ``H100``), from the
+    price table, else from the name itself (``nvidia-tesla-t4`` -> ``T4``); None when unknown."""
+    for model, entry in _cloud("gcp")["gpus"].items():
+        if entry.get("accelerator") == accelerator:
+            return str(model)
+    return canonical_gpu_model(accelerator)
 
 
 def resolve_shape(provider: str, gpu: GpuSpec | None, machine_type: str | None) -> NodeShape:

@@ -89,20 +89,59 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 
 
+def _stopped_normally(payload: Mapping[str, Any]) -> bool:
+    """Whether a rank's ``run_stop`` says it ended through the task (exit status 0: goal reached,
+    sweep done, max_time or max_epochs); a worker without ``exit_code`` counts only a success."""
+    if "exit_code" in payload:
+        return payload["exit_code"] == 0
+    return payload.get("status") == "success"
+
+
+def _ranks_outcome(
+    message: str | None, stops: Mapping[int, EventRecord], workers: int
+) -> tuple[RunState, str | None]:
+    """A run whose launcher's exit status is unknown ends as its ranks said: a success when
+    every rank stopped normally, failed otherwise (naming the ranks that did not say so)."""
+    failed = next((e for _, e in sorted(stops.items()) if not _stopped_normally(e.payload)), None)
+    if failed is not None:
+        return RunState.FAILED, str(
+            failed.payload.get("reason") or f"rank {failed.rank} did not stop normally"
+        )
+    silent = [rank for rank in range(workers) if rank not in stops]
+    if not silent:
+        return RunState.SUCCEEDED, None
+    shown = ", ".join(map(str, silent[:8])) + (", ..." if len(silent) > 8 else "")
+    why = f"rank(s) {shown} of {workers} never reported how they stopped"
+    return RunState.FAILED, f"{message}; {why}" if message else why
+
+
 def settle_state(
-    state: RunState, message: str | None, events: Sequence[EventRecord]
+    state: RunState, message: str | None, events: Sequence[EventRecord], workers: int
 ) -> tuple[RunState, str | None]:
     """The final state of a run that ended in ``state`` (as its executor saw it) given what its
-    ranks reported: a worker that stopped with status ``failed`` fails the run even when every
-    process exited 0, and a failed run names the first rank that failed and why."""
-    stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
-    if state is RunState.SUCCEEDED and stop is not None and stop.payload.get("status") == "failed":
-        state, message = RunState.FAILED, str(stop.payload.get("reason"))
+    ``workers`` ranks reported. ``UNKNOWN`` (the launcher's exit status was lost) is decided by the
+    ranks' ``run_stop`` events alone; a worker that stopped with status ``failed`` fails the run
+    even when every process exited 0; a failed run names the first rank that failed and why."""
+    stops: dict[int, EventRecord] = {}
+    for event in events:
+        if event.kind == "run_stop":
+            stops[event.rank] = event  # a rank's last word
+    if state is RunState.UNKNOWN:
+        state, message = _ranks_outcome(message, stops, workers)
+    failed_stop = next((e for _, e in sorted(stops.items()) if e.payload.get("status") == "failed"), None)
+    if state is RunState.SUCCEEDED and failed_stop is not None:
+        state, message = RunState.FAILED, str(failed_stop.payload.get("reason"))
     if state is RunState.FAILED:
         failure = next((e for e in events if e.kind == "rank_failed"), None)
         if failure is not None:
             message = f"rank {failure.payload.get('rank')} failed: {failure.payload.get('exception')}"
     return state, message
+
+
+def _main_stop(events: Sequence[EventRecord]) -> EventRecord | None:
+    """The run's ``run_stop``: rank 0's last (every rank sends one), else the last of any rank."""
+    stops = [e for e in events if e.kind == "run_stop"]
+    return next((e for e in reversed(stops) if e.rank == 0), stops[-1] if stops else None)
 
 
 def summarize_run(
@@ -118,7 +157,7 @@ def summarize_run(
     metrics = list(metrics)
     events = list(events)
     outcome = goal_outcome(plan.goal, metrics, events)
-    stop = next((e for e in reversed(events) if e.kind == "run_stop"), None)
+    stop = _main_stop(events)
     result = RunResult(
         name=plan.name,
         spec_name=plan.spec_name,

@@ -22,6 +22,7 @@ from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
     PLAN_HEADER,
     PlannedRun,
+    check_placement,
     dry_run_text,
     load_plans,
     mark_unchanged,
@@ -74,6 +75,7 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
     out = out or sys.stdout
     printer = ProgressPrinter(err, quiet=options.quiet)
     planned = load_plans(paths)
+    check_placement([item.plan for item in planned])
     if options.dry_run:
         from mlbench_tui.settings import load_settings
 

@@ -7,12 +7,14 @@ commands work while ``apply`` runs in another shell (they reuse its server) or a
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.lifecycle import RunHandle, RunState
+from mlbench_tui.store.api_models import RankUpdate
 
 if TYPE_CHECKING:
     from mlbench_tui.executors.api import Executor
@@ -68,11 +70,14 @@ def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
         return run
     if status is None or not (status.state.is_terminal() or status.state is RunState.UNKNOWN):
         return run
-    state = RunState.FAILED if status.state is RunState.UNKNOWN else status.state
+    # The server settles UNKNOWN (exit status lost) from the ranks' own run_stop events.
     updated = client.update_run(
         run.id,
-        state=state,
+        state=status.state,
         finished=datetime.now(UTC),
-        error=status.message if state != RunState.SUCCEEDED else None,
+        error=status.message if status.state != RunState.SUCCEEDED else None,
     )
+    for rank in status.ranks:  # the ranks end as the run did
+        with contextlib.suppress(MlbenchError):
+            client.update_rank(run.id, rank.rank, RankUpdate(state=updated.state, host=rank.host))
     return updated

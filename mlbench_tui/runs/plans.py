@@ -75,6 +75,13 @@ def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Exe
     return executor
 
 
+def check_placement(plans: Sequence[RunPlan]) -> None:
+    """Refuse, before any run starts, a plan its target cannot place (``ExecutorError``)."""
+    cache: dict[str, Executor] = {}
+    for plan in plans:
+        executor_for(plan, cache).check_placement(plan)
+
+
 def render_dry_run(dry: DryRun) -> str:
     """The exact commands (or manifests, or files as heredocs) of a dry run, shell-quoted, the token
     redacted."""
@@ -153,9 +160,10 @@ def _cores(plan: RunPlan) -> int:
 
 def fits(plan: RunPlan, running: Sequence[RunPlan], *, parallel: bool, cpu_count: int) -> bool:
     """Whether ``plan`` may start now: always when nothing runs; with ``parallel``, while the
-    ranks x threads of everything running, plus its own, fit in the machine's cores."""
+    ranks x threads of everything running, plus its own, fit in the machine's cores, and never
+    two GPU runs at once (each one's ranks count GPUs from the first)."""
     if not running:
         return True
-    if not parallel:
+    if not parallel or (plan.resources.gpus and any(p.resources.gpus for p in running)):
         return False
     return sum(_cores(p) for p in running) + _cores(plan) <= cpu_count

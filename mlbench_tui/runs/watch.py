@@ -174,10 +174,10 @@ class Runner:
         except MlbenchError:
             status = None
         self._launched.pop(active.run_id, None)
+        # UNKNOWN (the launcher's exit status was lost) is settled by the server from what the
+        # ranks reported: a run every rank says ended normally is a success.
         state = status.state if status is not None else RunState.UNKNOWN
         message = status.message if status is not None else "the executor lost track of the run"
-        if state is RunState.UNKNOWN:
-            state = RunState.FAILED
         if active.timed_out:
             state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
         result = self._end(active.planned.plan, active.run_id, state, message, deleted=active.deleted)

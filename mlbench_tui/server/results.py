@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 
 
 def ends_run(update: RunUpdate) -> bool:
-    """Whether ``update`` moves a run to a final state without bringing a result of its own."""
-    return update.state is not None and update.state.is_terminal() and "result" not in update.model_fields_set
+    """Whether ``update`` ends a run without bringing a result of its own: a final state, or
+    ``unknown`` (it ended, its executor cannot tell how), which is settled here."""
+    if update.state is None or "result" in update.model_fields_set:
+        return False
+    return update.state.is_terminal() or update.state is RunState.UNKNOWN
 
 
 def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) -> RunUpdate:
@@ -43,8 +46,8 @@ def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) 
     if run.result is not None and run.state.is_terminal():
         return update
     events = all_events(lambda since: queries.events(conn, run_id, since=since, limit=MAX_PAGE))
-    state, message = settle_state(update.state, update.error, events)
     plan = _plan(run)
+    state, message = settle_state(update.state, update.error, events, plan.workers if plan else run.workers)
     if plan is None:  # a run registered without a (valid) plan: its identity only
         result = run.known_result().model_copy(update={"state": state, "message": message})
     else:
@@ -60,8 +63,7 @@ def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) 
     _add_speedup(conn, run, result)
     fields = update.model_dump(exclude_unset=True)
     fields.update(state=state, result=result)
-    if state is not RunState.SUCCEEDED:
-        fields["error"] = message
+    fields["error"] = message if state is not RunState.SUCCEEDED else None
     return RunUpdate.model_validate(fields)
 
 

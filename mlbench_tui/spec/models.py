@@ -244,7 +244,7 @@ GpuField = Annotated[
 
 
 class Hardware(StrictModel):
-    """Resources of each rank and the numeric precision of training."""
+    """Resources of each rank, how many ranks share a node, and the numeric precision of training."""
 
     cpu: CpuQuantity | None = Field(
         default=None,
@@ -256,6 +256,16 @@ class Hardware(StrictModel):
         default=None,
         description="GPUs per rank: '1xT4', 'T4', a count, or {count, type, strict}. Unset: CPU only. "
         "Rank i uses GPU LOCAL_RANK of those visible to its machine (CUDA_VISIBLE_DEVICES honoured).",
+    )
+    ranks_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Ranks placed together on one node, each with its own GPU(s), e.g. a node's GPU count: "
+        "on Kubernetes they share one pod (torchrun --nproc-per-node starts them, so NCCL uses NVLink and "
+        "shared memory between them); on Slurm it is the tasks per node. World sizes above it must be "
+        "multiples of it; smaller ones run on one node. Unset: one rank per pod on Kubernetes, "
+        "target.tasks_per_node on Slurm. Local runs put every rank on this machine.",
     )
     precision: Literal["fp32", "bf16", "fp16", "amp"] = Field(
         default="fp32",
@@ -420,7 +430,9 @@ class BenchmarkBody(StrictModel):
         default_factory=lambda: ["gloo"],
         description="Communication backend gloo, nccl (GPUs) or mpi, or a list to sweep: [gloo, mpi].",
     )
-    hardware: Hardware = Field(default_factory=Hardware, description="Per-rank resources and precision.")
+    hardware: Hardware = Field(
+        default_factory=Hardware, description="Per-rank resources, ranks per node and precision."
+    )
     implementation: Implementation = Field(
         default_factory=Implementation,
         description="Implementation choices, all off by default: {cuda_graphs: true} replays each "
@@ -517,11 +529,14 @@ class BenchmarkSpec(StrictModel):
     def normalized(self) -> dict[str, Any]:
         """The spec as plain JSON data, short forms expanded; the input of the spec hash.
 
-        Implementation choices, telemetry and the energy price left at their defaults are omitted,
+        Implementation choices, telemetry and the energy price left at their defaults and an unset
+        ``ranks_per_node`` are omitted,
         so specs written before they existed keep their hash (and their stored runs)."""
         doc = self.model_dump(mode="json", by_alias=True)
         if self.spec.implementation == Implementation():
             del doc["spec"]["implementation"]
+        if self.spec.hardware.ranks_per_node is None:
+            del doc["spec"]["hardware"]["ranks_per_node"]
         if self.spec.telemetry == Telemetry():
             del doc["spec"]["telemetry"]
         if self.spec.price_per_kwh is None:

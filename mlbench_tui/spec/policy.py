@@ -13,7 +13,7 @@ from typing import Any
 
 from mlbench_tui.spec.diagnostics import did_you_mean
 from mlbench_tui.spec.models import BenchmarkSpec
-from mlbench_tui.spec.targets import SlurmTarget
+from mlbench_tui.spec.targets import KubernetesTarget, SlurmTarget
 from mlbench_tui.spec.tasks import AUTO, TaskInfo, get_task
 
 Loc = tuple[str | int, ...]
@@ -46,6 +46,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_data_issues(spec, task),
         *_name_issues(spec),
         *_slurm_issues(spec),
+        *_node_issues(spec),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
     ]
 
@@ -177,6 +178,10 @@ def _name_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
         )
 
 
+def _workers_loc(spec: BenchmarkSpec, index: int, field: Loc) -> Loc:
+    return ("spec", "workers", index) if len(spec.spec.workers) > 1 else field
+
+
 def _slurm_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
     """A Slurm job places one rank per task: the layout must hold every world size swept."""
     body = spec.spec
@@ -189,18 +194,56 @@ def _slurm_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
             "the tensorflow implementation runs on local and kubernetes targets, not on slurm: "
             "use framework pytorch",
         )
+    per_node = body.hardware.ranks_per_node
+    if per_node is not None and target.tasks_per_node not in (None, per_node):
+        yield PolicyIssue(
+            ("spec", "hardware", "ranks_per_node"),
+            f"hardware.ranks_per_node {per_node} and target.tasks_per_node {target.tasks_per_node} "
+            "disagree: on slurm they are the same thing",
+            "set only one of them",
+        )
+        return
+    asked = target.tasks_per_node or per_node
     if target.nodes is None:
-        field, hint = "tasks_per_node", f"use world sizes that are multiples of {target.tasks_per_node}"
-    elif target.tasks_per_node is None:
-        field, hint = "nodes", "use world sizes that are multiples of nodes, or set tasks_per_node instead"
+        field: Loc = ("spec", "target", "tasks_per_node")
+        hint = f"use world sizes that are multiples of {asked}"
+        if target.tasks_per_node is None:
+            field = ("spec", "hardware", "ranks_per_node")
+    elif asked is None:
+        field, hint = (
+            ("spec", "target", "nodes"),
+            "use world sizes that are multiples of nodes, or set tasks_per_node instead",
+        )
     else:
-        field, hint = "nodes", "set only tasks_per_node (nodes then follow from workers)"
+        field, hint = ("spec", "target", "nodes"), "set only tasks_per_node (nodes then follow from workers)"
     for index, workers in enumerate(body.workers):
         try:
-            target.layout(workers)
+            target.layout(workers, per_node)
         except ValueError as exc:
-            where: Loc = ("spec", "workers", index) if len(body.workers) > 1 else ("spec", "target", field)
-            yield PolicyIssue(where, str(exc), hint)
+            yield PolicyIssue(_workers_loc(spec, index, field), str(exc), hint)
+
+
+def _node_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
+    """On Kubernetes ranks that share a node share a pod: every world size above
+    ``ranks_per_node`` fills whole pods, and only torchrun (pytorch) starts several in one pod."""
+    body = spec.spec
+    per_node = body.hardware.ranks_per_node
+    if per_node is None or per_node == 1 or not isinstance(body.target, KubernetesTarget):
+        return
+    if "tensorflow" in body.framework:
+        yield PolicyIssue(
+            ("spec", "hardware", "ranks_per_node"),
+            "the tensorflow implementation runs one rank per pod on kubernetes: "
+            "remove hardware.ranks_per_node or use framework pytorch",
+        )
+    for index, workers in enumerate(body.workers):
+        if workers > per_node and workers % per_node:
+            yield PolicyIssue(
+                _workers_loc(spec, index, ("spec", "hardware", "ranks_per_node")),
+                f"{workers} workers do not fill whole nodes of {per_node} ranks: one pod runs the ranks "
+                "of one node",
+                f"use world sizes up to {per_node} or multiples of it",
+            )
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:

@@ -153,7 +153,7 @@ class SlurmTarget(StrictModel):
         ge=1,
         le=1024,
         description="Ranks per node, one Slurm task each (sbatch --ntasks-per-node), e.g. the GPUs of "
-        "a node. Default: workers / nodes, or 1 when nodes is unset too.",
+        "a node. Default: hardware.ranks_per_node, else workers / nodes, or 1 when nodes is unset too.",
     )
     extra_args: list[SbatchOption] = Field(
         default_factory=list,
@@ -207,9 +207,13 @@ class SlurmTarget(StrictModel):
             )
         return value
 
-    def layout(self, workers: int) -> tuple[int, int]:
-        """``(nodes, tasks_per_node)`` for ``workers`` ranks; ValueError when they do not fit."""
+    def layout(self, workers: int, ranks_per_node: int | None = None) -> tuple[int, int]:
+        """``(nodes, tasks_per_node)`` for ``workers`` ranks; ValueError when they do not fit.
+        ``ranks_per_node`` (``hardware.ranks_per_node``) stands for an unset ``tasks_per_node``,
+        at most ``workers`` (a smaller world size runs on one node)."""
         nodes, per_node = self.nodes, self.tasks_per_node
+        if per_node is None and ranks_per_node is not None:
+            per_node = min(ranks_per_node, workers)
         if nodes is None and per_node is None:
             nodes, per_node = workers, 1
         elif nodes is None:
@@ -218,14 +222,15 @@ class SlurmTarget(StrictModel):
         elif per_node is None:
             per_node = workers // nodes if workers % nodes == 0 else 0
         if not nodes or not per_node or nodes * per_node != workers:
+            asked = self.tasks_per_node or ranks_per_node
             if self.nodes is None:
-                what = f"do not fill whole nodes of {self.tasks_per_node} task(s) each"
-            elif self.tasks_per_node is None:
+                what = f"do not fill whole nodes of {asked} task(s) each"
+            elif asked is None:
                 what = f"do not split evenly over {self.nodes} node(s)"
             else:
                 what = (
-                    f"cannot be placed as {self.nodes} node(s) x {self.tasks_per_node} task(s) per node "
-                    f"(= {self.nodes * self.tasks_per_node} ranks)"
+                    f"cannot be placed as {self.nodes} node(s) x {per_node} task(s) per node "
+                    f"(= {self.nodes * per_node} ranks)"
                 )
             raise ValueError(
                 f"{workers} worker(s) {what}: the slurm target runs one rank per Slurm task, so "

@@ -90,7 +90,12 @@ class RunCreate(_Wire):
 class RunUpdate(_Wire):
     """Partial update of a run (PATCH): only the fields present change."""
 
-    state: RunState | None = None
+    state: RunState | None = Field(
+        default=None,
+        description="A final state ends the run; 'unknown' ends it too when its executor lost the exit "
+        "status: the server then decides from the ranks' run_stop events (every rank stopped normally: "
+        "succeeded; otherwise failed).",
+    )
     handle: str | None = Field(default=None, max_length=512)
     started: datetime | None = None
     finished: datetime | None = None

@@ -252,10 +252,9 @@ def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
     assert not [pid for pid in pids if processes.is_alive(pid)]
 
 
-def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
-    """apply dies with SIGKILL (no chance to clean up): its ranks keep running, and a later
-    ``mlbench cancel`` from another process still finds and stops every one of them."""
-    spec = _spec(tmp_path, "orphan", repetitions=1_000_000, max_exp=4, num_sizes=8)
+def _apply_then_kill_it(spec: Path) -> str:
+    """Starts ``mlbench apply SPEC`` and SIGKILLs it (no chance to clean up) once its run's ranks
+    are going; the run's id."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlbench_tui", "apply", "-q", str(spec)],
         stdout=subprocess.DEVNULL,
@@ -266,6 +265,14 @@ def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Re
     proc.kill()
     proc.wait(10)
     assert run_id is not None, "the run never got going"
+    return run_id
+
+
+def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Result]) -> None:
+    """apply dies with SIGKILL (no chance to clean up): its ranks keep running, and a later
+    ``mlbench cancel`` from another process still finds and stops every one of them."""
+    spec = _spec(tmp_path, "orphan", repetitions=1_000_000, max_exp=4, num_sizes=8)
+    run_id = _apply_then_kill_it(spec)
     pids = processes.marked_pids(run_id)
     assert len(pids) >= 3  # the ranks outlived their apply
     assert "state:    running" in mlbench("status", run_id).stdout
@@ -273,3 +280,47 @@ def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Re
     assert not processes.marked_pids(run_id)
     assert not [pid for pid in pids if processes.is_alive(pid)]
     assert "state:    cancelled" in mlbench("status", run_id).stdout
+
+
+def test_a_run_whose_apply_was_killed_ends_as_its_ranks_said(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    """apply dies with SIGKILL while its ranks run on and finish normally: nobody holds the
+    launcher's exit status, so ``mlbench status`` settles the run from every rank's run_stop."""
+    assert mlbench("status").returncode == 0  # the server lives in this process and outlives apply
+    spec = _spec(tmp_path, "lost", repetitions=20, max_exp=3, num_sizes=4)
+    run_id = _apply_then_kill_it(spec)
+    assert len(processes.marked_pids(run_id)) >= 3  # the ranks outlived their apply
+    deadline = time.monotonic() + 120
+    while processes.marked_pids(run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes.marked_pids(run_id), "the ranks did not finish"
+    status = mlbench("status", run_id).stdout
+    assert "state:    succeeded" in status, status
+    assert re.search(r"ranks: .*\n +0  succeeded .*\n +1  succeeded", status), status
+
+
+STRESS_RUNS = 30
+
+
+def test_thirty_short_runs_in_a_row_are_all_recorded_as_their_launchers_ended(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    """Many launchers ending one after another (the cheapest real runs: one mpi rank, one
+    all-reduce of one element) are each reaped by apply itself, which records its exit status,
+    so not one is misrecorded; two at a time where the cores allow, so apply watches several."""
+    spec = tmp_path / "stress.yaml"
+    spec.write_text(
+        SWEEP.format(name="stress", backend="mpi", max_exp=0, num_sizes=1, repetitions=1, extra="")
+        .replace("workers: 2", "workers: 1")
+        .replace("warmup: 1", "warmup: 0")
+        + f"  repeats: {STRESS_RUNS}\n"
+    )
+    result = mlbench("apply", "-q", "--parallel", str(spec))
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(mlbench("results", "stress", "-o", "json").stdout)["runs"]
+    assert len(listed) == STRESS_RUNS
+    assert [run["state"] for run in listed] == ["succeeded"] * STRESS_RUNS, listed
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    exits = [json.loads((runs / run["run_id"] / "exit.json").read_text()) for run in listed]
+    assert [(e["exit_code"], e["state"]) for e in exits] == [(0, "succeeded")] * STRESS_RUNS

@@ -506,3 +506,56 @@ def test_two_runs_in_one_namespace_keep_their_own_pods(executor: KubernetesExecu
     assert one is not None and [(r.rank, r.state) for r in one.ranks] == [(0, RunState.RUNNING)]
     assert two is not None and two.state is RunState.FAILED
     assert kube.names("batch/v1/jobs", NS) == [JOB, "run-0002"]
+
+
+def _two_nodes_of_four(executor: KubernetesExecutor) -> RunHandle:
+    return _schedule(
+        executor,
+        backend="nccl",
+        workers=8,
+        ranks_per_node=4,
+        resources={"gpus": 1, "gpu_type": "H100"},
+    )
+
+
+def test_ranks_that_share_a_node_share_a_pod(executor: KubernetesExecutor, kube: KubeApi) -> None:
+    """2 nodes x 4 GPUs: one pod per node asks for its node's 4 GPUs on an H100 node, the pod's
+    torchrun starts its 4 ranks, and each rank's status and log come from its node's pod."""
+    handle = _two_nodes_of_four(executor)
+    job = kube.get("batch/v1/jobs", NS, JOB)
+    assert job is not None and (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {"mlbench.io/gpu": "true", "mlbench.io/gpu-model": "h100"}
+    assert pod_spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert pod_spec["containers"][0]["command"][:3] == ["python", "-m", "torch.distributed.run"]
+
+    for index in (0, 1):
+        kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Running"))
+        rank = 4 * index
+        kube.log(
+            NS,
+            f"{JOB}-{index}-abcde",
+            f"[rank{rank}]:[rank {rank}] training 1a on 8 rank(s)",
+            f"[rank{rank + 1}]:[rank {rank + 1}] device cuda:1",
+            "[W init] torchrun's own warning",
+        )
+    status = executor.describe(handle)
+    assert status is not None and status.state is RunState.RUNNING
+    assert [(r.rank, r.state) for r in status.ranks] == [(r, RunState.RUNNING) for r in range(8)]
+    assert list(executor.log_iter(handle, rank=5)) == ["[rank 5] device cuda:1"]
+    assert list(executor.log_iter(handle, regex="device|torchrun")) == [
+        "[rank 1] [rank 1] device cuda:1",
+        "[pod 0] [W init] torchrun's own warning",
+        "[rank 5] [rank 5] device cuda:1",
+        "[pod 1] [W init] torchrun's own warning",
+    ]
+    tailer = executor.log_tailer(handle)
+    for index in (0, 1):
+        kube.log(NS, f"{JOB}-{index}-abcde", f"[rank{4 * index + 3}]:run stopped: success", finished=True)
+        kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Succeeded"))
+    shipped = tailer.poll(final=True)
+    assert (3, "run stopped: success") in shipped and (7, "run stopped: success") in shipped
+    assert (-1, "[pod 1] [W init] torchrun's own warning") in shipped
+    assert (4, "[rank 4] training 1a on 8 rank(s)") in shipped
+    final = executor.describe(handle)
+    assert final is not None and final.state is RunState.SUCCEEDED and len(final.ranks) == 8

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -148,6 +149,52 @@ def test_cancel_from_another_process_leaves_no_process_behind(
         assert not list((tmp_path / "runs" / ".ports").iterdir())
     other.cancel(handle)  # idempotent
     assert executor.describe(handle).state is RunState.CANCELLED  # type: ignore[union-attr]
+
+
+# A launcher whose main thread has ended while another thread still runs: /proc shows the thread
+# group leader as a zombie, yet its parent cannot reap it (waitpid says "not yet") until the last
+# thread exits (here: once the release file exists). A GPU launcher ends this way while its CUDA
+# and NCCL threads tear down.
+ZOMBIE_LAUNCHER = """
+import ctypes, os, sys, threading, time
+def finish():
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    os._exit(0)
+threading.Thread(target=finish).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+@pytest.mark.skipif(not processes.HAS_PROC, reason="needs /proc to see the zombie leader")
+def test_a_launcher_that_is_a_zombie_before_it_can_be_reaped_is_running_until_its_exit_status_says(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    dry = executor.dryrun(_plan(), _launch("r-zombie"))
+    dry = dataclasses.replace(dry, commands=((sys.executable, "-c", ZOMBIE_LAUNCHER, str(release)),))
+    handle = executor.schedule(dry)
+    pid = int(json.loads((executor.run_dir("r-zombie") / "launch.json").read_text())["pid"])
+    deadline = time.monotonic() + 30
+    while _proc_state(pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _proc_state(pid) == "Z" and not processes.is_alive(pid)  # ended as /proc sees it
+    for watcher in (executor, LocalExecutor(tmp_path / "runs")):  # `apply`, and `status` beside it
+        status = watcher.describe(handle)
+        assert status is not None and status.state is RunState.RUNNING, status
+    release.touch()
+    final = executor.wait(handle, timeout=30, poll_s=0.02)
+    assert final.state is RunState.SUCCEEDED, final
+    exit_record = json.loads((executor.run_dir("r-zombie") / "exit.json").read_text())
+    assert exit_record["exit_code"] == 0
 
 
 def test_two_runs_at_once_and_follow_logs(executor: LocalExecutor) -> None:

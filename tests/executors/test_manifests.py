@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import yaml
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import manifests
+from mlbench_tui.executors import manifests, pod_status
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 K8S_VERSION = "1.30"  # oldest version we support: Indexed Jobs, pod annotations, SSA all GA
@@ -44,6 +45,22 @@ CASES: dict[str, dict[str, Any]] = {
             "server_url": "http://mlbench.example:8080",
         },
         "env": {"NCCL_DEBUG": "INFO"},
+    },
+    # 2 nodes x 4 GPUs: one pod per node, its torchrun starting the node's 4 ranks (one GPU each)
+    "nccl-gpu-2x4": {
+        "name": "resnet-nccl-8w",
+        "backend": "nccl",
+        "workers": 8,
+        "ranks_per_node": 4,
+        "resources": {
+            "cpu": "500m",
+            "threads_per_rank": 1,
+            "memory": "12Gi",
+            "gpus": 1,
+            "gpu_type": "H100",
+            "precision": "bf16",
+        },
+        "target": {"image": "registry.example/mlbench-worker:0.1.0-cuda"},
     },
     "mpi-cpu-2w": {
         "name": "allreduce-mpi-2w",
@@ -197,7 +214,11 @@ def test_gpu_run_gets_resources_selectors_tolerations_and_dataset_volume() -> No
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true", "cloud.google.com/gke-nodepool": "gpu"}
+    assert pod["nodeSelector"] == {
+        "mlbench.io/gpu": "true",
+        "mlbench.io/gpu-model": "t4",  # the label the project's GPU pools carry (placement)
+        "cloud.google.com/gke-nodepool": "gpu",
+    }
     assert objects[0]["spec"]["template"]["metadata"]["labels"]["mlbench.io/gpu-type"] == "t4"
     keys = [t["key"] for t in pod["tolerations"]]
     assert keys == ["mlbench.io/gpu", "nvidia.com/gpu", "dedicated"]
@@ -213,6 +234,96 @@ def test_gpu_run_gets_resources_selectors_tolerations_and_dataset_volume() -> No
     env = _env(container)
     assert env["MLBENCH_SERVER_URL"] == "http://mlbench.example:8080"
     assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_two_nodes_of_four_gpus_run_one_pod_per_node_with_torchrun() -> None:
+    objects = _render("nccl-gpu-2x4")
+    job, _, config_map, service = objects
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+    assert job["metadata"]["annotations"]["mlbench.io/ranks-per-node"] == "4"
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == manifests.node_command()
+    assert container["command"][:3] == ["python", "-m", "torch.distributed.run"]
+    assert container["command"][-4:] == ["-m", "mlbench_worker", "--config", manifests.CONFIG_FILE]
+    env = _env(container)
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"} & set(env)  # torchrun sets them
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("2", "4")
+    assert env["PET_MASTER_ADDR"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:"
+    # every rank's share, four times over: 4 GPUs per pod, one for each rank (rank i: the i-th)
+    assert container["resources"]["limits"] == {"cpu": "2000m", "memory": "48Gi", "nvidia.com/gpu": "4"}
+    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true", "mlbench.io/gpu-model": "h100"}
+    assert json.loads(config_map["data"]["config.json"])["world_size"] == 8
+
+
+def test_a_gpu_model_named_loosely_selects_any_gpu_node() -> None:
+    loose = make_plan(backend="nccl", resources={"gpus": 1, "gpu_type": "T4", "gpu_type_strict": False})
+    pod = manifests.job(loose, make_launch())["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"mlbench.io/gpu": "true"}  # strict: false, the type is a label only
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "pod"), [(".5", "1.5Gi", ("2", "6Gi")), ("250m", "512Mi", ("1000m", "2048Mi"))]
+)
+def test_a_pods_resources_are_its_ranks_shares_added_up(cpu: str, memory: str, pod: tuple[str, str]) -> None:
+    plan = make_plan(workers=8, ranks_per_node=4, resources={"cpu": cpu, "memory": memory})
+    limits = manifests.job(plan, make_launch())["spec"]["template"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ]
+    assert (limits["cpu"], limits["memory"]) == pod
+
+
+def test_a_world_size_that_does_not_fill_whole_pods_is_refused() -> None:
+    with pytest.raises(ExecutorError, match="6 workers do not fill whole nodes of 4 ranks"):
+        manifests.render(make_plan(workers=6, ranks_per_node=4), make_launch())
+
+
+def test_mpi_ranks_that_share_a_node_are_slots_of_one_worker_pod() -> None:
+    plan = make_plan(task="0a", task_name="allreduce", backend="mpi", goal=None, workers=8, ranks_per_node=4)
+    spec = manifests.mpijob(plan, make_launch())["spec"]
+    assert (spec["slotsPerWorker"], spec["mpiReplicaSpecs"]["Worker"]["replicas"]) == (4, 2)
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:3] == ["mpirun", "-n", "8"]
+
+
+SCALE_CASES = {
+    "one rank per pod": {},
+    "8 GPUs per node": {"backend": "nccl", "ranks_per_node": 8, "resources": {"gpus": 1, "gpu_type": "H100"}},
+    "mpi, 8 slots per worker": {
+        "task": "0a",
+        "task_name": "allreduce",
+        "backend": "mpi",
+        "goal": None,
+        "ranks_per_node": 8,
+    },
+}
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("case", sorted(SCALE_CASES))
+def test_a_thousand_ranks_render_fast_within_the_object_limits_and_nothing_grows_per_rank(case: str) -> None:
+    """1,024 ranks: the same objects as 16 (one indexed owner, no object per rank or node), a few
+    more digits in them, the ConfigMap and Secret far under Kubernetes' 1 MiB, rendered in well
+    under a second, and the manifests say 1,024 ranks."""
+    overrides = SCALE_CASES[case]
+    small = manifests.render(make_plan(workers=16, **json.loads(json.dumps(overrides))), make_launch())
+    plan = make_plan(workers=1024, **json.loads(json.dumps(overrides)))
+    started = time.perf_counter()
+    large = manifests.render(plan, make_launch())
+    text = manifests.to_yaml(large)
+    preview = manifests.plan_yaml([plan])  # what `mlbench plan` prints
+    assert time.perf_counter() - started < 1.0
+    assert [o["kind"] for o in large] == [o["kind"] for o in small]
+    assert len(text) - len(manifests.to_yaml(small)) <= 32  # digits, nothing per rank
+    assert "token omitted" in preview and len(preview) < 2 * len(text)
+    for obj in large:
+        if obj["kind"] in ("ConfigMap", "Secret"):
+            assert len(json.dumps(obj).encode()) < MIB // 16
+    owner, _, config_map, *_ = large
+    assert json.loads(config_map["data"]["config.json"])["world_size"] == 1024
+    per_node = overrides.get("ranks_per_node", 1)
+    assert pod_status.layout_of(owner) == (1024 // per_node, per_node)
 
 
 def test_loopback_server_url_becomes_the_in_cluster_service() -> None:

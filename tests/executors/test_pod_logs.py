@@ -57,3 +57,18 @@ def test_the_cursor_admits_each_line_once_across_replays_even_with_equal_stamps(
     cursor.reconnect()
     assert [text for stamp, text in log if cursor.admit((stamp, 0))] == []
     assert cursor.admit(None)  # no stamp, nothing to compare: shown
+
+
+def test_a_pod_with_several_ranks_splits_its_log_by_the_prefix_torchrun_writes() -> None:
+    from string import Template
+
+    from mlbench_tui.executors.pod_logs import RANK_LOG_PREFIX_TEMPLATE, split_rank
+
+    header = Template(RANK_LOG_PREFIX_TEMPLATE).safe_substitute(role_name="default", rank=12, local_rank=4)
+    assert split_rank(f"{header}[rank 12] epoch 1") == (12, "[rank 12] epoch 1")
+    assert split_rank(f"{header}") == (12, "")
+    assert split_rank("W1125 torch.distributed.run: setting OMP_NUM_THREADS") == (
+        None,
+        "W1125 torch.distributed.run: setting OMP_NUM_THREADS",
+    )
+    assert split_rank("[rank 3] not torchrun's prefix") == (None, "[rank 3] not torchrun's prefix")

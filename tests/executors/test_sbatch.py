@@ -96,6 +96,16 @@ def test_resources_become_slurm_options() -> None:
     assert "--time" not in gres and "--mpi=pmix" in gres
 
 
+def test_ranks_per_node_becomes_the_tasks_per_node() -> None:
+    """hardware.ranks_per_node stands for an unset target.tasks_per_node (one spec, any target)."""
+    for workers, layout in ((8, (2, 4)), (2, (1, 2))):
+        plan = slurm_plan({}, workers=workers, ranks_per_node=min(4, workers))
+        script = sbatch.render(plan, make_launch(), CLUSTER, run_dir=RUN_DIR, python=PYTHON).script
+        nodes, per_node = layout
+        assert f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node={per_node}\n" in script
+        assert f"srun --ntasks={workers} --ntasks-per-node={per_node}" in script
+
+
 def test_the_token_stays_out_of_the_script_and_goes_to_sbatch_environment() -> None:
     job = _render("gloo-cpu-2w")
     assert "tok-secret-abc123" not in job.script and "tok-secret-abc123" not in " ".join(job.sbatch)

@@ -76,7 +76,11 @@ def test_gpu_cluster_resources_and_outputs(pulumi_mocks: RecordingMocks) -> None
     assert gpu["capacityType"] == "SPOT"
     assert gpu["diskSize"] == 150
     assert gpu["scalingConfig"] == {"desiredSize": 2, "minSize": 1, "maxSize": 3}
-    assert gpu["labels"] == {"mlbench.io/pool": "bench", "mlbench.io/gpu": "true"}
+    assert gpu["labels"] == {
+        "mlbench.io/pool": "bench",
+        "mlbench.io/gpu": "true",
+        "mlbench.io/gpu-model": "t4",
+    }
     assert gpu["taints"] == [{"key": "mlbench.io/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert gpu["nodeRoleArn"].endswith("role/t-node-role")
 

@@ -65,7 +65,12 @@ def test_gpu_cluster_resources_and_outputs(pulumi_mocks: RecordingMocks) -> None
     assert config["guestAccelerators"] == [
         {"type": "nvidia-tesla-t4", "count": 2, "gpuDriverInstallationConfig": {"gpuDriverVersion": "LATEST"}}
     ]
-    assert config["labels"] == {"mlbench.io/pool": "bench", "mlbench.io/gpu": "true"}
+    # the model label that runs naming a GPU model select on (the manifests' nodeSelector)
+    assert config["labels"] == {
+        "mlbench.io/pool": "bench",
+        "mlbench.io/gpu": "true",
+        "mlbench.io/gpu-model": "t4",
+    }
     assert config["taints"] == [{"key": "mlbench.io/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert config["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
     # The toleration the Kubernetes manifests use matches the taint.
@@ -160,6 +165,7 @@ def test_stack_program_reads_config(pulumi_mocks: RecordingMocks) -> None:
     assert gpu["nodeConfig"]["spot"] is True
     assert gpu["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-tesla-v100"
     assert gpu["nodeConfig"]["guestAccelerators"][0]["count"] == 2
+    assert gpu["nodeConfig"]["labels"]["mlbench.io/gpu-model"] == "v100"
 
 
 def _run_stack(program: Callable[[], None]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from mlbench_tui.errors import UsageError
-from mlbench_tui.infra.prices import estimate, price_table, resolve_shape
+from mlbench_tui.executors.placement import gpu_model_label
+from mlbench_tui.infra.prices import accelerator_model, estimate, price_table, resolve_shape
 from mlbench_tui.infra.providers import ClusterRequest, GpuSpec, parse_gpu
 
 
@@ -57,6 +58,15 @@ def test_shapes_picked_for_gpu_requests() -> None:
     assert resolve_shape("aws", None, None).machine_type == "m5.2xlarge"
     # A machine type the table does not know is trusted (priced as unknown later).
     assert resolve_shape("aws", GpuSpec(1, "T4"), "g4dn.16xlarge").machine_type == "g4dn.16xlarge"
+
+
+def test_every_offered_gcp_accelerator_maps_back_to_its_model_label() -> None:
+    """The GKE pool's ``mlbench.io/gpu-model`` label comes from its accelerator type."""
+    for model, entry in price_table()["gcp"]["gpus"].items():
+        assert accelerator_model(entry["accelerator"]) == model
+        assert gpu_model_label(model) == model.lower()
+    assert accelerator_model("nvidia-h100-80gb") == "H100"
+    assert accelerator_model("nvidia-tesla-t4") == "T4" and accelerator_model("nvidia-b200") is None
 
 
 @pytest.mark.parametrize(

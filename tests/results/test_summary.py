@@ -132,21 +132,78 @@ def test_a_result_stored_by_an_older_version_loads_with_its_figures() -> None:
 
 def test_settle_state_trusts_what_the_ranks_reported() -> None:
     stop_failed = [EventRecord("run_stop", {"status": "failed", "reason": "loss diverged"})]
-    assert settle_state(RunState.SUCCEEDED, None, stop_failed) == (RunState.FAILED, "loss diverged")
+    assert settle_state(RunState.SUCCEEDED, None, stop_failed, 1) == (RunState.FAILED, "loss diverged")
     crashed = [
         EventRecord("rank_failed", {"rank": 1, "exception": "InjectedFault: boom"}, rank=1),
         EventRecord("run_stop", {"status": "failed", "reason": "rank 1 failed"}),
     ]
-    assert settle_state(RunState.FAILED, "exit code 1", crashed) == (
+    assert settle_state(RunState.FAILED, "exit code 1", crashed, 2) == (
         RunState.FAILED,
         "rank 1 failed: InjectedFault: boom",
     )
     ok = [EventRecord("run_stop", {"status": "success", "reason": "goal reached"})]
-    assert settle_state(RunState.SUCCEEDED, None, ok) == (RunState.SUCCEEDED, None)
-    assert settle_state(RunState.CANCELLED, "cancelled by user", crashed) == (
+    assert settle_state(RunState.SUCCEEDED, None, ok, 1) == (RunState.SUCCEEDED, None)
+    assert settle_state(RunState.CANCELLED, "cancelled by user", crashed, 2) == (
         RunState.CANCELLED,
         "cancelled by user",
     )
+    # every rank says how it stopped: one rank's failure fails a run whose processes exited 0
+    late_failure = [
+        EventRecord("run_stop", {"status": "success", "reason": "goal", "exit_code": 0}, rank=0),
+        EventRecord("run_stop", {"status": "failed", "reason": "rank 1 failed: OOM", "exit_code": 1}, rank=1),
+    ]
+    assert settle_state(RunState.SUCCEEDED, None, late_failure, 2) == (RunState.FAILED, "rank 1 failed: OOM")
+
+
+LOST = "exit status unknown"
+
+
+def _stops(*payloads: dict[str, object]) -> list[EventRecord]:
+    return [EventRecord("run_stop", dict(p), rank=rank) for rank, p in enumerate(payloads)]
+
+
+@pytest.mark.parametrize(
+    ("stops", "settled"),
+    [
+        # every rank stopped normally: a success, also when stopped by max_time (exit status 0)
+        (_stops({"status": "success", "exit_code": 0}, {"status": "success", "exit_code": 0}), "succeeded"),
+        (_stops({"status": "aborted", "exit_code": 0}, {"status": "aborted", "exit_code": 0}), "succeeded"),
+        # workers without exit_code: only a success counts
+        (_stops({"status": "success"}, {"status": "success"}), "succeeded"),
+        (_stops({"status": "success"}, {"status": "aborted", "reason": "rank 1 interrupted"}), "failed"),
+        (_stops({"status": "success", "exit_code": 0}, {"status": "aborted", "exit_code": 130}), "failed"),
+        (_stops({"status": "success", "exit_code": 0}), "failed"),  # rank 1 never said
+        ([], "failed"),
+    ],
+)
+def test_a_run_whose_exit_status_was_lost_ends_as_every_rank_said(
+    stops: list[EventRecord], settled: str
+) -> None:
+    state, message = settle_state(RunState.UNKNOWN, LOST, stops, 2)
+    assert state == settled
+    assert (message is None) == (settled == "succeeded")
+
+
+def test_a_lost_exit_status_names_the_ranks_that_never_said_how_they_stopped() -> None:
+    stops = _stops({"status": "success", "exit_code": 0})
+    assert settle_state(RunState.UNKNOWN, LOST, stops, 3) == (
+        RunState.FAILED,
+        f"{LOST}; rank(s) 1, 2 of 3 never reported how they stopped",
+    )
+    failed = _stops({"status": "success", "exit_code": 0}, {"status": "failed", "reason": "rank 1 failed: x"})
+    assert settle_state(RunState.UNKNOWN, LOST, failed, 2) == (RunState.FAILED, "rank 1 failed: x")
+
+
+def test_the_result_reads_rank_zeros_stop() -> None:
+    events = [
+        EventRecord("run_start", {}, t=100.0),
+        EventRecord("run_stop", {"status": "success", "reason": "goal", "graph_capture_s": 1.5}, t=150.0),
+        EventRecord(
+            "run_stop", {"status": "success", "reason": "goal", "graph_capture_s": 1.7}, rank=1, t=151.0
+        ),
+    ]
+    result = summarize_run(plan(), RunState.SUCCEEDED, [], events)
+    assert result.graph_capture_s == 1.5 and result.wall_time_s == 51.0
 
 
 def test_a_result_reads_only_the_metrics_it_needs() -> None:

@@ -69,7 +69,7 @@ def test_parallel_runs_only_while_cores_allow() -> None:
     from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
     from mlbench_tui.runs.plans import fits
 
-    def plan(workers: int, threads: int = 1) -> RunPlan:
+    def plan(workers: int, threads: int = 1, gpus: int = 0) -> RunPlan:
         return RunPlan(
             name=f"p-gloo-{workers}w",
             spec_name="p",
@@ -80,7 +80,7 @@ def test_parallel_runs_only_while_cores_allow() -> None:
             workers=workers,
             seed=0,
             goal=None,
-            resources=ResourcesPlan(threads_per_rank=threads),
+            resources=ResourcesPlan(threads_per_rank=threads, gpus=gpus),
             data=DataPlan(source="synthetic"),
             hyperparameters={},
             target={"kind": "local"},
@@ -90,6 +90,9 @@ def test_parallel_runs_only_while_cores_allow() -> None:
     assert not fits(plan(1), [plan(1)], parallel=False, cpu_count=16)  # in order by default
     assert fits(plan(2), [plan(1)], parallel=True, cpu_count=4)
     assert not fits(plan(2, threads=2), [plan(1)], parallel=True, cpu_count=4)
+    # two GPU runs side by side would both count GPUs from the first: never at once
+    assert not fits(plan(1, gpus=1), [plan(1, gpus=1)], parallel=True, cpu_count=16)
+    assert fits(plan(1, gpus=1), [plan(1)], parallel=True, cpu_count=16)
 
 
 class _Tty(io.StringIO):

@@ -84,6 +84,37 @@ def test_the_server_settles_the_state_against_what_the_ranks_reported(server: Se
     assert detail.result.reached is False and detail.result.message == "loss diverged"
 
 
+def _stop_rank(
+    server: ServerProcess, run_id: str, rank: int, exit_code: int, status: str = "success"
+) -> None:
+    writer = MlbenchClient(server.url, server.admin().token)
+    stop = {"kind": "run_stop", "payload": {"status": status, "reason": "goal", "exit_code": exit_code}}
+    writer.post_events(run_id, [{**stop, "t": 150.0 + rank}], rank=rank)
+
+
+def test_a_run_whose_exit_status_was_lost_ends_as_its_ranks_said(server: ServerProcess) -> None:
+    """The executor reports ``unknown`` (the launcher's exit status was lost): every rank's
+    run_stop decides, so a run all of whose ranks stopped normally is a success."""
+    admin = server.admin()
+    lost = "the launcher ended while its watching process (42) was gone; exit status unknown"
+    ok = _run(server, "lost", 2, [50.0, 71.0])  # rank 0 reports its success
+    _stop_rank(server, ok, 1, 0)
+    detail = admin.update_run(ok, state=RunState.UNKNOWN, error=lost)
+    assert detail.state is RunState.SUCCEEDED and detail.error is None
+    assert detail.result is not None and detail.result.state is RunState.SUCCEEDED and detail.result.reached
+    admin.delete_run(ok)
+
+    silent = _run(server, "lost", 2, [50.0, 71.0])  # rank 1 never said how it stopped
+    detail = admin.update_run(silent, state=RunState.UNKNOWN, error=lost)
+    assert detail.state is RunState.FAILED
+    assert detail.error == f"{lost}; rank(s) 1 of 2 never reported how they stopped"
+    admin.delete_run(silent)
+
+    interrupted = _run(server, "lost", 2, [50.0, 71.0])
+    _stop_rank(server, interrupted, 1, 130, status="aborted")
+    assert admin.update_run(interrupted, state=RunState.UNKNOWN, error=lost).state is RunState.FAILED
+
+
 def test_speedup_against_the_one_worker_runs_of_the_spec(server: ServerProcess) -> None:
     admin = server.admin()
     one = _run(server, "scale", 1, [50.0, 60.0, 65.0, 71.0])  # reaches the goal after 32 s

@@ -44,6 +44,24 @@ def test_layout(nodes: int | None, per_node: int | None, workers: int, layout: t
 
 
 @pytest.mark.parametrize(
+    ("nodes", "ranks_per_node", "workers", "layout"),
+    [(None, 4, 8, (2, 4)), (None, 4, 2, (1, 2)), (2, 4, 8, (2, 4)), (None, 8, 8, (1, 8))],
+)
+def test_ranks_per_node_stands_for_an_unset_tasks_per_node(
+    nodes: int | None, ranks_per_node: int, workers: int, layout: tuple[int, int]
+) -> None:
+    assert SlurmTarget(kind="slurm", nodes=nodes).layout(workers, ranks_per_node) == layout
+
+
+def test_hardware_ranks_per_node_is_checked_against_every_world_size_on_slurm() -> None:
+    spec = BenchmarkSpec.model_validate(doc("slurm", workers=[2, 4, 6, 8], hardware={"ranks_per_node": 4}))
+    (issue,) = policy_issues(spec)
+    assert (
+        issue.loc == ("spec", "workers", 2) and "do not fill whole nodes of 4 task(s) each" in issue.message
+    )
+
+
+@pytest.mark.parametrize(
     ("nodes", "per_node", "workers", "words"),
     [
         (None, 4, 6, "do not fill whole nodes of 4 task(s) each"),

@@ -289,12 +289,13 @@ class _Emulator(k8s.KubernetesEmulator):
                     assert request._raw_request is not None and request._raw_request.transport is not None
                     request._raw_request.transport.abort()
                     raise ConnectionResetError("the test dropped this log stream")  # kmock lets it go
-                current = self.logs.get(key, [])
-                for stamp, line in current[sent:]:
+                # the lines as of now: the test thread may append more while these are sent
+                batch = self.logs.get(key, [])[sent:]
+                for stamp, line in batch:
                     if stamp >= oldest:
                         prefix = format_stamp(divmod(stamp, 10**9)) + " " if timestamps else ""
                         yield (prefix + line + "\n").encode()
-                sent = len(current)
+                sent += len(batch)
                 done = not follow or key in self.finished_logs
                 if done and sent == len(self.logs.get(key, [])):
                     return

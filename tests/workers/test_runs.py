@@ -131,8 +131,19 @@ def test_allreduce_sweep_on_two_gloo_ranks(server: EmbeddedServer, tmp_path: Pat
     ranks = env.payload["ranks"]  # every rank's device, gathered by rank 0
     assert [(r["rank"], r["local_rank"], r["device"]) for r in ranks] == [(0, 0, "cpu"), (1, 1, "cpu")]
     assert env.payload["gpus_used"] == 0 and env.payload["gpu_models"] == []
-    assert [e.kind for e in run.events() if e.kind.startswith("run_")] == ["run_start", "run_stop"]
-    assert run.events("run_stop")[0].payload["status"] == "success"
+    # each rank's events in its own order; ranks report independently, so not across ranks
+    run_events = [(e.rank, e.kind) for e in run.events() if e.kind.startswith("run_")]
+    assert [kind for rank, kind in run_events if rank == 0] == ["run_start", "run_stop"]
+    assert [kind for rank, kind in run_events if rank == 1] == ["run_stop"]
+    _every_rank_stopped(run, 2, "success")
+
+
+def _every_rank_stopped(run: Any, world_size: int, status: str) -> list[Any]:
+    """Every rank's run_stop (each says how it stopped and its exit status), rank 0's first."""
+    stops = sorted(run.events("run_stop"), key=lambda e: e.rank)
+    assert [e.rank for e in stops] == list(range(world_size))
+    assert all(e.payload["status"] == status and e.payload["exit_code"] == 0 for e in stops), stops
+    return stops
 
 
 def test_allreduce_sweep_on_two_mpi_ranks(server: EmbeddedServer, tmp_path: Path) -> None:
@@ -143,7 +154,7 @@ def test_allreduce_sweep_on_two_mpi_ranks(server: EmbeddedServer, tmp_path: Path
     assert env.payload["backend"] == "mpi" and env.payload["launcher"] == "mpi"
     assert "Open MPI" in env.payload["mpi_library"] and env.payload["mpi4py"]
     assert [(r["rank"], r["local_rank"]) for r in env.payload["ranks"]] == [(0, 0), (1, 1)]
-    assert run.events("run_stop")[0].payload["status"] == "success"
+    _every_rank_stopped(run, 2, "success")
 
 
 def test_resnet20_two_ranks_reach_a_goal_and_stop_together(server: EmbeddedServer, tmp_path: Path) -> None:
@@ -178,8 +189,8 @@ def test_resnet20_two_ranks_reach_a_goal_and_stop_together(server: EmbeddedServe
         assert per_rank[0][-1][0] == per_rank[1][-1][0] == goal.payload["step"], name
     lrs = [v for _, v in run.series("lr")[0]]
     assert lrs[0] is not None and 0.04 < lrs[0] < 0.08 and lrs[-1] == pytest.approx(0.08)  # warm-up
-    (stop,) = run.events("run_stop")
-    assert stop.payload["status"] == "success" and "goal reached" in stop.payload["reason"]
+    stop, _ = _every_rank_stopped(run, 2, "success")
+    assert "goal reached" in stop.payload["reason"]
 
 
 def test_a_crashing_rank_reports_its_traceback_and_fails_the_launch(
@@ -196,7 +207,11 @@ def test_a_crashing_rank_reports_its_traceback_and_fails_the_launch(
     assert failed.payload["exception"].startswith("InjectedFault: fault injected")
     assert "Traceback" in failed.payload["traceback"] and "maybe_inject_fault" in failed.payload["traceback"]
     stops = [e.payload for e in run.events("run_stop")]
-    assert {"status": "failed", "reason": f"rank 1 failed: {failed.payload['exception']}"} in stops
+    assert {
+        "status": "failed",
+        "reason": f"rank 1 failed: {failed.payload['exception']}",
+        "exit_code": 1,
+    } in stops
     assert "InjectedFault" in run.proc.stderr
 
 
@@ -211,8 +226,8 @@ def test_max_time_stops_every_rank_at_the_same_step(server: EmbeddedServer, tmp_
     )
     run = launch(server, tmp_path, TORCHRUN, plan)
     _ok(run)
-    (stop,) = run.events("run_stop")
-    assert stop.payload["status"] == "aborted" and "max_time_s" in stop.payload["reason"]
+    stop, _ = _every_rank_stopped(run, 2, "aborted")
+    assert "max_time_s" in stop.payload["reason"]
     assert not run.events("goal_reached")
     losses = run.series("train_loss")
     last_steps = {rank: points[-1][0] for rank, points in losses.items()}

@@ -3,6 +3,7 @@
 Exit status: 0 when the task ended (goal reached, sweep done, or stopped by ``max_time`` /
 ``max_epochs``; the ``run_stop`` event says which), 1 when this rank failed (after reporting
 ``rank_failed`` and ``run_stop`` failed), 2 for an unusable configuration, 130 when interrupted.
+Every rank's ``run_stop`` carries that status as ``exit_code``.
 """
 
 from __future__ import annotations
@@ -91,14 +92,17 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
             reporter.event("environment", fingerprint(ctx, ranks))
         outcome = task(ctx)
         ctx.mark_run_start()
-        if ctx.is_main:
-            reporter.event("run_stop", outcome.payload())
+        # Every rank says how it stopped and the exit status it returns: when a launcher's own
+        # exit status is lost, the engine settles the run from these.
+        reporter.event("run_stop", {**outcome.payload(), "exit_code": 0})
         ctx.log(f"run stopped: {outcome.status} ({outcome.reason})")
         reporter.close(timeout=30.0)
         comm.close()
         return 0
     except KeyboardInterrupt:
-        reporter.event("run_stop", {"status": "aborted", "reason": f"rank {rank} interrupted"})
+        reporter.event(
+            "run_stop", {"status": "aborted", "reason": f"rank {rank} interrupted", "exit_code": 130}
+        )
         reporter.close(timeout=5.0)
         print(f"[rank {rank}] interrupted", file=sys.stderr, flush=True)
         return 130
@@ -110,16 +114,18 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
             "rank_failed", {"rank": rank, "exception": summary, "traceback": tb, "peer_failure": peer}
         )
         what = "lost a peer" if peer else "failed"
-        reporter.event("run_stop", {"status": "failed", "reason": f"rank {rank} {what}: {summary}"})
-        reporter.close(timeout=10.0)
         user_error = isinstance(exc, (ConfigError, UnknownTaskError))
+        code = 2 if user_error else 1
+        stop = {"status": "failed", "reason": f"rank {rank} {what}: {summary}", "exit_code": code}
+        reporter.event("run_stop", stop)
+        reporter.close(timeout=10.0)
         if user_error:
             print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         else:
             print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
         if comm is not None:
             comm.abort(1)
-        return 2 if user_error else 1
+        return code
 
 
 def main(argv: list[str] | None = None) -> int:
