@@ -16,7 +16,7 @@ from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.store import Store
 from mlbench_tui.tui.app import MlbenchApp
 from mlbench_tui.tui.feed import CHART_POINTS, HISTORY_TIMEOUT_S
-from mlbench_tui.tui.screens.run_detail import RunDetailScreen, history_metrics
+from mlbench_tui.tui.screens.run_detail import RunDetailScreen, history_plan
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
@@ -70,7 +70,7 @@ async def test_a_big_run_opens_with_its_charts_from_one_bounded_read(tmp_path: P
             assert screen.feed is not None and screen.feed.loads == 1  # no read timed out and retried
             assert not screen.query_one("#loading").display
             # only what the screen shows was read: no history of the metrics it does not show
-            assert set(screen._metric_ranks) <= set(history_metrics(screen.run))
+            assert set(screen._metric_ranks) <= set(history_plan(screen.run).series)
             assert not {"lr", "train_Prec@1"} & set(screen._metric_ranks)
             await pilot.press("3")
             loss = screen.query_one("#chart-train_loss", MetricChart)

@@ -120,7 +120,7 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         await wait_for(pilot, lambda: screen.query_one(LogView).entries, what="logs")
         goal = str(screen.query_one("#goal").render())
         assert "val_global_Prec@1 ≥ 70" in goal and "✔ reached in" in goal
-        assert screen.environment, "environment fingerprint event shown"
+        await wait_for(pilot, lambda: screen.environment, what="environment fingerprint event shown")
 
         await pilot.press("2")
         ranks = screen.query_one(RankTable)
