@@ -37,13 +37,15 @@ METRIC_CHUNK = 128
 METRIC_WIDTH = MetricChunk.WIDTH
 
 # A commit costs per transaction (its pages, the WAL append), not per row. While requests arrive
-# at LINGER_MIN_RATE per second or more from many clients at once (the previous group had at
-# least LINGER_MIN_GROUP requests), a group waits LINGER_S after its first request so that those
-# arriving meanwhile share its commit; the rate is counted over windows of RATE_WINDOW_S. A
-# lightly loaded server, or one client sending request after request, is written at once.
+# at LINGER_MIN_RATE per second or more (counted over windows of RATE_WINDOW_S), a group waits up
+# to LINGER_S after its first request so that those arriving meanwhile share its commit; a lightly
+# loaded server is written at once. A group stops waiting once it is as large as the largest of
+# the last PEAK_GROUPS groups: clients that each wait for their answer before sending again (one
+# sequential client, or 16) have all arrived by then, and only independent senders (a thousand
+# ranks posting on their own clocks) wait out the linger.
 LINGER_S = 0.005
+PEAK_GROUPS = 32
 LINGER_MIN_RATE = 400.0
-LINGER_MIN_GROUP = 8
 RATE_WINDOW_S = 0.1
 
 
@@ -180,7 +182,8 @@ class Writer:
         self._pending: collections.deque[_Job] = collections.deque()
         self._drain_scheduled = False
         self._arrivals = ArrivalRate()  # of the loop's requests: a busy server lingers
-        self._last_group = 0  # requests in the loop's previous group
+        self._groups: collections.deque[int] = collections.deque(maxlen=PEAK_GROUPS)  # recent sizes
+        self._lingering: asyncio.TimerHandle | None = None
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -222,17 +225,21 @@ class Writer:
         self._pending.append(job)
         self._arrivals.add(loop.time())
         self._schedule_drain(loop, linger=True)
+        if self._lingering is not None and len(self._pending) >= max(self._groups, default=MAX_GROUP_JOBS):
+            self._lingering.cancel()  # as large as the recent groups: write it now
+            self._lingering = None
+            loop.call_soon(self._drain_inline)
 
     def _schedule_drain(self, loop: asyncio.AbstractEventLoop, *, linger: bool = False) -> None:
         if not self._drain_scheduled:
             self._drain_scheduled = True
             if linger and self._busy():  # the loop reads what arrives meanwhile
-                loop.call_later(LINGER_S, self._drain_inline)
+                self._lingering = loop.call_later(LINGER_S, self._drain_inline)
             else:
                 loop.call_soon(self._drain_inline)
 
     def _busy(self) -> bool:
-        return self._arrivals.rate >= LINGER_MIN_RATE and self._last_group >= LINGER_MIN_GROUP
+        return self._arrivals.rate >= LINGER_MIN_RATE
 
     def _drain_inline(self) -> None:
         """Write and commit the loop's pending requests as one group transaction, in the loop.
@@ -241,6 +248,7 @@ class Writer:
         runs here too: a thread would have to wait for the busy loop's GIL to hand it back.
         """
         self._drain_scheduled = False
+        self._lingering = None
         loop = self._inline_loop
         if not self._pending or loop is None:
             return
@@ -254,7 +262,7 @@ class Writer:
                 job = self._pending.popleft()
                 jobs.append(job)
                 rows += job.size()
-            self._last_group = len(jobs)
+            self._groups.append(len(jobs))
             self._run_group(jobs)
         finally:
             self.write_lock.release()

@@ -56,7 +56,6 @@ def test_a_lingering_loop_commits_every_request_once_in_arrival_order(
 ) -> None:
     """Requests that arrive while a busy server's group waits join it: none lost, ids in arrival order."""
     monkeypatch.setattr(writer_module, "LINGER_MIN_RATE", 0.0)  # every group lingers
-    monkeypatch.setattr(writer_module, "LINGER_MIN_GROUP", 0)
     run, _ = store.create_run(RunCreate(name="busy", workers=16))
     writer = store.writer
     assert writer is not None
@@ -84,6 +83,37 @@ def test_a_lingering_loop_commits_every_request_once_in_arrival_order(
     assert all(ack == (3, False) for per_rank in acks for ack in per_rank)
     got = sqlite3.connect(store.path).execute("SELECT rank, step FROM metrics_v ORDER BY id").fetchall()
     assert got == sent
+
+
+def test_a_lingering_group_is_written_once_the_clients_waiting_on_it_have_all_sent(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients that each wait for their answer before sending again (16 of them) would otherwise
+    wait out every linger: a group as large as the recent ones is written at once."""
+    run, _ = store.create_run(RunCreate(name="closed-loop", workers=16))
+    writer = store.writer
+    assert writer is not None
+
+    async def send(r: int, seq: int) -> None:
+        params = writer.series.params(run.id, r, [("loss", seq, None, 1.0, float(r))])
+        assert await writer.ingest_metrics_async(run.id, r, "s", seq, params) == (1, False)
+
+    async def client(r: int) -> None:
+        for seq in range(1, 10):
+            await send(r, seq)
+
+    async def serve() -> None:
+        writer.attach_loop(asyncio.get_running_loop())
+        try:
+            await asyncio.gather(*(send(r, 0) for r in range(16)))  # one group of 16, at once
+            monkeypatch.setattr(writer_module, "LINGER_MIN_RATE", 0.0)  # from now on every group
+            monkeypatch.setattr(writer_module, "LINGER_S", 3600.0)  # lingers an hour but for its early end
+            await asyncio.wait_for(asyncio.gather(*(client(r) for r in range(16))), 120)
+        finally:
+            writer.attach_loop(None)
+
+    asyncio.run(serve())
+    assert sqlite3.connect(store.path).execute("SELECT count(*) FROM metrics_v").fetchone() == (160,)
 
 
 def test_batches_of_any_size_store_every_row_once_with_consecutive_ids(store: Store) -> None:
