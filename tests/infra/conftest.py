@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -9,9 +11,14 @@ from support.pulumi_mocks import RecordingMocks
 
 
 @pytest.fixture
-def pulumi_mocks() -> RecordingMocks:
-    """Install fresh Pulumi mocks (real engine-side behaviour, no cloud calls) for one test."""
+def pulumi_mocks() -> Iterator[RecordingMocks]:
+    """Install fresh Pulumi mocks (real engine-side behaviour, no cloud calls) for one test, on an
+    event loop of its own: Pulumi's resources take the thread's current loop, and a test that ran
+    ``asyncio.run`` before leaves the main thread without one."""
     import pulumi
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
 
     recorder = RecordingMocks()
 
@@ -23,4 +30,6 @@ def pulumi_mocks() -> RecordingMocks:
             return recorder.call(args), []
 
     pulumi.runtime.set_mocks(_Mocks(), project="mlbench-test", stack="unit", preview=False)
-    return recorder
+    yield recorder
+    asyncio.set_event_loop(None)
+    loop.close()
