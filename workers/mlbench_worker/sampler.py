@@ -298,31 +298,16 @@ class Sampler:
 
 
 class SampledReporter:
-    """A reporter that closes its sampler first, so the last sample still goes out."""
+    """A reporter that closes its sampler first, so the last sample still goes out. Everything
+    else is the inner reporter's own bound methods: the training thread's calls pay no extra hop."""
 
     def __init__(self, inner: ReporterLike, sampler: Sampler) -> None:
         self.inner = inner
         self.sampler = sampler
-
-    def metric(
-        self,
-        name: str,
-        value: float,
-        *,
-        step: int | None = None,
-        epoch: float | None = None,
-        t: float | None = None,
-    ) -> None:
-        self.inner.metric(name, value, step=step, epoch=epoch, t=t)
-
-    def log(self, text: str, stream: str = "stdout") -> None:
-        self.inner.log(text, stream)
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self.inner.event(kind, payload)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return self.inner.flush(timeout)
+        self.metric = inner.metric
+        self.log = inner.log
+        self.event = inner.event
+        self.flush = inner.flush
 
     def close(self, timeout: float = 10.0) -> None:
         self.sampler.stop(min(timeout, 5.0))
