@@ -64,6 +64,9 @@ class ImplementationPlan(_Frozen):
     """How the worker executes steps (the spec's ``implementation``; the math stays the task's)."""
 
     cuda_graphs: bool = Field(default=False, description="Replay each training step from CUDA graphs.")
+    host_allocator: Literal["tuned", "system"] = Field(
+        default="tuned", description="'tuned': ranks keep freed heap memory for the next step."
+    )
 
 
 class RunPlan(_Frozen):
@@ -206,7 +209,9 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
         precision=hw.precision,
     )
     data = DataPlan(source=body.data.source, path=body.data.path, options=dict(body.data.options))
-    implementation = ImplementationPlan(cuda_graphs=body.implementation.cuda_graphs)
+    implementation = ImplementationPlan(
+        cuda_graphs=body.implementation.cuda_graphs, host_allocator=body.implementation.host_allocator
+    )
     if task.id == "0a" and "data" not in body.model_fields_set:
         data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}

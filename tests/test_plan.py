@@ -216,9 +216,19 @@ def test_cuda_graphs_are_recorded_in_the_plan_and_the_worker_config() -> None:
     (graphed,) = expand(make({**gpu, "implementation": {"cuda_graphs": True}}))
     assert eager.implementation.cuda_graphs is False  # off by default
     assert graphed.implementation.cuda_graphs is True
-    assert worker_config(eager, "r")["implementation"] == {"cuda_graphs": False}
-    assert worker_config(graphed, "r")["implementation"] == {"cuda_graphs": True}
+    assert worker_config(eager, "r")["implementation"] == {"cuda_graphs": False, "host_allocator": "tuned"}
+    assert worker_config(graphed, "r")["implementation"] == {"cuda_graphs": True, "host_allocator": "tuned"}
     assert RunPlan.model_validate(graphed.model_dump()).implementation.cuda_graphs is True
+
+
+def test_the_host_allocator_is_tuned_unless_the_spec_asks_for_the_systems() -> None:
+    (tuned,) = expand(make({"task": "1a"}))
+    (system,) = expand(make({"task": "1a", "implementation": {"host_allocator": "system"}}))
+    assert tuned.implementation.host_allocator == "tuned"
+    assert worker_config(system, "r")["implementation"]["host_allocator"] == "system"
+    with pytest.raises(SpecError) as info:
+        make({"task": "1a", "implementation": {"host_allocator": "jemalloc"}})
+    assert "host_allocator" in info.value.render() and "'tuned'" in info.value.render()
 
 
 def test_an_implementation_left_at_its_defaults_keeps_the_spec_hash() -> None:
@@ -226,6 +236,7 @@ def test_an_implementation_left_at_its_defaults_keeps_the_spec_hash() -> None:
     plain = make(body)
     assert "implementation" not in plain.normalized()["spec"]  # specs from before the field: same hash
     assert spec_hash(make({**body, "implementation": {"cuda_graphs": False}})) == spec_hash(plain)
+    assert spec_hash(make({**body, "implementation": {"host_allocator": "tuned"}})) == spec_hash(plain)
     assert spec_hash(make({**body, "implementation": {"cuda_graphs": True}})) != spec_hash(plain)
 
 

@@ -32,10 +32,12 @@ StoredGoal = Annotated[GoalPlan | None, BeforeValidator(_stored_goal)]
 
 
 def _stored_implementation(value: Any) -> Any:
-    """An implementation as any version stored it: options a newer version added are ignored."""
+    """An implementation as any version stored it: options a newer version added are ignored, and a
+    run from before host allocator tuning existed ran with the system's."""
     if not isinstance(value, dict):
         return value
-    return {key: option for key, option in value.items() if key in ImplementationPlan.model_fields}
+    known = {key: option for key, option in value.items() if key in ImplementationPlan.model_fields}
+    return {"host_allocator": "system", **known}
 
 
 StoredImplementation = Annotated[ImplementationPlan, BeforeValidator(_stored_implementation)]
@@ -124,7 +126,8 @@ class RunResult(_Loose):
     workers: int = 1
     repeat: int = 0
     implementation: StoredImplementation = Field(
-        default_factory=ImplementationPlan, description="How the worker executed steps (CUDA graphs)."
+        default_factory=lambda: ImplementationPlan(host_allocator="system"),  # stored before it existed
+        description="How the worker executed steps (CUDA graphs, host allocator).",
     )
     state: RunState = RunState.UNKNOWN
     message: str | None = Field(default=None, description="Why the run ended as it did, when it failed.")

@@ -289,6 +289,13 @@ class Implementation(StrictModel):
         "Needs GPUs and backend nccl; tasks whose batches change shape on almost every step (0a, 4a, 4b) "
         "refuse it. Warm-up and capture count as initialisation, reported apart from time to accuracy.",
     )
+    host_allocator: Literal["tuned", "system"] = Field(
+        default="tuned",
+        description="The ranks' host memory allocator. 'tuned' (the default) makes glibc keep the memory "
+        "a step frees for the next step instead of handing it back to the kernel and faulting it in "
+        "again; 'system' keeps the C library's defaults. An allocator set in the run's environment "
+        "(MALLOC_*_, GLIBC_TUNABLES, a preloaded jemalloc or tcmalloc) is left alone either way.",
+    )
 
 
 MIN_TELEMETRY_INTERVAL_S = 0.1
@@ -435,8 +442,8 @@ class BenchmarkBody(StrictModel):
     )
     implementation: Implementation = Field(
         default_factory=Implementation,
-        description="Implementation choices, all off by default: {cuda_graphs: true} replays each "
-        "training step from CUDA graphs.",
+        description="Implementation choices: {cuda_graphs: true} replays each training step from CUDA "
+        "graphs (off by default); {host_allocator: system} keeps the C library's allocator defaults.",
     )
     target: Target = Field(
         default_factory=lambda: LocalTarget(kind="local"),

@@ -43,7 +43,7 @@ def test_graph_capture_is_reported_apart_from_time_to_accuracy() -> None:
     events = [EventRecord("run_start", {}, t=100.0), EventRecord("run_stop", stop, t=150.0)]
     graphed = plan(implementation=ImplementationPlan(cuda_graphs=True))
     result = summarize_run(graphed, RunState.SUCCEEDED, series([50.0, 71.0]), events)
-    assert result.implementation == ImplementationPlan(cuda_graphs=True)
+    assert result.implementation == ImplementationPlan(cuda_graphs=True, host_allocator="tuned")
     assert result.graph_capture_s == 4.5 and result.time_to_accuracy_s == 16.0
     eager = summarize_run(plan(), RunState.SUCCEEDED, series([71.0]), events[:1])
     assert eager.implementation == ImplementationPlan(cuda_graphs=False) and eager.graph_capture_s is None
@@ -123,6 +123,10 @@ def test_a_result_stored_by_an_older_version_loads_with_its_figures() -> None:
     assert (old.speedup, old.one_worker_time_s, old.run_id) == (1.8, 28.8, "r-000000000001")
     assert RunResult.model_validate_json(old.model_dump_json()) == old  # round trip
     assert results_rows([old])[0]["SPEEDUP"] == "1.80x"
+    # its ranks ran before the host allocator was tuned
+    assert old.implementation == ImplementationPlan(cuda_graphs=False, host_allocator="system")
+    graphed = RunResult.model_validate({**OLD_STORED, "implementation": {"cuda_graphs": True}})
+    assert graphed.implementation == ImplementationPlan(cuda_graphs=True, host_allocator="system")
     # older and newer shapes: missing keys take their defaults, unknown ones are ignored
     sparse = RunResult.model_validate({"name": "x", "state": "failed", "gpu_energy_j": 12.5})
     assert sparse.name == "x" and sparse.state is RunState.FAILED and sparse.reached is None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlbench_worker.allocator import libc_name
 
 from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan, worker_config
 from mlbench_tui.server.client import MlbenchClient
@@ -131,6 +132,9 @@ def test_allreduce_sweep_on_two_gloo_ranks(server: EmbeddedServer, tmp_path: Pat
     ranks = env.payload["ranks"]  # every rank's device, gathered by rank 0
     assert [(r["rank"], r["local_rank"], r["device"]) for r in ranks] == [(0, 0, "cpu"), (1, 1, "cpu")]
     assert env.payload["gpus_used"] == 0 and env.payload["gpu_models"] == []
+    if libc_name() == "glibc":  # the ranks keep the memory their steps free (the default)
+        assert env.payload["host_allocator"]["tuned"] is True
+        assert [r["host_allocator_tuned"] for r in ranks] == [True, True]
     # each rank's events in its own order; ranks report independently, so not across ranks
     run_events = [(e.rank, e.kind) for e in run.events() if e.kind.startswith("run_")]
     assert [kind for rank, kind in run_events if rank == 0] == ["run_start", "run_stop"]

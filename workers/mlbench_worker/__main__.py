@@ -58,6 +58,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> int:
     """Set up this rank, run the task and report how it ended; returns the exit status."""
+    from mlbench_worker.allocator import tune_host_allocator
     from mlbench_worker.context import (
         RunContext,
         init_comm,
@@ -73,6 +74,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     if rank == 0:  # MLPerf's init_start: setup (process group, data, model) starts here
         reporter.event("init_start", {})
     try:
+        allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         limit_threads(config.threads_per_rank)
         seed_everything(config.seed)
         task = load_task(config.task)
@@ -86,6 +88,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
             device=placement.device,
             reporter=reporter,
             placement=placement,
+            host_allocator=allocator,
         )
         ranks = comm.allgather_object(rank_facts(ctx))  # every rank takes part
         if ctx.is_main:

@@ -18,6 +18,7 @@ from typing import Any
 BACKENDS = ("gloo", "nccl", "mpi")
 PRECISIONS = ("fp32", "bf16", "fp16", "amp")
 DEVICES = ("cpu", "cuda")
+HOST_ALLOCATORS = ("tuned", "system")
 DATA_SOURCES = ("synthetic", "path", "download")
 DEFAULT_TELEMETRY_INTERVAL_S = 1.0
 MIN_TELEMETRY_INTERVAL_S = 0.1
@@ -57,6 +58,8 @@ class ImplementationConfig:
     """How the step is run, where the spec chose (the math stays the task's)."""
 
     cuda_graphs: bool = False
+    host_allocator: str = "tuned"
+    """``tuned``: the rank keeps freed heap memory for the next step (``mlbench_worker.allocator``)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,11 @@ def parse_config(doc: Any) -> WorkerConfig:
         raise ConfigError("'implementation' must be an object")
     implementation = ImplementationConfig(
         cuda_graphs=bool(_optional(impl_doc, "cuda_graphs", bool, False)),
+        host_allocator=_choice(
+            _optional(impl_doc, "host_allocator", str, "tuned"),
+            HOST_ALLOCATORS,
+            "implementation.host_allocator",
+        ),
     )
     device = _choice(_optional(doc, "device", str, "cpu"), DEVICES, "device")
     if implementation.cuda_graphs and device != "cuda":

@@ -203,6 +203,7 @@ class RunContext:
     started_at: float = field(default_factory=time.time)
     run_started: bool = False
     placement: Placement | None = None  # set by the runtime (None: a CPU context built by hand)
+    host_allocator: dict[str, object] = field(default_factory=dict)  # what the runtime did to malloc
 
     @property
     def rank(self) -> int:

@@ -78,6 +78,7 @@ def rank_facts(ctx: RunContext) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "node": node_name(),
         "device": str(ctx.device),
+        "host_allocator_tuned": bool(ctx.host_allocator.get("tuned")),
     }
     placement = ctx.placement
     if placement is not None and placement.gpu is not None:
@@ -124,6 +125,7 @@ def fingerprint(ctx: RunContext, ranks: list[dict[str, Any]] | None = None) -> d
         "device": str(ctx.device),
         "precision": ctx.config.precision,
         "cuda_graphs": ctx.config.implementation.cuda_graphs,
+        "host_allocator": ctx.host_allocator,
     }
     try:
         import numpy

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlbench_worker.allocator import tune_host_allocator
 from mlbench_worker.config import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
@@ -538,6 +539,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     try:
         if config.task != "1a":
             raise ConfigError(f"task {config.task!r} has no tensorflow implementation (only 1a)")
+        allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         doc = tf_config(os.environ, rank, config.world_size)
         if doc:
             os.environ["TF_CONFIG"] = json.dumps(doc)
@@ -552,7 +554,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         if config.device == "cpu":
             tf.config.set_visible_devices([], "GPU")
         if rank == 0:
-            reporter.event("environment", fingerprint(config, rdv))
+            reporter.event("environment", {**fingerprint(config, rdv), "host_allocator": allocator})
         run = TensorFlowRun(config, rdv, reporter)
         print(
             f"[rank {rank}] training 1a (tensorflow) on {config.world_size} worker(s), "
