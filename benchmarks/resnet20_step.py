@@ -14,6 +14,12 @@ the same batched augmentation, batch 128 per rank, SGD (momentum 0.9, nesterov, 
   with backward): like for like with ``ours-nchw``.
 - ``ddp-cl``: the same loop on a channels_last model and batches: like for like with ``ours``.
 
+The process is set up as a rank is (``limit_threads``, the host allocator the spec asks for:
+``tuned`` by default), and every side runs in it, so all sides share one allocator: the ratio
+compares the steps. ``--host-allocator system`` keeps glibc's defaults, under which whether a
+side's freed activations are faulted back in on every step depends on where its allocations land
+on the heap.
+
 Each round runs K steps of every side, in an order that reverses every round (ABC CBA ...), so
 drift on a shared machine hits the sides alike; ranks are pinned to their own cores (the same
 for every side) unless ``--no-pin``. Rank 0 prints the median step times, the median of the
@@ -21,6 +27,7 @@ per-round ratios with a bootstrap 95% interval, the CPU time of both ranks per s
 phase split from the tracker.
 
     python -m benchmarks resnet20_step [--rounds 40] [--steps 1] [--threads 1] [--overlap]
+        [--host-allocator tuned|system]
 """
 
 from __future__ import annotations
@@ -127,8 +134,11 @@ def plain_sgd(model: Any, world: int) -> Any:
 
 def rank_main(args: argparse.Namespace) -> None:
     """One rank: build the four sides, run the rounds, report from rank 0."""
+    import resource
+
     import torch
     import torch.distributed as dist
+    from mlbench_worker.allocator import tune_host_allocator
     from mlbench_worker.comm import TorchComm
     from mlbench_worker.context import limit_threads
     from mlbench_worker.data import cifar10
@@ -137,6 +147,7 @@ def rank_main(args: argparse.Namespace) -> None:
     from mlbench_worker.tracker import Tracker
     from torch.nn.parallel import DistributedDataParallel
 
+    allocator = tune_host_allocator(args.host_allocator, os.environ)
     limit_threads(args.threads)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cores = sorted(os.sched_getaffinity(0))
@@ -198,19 +209,23 @@ def rank_main(args: argparse.Namespace) -> None:
             fn()
     times: dict[str, list[float]] = {name: [] for name in SIDES}
     cpu: dict[str, list[float]] = {name: [] for name in SIDES}
+    faults: dict[str, list[int]] = {name: [] for name in SIDES}
     for r in range(args.rounds):
         for name in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
             dist.barrier()
             start, start_cpu = time.perf_counter(), time.process_time()
+            start_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             for _ in range(args.steps):
                 sides[name]()
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start_faults)
             dist.barrier()
             times[name].append((time.perf_counter() - start) / args.steps)
             spent = torch.tensor([(time.process_time() - start_cpu) / args.steps], dtype=torch.float64)
             dist.all_reduce(spent)  # CPU seconds per step, summed over ranks (all threads)
             cpu[name].append(float(spent))
     if comm.rank == 0:
-        report(args, world, batch, times, cpu, trackers["ours"].totals())
+        print(f"host allocator: {allocator}")
+        report(args, world, batch, times, cpu, faults, trackers["ours"].totals())
     reporter.close(timeout=1.0)
     dist.destroy_process_group()
 
@@ -221,6 +236,7 @@ def report(
     batch: int,
     times: dict[str, list[float]],
     cpu: dict[str, list[float]],
+    faults: dict[str, list[int]],
     totals: dict[str, float],
 ) -> None:
     print(
@@ -238,7 +254,8 @@ def report(
     ):
         print(
             f"  {label:<47}: {statistics.median(times[name]) * 1e3:7.1f} ms/step, "
-            f"CPU {statistics.median(cpu[name]) * 1e3:5.0f} ms/step (both ranks)"
+            f"CPU {statistics.median(cpu[name]) * 1e3:5.0f} ms/step (both ranks), "
+            f"{statistics.median(faults[name]) / args.steps:7.0f} page faults/step (rank 0)"
         )
     for name, peer, label in PAIRS:  # like for like: the same layout on both sides
         ratios = [d / o for o, d in zip(times[name], times[peer], strict=True)]
@@ -270,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-pin", dest="pin", action="store_false",
         help="leave ranks unpinned (by default rank i runs on core i, the same for every side)",
     )  # fmt: skip
+    parser.add_argument(
+        "--host-allocator", choices=("tuned", "system"), default="tuned",
+        help="the process's allocator, as implementation.host_allocator sets a rank's (shared by every side)",
+    )  # fmt: skip
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank_worker:
@@ -280,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         torchrun, "--standalone", "--nproc_per_node", str(args.ranks), "--no-python",
         sys.executable, str(Path(__file__).resolve()), "--rank-worker",
         "--rounds", str(args.rounds), "--steps", str(args.steps), "--threads", str(args.threads),
-        "--ranks", str(args.ranks),
+        "--ranks", str(args.ranks), "--host-allocator", args.host_allocator,
         *(["--overlap"] if args.overlap else []), *([] if args.pin else ["--no-pin"]),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
