@@ -143,10 +143,21 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
     return rows
 
 
+GPU_COLUMNS = ("GPU MEM", "GPU UTIL", "ENERGY TO ACC", "ENERGY COST")
+"""Figures only GPU runs have: a table of CPU runs leaves them out rather than print four empty columns."""
+
+
+def without_empty(rows: list[dict[str, str]], columns: Sequence[str]) -> list[dict[str, str]]:
+    """``rows`` without those of ``columns`` that are "-" in every row."""
+    empty = {c for c in columns if all(row.get(c, "-") == "-" for row in rows)}
+    return [{k: v for k, v in row.items() if k not in empty} for row in rows] if empty else rows
+
+
 def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) -> str:
     """The results table, plus the repeat scores when a configuration ran more than once;
-    ``sweep_tables`` says the all-reduce tables of 0a runs follow it."""
-    text = render_table(results_rows(results, sweep_tables=sweep_tables))
+    ``sweep_tables`` says the all-reduce tables of 0a runs follow it. The GPU columns show when
+    some run has GPU figures."""
+    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), GPU_COLUMNS))
     repeated = [s for s in score_configs(results) if s.runs > 1]
     if repeated:
         score_rows = [

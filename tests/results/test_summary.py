@@ -261,3 +261,8 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
     assert rank_figures_text(hw.ranks[1]) == "rss 1.8G/4.0G  gpu mem 12G  util 90%  7.56 kJ"
     plain = summarize_run(plan(), RunState.SUCCEEDED, series([50.0, 71.0]), events)
     assert plain.telemetry is None and results_rows([plain])[0]["ENERGY TO ACC"] == "-"
+    # a table of CPU runs leaves the GPU columns out; one GPU run among them brings them back
+    header = render_results([plain]).splitlines()[0]
+    assert "PEAK MEM" in header and "GPU" not in header and "ENERGY" not in header
+    mixed = render_results([plain, result]).splitlines()
+    assert "ENERGY TO ACC" in mixed[0] and "0.004 kWh" in mixed[2]
