@@ -54,5 +54,5 @@ def test_the_suite_covers_every_task_and_precision_with_specs_that_validate(tmp_
         (plan,) = expand(loaded.spec)
         config = worker_config(plan, "r")
         assert (config["backend"], config["device"], config["world_size"]) == ("nccl", "cuda", 2)
-        assert config["implementation"] == {"cuda_graphs": case.cuda_graphs}
+        assert config["implementation"] == {"cuda_graphs": case.cuda_graphs, "host_allocator": "tuned"}
         assert config["precision"] == case.precision

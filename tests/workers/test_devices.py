@@ -166,6 +166,7 @@ def test_the_fingerprint_lists_every_ranks_gpu_and_counts_the_gpus_used() -> Non
         "hostname": socket.gethostname(),
         "node": node_name(),
         "device": "cpu",
+        "host_allocator_tuned": False,  # a context built by hand: the runtime tuned nothing
     }
 
 
