@@ -126,7 +126,8 @@ class RunResult(_Loose):
     workers: int = 1
     repeat: int = 0
     implementation: StoredImplementation = Field(
-        default_factory=lambda: ImplementationPlan(host_allocator="system"),  # stored before it existed
+        default_factory=dict,  # stored before it existed: read like an empty one
+        validate_default=True,
         description="How the worker executed steps (CUDA graphs, host allocator).",
     )
     state: RunState = RunState.UNKNOWN

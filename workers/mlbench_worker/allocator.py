@@ -17,7 +17,7 @@ import ctypes
 import os
 import platform
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlbench_worker.config import HOST_ALLOCATORS
 
@@ -44,11 +44,10 @@ class AllocatorPlan:
     tune: bool
     reason: str
 
-    def facts(self, applied: bool | None = None) -> dict[str, object]:
+    def facts(self) -> dict[str, object]:
         """The fingerprint's entry: what was asked for, what was done and the thresholds set."""
-        done = self.tune if applied is None else applied
-        facts: dict[str, object] = {"requested": self.requested, "tuned": done, "reason": self.reason}
-        if done:
+        facts: dict[str, object] = {"requested": self.requested, "tuned": self.tune, "reason": self.reason}
+        if self.tune:
             facts.update(mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
         return facts
 
@@ -78,16 +77,17 @@ def plan_allocator(requested: str, environ: Mapping[str, str], libc: str) -> All
 
 def apply_plan(plan: AllocatorPlan) -> dict[str, object]:
     """Carry out ``plan`` in this process (``mallopt``); returns its fingerprint facts."""
-    if not plan.tune:
-        return plan.facts()
-    try:
-        libc = ctypes.CDLL(None)
-        applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-        )
-    except (OSError, AttributeError):
-        applied = False
-    return plan.facts(applied) if applied else {**plan.facts(False), "reason": "mallopt refused"}
+    if plan.tune:
+        try:
+            libc = ctypes.CDLL(None)
+            applied = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(
+                _M_TRIM_THRESHOLD, TRIM_THRESHOLD
+            )
+        except (OSError, AttributeError):
+            applied = 0
+        if not applied:
+            plan = replace(plan, tune=False, reason="mallopt refused")
+    return plan.facts()
 
 
 def libc_name() -> str:
