@@ -32,22 +32,10 @@ class RankTelemetry:
 
     def update(self, name: str, value: float) -> bool:
         """Take one sample of series ``name``; False when the table shows no such series."""
-        if name == sm.CPU_PERCENT:
-            self.cpu_percent = value
-        elif name == sm.RSS_MIB:
-            self.rss_mib = value
-        elif name == sm.MEM_LIMIT_MIB:
-            self.mem_limit_mib = value
-        elif name == sm.GPU_UTIL:
-            self.gpu_util = value
-        elif name == sm.GPU_MEM_USED_MIB:
-            self.gpu_mem_mib = value
-        elif name == sm.GPU_MEM_TOTAL_MIB:
-            self.gpu_mem_total_mib = value
-        elif name == sm.GPU_POWER_W:
-            self.gpu_power_w = value
-        else:
+        field = _FIELDS.get(name)
+        if field is None:
             return False
+        setattr(self, field, value)
         return True
 
     def cells(self) -> tuple[str, ...]:
@@ -61,11 +49,19 @@ class RankTelemetry:
         )
 
 
+_FIELDS = {
+    sm.CPU_PERCENT: "cpu_percent",
+    sm.RSS_MIB: "rss_mib",
+    sm.MEM_LIMIT_MIB: "mem_limit_mib",
+    sm.GPU_UTIL: "gpu_util",
+    sm.GPU_MEM_USED_MIB: "gpu_mem_mib",
+    sm.GPU_MEM_TOTAL_MIB: "gpu_mem_total_mib",
+    sm.GPU_POWER_W: "gpu_power_w",
+}
+"""The field of ``RankTelemetry`` each series the rank table shows updates."""
+
 # The series the rank table reads: their history is loaded with the run (the latest value counts).
-SERIES = (
-    sm.CPU_PERCENT, sm.RSS_MIB, sm.MEM_LIMIT_MIB, sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_MEM_TOTAL_MIB,
-    sm.GPU_POWER_W,
-)  # fmt: skip
+SERIES = tuple(_FIELDS)
 
 
 def _against(used: float | None, limit: float | None) -> str:
