@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
@@ -16,11 +16,15 @@ from mlbench_tui.server.auth import AuthConfig, Authorizer, bearer
 from mlbench_tui.server.ingest import Ingestor, check_length, read_body
 from mlbench_tui.server.reads import ReadGate
 from mlbench_tui.server.stream import Hub
-from mlbench_tui.store.api_models import BatchAck
+from mlbench_tui.store.api_models import MAX_PAGE, BatchAck
 from mlbench_tui.store.changes import Change
 from mlbench_tui.store.store import Store
 
 RunId = Annotated[str, Path(min_length=1, max_length=64, description="Run id, e.g. r-0123456789ab.")]
+Cursor = Annotated[int, Query(ge=0, le=2**62)]
+"""A read's cursor: rows after this store id (a page's ``next``)."""
+OptionalCursor = Annotated[int | None, Query(ge=0, le=2**62)]
+PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 
 
 @dataclass(frozen=True)

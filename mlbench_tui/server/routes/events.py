@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
+from mlbench_tui.server.routes.context import Api, Cursor, PageLimit, RunId, add_ingest_route, json_response
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import MAX_PAGE, EventBatch, EventsPage
+from mlbench_tui.store.api_models import EventBatch, EventsPage
 
 
 def router(api: Api) -> APIRouter:
@@ -21,9 +21,9 @@ def router(api: Api) -> APIRouter:
     async def read_events(
         run_id: RunId,
         request: Request,
-        since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        since: Cursor = 0,
         kind: Annotated[str | None, Query(max_length=64)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+        limit: PageLimit = 1000,
     ) -> Response:
         api.authz.read(request)
         api.check_run(run_id)

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from mlbench_tui.ranksets import parse_ranks
-from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
+from mlbench_tui.server.routes.context import Api, Cursor, PageLimit, RunId, add_ingest_route, json_response
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import MAX_PAGE, MAX_RANK, LogBatch, LogsPage
+from mlbench_tui.store.api_models import MAX_RANK, LogBatch, LogsPage
 
 
 def router(api: Api) -> APIRouter:
@@ -23,7 +23,7 @@ def router(api: Api) -> APIRouter:
     async def read_logs(
         run_id: RunId,
         request: Request,
-        since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        since: Cursor = 0,
         rank: Annotated[int | None, Query(ge=0, le=MAX_RANK)] = None,
         ranks: Annotated[
             str | None,
@@ -35,7 +35,7 @@ def router(api: Api) -> APIRouter:
         ] = None,
         regex: Annotated[str | None, Query(max_length=queries.MAX_REGEX_LEN)] = None,
         stream: Annotated[str | None, Query(pattern="^(stdout|stderr|system)$")] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+        limit: PageLimit = 1000,
         tail: Annotated[
             bool, Query(description="The last 'limit' lines since the cursor, not the first.")
         ] = False,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from mlbench_tui.server.routes.context import Api, RunId, add_ingest_route, json_response
+from mlbench_tui.server.routes.context import Api, Cursor, PageLimit, RunId, add_ingest_route, json_response
 from mlbench_tui.store import across_ranks, queries
 from mlbench_tui.store.api_models import (
     MAX_PAGE,
@@ -40,9 +40,9 @@ def router(api: Api) -> APIRouter:
         request: Request,
         name: Annotated[list[str] | None, Query(max_length=100)] = None,
         rank: Annotated[int | None, Query(ge=0, le=MAX_RANK)] = None,
-        since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        since: Cursor = 0,
         points: Annotated[int | None, Query(ge=1, le=MAX_POINTS)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+        limit: PageLimit = MAX_PAGE,
     ) -> Response:
         """Points since a cursor, per (name, rank); ``points=N`` downsamples to N buckets (min/max/last)."""
         api.authz.read(request)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from mlbench_tui.errors import NotFound
-from mlbench_tui.server.routes.context import Api, RunId
+from mlbench_tui.server.routes.context import Api, OptionalCursor, RunId
 from mlbench_tui.server.stream import (
     MAX_COALESCE_S,
     MIN_COALESCE_S,
@@ -36,9 +36,9 @@ def router(api: Api) -> APIRouter:
     async def stream_run(
         run_id: RunId,
         request: Request,
-        metrics_since: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        logs_since: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        events_since: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+        metrics_since: OptionalCursor = None,
+        logs_since: OptionalCursor = None,
+        events_since: OptionalCursor = None,
         coalesce: Annotated[
             float | None,
             Query(
