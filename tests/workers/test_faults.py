@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from mlbench_worker.faults import _parse
+from mlbench_worker.faults import Fault, parse_fault
 
 
 @pytest.mark.parametrize(
     ("spec", "fault"),
     [
         (None, None),
-        ("rank=1,step=3", (1, 3, "raise")),
-        ("rank=0,step=2,mode=hang", (0, 2, "hang")),
+        ("rank=1,step=3", Fault(1, 3, "raise")),
+        ("rank=0,step=2,mode=hang", Fault(0, 2, "hang")),
+        ("rank=0,step=exit,mode=hang", Fault(0, None, "hang")),
     ],
 )
-def test_fault_specs(spec: str | None, fault: tuple[int, int, str] | None) -> None:
-    assert _parse(spec) == fault
+def test_fault_specs(spec: str | None, fault: Fault | None) -> None:
+    assert parse_fault(spec) == fault
 
 
 @pytest.mark.parametrize(
@@ -23,4 +24,4 @@ def test_fault_specs(spec: str | None, fault: tuple[int, int, str] | None) -> No
 )
 def test_bad_fault_specs(spec: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):
-        _parse(spec)
+        parse_fault(spec)
