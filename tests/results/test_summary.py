@@ -159,7 +159,6 @@ def test_settle_state_trusts_what_the_ranks_reported() -> None:
     assert settle_state(RunState.SUCCEEDED, None, late_failure, 2) == (RunState.FAILED, "rank 1 failed: OOM")
 
 
-
 @pytest.mark.parametrize("seen", [RunState.CANCELLED, RunState.FAILED, RunState.UNKNOWN])
 def test_a_run_whose_ranks_all_stopped_normally_succeeded_whatever_its_launcher_became(
     seen: RunState,
