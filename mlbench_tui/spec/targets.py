@@ -10,7 +10,8 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel
-from mlbench_tui.spec.shortforms import Duration, show_value
+from mlbench_tui.spec.limits import MAX_SLURM_GRACE_S, MAX_TOLERATION_SECONDS
+from mlbench_tui.spec.shortforms import duration_at_most, duration_schema, show_value
 
 
 class Toleration(StrictModel):
@@ -23,7 +24,10 @@ class Toleration(StrictModel):
         default=None, description="Taint effect to tolerate; empty tolerates all effects."
     )
     toleration_seconds: int | None = Field(
-        default=None, ge=0, description="For NoExecute: how long the pod stays bound after the taint appears."
+        default=None,
+        ge=0,
+        le=MAX_TOLERATION_SECONDS,
+        description="For NoExecute: how long the pod stays bound after the taint appears.",
     )
 
 
@@ -64,7 +68,7 @@ class KubernetesTarget(StrictModel):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
-        if len(value) > 63 or not DNS1123_LABEL.match(value):
+        if len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
             raise PydanticCustomError(
                 "dns_label", "namespace {value} is not a DNS-1123 label", {"value": show_value(value)}
             )
@@ -105,7 +109,7 @@ DEFAULT_SLURM_GRACE_S = 120.0
 
 
 def _sbatch_option(arg: str) -> str:
-    if not _SLURM_OPTION_RE.match(arg):
+    if not _SLURM_OPTION_RE.fullmatch(arg):
         raise PydanticCustomError(
             "slurm_option",
             "{value} is not one sbatch option: write '--name' or '--name=value' (long form, no "
@@ -123,6 +127,11 @@ def _sbatch_option(arg: str) -> str:
 
 
 SbatchOption = Annotated[str, AfterValidator(_sbatch_option)]
+
+
+SlurmGrace = Annotated[
+    float, BeforeValidator(duration_at_most(MAX_SLURM_GRACE_S)), duration_schema(MAX_SLURM_GRACE_S)
+]
 
 
 class SlurmTarget(StrictModel):
@@ -160,7 +169,7 @@ class SlurmTarget(StrictModel):
         description="More sbatch options, one '--name' or '--name=value' each, e.g. ['--exclusive', "
         "'--reservation=bench']; options mlbench sets from the spec are refused.",
     )
-    time_limit_grace: Duration = Field(
+    time_limit_grace: SlurmGrace = Field(
         default=DEFAULT_SLURM_GRACE_S,
         description="Added to max_time for the job's time limit (sbatch --time, whole minutes), so a "
         "run that stops itself at max_time (counted after its setup) ends before Slurm kills it.",
@@ -174,7 +183,7 @@ class SlurmTarget(StrictModel):
     @field_validator("cluster")
     @classmethod
     def _cluster_name(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_CLUSTER_RE.match(value):
+        if value is not None and not _SLURM_CLUSTER_RE.fullmatch(value):
             raise PydanticCustomError(
                 "slurm_name",
                 "cluster {value} is not a cluster name: 1-30 lowercase letters, digits and '-', "
@@ -186,7 +195,7 @@ class SlurmTarget(StrictModel):
     @field_validator("partition", "account", "qos")
     @classmethod
     def _slurm_name(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_NAME_RE.match(value):
+        if value is not None and not _SLURM_NAME_RE.fullmatch(value):
             raise PydanticCustomError(
                 "slurm_name",
                 "{value} is not a Slurm name: use letters, digits and '_.+-' (commas between "
@@ -198,7 +207,7 @@ class SlurmTarget(StrictModel):
     @field_validator("constraint")
     @classmethod
     def _constraint(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_CONSTRAINT_RE.match(value):
+        if value is not None and not _SLURM_CONSTRAINT_RE.fullmatch(value):
             raise PydanticCustomError(
                 "slurm_constraint",
                 "{value} is not a Slurm feature expression: use feature names with & | , * [ ] ( ) "
