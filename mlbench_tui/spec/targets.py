@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 
 from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel
 from mlbench_tui.spec.limits import MAX_SLURM_GRACE_S, MAX_TOLERATION_SECONDS
+from mlbench_tui.spec.sbatch_options import ALIASES, SbatchArgError, parse_entry
 from mlbench_tui.spec.shortforms import duration_at_most, duration_schema, show_value
 
 
@@ -80,18 +81,29 @@ _SLURM_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 # token in a #SBATCH line.
 _SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+,-]*$")
 _SLURM_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|,*\[\]()!-]+$")
-_SLURM_OPTION_RE = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"`$\\;]+)?$")
-# sbatch options mlbench sets from the spec: an extra_args entry may not override them.
+# sbatch options mlbench sets from the spec (or needs left alone): an extra_args entry may not set
+# them under any name sbatch reads as them (prefixes, aliases, short options).
 SLURM_MANAGED_OPTIONS: dict[str, str] = {
     "nodes": "target.nodes",
     "ntasks": "workers",
     "ntasks-per-node": "target.tasks_per_node",
+    "ntasks-per-core": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "ntasks-per-socket": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "ntasks-per-gpu": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "ntasks-per-tres": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "distribution": "mlbench (rank 0 on the first node)",
     "cpus-per-task": "hardware.cpu",
+    "cpus-per-gpu": "hardware.cpu",
     "mem": "hardware.memory",
     "mem-per-cpu": "hardware.memory",
+    "mem-per-gpu": "hardware.memory",
+    "gpus": "hardware.gpu",
+    "gpus-per-node": "hardware.gpu",
+    "gpus-per-socket": "hardware.gpu",
     "gpus-per-task": "hardware.gpu",
     "gres": "hardware.gpu",
     "time": "max_time",
+    "time-min": "max_time",
     "partition": "target.partition",
     "account": "target.account",
     "qos": "target.qos",
@@ -99,31 +111,43 @@ SLURM_MANAGED_OPTIONS: dict[str, str] = {
     "job-name": "metadata.name",
     "output": "the run directory",
     "error": "the run directory",
+    "input": "the run directory",
+    "open-mode": "the run directory",
     "chdir": "the run directory",
     "export": "mlbench (the run's token travels in sbatch's environment)",
+    "export-file": "mlbench (the run's token travels in sbatch's environment)",
     "parsable": "mlbench",
+    "test-only": "mlbench (sbatch must submit the job and return its id)",
+    "wait": "mlbench (sbatch must submit the job and return its id)",
+    "help": "mlbench (sbatch must submit the job and return its id)",
+    "usage": "mlbench (sbatch must submit the job and return its id)",
+    "version": "mlbench (sbatch must submit the job and return its id)",
+    "clusters": "mlbench (it follows the job on this cluster)",
+    "requeue": "mlbench (a benchmark run is never requeued)",
+    "no-requeue": "mlbench (a benchmark run is never requeued)",
+    "uid": "mlbench (the job runs as you)",
+    "gid": "mlbench (the job runs as you)",
     "wrap": "the batch script",
     "array": "the batch script",
 }
 DEFAULT_SLURM_GRACE_S = 120.0
 
 
-def _sbatch_option(arg: str) -> str:
-    if not _SLURM_OPTION_RE.fullmatch(arg):
-        raise PydanticCustomError(
-            "slurm_option",
-            "{value} is not one sbatch option: write '--name' or '--name=value' (long form, no "
-            "spaces, quotes or shell characters)",
-            {"value": show_value(arg)},
-        )
-    name = arg[2:].partition("=")[0]
-    if name in SLURM_MANAGED_OPTIONS:
-        raise PydanticCustomError(
-            "slurm_option",
-            "extra_args may not set --{name}: mlbench sets it from {source}",
-            {"name": name, "source": SLURM_MANAGED_OPTIONS[name]},
-        )
-    return arg
+def _sbatch_option(entry: str) -> str:
+    try:
+        args = parse_entry(entry)
+    except SbatchArgError as exc:
+        raise PydanticCustomError("slurm_option", "{why}", {"why": str(exc)}) from None
+    for arg in args:
+        name = ALIASES.get(arg.name, arg.name)
+        if name in SLURM_MANAGED_OPTIONS:
+            written = "" if arg.written == f"--{name}" else f" (written {arg.written!r})"
+            raise PydanticCustomError(
+                "slurm_option",
+                "extra_args may not set --{name}{written}: mlbench sets it from {source}",
+                {"name": name, "written": written, "source": SLURM_MANAGED_OPTIONS[name]},
+            )
+    return entry
 
 
 SbatchOption = Annotated[str, AfterValidator(_sbatch_option)]
@@ -166,8 +190,9 @@ class SlurmTarget(StrictModel):
     )
     extra_args: list[SbatchOption] = Field(
         default_factory=list,
-        description="More sbatch options, one '--name' or '--name=value' each, e.g. ['--exclusive', "
-        "'--reservation=bench']; options mlbench sets from the spec are refused.",
+        description="More sbatch options, one per entry ('--name', '--name=value', '--name value', '-X', "
+        "'-X value'), e.g. ['--exclusive', '--reservation=bench']; options mlbench sets from the spec are "
+        "refused under any name sbatch reads as them, and so are quotes and shell characters.",
     )
     time_limit_grace: SlurmGrace = Field(
         default=DEFAULT_SLURM_GRACE_S,
