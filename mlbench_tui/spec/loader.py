@@ -35,6 +35,7 @@ from mlbench_tui.spec.reading import (
     read_capped,
     size_problem,
 )
+from mlbench_tui.spec.salvage import salvage, under
 from mlbench_tui.spec.tasks import get_task
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -316,10 +317,14 @@ def validate_document(
                 continue
             issues.append(issue_from_error(error, data, pos, file, BenchmarkSpec))
         issues.extend(_partial_policy(data, file, pos, bad_locs | {f[:2] for f in failed}))
+        rest, removed = salvage(data, exc.errors(include_url=False))
+        if rest is not None:  # the catalog, policy and placement problems of what is left
+            skip = removed | failed
+            issues.extend(_policy_issue(p, file, pos) for p in policy_issues(rest) if not under(p.loc, skip))
         return None, _sorted(_dedupe(issues))
+    issues = [_policy_issue(p, file, pos) for p in policy_issues(spec) if not under(p.loc, failed)]
     if failed:
-        return None, []
-    issues = [_policy_issue(p, file, pos) for p in policy_issues(spec)]
+        return None, _sorted(issues)
     return (None, _sorted(issues)) if issues else (spec, [])
 
 
