@@ -100,10 +100,15 @@ class Metadata(StrictModel):
 
     name: str = Field(
         description="Benchmark name, a DNS-1123 label (lowercase letters, digits and '-', at most 63 "
-        "characters); run names are '<name>-<backend>-<workers>w[-r<i>]'."
+        "characters); run names are '<name>-<backend>-<workers>w[-r<i>]'.",
+        json_schema_extra={"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
+        json_schema_extra={
+            "propertyNames": {"pattern": _LABEL_KEY_RE.pattern, "maxLength": 253},
+            "additionalProperties": {"type": "string", "maxLength": 63},
+        },
         description="Free-form key/value labels, copied to every run and Kubernetes object.",
     )
     description: str | None = Field(
@@ -494,7 +499,9 @@ class BenchmarkBody(StrictModel):
         default=1, ge=1, le=100, description="Runs per configuration (scored with an olympic mean)."
     )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for every rank."
+        default_factory=dict,
+        description="Extra environment variables for every rank.",
+        json_schema_extra={"propertyNames": {"pattern": _ENV_NAME_RE.pattern}},
     )
     price_per_hour: float | None = Field(
         default=None,

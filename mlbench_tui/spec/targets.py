@@ -48,7 +48,9 @@ class KubernetesTarget(StrictModel):
     kind: Literal["kubernetes"] = Field(description="'kubernetes': an Indexed Job in a cluster.")
     context: str | None = Field(default=None, description="kubeconfig context; default: the current context.")
     namespace: str = Field(
-        default="mlbench", description="Namespace for the Job, Service, Secret and ConfigMap."
+        default="mlbench",
+        description="Namespace for the Job, Service, Secret and ConfigMap.",
+        json_schema_extra={"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
     )
     image: str = Field(
         description="Worker image, e.g. 'mlbench-worker:dev' or 'ghcr.io/org/mlbench-worker:0.1'."
@@ -168,11 +170,25 @@ class SlurmTarget(StrictModel):
         "shared directory and server URL are the defaults here); default: the one chosen with "
         "`mlbench cluster use`, else the Slurm configuration of this login node.",
     )
-    partition: str | None = Field(default=None, description="Partition (sbatch --partition).")
-    account: str | None = Field(default=None, description="Account charged for the job (sbatch --account).")
-    qos: str | None = Field(default=None, description="Quality of service (sbatch --qos).")
+    partition: str | None = Field(
+        default=None,
+        description="Partition (sbatch --partition).",
+        json_schema_extra={"pattern": _SLURM_NAME_RE.pattern},
+    )
+    account: str | None = Field(
+        default=None,
+        description="Account charged for the job (sbatch --account).",
+        json_schema_extra={"pattern": _SLURM_NAME_RE.pattern},
+    )
+    qos: str | None = Field(
+        default=None,
+        description="Quality of service (sbatch --qos).",
+        json_schema_extra={"pattern": _SLURM_NAME_RE.pattern},
+    )
     constraint: str | None = Field(
-        default=None, description="Node features the job needs, e.g. 'a100&ib' (sbatch --constraint)."
+        default=None,
+        description="Node features the job needs, e.g. 'a100&ib' (sbatch --constraint).",
+        json_schema_extra={"pattern": _SLURM_CONSTRAINT_RE.pattern},
     )
     nodes: int | None = Field(
         default=None,
