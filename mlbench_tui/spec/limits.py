@@ -10,7 +10,7 @@ from __future__ import annotations
 
 MAX_SPEC_BYTES = 256 * 1024  # one spec file or stdin, checked before parsing; also the store's spec_text
 MAX_YAML_DEPTH = 32  # nested collections; a spec needs 5
-MAX_YAML_NODES = 5_000  # YAML nodes per file, aliases expanded (guards against "billion laughs")
+MAX_YAML_NODES = 2_000  # YAML nodes per file, aliases expanded (guards against "billion laughs")
 MAX_ISSUES = 100  # problems reported per file; more are summed up in one line
 
 MAX_DURATION_S = 365 * 86400.0  # max_time, a grace, any duration
