@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel, with_short_form
+from mlbench_tui.spec.base import DNS1123_LABEL, LABEL_KEY, StrictModel, with_short_form
 from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
 from mlbench_tui.spec.limits import (
     MAX_GPUS_PER_RANK,
@@ -69,7 +69,7 @@ GOAL_METRICS: dict[str, Literal["max", "min"]] = {
 _GPU_TYPE_DOC = f"GPU model, one of {', '.join(GPU_MODELS)} (case and separators are free: 'h100')."
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_KEY_RE = LABEL_KEY
 
 # Environment variables the engine sets for every rank; a spec may not override them.
 RESERVED_ENV: frozenset[str] = frozenset(

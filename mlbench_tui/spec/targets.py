@@ -9,10 +9,38 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel
+from mlbench_tui.spec.base import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    HTTP_URL,
+    LABEL_KEY,
+    LABEL_VALUE,
+    StrictModel,
+)
 from mlbench_tui.spec.limits import MAX_SLURM_GRACE_S, MAX_TOLERATION_SECONDS
 from mlbench_tui.spec.sbatch_options import ALIASES, SbatchArgError, parse_entry
 from mlbench_tui.spec.shortforms import duration_at_most, duration_schema, show_value
+
+
+def _kubernetes_name(value: str, pattern: re.Pattern[str], most: int, what: str) -> str:
+    if len(value) > most or not pattern.fullmatch(value):
+        raise PydanticCustomError(
+            "kubernetes_name", "{value} is not a valid {what}", {"value": show_value(value), "what": what}
+        )
+    return value
+
+
+def _server_url(value: str | None) -> str | None:
+    if value is not None and not HTTP_URL.fullmatch(value):
+        raise PydanticCustomError(
+            "server_url",
+            "server_url {value} is not an http(s) URL such as 'http://login1:8765'",
+            {"value": show_value(value)},
+        )
+    return value
+
+
+ServerUrl = Annotated[str | None, AfterValidator(_server_url)]
 
 
 class Toleration(StrictModel):
@@ -31,12 +59,22 @@ class Toleration(StrictModel):
         description="For NoExecute: how long the pod stays bound after the taint appears.",
     )
 
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        return None if value is None else _kubernetes_name(value, LABEL_KEY, 317, "taint key")
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        return None if value is None else _kubernetes_name(value, LABEL_VALUE, 63, "taint value")
+
 
 class LocalTarget(StrictModel):
     """Run every rank as a local process (torchrun for gloo/nccl, mpiexec for mpi)."""
 
     kind: Literal["local"] = Field(description="'local': processes on this machine.")
-    server_url: str | None = Field(
+    server_url: ServerUrl = Field(
         default=None,
         description="Metrics server to report to; default: the one from settings or an embedded server.",
     )
@@ -63,10 +101,36 @@ class KubernetesTarget(StrictModel):
     )
     tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate.")
     service_account: str | None = Field(default=None, description="Service account of the worker pods.")
-    server_url: str | None = Field(
+    server_url: ServerUrl = Field(
         default=None,
         description="Metrics server URL as seen from the pods; default: the in-cluster server.",
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise PydanticCustomError(
+                "image",
+                "image {value} is not an image reference: no spaces or newlines",
+                {"value": show_value(value)},
+            )
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return _kubernetes_name(value, DNS1123_SUBDOMAIN, 253, "service account name (a DNS-1123 subdomain)")
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            _kubernetes_name(key, LABEL_KEY, 317, "node label key")
+            _kubernetes_name(label, LABEL_VALUE, 63, "node label value")
+        return value
 
     @field_validator("namespace")
     @classmethod
@@ -215,7 +279,7 @@ class SlurmTarget(StrictModel):
         description="Added to max_time for the job's time limit (sbatch --time, whole minutes), so a "
         "run that stops itself at max_time (counted after its setup) ends before Slurm kills it.",
     )
-    server_url: str | None = Field(
+    server_url: ServerUrl = Field(
         default=None,
         description="Metrics server URL as seen from the compute nodes; default: the cluster's, else "
         "this host's address when the server listens beyond loopback, else the local URL.",
