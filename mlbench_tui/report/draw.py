@@ -137,7 +137,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     if panel.stacks:
         _draw_bars(ax, panel)
     xs: list[float] = []
-    ys: list[float] = [ref.y for ref in panel.refs if ref.y is not None]
+    ys: list[float] = [ref.y for ref in panel.refs if ref.y is not None and ref.x is None]
     for series in panel.series:
         xs.extend(series.x)
         ys.extend((*series.y, *(series.low or ()), *(series.high or ())))
@@ -170,7 +170,10 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             label=series.label,
         )
     for ref in panel.refs:
-        if ref.y is None:
+        if ref.x is not None:
+            ax.axvline(ref.x, linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
+            xs.append(ref.x)
+        elif ref.y is None:
             top = max(xs) if xs else 1.0
             ax.plot([1, top], [1, top], linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
         else:
@@ -210,6 +213,8 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         ax.set_xticklabels([f"{t:g}" for t in ticks])
     if panel.y_from_zero and not panel.y_log:
         ax.set_ylim(bottom=0)
+    if panel.corner:
+        ax.text(0.01, 0.99, panel.corner, ha="left", va="top", transform=ax.transAxes, color="#444444")
     if ax.get_legend_handles_labels()[1]:
         ax.legend(loc="best")
 

@@ -129,8 +129,12 @@ def environment_section(records: Sequence[RunRecord]) -> str:
     return "".join(parts)
 
 
-def figure_block(figure: Figure, png: bytes) -> str:
+def figure_block(figure: Figure, png: bytes | None) -> str:
+    """A figure with its caption and notes; one with nothing to draw (``png`` None) is its title
+    and the notes saying why."""
     notes = "".join(f"<li>{_e(n)}</li>" for n in figure.notes)
+    if png is None:
+        return f'<figure id="{_e(figure.key)}"><h3>{_e(figure.title)}</h3><ul>{notes}</ul></figure>'
     data = base64.b64encode(png).decode("ascii")
     return (
         f'<figure id="{_e(figure.key)}"><img alt="{_e(figure.title)}" src="data:image/png;base64,{data}">'
@@ -144,7 +148,9 @@ def render_page(
     """The whole page; ``images`` maps each figure's key to its PNG."""
     sections: dict[str, list[str]] = {}
     for figure in figures:
-        sections.setdefault(figure.section or "Figures", []).append(figure_block(figure, images[figure.key]))
+        sections.setdefault(figure.section or "Figures", []).append(
+            figure_block(figure, images.get(figure.key))
+        )
     body = "".join(f"<h2>{_e(name)}</h2>{''.join(blocks)}" for name, blocks in sections.items())
     contents = "".join(f'<li><a href="#{_e(f.key)}">{_e(f.title)}</a></li>' for f in figures)
     failed = sum(1 for r in records if outcome(r.result) is not None)

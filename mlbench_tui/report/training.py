@@ -18,22 +18,20 @@ from mlbench_tui.report.figure import (
     Series,
     backend_colour,
 )
+from mlbench_tui.report.gpu import gpu_panels
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 STRAGGLER = 1.10  # a rank whose median step time is 10% above the ranks' median straggles
 MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
-TELEMETRY_PREFIX = "sys/"
-TELEMETRY_PANELS = (  # (title, y label, words the metric name holds)
-    ("GPU utilisation", "percent", ("gpu", "util")),
-    ("GPU memory", "memory", ("gpu", "mem")),
-)
 RUN_CAPTION = (
     "Training time excludes validation. The goal metric is the global (all-reduced) validation "
     "value after each evaluation; the dashed line is the goal. Step time is per rank (one training "
     "step, data loading to optimizer step); a rank whose median step time is more than 10% above "
-    "the ranks' median is marked as a straggler. GPU panels appear when the run recorded telemetry."
+    "the ranks' median is marked as a straggler. GPU panels (when the run sampled its GPUs) plot "
+    "against time since training started: utilisation, memory in use on the GPU and the peak "
+    "PyTorch allocated, and power draw."
 )
 
 
@@ -154,23 +152,6 @@ def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
     ), notes
 
 
-def telemetry_panels(record: RunRecord) -> list[Panel]:
-    """GPU utilisation and memory per rank, when the run recorded ``sys/`` series."""
-    panels = []
-    names = [n for n in record.metrics if n.startswith(TELEMETRY_PREFIX)]
-    for title, unit, words in TELEMETRY_PANELS:
-        chosen = [n for n in sorted(names) if all(w in n.lower() for w in words)]
-        series = []
-        for name in chosen:
-            for i, rank in enumerate(record.ranks(name)):
-                x, y = _xy(record.points(name, rank))
-                label = f"rank {rank} {name.removeprefix(TELEMETRY_PREFIX)}"
-                series.append(Series(label, x, y, SPARE_COLOURS[i % len(SPARE_COLOURS)], marker=None))
-        if series:
-            panels.append(Panel(title, "step", unit, series=tuple(series), y_from_zero=True))
-    return panels
-
-
 def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
     result = record.result
     colour = backend_colour(result.backend, colours)
@@ -178,7 +159,7 @@ def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
     why = outcome(result)
     if why is not None:
         notes.insert(0, f"{result.name}: {why}")
-    panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *telemetry_panels(record))
+    panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *gpu_panels(record))
     head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
     state = (
         ""

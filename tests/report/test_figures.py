@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
+from mlbench_worker import sysmetrics as sm
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.report.anchors import ANCHORS
 from mlbench_tui.report.build import build_figures
 from mlbench_tui.report.figure import BACKEND_COLOURS, GOAL_COLOUR, Figure
-from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.inputs import RunClock, RunRecord
 from mlbench_tui.report.training import stragglers
 from mlbench_tui.results.model import RunResult, TimeSplit
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -158,9 +159,8 @@ def test_published_baselines_are_drawn_with_source_hardware_and_their_own_goal()
 
 def test_without_a_one_worker_run_speedup_says_why_it_is_empty() -> None:
     figure = by_key(build_figures([trained("gloo", 2, 0, 60.0), trained("gloo", 4, 0, 40.0)]))["scaling-spec"]
-    speedup = figure.panel("Speedup")
-    assert speedup.empty
-    assert speedup.note == "speedup needs a 1-worker run that reached the goal"
+    assert "Speedup" not in [p.title for p in figure.panels]
+    assert "Speedup is left out: speedup needs a 1-worker run that reached the goal." in figure.notes
 
 
 def test_allreduce_curves_per_backend_and_world_size_with_repeats_aggregated() -> None:
@@ -238,19 +238,65 @@ def test_many_ranks_draw_their_median_and_band_plus_the_stragglers_only() -> Non
 
 
 def test_gpu_telemetry_panels_appear_only_when_recorded() -> None:
-    plain = build_figures([trained("nccl", 1, 0, 10.0)])[-1]
-    assert [p.title for p in plain.panels] == ["Validation Prec@1", "Loss", "Step time per rank"]
+    plain = build_figures([trained("nccl", 1, 0, 10.0)])
+    assert [p.title for p in plain[-1].panels] == ["Validation Prec@1"]  # nothing else recorded
+    assert "Loss is left out: no loss recorded." in plain[-1].notes
+    assert not [f for f in plain if f.key.startswith("energy-")]
+
+
+def gpu_run() -> RunRecord:
+    """A one-rank GPU run whose telemetry is sampled each second from 3 s before training starts
+    (t = 1000) to 3 s after; the goal is reached at t = 1002.5."""
+    start, times = 1000.0, [997.0 + i for i in range(7)]
     metrics = [
-        *(MetricPoint("sys/gpu0_util", 90.0, r, s) for r in (0, 1) for s in (1, 2)),
-        *(MetricPoint("sys/gpu0_mem_used", 1e9, 0, s) for s in (1, 2)),
-        MetricPoint("sys/cpu_percent", 50.0, 0, 1),
+        *(MetricPoint(sm.GPU_UTIL, 0.0 if t < start else 50.0, 0, None, t=t) for t in times),
+        *(MetricPoint(sm.GPU_MEM_USED_MIB, 1024.0 if t < start else 2048.0, 0, None, t=t) for t in times),
+        *(MetricPoint(sm.GPU_MEM_PEAK_MIB, 0.0 if t < start else 512.0, 0, None, t=t) for t in times),
+        MetricPoint(sm.GPU_MEM_TOTAL_MIB, 143771.0, 0, None, t=times[0]),
+        *(MetricPoint(sm.GPU_POWER_W, 100.0 if t < start else 200.0, 0, None, t=t) for t in times),
+        *(MetricPoint(sm.GPU_ENERGY_J, 5000.0 + 200.0 * max(0.0, t - start), 0, None, t=t) for t in times),
     ]
-    figure = build_figures([trained("nccl", 2, 0, 10.0, metrics=metrics)])[-1]
-    assert [p.title for p in figure.panels][3:] == ["GPU utilisation", "GPU memory"]
-    assert [s.label for s in figure.panel("GPU utilisation").series] == [
-        "rank 0 gpu0_util",
-        "rank 1 gpu0_util",
+    record = trained("nccl", 1, 0, 2.5, metrics=metrics)
+    return RunRecord(record.result, record.spec_text, record.metrics, RunClock(start, 1002.5, 1003.0))
+
+
+def test_gpu_panels_plot_utilisation_memory_and_power_against_time_since_training_started() -> None:
+    figure = by_key(build_figures([gpu_run()]))["run-spec-nccl-1w-r0"]
+    assert [p.title for p in figure.panels][-3:] == ["GPU utilisation", "GPU memory", "GPU power"]
+    times = (-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0)
+    util = figure.panel("GPU utilisation")
+    assert (util.x_label, util.y_label) == ("time since training started (s)", "utilisation (%)")
+    assert [(s.label, s.x, s.y) for s in util.series] == [("GPU busy", times, (0.0,) * 3 + (50.0,) * 4)]
+    assert [(r.label, r.x) for r in util.refs] == [("training starts", 0.0), ("goal reached", 2.5)]
+    memory = figure.panel("GPU memory")
+    assert memory.y_label == "memory (GiB)"
+    assert [(s.label, s.y) for s in memory.series] == [
+        ("in use (all processes)", (1.0,) * 3 + (2.0,) * 4),
+        ("peak allocated (PyTorch)", (0.0,) * 3 + (0.5,) * 4),
     ]
+    assert memory.corner == "GPU total: 140.4 GiB"  # a label, not a line beside a 0.5 GiB peak
+    power = figure.panel("GPU power")
+    assert (power.y_label, power.series[0].label, power.series[0].y[-1]) == ("power (W)", "power draw", 200.0)
+
+
+def test_a_gpu_run_gets_a_power_and_energy_figure_with_the_energy_to_the_goal_marked() -> None:
+    figure = by_key(build_figures([gpu_run()]))["energy-spec-nccl-1w-r0"]
+    energy = figure.panel("Energy since training started")
+    assert (energy.x_label, energy.y_label) == ("time since training started (s)", "energy (J)")
+    (used,) = energy.series
+    assert used.label == "energy used"
+    assert used.x == (0.0, 1.0, 2.0, 2.5, 3.0)
+    assert used.y == pytest.approx((0.0, 200.0, 400.0, 500.0, 600.0))  # the counter, from the start
+    assert [(m.x, m.y, m.label) for m in energy.marks] == [(2.5, 500.0, "energy to the goal: 500 J")]
+    assert figure.panel("Power draw").y_label == "power (W)"
+    assert "spec-nccl-1w-r0: energy to the goal: 500 J (training start to goal, all ranks)" in figure.notes
+
+
+def test_every_axis_of_every_figure_names_its_unit() -> None:
+    records = [gpu_run(), trained("gloo", 1, 0, 100.0), trained("gloo", 2, 0, 60.0)]
+    for figure in build_figures(records):
+        for panel in figure.panels:
+            assert panel.x_label and panel.y_label, (figure.key, panel.title)
 
 
 def test_straggler_rule() -> None:
@@ -265,5 +311,8 @@ def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:
     )
     (figure,) = build_figures([failed])
     assert figure.key == "allreduce"
-    assert figure.panels[0].empty and figure.panels[0].note == "no all-reduce curve was recorded"
-    assert figure.notes == ("ar-gloo-2w-r0: failed: rank 1 lost",)
+    assert figure.panels == ()  # nothing to draw: the figure is its notes
+    assert figure.notes == (
+        "ar-gloo-2w-r0: failed: rank 1 lost",
+        "Bus bandwidth is left out: no all-reduce curve was recorded.",
+    )
