@@ -34,9 +34,10 @@ TIME_LABEL = "time since training started (s)"
 GPU_SERIES = (sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_MEM_PEAK_MIB, sm.GPU_POWER_W, sm.GPU_ENERGY_J)
 ENERGY_CAPTION = (
     "Power draw of each rank's GPU against time since training started (negative: the ranks "
-    "starting up), and the energy the GPUs used from training's start. Energy is read from the GPU's energy counter (NVML) where "
-    "it has one, else integrated from the power samples. Energy to the goal runs from training's "
-    "start to the goal being reached, validation included, summed over ranks."
+    "starting up), and the energy the GPUs used from training's start. Energy is read from the "
+    "GPU's energy counter (NVML) where it has one, else integrated from the power samples. Energy "
+    "to the goal runs from training's start to the goal being reached, validation included, summed "
+    "over ranks."
 )
 
 
