@@ -178,16 +178,19 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             ax.plot([1, top], [1, top], linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
         else:
             ax.axhline(ref.y, linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
+    mark_xs = [m.x for m in panel.marks] + xs
     for mark in panel.marks:
         ax.scatter([mark.x], [mark.y], marker=mark.symbol, s=45, color=mark.colour, zorder=5)
+        # the label reads away from the nearer side, so it stays inside the axes
+        leftmost = mark.x <= (min(mark_xs) + max(mark_xs)) / 2
         ax.annotate(
             mark.label,
             (mark.x, mark.y),
             textcoords="offset points",
-            xytext=(-6, 6),
+            xytext=(6 if leftmost else -6, 6),
             fontsize=7,
             color=mark.colour,
-            ha="right",
+            ha="left" if leftmost else "right",
         )
         xs.append(mark.x)
         ys.append(mark.y)
@@ -235,6 +238,7 @@ def _draw_bars(ax: Any, panel: Panel) -> None:
             width=0.7,
         )
         bottom = [b + v for b, v in zip(bottom, stack.values, strict=True)]
+    ax.set_ylim(0, max(bottom, default=0.0) * 1.08 or 1.0)
     ax.set_xticks(positions)
     ax.set_xticklabels(
         panel.categories,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlbench_tui.lifecycle import RunState
-from mlbench_tui.report.anchors import anchors_for
+from mlbench_tui.report.anchors import PUBLISHED, anchors_for
 from mlbench_tui.report.figure import (
     LINE_STYLES,
     REFERENCE_COLOUR,
@@ -25,6 +25,8 @@ from mlbench_tui.report.figure import (
     backend_colour,
 )
 from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.phases import phase_panel
+from mlbench_tui.report.price import cost_panel, price_index_panel
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import ConfigScore, score_configs
 
@@ -42,7 +44,11 @@ TTA_CAPTION = (
     "speedup / k. In the split, compute is forward + loss + backward + optimizer step, "
     "communication is the gradient all-reduce (agg), data loading is batch_load, other is the rest "
     "of training time (metrics and untracked time); seconds per rank, averaged over ranks and "
-    "repeats, over the whole run."
+    "repeats, over the whole run. Speedup without communication takes the all-reduce time out of "
+    "each time to accuracy: the bound with light-speed communication (MLBench's compute speedup). "
+    "Step time per phase is milliseconds per training step in each of MLBench's phases. The price "
+    "index is the price increase over one worker divided by the speedup (MLBench's figure): 1 when "
+    "k workers buy k times the speed."
 )
 
 
@@ -71,10 +77,24 @@ def _series_label(backend: str, framework: str, frameworks: int) -> str:
     return f"{backend} ({framework})" if frameworks > 1 else backend
 
 
+def _compute_times(records: Sequence[RunRecord], backend: str, framework: str) -> dict[int, float]:
+    """Time to accuracy less communication (the time with light-speed communication), mean over
+    the runs of each worker count that reached the goal and reported their phase split."""
+    by_workers: dict[int, list[float]] = {}
+    for record in records:
+        r = record.result
+        if (r.backend, r.framework) != (backend, framework) or not r.reached or r.time_split is None:
+            continue
+        if r.time_to_accuracy_s:
+            by_workers.setdefault(r.workers, []).append(r.time_to_accuracy_s - r.time_split.communication)
+    return {w: sum(v) / len(v) for w, v in by_workers.items() if v}
+
+
 def _lines(
     records: Sequence[RunRecord], colours: dict[str, str]
 ) -> tuple[list[Series], list[Series], list[Series]]:
-    """Time to accuracy, speedup and efficiency lines: one per (backend, framework)."""
+    """Time to accuracy, speedup (with and without communication) and efficiency lines: one per
+    (backend, framework); speedup and efficiency only where two worker counts can be compared."""
     results = [r.result for r in records]
     scores = score_configs(results)
     frameworks = sorted({r.framework for r in results})
@@ -92,13 +112,35 @@ def _lines(
             low, high = tuple(s.min_s or 0.0 for s in mine), tuple(s.max_s or 0.0 for s in mine)
             tta.append(Series(label, workers, times, colour, style, low=low, high=high))
         scaled = [s for s in mine if s.speedup is not None and s.efficiency is not None]
-        if scaled:
+        if len(scaled) >= 2:
             workers = tuple(float(s.workers) for s in scaled)
             speedup.append(Series(label, workers, tuple(s.speedup or 0.0 for s in scaled), colour, style))
             efficiency.append(
                 Series(label, workers, tuple(s.efficiency or 0.0 for s in scaled), colour, style)
             )
+            compute = _compute_times(records, backend, framework)
+            shown = sorted(w for w in compute if w in {s.workers for s in scaled} and compute[w] > 0)
+            if 1 in compute and len(shown) >= 2:
+                speedup.append(
+                    Series(
+                        f"{label} without communication",
+                        tuple(float(w) for w in shown),
+                        tuple(compute[1] / compute[w] for w in shown),
+                        colour,
+                        ":",
+                        marker="s",
+                    )
+                )
     return tta, speedup, efficiency
+
+
+def _no_speedup(results: Sequence[RunResult]) -> str:
+    """Why a spec's runs have no speedup to draw, in words."""
+    counts = sorted({r.workers for r in results})
+    if len(counts) == 1:
+        plural = "s" if counts[0] != 1 else ""
+        return f"every run used {counts[0]} worker{plural}: no other worker count to compare with"
+    return "speedup needs a 1-worker run that reached the goal"
 
 
 def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[str, str]) -> Figure:
@@ -110,7 +152,7 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
     values = [t for s in tta_lines for t in (*s.y, *(s.high or ()))] + [m.y for m in marks]
     values += [r.y for r in refs if r.y is not None]
     log = bool(values) and min(values) > 0 and max(values) / min(values) > 20  # decades apart: log axis
-    no_base = "speedup needs a 1-worker run that reached the goal"
+    no_base = _no_speedup(results)
     tta = Panel(
         "Time to accuracy", "workers", "seconds" + (" (log)" if log else ""), series=tuple(tta_lines),
         marks=tuple(marks), refs=tuple(refs), x_integer=True, y_log=log, y_from_zero=not log,
@@ -135,7 +177,15 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
         key=f"scaling-{spec_name}",
         title=f"{spec_name}: scaling ({task}{goal_text})",
         caption=TTA_CAPTION,
-        panels=(tta, speed, efficiency, _split_panel(records)),
+        panels=(
+            tta,
+            speed,
+            efficiency,
+            _split_panel(records),
+            phase_panel(records),
+            price_index_panel(records, colours),
+            cost_panel(records, colours),
+        ),
         section="Scaling",
         notes=tuple(notes + ref_notes),
     )
@@ -182,6 +232,7 @@ def _anchor_refs(results: Sequence[RunResult]) -> tuple[list[RefLine], list[str]
                 f"{anchor.source}'s baselines reached {metric} {anchor.target:g}; these runs' goal is "
                 f"{goal.metric.removeprefix('val_global_')} {goal.target:g}: the times are not like for like."
             )
+    notes += [p.description for p in PUBLISHED if p.task == results[0].task]
     return refs, list(dict.fromkeys(notes))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from mlbench_tui.report.anchors import published_for
 from mlbench_tui.report.figure import (
     GOAL_COLOUR,
     SPARE_COLOURS,
@@ -100,7 +101,10 @@ def loss_panel(record: RunRecord, colour: str) -> Panel:
         x, y = _xy(record.lowest_rank(name))
         if x:
             series.append(Series(label, x, y, colour, style, marker=None if label == "train" else "o"))
-    return Panel("Loss", "step", "loss", series=tuple(series), note="no loss recorded")
+    refs = tuple(RefLine(p.label, p.value) for p in published_for(record.result.task, "loss"))
+    return Panel(
+        "Loss", "step", "loss", series=tuple(series), refs=refs if series else (), note="no loss recorded"
+    )
 
 
 def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:

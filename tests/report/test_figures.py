@@ -103,7 +103,8 @@ def test_scaling_points_are_olympic_means_with_min_max_and_speedup_against_one_w
     assert (gloo.low, gloo.high) == ((100.0, 50.0), (120.0, 60.0))
     assert (mpi.label, mpi.x, mpi.y) == ("mpi", (1.0, 2.0), (90.0, 45.0))
     speedup = figure.panel("Speedup")
-    assert [(s.label, s.y) for s in speedup.series] == [("gloo", (1.0, 2.0)), ("mpi", (1.0, 2.0))]
+    with_communication = [(s.label, s.y) for s in speedup.series if "without" not in s.label]
+    assert with_communication == [("gloo", (1.0, 2.0)), ("mpi", (1.0, 2.0))]
     assert [r.label for r in speedup.refs] == ["ideal (linear)"]
     efficiency = figure.panel("Parallel efficiency")
     assert [s.y for s in efficiency.series] == [(1.0, 1.0), (1.0, 1.0)]
@@ -155,6 +156,49 @@ def test_published_baselines_are_drawn_with_source_hardware_and_their_own_goal()
     # 100 s next to 5,895 s spans decades: a log axis
     assert figure.panel("Time to accuracy").y_log
     assert {a.task for a in ANCHORS} == {"1a"}
+
+
+def test_mlbench_published_loss_and_costs_are_drawn_for_their_tasks() -> None:
+    loss = [MetricPoint("train_loss", 0.5, 0, s) for s in (1, 2)]
+    run = trained("gloo", 1, 0, 10.0, metrics=loss)
+    logreg = RunRecord(run.result.model_copy(update={"task": "2a"}), "", run.metrics)
+    figures = by_key(build_figures([logreg]))
+    refs = figures["run-spec-gloo-1w-r0"].panel("Loss").refs
+    assert [(r.label, r.y) for r in refs] == [("MLBench's target loss 0.2828", 0.2828)]
+    assert "MLBench's published result for task 2a: target loss 0.2828" in figures["scaling-spec"].notes
+    gnmt = RunRecord(run.result.model_copy(update={"task": "4a"}), "", {})
+    cost = by_key(build_figures([gnmt]))["scaling-spec"].panel("Cost per run")
+    assert [(m.x, m.y, m.label) for m in cost.marks] == [
+        (1.0, 10.0, "MLBench 1x T4: $10 per run"),
+        (4.0, 18.0, "MLBench 4x T4: $18 per run"),
+    ]
+
+
+def test_speedup_without_communication_step_phases_and_price_index_across_worker_counts() -> None:
+    phases = [MetricPoint("phase_fwd_pass", 0.5 * w, 0, 10) for w in (1,)]
+    records = [
+        trained("gloo", 1, 0, 100.0, metrics=phases),  # communication 2 s: 98 s without it
+        trained("gloo", 2, 0, 60.0),  # communication 4 s: 56 s without it
+    ]
+    figure = by_key(build_figures(records))["scaling-spec"]
+    speedup = figure.panel("Speedup")
+    assert [s.label for s in speedup.series] == ["gloo", "gloo without communication"]
+    assert speedup.series[1].y == pytest.approx((1.0, 98 / 56))
+    price = figure.panel("Price index")
+    # worker-seconds 100 -> 120 (1.2x the price) for a speedup of 100/60: 0.72
+    assert price.series[0].y == pytest.approx((1.0, 0.72))
+    assert price.y_label == "price increase / speedup (worker-seconds to the goal)"
+    step = figure.panel("Step time per phase")
+    assert step.categories == ("gloo 1w",)  # the 2-worker run reported no phases
+    assert [(b.label, b.values) for b in step.stacks] == [("forward", (50.0,))]  # 0.5 s over 10 steps
+
+
+def test_one_worker_specs_say_why_speedup_and_price_index_are_left_out() -> None:
+    figure = by_key(build_figures([trained("gloo", 1, 0, 10.0)]))["scaling-spec"]
+    assert [p.title for p in figure.panels] == ["Time to accuracy", "Where the time went"]
+    assert (
+        "Speedup is left out: every run used 1 worker: no other worker count to compare with." in figure.notes
+    )
 
 
 def test_without_a_one_worker_run_speedup_says_why_it_is_empty() -> None:
