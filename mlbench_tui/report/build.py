@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.gpu import energy_figures
+from mlbench_tui.report.implementations import implementation_figures
 from mlbench_tui.report.inputs import RunRecord, load_records, sweeps, training
 from mlbench_tui.report.renderer import Renderer
 from mlbench_tui.report.scaling import scaling_figures
@@ -37,6 +38,7 @@ def build_figures(records: Sequence[RunRecord]) -> list[Figure]:
     figures = [
         *scaling_figures(trained, colours),
         *sweep_figures(sweeps(records), colours),
+        *implementation_figures(trained),
         *run_figures(trained, colours),
         *energy_figures(records),
     ]

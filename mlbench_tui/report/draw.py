@@ -206,8 +206,9 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             axis.set_major_formatter(FuncFormatter(compact))
             axis.set_minor_locator(NullLocator())
             axis.set_minor_formatter(NullFormatter())
-    for log, axis in ((panel.x_log, ax.xaxis), (panel.y_log, ax.yaxis)):
-        if not log:  # five ticks read as well as nine and cost half as much to lay out
+    for log, axis in ((panel.x_log or bool(panel.stacks), ax.xaxis), (panel.y_log, ax.yaxis)):
+        # five ticks read as well as nine and cost half as much to lay out; bars keep their categories
+        if not log:
             axis.set_major_locator(MaxNLocator(nbins=5))
     if panel.x_integer and xs and not panel.stacks:
         ticks = sorted(set(xs))

@@ -9,7 +9,7 @@ import pytest
 from mlbench_worker import sysmetrics as sm
 
 from mlbench_tui.lifecycle import RunState
-from mlbench_tui.plan import GoalPlan
+from mlbench_tui.plan import GoalPlan, ImplementationPlan
 from mlbench_tui.report.anchors import ANCHORS
 from mlbench_tui.report.build import build_figures
 from mlbench_tui.report.figure import BACKEND_COLOURS, GOAL_COLOUR, Figure
@@ -360,3 +360,26 @@ def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:
         "ar-gloo-2w-r0: failed: rank 1 lost",
         "Bus bandwidth is left out: no all-reduce curve was recorded.",
     )
+
+
+def test_implementation_is_a_comparison_axis_with_time_to_accuracy_and_step_time() -> None:
+    def run(tta: float | None, step_s: float, graphs: bool, precision: str, state: RunState) -> RunRecord:
+        steps = [MetricPoint("step_time", step_s, 0, s) for s in (1, 2, 3)]
+        base = trained("nccl", 1, 0, tta, metrics=steps, state=state, message="CUDA error: x\nat line 2")
+        result = base.result.model_copy(update={"implementation": ImplementationPlan(cuda_graphs=graphs)})
+        return RunRecord(result, "", base.metrics, precision=precision)
+
+    records = [
+        run(10.0, 0.010, False, "fp32", RunState.SUCCEEDED),
+        run(4.0, 0.004, True, "fp32", RunState.SUCCEEDED),
+        run(None, 0.002, True, "bf16", RunState.FAILED),
+    ]
+    figure = by_key(build_figures(records))["implementations-1a"]
+    tta, step = figure.panel("Time to accuracy"), figure.panel("Step time")
+    assert tta.categories == ("nccl 1w CUDA graphs bf16", "nccl 1w CUDA graphs fp32", "nccl 1w eager fp32")
+    assert tta.stacks[0].values == (0.0, 4.0, 10.0)
+    assert [(m.x, m.label) for m in tta.marks] == [(0.0, "failed")]
+    assert step.stacks[0].values == pytest.approx((2.0, 4.0, 10.0))  # milliseconds
+    assert figure.notes == ("nccl 1w CUDA graphs bf16: no run reached the goal (failed: CUDA error: x)",)
+    one_way = [r for r in records if not r.result.implementation.cuda_graphs]
+    assert "implementations-1a" not in by_key(build_figures(one_way))
