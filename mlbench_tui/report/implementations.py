@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from mlbench_tui.report.figure import GOAL_COLOUR, BarStack, Figure, Mark, Panel
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.scaling import outcome
+from mlbench_tui.report.scaling import outcome, outcome_line
 
 CAPTION = (
     "Each bar is one way the task ran (eager or CUDA graphs, and its precision) at one backend and "
@@ -45,8 +45,7 @@ def implementation_figure(task: str, records: Sequence[RunRecord]) -> Figure:
         reached = [m.result.time_to_accuracy_s for m in members if outcome(m.result) is None]
         times.append(statistics.fmean(t for t in reached if t is not None) if reached else 0.0)
         if not reached:
-            why = outcome(members[0].result) or ""
-            notes.append(f"{category}: no run reached the goal ({why.splitlines()[0] if why else ''})")
+            notes.append(f"{category}: no run reached the goal ({outcome_line(members[0].result)})")
             marks.append(Mark(float(i), 0.0, members[0].result.state.value, GOAL_COLOUR))
         values = [p.value * 1000 for m in members for p in m.points("step_time")]
         steps.append(statistics.median(values) if values else 0.0)

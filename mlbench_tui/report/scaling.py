@@ -58,7 +58,7 @@ def outcome(result: RunResult) -> str | None:
         return None
     if result.state in (RunState.FAILED, RunState.CANCELLED, RunState.UNKNOWN):
         why = result.message or result.stop_reason
-        return f"{result.state.value}" + (f": {why}" if why else "")
+        return f"{result.state.value}" + (f": {why}" if why and why != result.state.value else "")
     if result.state is not RunState.SUCCEEDED:
         return f"still {result.state.value}"
     goal = result.goal
@@ -67,6 +67,12 @@ def outcome(result: RunResult) -> str | None:
         return None
     op = ">=" if goal.direction == "max" else "<="
     return f"never reached the goal (best {best}, goal {op} {goal.target:g})"
+
+
+def outcome_line(result: RunResult) -> str | None:
+    """``outcome`` on one line, for a figure's notes (the runs table folds the whole text away)."""
+    why = outcome(result)
+    return None if why is None else why.splitlines()[0]
 
 
 def _series_key(score: ConfigScore | RunResult) -> tuple[str, str]:
@@ -196,7 +202,7 @@ def _missed(records: Sequence[RunRecord], colours: dict[str, str]) -> tuple[list
     marks, notes = [], []
     for record in records:
         result = record.result
-        why = outcome(result)
+        why = outcome_line(result)
         if why is None:
             continue
         notes.append(f"{result.name}: {why}")

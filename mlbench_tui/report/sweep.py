@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from mlbench_tui.report.figure import LINE_STYLES, Figure, LineStyle, Panel, Series, backend_colour
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.scaling import outcome
+from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.allreduce import SizeFigures, Spread, SweepCurve, SweepRun, aggregate, run_curves
 
 SWEEP_CAPTION = (
@@ -103,7 +103,7 @@ def sweep_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list
 def _sweep_outcome(record: RunRecord) -> str | None:
     if record.result.state.value == "succeeded":
         return None if record.metrics else "succeeded but recorded no all-reduce curve"
-    return outcome(record.result)
+    return outcome_line(record.result)
 
 
 def _best_figure(curves: Sequence[SweepCurve], colours: dict[str, str]) -> Figure:

@@ -21,7 +21,7 @@ from mlbench_tui.report.figure import (
 )
 from mlbench_tui.report.gpu import gpu_panels
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.scaling import outcome
+from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 STRAGGLER = 1.10  # a rank whose median step time is 10% above the ranks' median straggles
@@ -160,7 +160,7 @@ def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
     result = record.result
     colour = backend_colour(result.backend, colours)
     steps, notes = step_time_panel(record)
-    why = outcome(result)
+    why = outcome_line(result)
     if why is not None:
         notes.insert(0, f"{result.name}: {why}")
     panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *gpu_panels(record))
