@@ -34,7 +34,7 @@ def test_summary_table_and_fingerprint_from_environment_event() -> None:
     assert result.cost_to_target == pytest.approx((16.0 + 3.0) / 3600 * 3.6)
     assert RunResult.model_validate_json(result.model_dump_json()) == result  # stored as JSON
     row = results_rows([result])[0]
-    assert row["REACHED"] == "yes" and row["TIME TO ACC"] == "16.0s" and "Prec@1 71" in row["RESULT"]
+    assert row["REACHED"] == "yes" and row["TIME TO ACC"] == "16.0 s" and "Prec@1 71" in row["RESULT"]
     assert "qs-gloo-2w" in render_results([result])
 
 
@@ -251,12 +251,12 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
     assert (hw.peak_rss_mib, hw.peak_gpu_mem_mib, hw.mean_gpu_util) == (1800.0, 12288.0, 85.0)
     row = results_rows([result])[0]
     assert (row["PEAK MEM"], row["GPU MEM"], row["GPU UTIL"]) == ("1.8G", "12G", "85%")
-    assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("0.004 kWh", "$0.0020")
+    assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("14.4 kJ", "0.00200 USD")
     lines = dict(telemetry_lines(hw))
     assert lines["memory"] == "peak 1.8G resident (rank 1 of 2, limit 4.0G)"
     assert (
         lines["energy"]
-        == "0.004 kWh to accuracy (14.4 kJ, all GPUs, NVML energy counter), $0.0020 at 0.5/kWh"
+        == "14.4 kJ to accuracy (14.4 kJ, all GPUs, NVML energy counter), 0.00200 USD at 0.5/kWh"
     )
     assert rank_figures_text(hw.ranks[1]) == "rss 1.8G/4.0G  gpu mem 12G  util 90%  7.56 kJ"
     plain = summarize_run(plan(), RunState.SUCCEEDED, series([50.0, 71.0]), events)
@@ -265,4 +265,4 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
     header = render_results([plain]).splitlines()[0]
     assert "PEAK MEM" in header and "GPU" not in header and "ENERGY" not in header
     mixed = render_results([plain, result]).splitlines()
-    assert "ENERGY TO ACC" in mixed[0] and "0.004 kWh" in mixed[2]
+    assert "ENERGY TO ACC" in mixed[0] and "14.4 kJ" in mixed[2]
