@@ -212,6 +212,13 @@ def format_mib(mib: float) -> str:
     return f"{gib:.1f}G" if gib < 10 else f"{gib:.0f}G"
 
 
+def without_empty(rows: Sequence[Mapping[str, str]], keep: Sequence[str] = ()) -> list[dict[str, str]]:
+    """``rows`` without the columns (other than ``keep``) that are ``-`` in every row."""
+    columns = {c for row in rows for c in row} - set(keep)
+    empty = {c for c in columns if all(row.get(c, MISSING) == MISSING for row in rows)}
+    return [{k: v for k, v in row.items() if k not in empty} for row in rows]
+
+
 def render_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str] | None = None) -> str:
     """A plain aligned text table (no colour codes, safe to pipe); the header names the columns."""
     if not rows:
