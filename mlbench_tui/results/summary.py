@@ -169,6 +169,7 @@ def summarize_run(
         workers=plan.workers,
         repeat=plan.repeat,
         implementation=plan.implementation,
+        precision=plan.resources.precision,
         state=state,
         message=message,
         stop_reason=stop.payload.get("reason") if stop else None,

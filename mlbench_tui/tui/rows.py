@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.scoring import reached_time, speedup
 from mlbench_tui.store.api_models import RunInfo
@@ -112,7 +112,7 @@ def sort_rows(rows: Iterable[RunRow], key: str, reverse: bool = False) -> list[R
 
 
 def format_age(created: float, now: float) -> str:
-    return format_duration(now - created) if created else "—"
+    return format_elapsed(now - created) if created else "—"
 
 
 # -- compare -----------------------------------------------------------------------------------

@@ -18,11 +18,17 @@ def test_olympic_mean_drops_fastest_and_slowest() -> None:
 
 def test_speedup_and_efficiency_versus_one_worker_and_repeats() -> None:
     rows = [
-        RunResult(spec_name="s", backend="gloo", workers=1, reached=True, time_to_accuracy_s=t)
+        RunResult(
+            spec_name="s", backend="gloo", workers=1, state="succeeded", reached=True, time_to_accuracy_s=t
+        )
         for t in (100.0, 90.0, 300.0)
     ] + [
-        RunResult(spec_name="s", backend="gloo", workers=2, reached=True, time_to_accuracy_s=60.0),
-        RunResult(spec_name="s", backend="gloo", workers=2, reached=False, time_to_accuracy_s=None),
+        RunResult(
+            spec_name="s", backend="gloo", workers=2, state="succeeded", reached=True, time_to_accuracy_s=60.0
+        ),
+        RunResult(
+            spec_name="s", backend="gloo", workers=2, state="failed", reached=False, time_to_accuracy_s=None
+        ),
     ]
     scores = {s.workers: s for s in score_configs(rows)}
     assert scores[1].time_to_accuracy_s == 100.0  # 90 and 300 dropped
@@ -70,11 +76,14 @@ def test_frameworks_of_one_spec_are_scored_apart_and_named_in_the_table() -> Non
 def test_allreduce_sweeps_are_not_scored_against_a_goal() -> None:
     goal = {"metric": "val_global_Prec@1", "target": 70.0}
     sweeps = [RunResult(name=f"ar-{r}", spec_name="ar", task="0a", backend="gloo") for r in (0, 1)]
-    missed = [RunResult(name="t", spec_name="t", backend="gloo", goal=goal, reached=False)] * 2
+    missed = [
+        RunResult(name="t", spec_name="t", backend="gloo", goal=goal, state="succeeded", reached=False)
+    ] * 2
     # a training configuration that never reached its goal is scored ("0 reached" means something)
     assert [(s.spec_name, s.runs, s.reached) for s in score_configs(sweeps + missed)] == [("t", 2, 0)]
     table = render_results(sweeps + missed)
-    assert "t pytorch gloo 1w" in table and "ar pytorch gloo 1w" not in table
+    assert "t gloo fp32 1w" in table and "ar gloo" not in table
+    assert "left out of t gloo fp32 1w: t (goal not reached), t (goal not reached)" in table
 
 
 def test_cost_to_target() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_duration, format_elapsed
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.goal import find_stragglers, goal_status
@@ -50,13 +50,14 @@ def test_stragglers_are_well_above_the_median() -> None:
 
 
 def test_format_duration() -> None:
-    assert [format_duration(s) for s in (5, 187, 3725, 2 * 86400 + 3 * 3600)] == [
+    assert [format_elapsed(s) for s in (5, 187, 3725, 2 * 86400 + 3 * 3600)] == [
         "5s",
         "3m07s",
         "1h02m",
         "2d03h",
     ]
-    assert format_duration(None) == "—"
+    assert format_elapsed(None) == "—"
+    assert [format_duration(s) for s in (0.0286, 0.425, 65)] == ["28.6 ms", "0.425 s", "1 m 05 s"]
 
 
 def _run(

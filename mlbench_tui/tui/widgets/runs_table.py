@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_duration, format_elapsed
 from mlbench_tui.tui.rows import RunRow, format_age
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
@@ -26,7 +26,7 @@ def _time_to_goal(row: RunRow) -> Text:
     if row.time_to_goal_s is not None:
         return Text(format_duration(row.time_to_goal_s), style="bold")
     if row.eta_s is not None:
-        return Text(f"~{format_duration(row.eta_s)} left", style="grey50")
+        return Text(f"~{format_elapsed(row.eta_s)} left", style="grey50")
     return Text("—", style="grey50")
 
 
