@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from mlbench_worker import sysmetrics as sm
 
+from mlbench_tui.formatting import format_energy
 from mlbench_tui.report.figure import (
     GOAL_COLOUR,
     REFERENCE_COLOUR,
@@ -165,7 +166,7 @@ def energy_figure(record: RunRecord) -> Figure | None:
     marks, notes = [], []
     at_goal = next((j for t, j in curve if t == record.clock.goal), None)
     if at_goal is not None and record.clock.goal is not None:
-        text = f"energy to the goal: {at_goal * factor:,.3g} {unit}"
+        text = f"energy to the goal: {format_energy(at_goal)}"
         marks.append(Mark(record.clock.goal - zero, at_goal * factor, text, GOAL_COLOUR, "*"))
         notes.append(f"{result.name}: {text} (training start to goal, all ranks)")
     elif result.goal is not None:

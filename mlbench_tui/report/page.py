@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from mlbench_tui import __version__
+from mlbench_tui.formatting import format_duration
 from mlbench_tui.report.environment import environment_section
 from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.inputs import RunRecord
@@ -43,7 +44,7 @@ def _e(value: object) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f} s"
+    return format_duration(value, unknown="-")
 
 
 def outcome_cell(text: str, ok: bool) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from mlbench_tui.formatting import format_duration
 from mlbench_tui.report.anchors import published_for
 from mlbench_tui.report.figure import (
     GOAL_COLOUR,
@@ -72,7 +73,7 @@ def goal_panel(record: RunRecord, colour: str) -> Panel:
             Mark(
                 result.time_to_accuracy_s,
                 reached_at,
-                f"reached in {result.time_to_accuracy_s:.1f} s",
+                f"reached in {format_duration(result.time_to_accuracy_s)}",
                 GOAL_COLOUR,
                 "*",
             )

@@ -264,7 +264,9 @@ def test_run_figure_goal_metric_against_training_time_with_goal_line_and_straggl
     assert goal.x_label == "training time (s)"
     assert (goal.series[0].x, goal.series[0].y) == ((11.0, 22.0, 33.0), (40.0, 65.0, 72.0))
     assert [(r.label, r.y, r.colour) for r in goal.refs] == [("goal >= 70", 70.0, GOAL_COLOUR)]
-    assert [(m.x, m.y, m.label) for m in goal.marks] == [(33.0, 72.0, "reached in 33.0 s")]
+    assert [(m.x, m.y, m.label) for m in goal.marks] == [
+        (33.0, 72.0, "reached in 33.0 s")
+    ]  # format_duration: 3 significant figures
     assert figure.panel("Loss").series[0].y == pytest.approx((0.2, 0.1, 2 / 30))
     steps = figure.panel("Step time per rank")
     assert [s.label for s in steps.series] == ["rank 0", "rank 1", "rank 2", "rank 3 (straggler, +50%)"]

@@ -25,7 +25,7 @@ def test_page_names_every_run_outcome_spec_and_environment() -> None:
     page = render_page(records, figures, {f.key: PNG for f in figures}, title="mlbench report: spec")
     assert page.startswith("<!doctype html>") and "<title>mlbench report: spec</title>" in page
     assert "3 run(s), 1 without a result" in page
-    assert "<td class=ok>reached in 100.0 s</td>" in page
+    assert "<td class=ok>reached in 1 m 40 s</td>" in page
     assert "<td class=bad>failed: rank 3 exited with code 1</td>" in page
     assert "<td class=ok>sweep recorded</td>" in page
     assert "spec hash <code>abc123</code>, 2 run(s)" in page and "<pre>spec: text</pre>" in page
