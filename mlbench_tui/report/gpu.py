@@ -32,6 +32,7 @@ from mlbench_tui.results.time_to_accuracy import MetricPoint
 MIB_PER_GIB = 1024.0
 MAX_RANKS = 8  # more ranks than this: the first eight are drawn and the figure says so
 TIME_LABEL = "time since training started (s)"
+SAMPLE_LABEL = "time since the first GPU sample (s)"  # a run that never started training
 GPU_SERIES = (sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_MEM_PEAK_MIB, sm.GPU_POWER_W, sm.GPU_ENERGY_J)
 ENERGY_CAPTION = (
     "Power draw of each rank's GPU against time since training started (negative: the ranks "
@@ -67,6 +68,10 @@ def _label(words: str, rank: int, ranks: int) -> str:
     return words if ranks == 1 else f"{words}, rank {rank}"
 
 
+def _time_label(record: RunRecord) -> str:
+    return TIME_LABEL if record.clock.start is not None else SAMPLE_LABEL
+
+
 def _moments(record: RunRecord, zero: float) -> tuple[RefLine, ...]:
     """Vertical lines where training started and where the goal was reached."""
     lines = (
@@ -84,7 +89,7 @@ def _time_series(
     series = []
     for i, rank in enumerate(ranks):
         samples = _samples(record.points(name, rank))
-        if samples:
+        if len(samples) >= 2:  # one sample has no course over time to draw
             series.append(
                 Series(
                     _label(words, rank, len(ranks)),
@@ -104,7 +109,7 @@ def gpu_panels(record: RunRecord) -> list[Panel]:
     zero = _zero(record)
     if zero is None:
         return []
-    moments = _moments(record, zero)
+    moments, label = _moments(record, zero), _time_label(record)
     util = _time_series(record, sm.GPU_UTIL, "GPU busy", zero)
     used = _time_series(record, sm.GPU_MEM_USED_MIB, "in use (all processes)", zero, 1 / MIB_PER_GIB)
     peak = _time_series(record, sm.GPU_MEM_PEAK_MIB, "peak allocated (PyTorch)", zero, 1 / MIB_PER_GIB, "--")
@@ -112,14 +117,21 @@ def gpu_panels(record: RunRecord) -> list[Panel]:
     totals = sorted({p.value for p in record.metrics.get(sm.GPU_MEM_TOTAL_MIB, ())})
     corner = f"GPU total: {totals[-1] / MIB_PER_GIB:,.1f} GiB" if totals else ""
     panels = [
-        Panel("GPU utilisation", TIME_LABEL, "utilisation (%)", series=tuple(util), refs=moments,
-              y_from_zero=True, note="no GPU utilisation was sampled"),
-        Panel("GPU memory", TIME_LABEL, "memory (GiB)", series=(*used, *peak), refs=moments,
-              y_from_zero=True, note="no GPU memory was sampled", corner=corner),
-        Panel("GPU power", TIME_LABEL, "power (W)", series=tuple(power), refs=moments, y_from_zero=True,
-              note="no GPU power was sampled"),
+        Panel("GPU utilisation", label, "utilisation (%)", series=tuple(util), refs=moments,
+              y_from_zero=True),
+        Panel("GPU memory", label, "memory (GiB)", series=(*used, *peak), refs=moments,
+              y_from_zero=True, corner=corner),
+        Panel("GPU power", label, "power (W)", series=tuple(power), refs=moments, y_from_zero=True),
     ]  # fmt: skip
     return [p for p in panels if not p.empty]
+
+
+def few_samples_note(record: RunRecord) -> str | None:
+    """Why a run that sampled its GPU has no GPU panels: fewer than two samples of each series."""
+    sampled = any(record.metrics.get(name) for name in GPU_SERIES)
+    if sampled and not gpu_panels(record):
+        return f"{record.result.name}: GPU panels are left out: fewer than two GPU samples were taken"
+    return None
 
 
 def energy_unit(joules: float) -> tuple[str, float]:
@@ -154,7 +166,7 @@ def energy_figure(record: RunRecord) -> Figure | None:
     """Power and energy against time for a run that sampled either; None when it sampled neither."""
     zero = _zero(record)
     curve = _cumulative(record, zero) if zero is not None else []
-    if zero is None or not curve:
+    if zero is None or len(curve) < 2:
         return None
     result = record.result
     unit, factor = energy_unit(max(j for _, j in curve))
@@ -176,9 +188,9 @@ def energy_figure(record: RunRecord) -> Figure | None:
     power = _time_series(record, sm.GPU_POWER_W, "power draw", zero)
     moments = _moments(record, zero)
     panels = (
-        Panel("Power draw", TIME_LABEL, "power (W)", series=tuple(power), refs=moments, y_from_zero=True,
-              note="no power was sampled"),
-        Panel("Energy since training started", TIME_LABEL, f"energy ({unit})", series=(energy,),
+        Panel("Power draw", _time_label(record), "power (W)", series=tuple(power), refs=moments,
+              y_from_zero=True, note="fewer than two power samples were taken"),
+        Panel("Energy since training started", _time_label(record), f"energy ({unit})", series=(energy,),
               marks=tuple(marks), refs=moments, y_from_zero=True),
     )  # fmt: skip
     return Figure(

@@ -20,7 +20,7 @@ from mlbench_tui.report.figure import (
     Series,
     backend_colour,
 )
-from mlbench_tui.report.gpu import gpu_panels
+from mlbench_tui.report.gpu import few_samples_note, gpu_panels
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -164,6 +164,8 @@ def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
     why = outcome_line(result)
     if why is not None:
         notes.insert(0, f"{result.name}: {why}")
+    if (few := few_samples_note(record)) is not None:
+        notes.append(few)
     panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *gpu_panels(record))
     head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
     state = (

@@ -338,6 +338,14 @@ def test_a_gpu_run_gets_a_power_and_energy_figure_with_the_energy_to_the_goal_ma
     assert "spec-nccl-1w-r0: energy to the goal: 500 J (training start to goal, all ranks)" in figure.notes
 
 
+def test_a_run_with_one_gpu_sample_says_why_it_has_no_gpu_panels() -> None:
+    one = [MetricPoint(sm.GPU_UTIL, 10.0, 0, None, t=5.0), MetricPoint(sm.GPU_POWER_W, 80.0, 0, None, t=5.0)]
+    figure = by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))["run-spec-nccl-1w-r0"]
+    assert not [p for p in figure.panels if p.title.startswith("GPU")]
+    assert "spec-nccl-1w-r0: GPU panels are left out: fewer than two GPU samples were taken" in figure.notes
+    assert "energy-spec-nccl-1w-r0" not in by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))
+
+
 def test_every_axis_of_every_figure_names_its_unit() -> None:
     records = [gpu_run(), trained("gloo", 1, 0, 100.0), trained("gloo", 2, 0, 60.0)]
     for figure in build_figures(records):
