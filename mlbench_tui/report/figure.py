@@ -113,6 +113,11 @@ class Panel:
         return not (self.series or self.marks or self.stacks)
 
 
+def _joined(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 @dataclass(frozen=True)
 class Figure:
     """A figure of one or more panels side by side, with what it measures in words."""
@@ -126,12 +131,17 @@ class Figure:
 
     def without_empty(self) -> Figure:
         """This figure less its panels with nothing to draw, each replaced by a sentence saying
-        why in the notes (a figure of only empty panels is left as its title and notes)."""
+        why in the notes, one per reason (a figure of only empty panels is left as its title and
+        notes)."""
         empty = [p for p in self.panels if p.empty]
         if not empty:
             return self
+        by_reason: dict[str, list[str]] = {}
+        for panel in empty:
+            by_reason.setdefault(panel.note or "nothing was recorded", []).append(panel.title)
         why = tuple(
-            dict.fromkeys(f"{p.title} is left out: {p.note or 'nothing was recorded'}." for p in empty)
+            f"{_joined(titles)} {'is' if len(titles) == 1 else 'are'} left out: {reason}."
+            for reason, titles in by_reason.items()
         )
         kept = tuple(p for p in self.panels if not p.empty)
         return replace(self, panels=kept, notes=(*self.notes, *why))

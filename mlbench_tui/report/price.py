@@ -36,9 +36,10 @@ def _price(results: Sequence[RunResult], priced: bool) -> float:
     return statistics.fmean(r.workers * (r.time_to_accuracy_s or 0.0) for r in results)
 
 
-def price_index_panel(records: Sequence[RunRecord], colours: dict[str, str]) -> Panel:
+def price_index_panel(records: Sequence[RunRecord], colours: dict[str, str], why_not: str) -> Panel:
     """Price increase / performance increase against workers, one line per backend (and
-    framework), where a 1-worker run and another worker count reached the goal."""
+    framework), where a 1-worker run and another worker count reached the goal; ``why_not`` says
+    why there is none (the speedup's reason)."""
     reached = _reached(records)
     priced = bool(reached) and all(r.cost_to_target is not None for r in reached)
     frameworks = sorted({r.framework for r in reached})
@@ -75,7 +76,7 @@ def price_index_panel(records: Sequence[RunRecord], colours: dict[str, str]) -> 
         refs=(RefLine("speed bought at its price", 1.0),) if series else (),
         x_integer=True,
         y_from_zero=True,
-        note="it needs a 1-worker run and another worker count that reached the goal",
+        note=why_not,
     )
 
 
@@ -110,5 +111,5 @@ def cost_panel(records: Sequence[RunRecord], colours: dict[str, str]) -> Panel:
         marks=marks,
         x_integer=True,
         y_from_zero=True,
-        note="no run had a price per hour and no cost per run was published for this task",
+        note="no run had a price per hour",
     )

@@ -189,7 +189,7 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
             efficiency,
             _split_panel(records),
             phase_panel(records),
-            price_index_panel(records, colours),
+            price_index_panel(records, colours, no_base),
             cost_panel(records, colours),
         ),
         section="Scaling",

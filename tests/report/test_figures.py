@@ -197,14 +197,18 @@ def test_one_worker_specs_say_why_speedup_and_price_index_are_left_out() -> None
     figure = by_key(build_figures([trained("gloo", 1, 0, 10.0)]))["scaling-spec"]
     assert [p.title for p in figure.panels] == ["Time to accuracy", "Where the time went"]
     assert (
-        "Speedup is left out: every run used 1 worker: no other worker count to compare with." in figure.notes
+        "Speedup, Parallel efficiency and Price index are left out: every run used 1 worker: "
+        "no other worker count to compare with." in figure.notes
     )
 
 
 def test_without_a_one_worker_run_speedup_says_why_it_is_empty() -> None:
     figure = by_key(build_figures([trained("gloo", 2, 0, 60.0), trained("gloo", 4, 0, 40.0)]))["scaling-spec"]
     assert "Speedup" not in [p.title for p in figure.panels]
-    assert "Speedup is left out: speedup needs a 1-worker run that reached the goal." in figure.notes
+    assert (
+        "Speedup, Parallel efficiency and Price index are left out: "
+        "speedup needs a 1-worker run that reached the goal." in figure.notes
+    )
 
 
 def test_allreduce_curves_per_backend_and_world_size_with_repeats_aggregated() -> None:
@@ -356,6 +360,16 @@ def test_every_axis_of_every_figure_names_its_unit() -> None:
 def test_straggler_rule() -> None:
     assert stragglers({0: [1.0, 1.0], 1: [1.05, 1.05], 2: [1.3, 1.2]}) == {2: pytest.approx(0.2 / 1.05)}
     assert stragglers({0: [1.0]}) == {}  # one rank: nobody to straggle behind
+
+
+def test_a_one_rank_sweep_says_one_rank_moves_no_data() -> None:
+    figures = by_key(build_figures([sweep("nccl", 1, 0, {}, {1: 2e-5, 10: 2e-5})]))
+    fp32 = figures["allreduce-fp32"]
+    assert [p.title for p in fp32.panels] == ["Latency p50", "Latency p99"]
+    assert fp32.notes == (
+        "Bus bandwidth is left out: one rank moves no data, so a one-rank all-reduce has no bus bandwidth.",
+    )
+    assert figures["allreduce-best-busbw"].panels == ()
 
 
 def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:

@@ -85,8 +85,8 @@ def test_one_worker_and_failed_specs_leave_out_what_they_cannot_draw(figures: di
     scaling = figures["scaling-gpu-1a-fp32"]
     assert "Speedup" not in [p.title for p in scaling.panels]
     assert (
-        "Speedup is left out: every run used 1 worker: no other worker count to compare with."
-        in scaling.notes
+        "Speedup, Parallel efficiency and Price index are left out: every run used 1 worker: "
+        "no other worker count to compare with." in scaling.notes
     )
     allreduce = figures["allreduce-fp32"]
     assert [p.title for p in allreduce.panels] == ["Latency p50", "Latency p99"]
