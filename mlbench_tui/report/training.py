@@ -84,7 +84,7 @@ def goal_panel(record: RunRecord, colour: str) -> Panel:
     return Panel(
         f"Validation {metric}",
         x_label,
-        metric,
+        f"{metric} (%)" if "Prec" in metric else metric,  # accuracy in percent; perplexity, BLEU bare
         series=series,
         marks=tuple(marks),
         refs=(RefLine(f"goal {op} {goal.target:g}", goal.target, GOAL_COLOUR),),
