@@ -46,7 +46,8 @@ TTA_CAPTION = (
     "of training time (metrics and untracked time); seconds per rank, averaged over ranks and "
     "repeats, over the whole run. Speedup without communication takes the all-reduce time out of "
     "each time to accuracy: the bound with light-speed communication (MLBench's compute speedup). "
-    "Step time per phase is milliseconds per training step in each of MLBench's phases. The price "
+    "Step time per phase is the mean milliseconds per training step in each of MLBench's phases "
+    "over the whole run (warm-up steps included). The price "
     "index is the price increase over one worker divided by the speedup (MLBench's figure): 1 when "
     "k workers buy k times the speed."
 )
