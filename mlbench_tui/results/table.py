@@ -166,7 +166,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
         if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
             row["FRAMEWORK"] = result.framework
         split, hw = result.time_split, result.telemetry or TelemetryFigures()
-        currency = DEFAULT_CURRENCY
+        currency = result.currency or DEFAULT_CURRENCY
         rows.append(
             row
             | {
