@@ -113,7 +113,7 @@ def test_holdout_status_prices_energy_with_its_currency(holdout: dict[str, str])
         in detail
     )
     assert "gpu memory: peak 236 MiB allocated" in detail
-    assert "step 9.07 ms" in detail and "busy 8.95 ms" in detail
+    assert "step 9.07 ms" in detail and "busy 19.5 ms" in detail
     failed = mlbench(holdout, "status", "g-model-nccl-1w")
     assert "gpu memory: peak 0 B allocated" in failed  # it failed before allocating: read "peak 0M"
 
