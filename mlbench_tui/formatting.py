@@ -149,6 +149,35 @@ def format_number(value: float | None, *, digits: int = 3, unknown: str = MISSIN
     return significant(value, digits)
 
 
+def format_metric(name: str, value: float | None, *, unknown: str = MISSING) -> str:
+    """A metric's value in the unit its name declares: step and phase times in ms, latencies in
+    us, other ``time_`` totals as durations, memory, energy and power in theirs; anything else
+    (losses, accuracies, learning rates) to four significant figures."""
+    if value is None or not math.isfinite(value):
+        return unknown
+    short = name.rsplit("/", 1)[-1]
+    if short == "step_time" or short.startswith("phase_"):
+        return format_step(value)
+    if "latency" in short:
+        return format_latency(value)
+    if short.endswith("_mib"):
+        return format_mebibytes(value)
+    if short.endswith("_gib"):
+        return format_bytes(value * 1024**3)
+    if short.endswith("_j"):
+        return format_energy(value)
+    suffixes = {"_w": "W", "_mhz": "MHz", "_c": "°C", "_gbps": "GB/s", "busbw": "GB/s", "_mib_s": "MiB/s"}
+    for suffix, unit in sorted(suffixes.items(), key=lambda item: -len(item[0])):
+        if short.endswith(suffix):
+            return f"{significant(value)} {unit}"
+    if short.startswith("time_") or short.endswith("_s"):
+        return format_duration(value)
+    if short.endswith(("_util", "_percent")):
+        return f"{value:.0f}%"
+    text = f"{value:.4g}"
+    return significant(value, 4) if "e" in text else text
+
+
 def format_elapsed(seconds: float | None, *, unknown: str = UNKNOWN) -> str:
     """A clock reading (elapsed, ETA, age): ``42s``, ``3m07s``, ``1h02m``, ``2d03h`` in whole
     seconds, truncated; ``unknown`` for None or a non-finite value."""

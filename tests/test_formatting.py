@@ -15,6 +15,7 @@ from mlbench_tui.formatting import (
     format_figure,
     format_latency,
     format_mebibytes,
+    format_metric,
     format_mib,
     format_money,
     format_number,
@@ -143,3 +144,25 @@ def test_figures_and_tables() -> None:
     table = render_table([{"RUN": "a", "STATE": "succeeded"}, {"RUN": "long-name", "STATE": "failed"}])
     assert table.splitlines() == ["RUN        STATE", "a          succeeded", "long-name  failed"]
     assert render_table([]) == ""
+
+
+def test_metrics_read_in_the_unit_their_name_declares() -> None:
+    cases = {
+        "step_time": (0.0004526, "0.453 ms"),  # the TUI read 0.0004526
+        "phase_backprop": (0.0123, "12.3 ms"),
+        "allreduce_fp32_latency_p50": (2.565e-05, "25.6 us"),  # read 2.565e-05
+        "time_train": (1.3, "1.30 s"),
+        "sys/gpu_mem_used_mib": (236.0, "236 MiB"),
+        "gpu_memory_peak_gib": (1.5, "1.50 GiB"),
+        "sys/gpu_energy_j": (185.3, "185 J"),
+        "sys/gpu_power_w": (123.456, "123 W"),
+        "sys/net_recv_mib_s": (1.2, "1.20 MiB/s"),
+        "sys/gpu_util": (45.0, "45%"),
+        "allreduce_fp32_busbw": (9021.3, "9021 GB/s"),
+        "val_global_Prec@1": (94.92, "94.92"),
+        "train_loss": (2.3e-05, "0.00002300"),
+    }
+    assert {name: format_metric(name, value) for name, (value, _) in cases.items()} == {
+        name: text for name, (_, text) in cases.items()
+    }
+    assert format_metric("step_time", None) == "-" and format_metric("lr", NAN) == "-"

@@ -150,6 +150,7 @@ class RunResult(_Loose):
     allreduce: dict[str, AllreduceFigures] | None = None
     cost_to_target: float | None = None
     price_per_hour: float | None = None
+    currency: str | None = Field(default=None, description="ISO 4217 code of the prices; None: USD.")
     telemetry: TelemetryFigures | None = Field(
         default=None, description="Peak memory, GPU utilisation and energy; None without telemetry."
     )

@@ -182,6 +182,7 @@ def summarize_run(
         time_split=time_split(metrics),
         allreduce=allreduce_summary(metrics, events, plan.workers),
         price_per_hour=plan.price_per_hour,
+        currency=plan.currency,
         telemetry=run_figures(metrics, events, plan.price_per_kwh),
         failures=[dict(e.payload) for e in events if e.kind == "rank_failed"],
         fingerprint=fingerprint(events, host),

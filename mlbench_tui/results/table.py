@@ -21,7 +21,14 @@ from mlbench_tui.formatting import (
 )
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import AllreduceFigures, RankTelemetryFigures, RunResult, TelemetryFigures
-from mlbench_tui.results.scoring import SPREAD_LIMIT, ConfigScore, config_key, is_sweep, score_configs
+from mlbench_tui.results.scoring import (
+    SPREAD_LIMIT,
+    ConfigScore,
+    config_key,
+    is_sweep,
+    reached_time,
+    score_configs,
+)
 
 REASON_WIDTH = 100
 """A failed run's reason in a table row is its first line, cut to this many characters."""
@@ -153,11 +160,13 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
         speedup, efficiency = (result.speedup, result.efficiency) if result.workers > 1 else (None, None)
         if score is not None and score.speedup is not None:
             speedup, efficiency = score.speedup, score.efficiency
+        if reached_time(result) is None:  # a run left out of its configuration's score
+            speedup, efficiency = None, None
         row = {"RUN": result.name or "-"}
         if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
             row["FRAMEWORK"] = result.framework
         split, hw = result.time_split, result.telemetry or TelemetryFigures()
-        currency = DEFAULT_CURRENCY
+        currency = result.currency or DEFAULT_CURRENCY
         rows.append(
             row
             | {

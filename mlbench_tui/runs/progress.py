@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.results.goal import eta_s
+from mlbench_tui.results.table import value_text
 from mlbench_tui.spec.tasks import TaskSweep
 
 
@@ -93,7 +94,7 @@ class RunProgress:
         if self.goal is not None:
             metric = self.goal.metric.removeprefix("val_global_")
             op = ">=" if self.goal.direction == "max" else "<="
-            current = "-" if self.metric_value is None else f"{self.metric_value:.2f}"
+            current = value_text(self.metric_value)
             parts.append(f"{metric} {current} (goal {op} {self.goal.target})")
         elif self.total_steps:
             parts.append(f"{self.done_steps}/{self.total_steps} {self.sweep.unit if self.sweep else 'steps'}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.formatting import format_age, format_duration, render_table
+from mlbench_tui.formatting import DEFAULT_CURRENCY, format_age, format_duration, format_money, render_table
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.table import rank_figures_text, result_text, telemetry_lines, value_text
@@ -106,8 +106,12 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
                 f"{format_duration(split.communication)} ({100 * split.communication_fraction:.0f}%), "
                 f"preprocess {format_duration(split.preprocess)}"
             )
+        currency = run.result.currency or DEFAULT_CURRENCY
+        if run.result.cost_to_target is not None:
+            lines.append(f"cost:     {format_money(run.result.cost_to_target, currency)} to the goal")
         if run.result.telemetry is not None:
-            lines += [f"{label + ':':<9} {text}" for label, text in telemetry_lines(run.result.telemetry)]
+            hardware_lines = telemetry_lines(run.result.telemetry, currency)
+            lines += [f"{label + ':':<9} {text}" for label, text in hardware_lines]
     hardware = {
         r.rank: rank_figures_text(r)
         for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])

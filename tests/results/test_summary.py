@@ -272,6 +272,9 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
         lines["energy"] == "14.4 kJ to accuracy (all GPUs, NVML energy counter), 0.00200 USD at 0.500 USD/kWh"
     )
     assert rank_figures_text(hw.ranks[1]) == "rss 1.76 GiB/4.00 GiB  gpu mem 12.0 GiB  util 90%  7.56 kJ"
+    in_euros = summarize_run(plan(price_per_kwh=0.5, currency="EUR"), RunState.SUCCEEDED, metrics, events)
+    assert in_euros.currency == "EUR" and results_rows([in_euros])[0]["ENERGY COST"] == "0.00200 EUR"
+    assert dict(telemetry_lines(hw, "EUR"))["energy"].endswith("0.00200 EUR at 0.500 EUR/kWh")
     plain = summarize_run(plan(), RunState.SUCCEEDED, series([50.0, 71.0]), events)
     assert plain.telemetry is None and results_rows([plain])[0]["ENERGY TO ACC"] == "-"
     # a table of runs without telemetry leaves its columns out; one GPU run among them brings them back

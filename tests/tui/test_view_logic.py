@@ -70,7 +70,7 @@ def _run(
         state=state,
         target_kind="local",
         created=kw.get("created", T0),
-        result=result,
+        result=None if result is None else {"state": state, **result},  # stored with the run's state
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from mlbench_tui.formatting import UNKNOWN, format_duration, format_elapsed
+from mlbench_tui.results.table import value_text
 from mlbench_tui.tui.goal import GoalStatus
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.status_line import StatusLine
@@ -30,10 +31,10 @@ def goal_text(
         text.append_text(progress_bar(status.fraction, width, style=bar_style))
         if status.best is not None:
             text.append("   best ", style="grey50")
-            text.append(f"{status.best:.4g}", style="bold")
+            text.append(value_text(status.best), style="bold")
         if status.latest is not None:
             text.append("  latest ", style="grey50")
-            text.append(f"{status.latest:.4g}")
+            text.append(value_text(status.latest))
         if status.reached:
             text.append("   ✔ reached", style="bold green")
             if time_to_goal_s is not None:
