@@ -81,9 +81,10 @@ def price_index_panel(records: Sequence[RunRecord], colours: dict[str, str], why
 
 
 def cost_panel(records: Sequence[RunRecord], colours: dict[str, str]) -> Panel:
-    """Cost to the goal against workers (runs with a price per hour), with MLBench's published
-    cost per run for the task as labelled points."""
+    """Cost to the goal against workers (runs with a price per hour), in the runs' currency, with
+    MLBench's published cost per run for the task as labelled points where that currency is USD."""
     reached = [r for r in _reached(records) if r.cost_to_target is not None]
+    currencies = sorted({r.currency or "USD" for r in reached}) or ["USD"]
     series = []
     for backend in sorted({r.backend for r in reached}):
         by_workers: dict[int, list[float]] = {}
@@ -100,13 +101,12 @@ def cost_panel(records: Sequence[RunRecord], colours: dict[str, str]) -> Panel:
             )
         )
     task = records[0].result.task if records else ""
-    marks = tuple(
-        Mark(float(p.workers), p.value, p.label, REFERENCE_COLOUR, "D") for p in published_for(task, "cost")
-    )
+    published = published_for(task, "cost") if currencies == ["USD"] else ()  # MLBench's are in USD
+    marks = tuple(Mark(float(p.workers), p.value, p.label, REFERENCE_COLOUR, "D") for p in published)
     return Panel(
         "Cost per run",
         "workers",
-        "US dollars to the goal",
+        f"cost to the goal ({', '.join(currencies)})",
         series=tuple(series),
         marks=marks,
         x_integer=True,

@@ -172,6 +172,11 @@ def test_mlbench_published_loss_and_costs_are_drawn_for_their_tasks() -> None:
         (1.0, 10.0, "MLBench 1x T4: $10 per run"),
         (4.0, 18.0, "MLBench 4x T4: $18 per run"),
     ]
+    assert cost.y_label == "cost to the goal (USD)"
+    priced = gnmt.result.model_copy(update={"cost_to_target": 12.5, "currency": "EUR"})
+    cost = by_key(build_figures([RunRecord(priced, "", {})]))["scaling-spec"].panel("Cost per run")
+    assert [(s.x, s.y) for s in cost.series] == [((1.0,), (12.5,))]
+    assert cost.y_label == "cost to the goal (EUR)" and cost.marks == ()  # MLBench's dollars are not euros
 
 
 def test_speedup_without_communication_step_phases_and_price_index_across_worker_counts() -> None:
