@@ -1,5 +1,6 @@
-"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run, then the
-scores of configurations with a goal that ran more than once (olympic mean over their repeats).
+"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run (a failed
+run with its reason's first line), then the scores of configurations with a goal that ran more
+than once: the olympic mean over the runs that count, its spread, and the runs left out and why.
 Task 0a's repeats are aggregated per message size instead (``allreduce.sweep_tables``)."""
 
 from __future__ import annotations
