@@ -222,6 +222,7 @@ def score_rows(scores: Sequence[ConfigScore]) -> list[dict[str, str]]:
             "CV": cv_text(s.cv),
             "SPEEDUP": format_figure(s.speedup, "x"),
             "EFFICIENCY": format_figure(s.efficiency, "%"),
+            "VS": "-" if s.baseline_runs is None else f"1w x{s.baseline_runs}",  # what the speedup rests on
         }
         for s in scores
     ]
