@@ -1,5 +1,6 @@
-"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run, then the
-scores of configurations with a goal that ran more than once (olympic mean over their repeats).
+"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run (a failed
+run with its reason's first line), then the scores of configurations with a goal that ran more
+than once: the olympic mean over the runs that count, its spread, and the runs left out and why.
 Task 0a's repeats are aggregated per message size instead (``allreduce.sweep_tables``)."""
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from mlbench_tui.formatting import (
     without_empty,
 )
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.results.bounds import nvls_note
 from mlbench_tui.results.model import AllreduceFigures, RankTelemetryFigures, RunResult, TelemetryFigures
+from mlbench_tui.results.reference import compare
 from mlbench_tui.results.scoring import (
     SPREAD_LIMIT,
     ConfigScore,
@@ -148,6 +151,44 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
     return "  ".join(parts)
 
 
+SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
+
+
+def checks_lines(result: RunResult) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of a run's checks: each figure against its machine's reference
+    row, and each figure that fails a physical bound with the reason."""
+    lines = [("reference", comparison.text()) for comparison in compare(result)]
+    lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
+    if len(result.suspects) > SUSPECTS_SHOWN:
+        more = len(result.suspects) - SUSPECTS_SHOWN
+        lines.append(("suspect", f"! and {more} more (mlbench results -o json)"))
+    note = nvls_note(result)
+    if note is not None and result.allreduce:
+        lines.append(("busbw", note))
+    return lines
+
+
+def reference_text(result: RunResult) -> str:
+    """``0.98x H200`` (the step time, else 0a's latency, against the reference row), ``!`` when
+    outside its tolerance; ``-`` without a row."""
+    comparisons = compare(result)
+    if not comparisons:
+        return "-"
+    first = comparisons[0]
+    return f"{first.ratio:.2f}x {first.row.machine}" + ("" if first.within else " !")
+
+
+def check_notes(results: Sequence[RunResult]) -> list[str]:
+    """One line per suspect figure and per figure outside its reference's tolerance."""
+    notes = []
+    for r in results:
+        notes += [f"! {r.name}: {s.figure}: {s.reason}" for s in r.suspects[:SUSPECTS_SHOWN]]
+        if len(r.suspects) > SUSPECTS_SHOWN:
+            notes.append(f"! {r.name}: and {len(r.suspects) - SUSPECTS_SHOWN} more suspect figures")
+    notes += [f"! {r.name}: {c.text()}" for r in results for c in compare(r) if not c.within]
+    return notes
+
+
 def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) -> list[dict[str, str]]:
     """One row per run, with speedup/efficiency against the 1-worker runs of its configuration
     among ``results`` (else, for a run of several workers, the figures stored with it when it
@@ -189,6 +230,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "ENERGY TO ACC": format_energy(hw.energy_to_accuracy_j),
                 "ENERGY COST": format_money(hw.energy_cost, currency),
                 "WALL": format_duration(result.wall_time_s),
+                "VS REF": reference_text(result),
             }
         )
     return rows
@@ -221,6 +263,7 @@ def score_rows(scores: Sequence[ConfigScore]) -> list[dict[str, str]]:
             "CV": cv_text(s.cv),
             "SPEEDUP": format_figure(s.speedup, "x"),
             "EFFICIENCY": format_figure(s.efficiency, "%"),
+            "VS": "-" if s.baseline_runs is None else f"1w x{s.baseline_runs}",  # what the speedup rests on
         }
         for s in scores
     ]
@@ -248,6 +291,9 @@ def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) 
     of its runs are left out of its score; ``sweep_tables`` says the all-reduce tables of 0a runs
     follow it. Columns empty in every row are left out."""
     text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN))
+    notes = check_notes(results)
+    if notes:
+        text += "\n" + "\n".join(notes)
     shown = [s for s in score_configs(results) if s.runs > 1 or (s.left_out and s.speedup is not None)]
     if shown:
         text += "\n\n" + render_table(without_empty(score_rows(shown), ("CONFIG", "RUNS", "OLYMPIC MEAN")))

@@ -8,7 +8,13 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import DEFAULT_CURRENCY, format_age, format_duration, format_money, render_table
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.table import rank_figures_text, result_text, telemetry_lines, value_text
+from mlbench_tui.results.table import (
+    checks_lines,
+    rank_figures_text,
+    result_text,
+    telemetry_lines,
+    value_text,
+)
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
 from mlbench_tui.spec.tasks import get_task
@@ -112,6 +118,7 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
         if run.result.telemetry is not None:
             hardware_lines = telemetry_lines(run.result.telemetry, currency)
             lines += [f"{label + ':':<9} {text}" for label, text in hardware_lines]
+        lines += [f"{label + ':':<9} {text}" for label, text in checks_lines(run.result)]
     hardware = {
         r.rank: rank_figures_text(r)
         for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])

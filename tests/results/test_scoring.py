@@ -158,5 +158,10 @@ def test_efficiency_compares_worker_counts_never_implementations() -> None:
     rows_by_name = {r.split()[0]: r for r in render_results(rows).split("\n\n")[0].splitlines()[1:]}
     assert rows_by_name["graphs-1w"].split()[2:4] == ["fp32", "graphs"]
     assert " - " in rows_by_name["graphs-1w"] and "1.67x" in rows_by_name["eager-2w"]
+    scores_table = render_results([*rows, _run("eager-2w-r1", 2, 7.0)]).split("\n\n")[1]
+    assert (
+        "s nccl fp32 2w  2 of 2  6.50 s        6.00 s  7.00 s  10.9% !  1.54x    77%         1w x1"
+        in scores_table
+    )
     cancelled = render_results([*rows, _run("eager-2w-r1", 2, None, state="cancelled")])
     assert "1.67x" not in next(line for line in cancelled.splitlines() if line.startswith("eager-2w-r1"))

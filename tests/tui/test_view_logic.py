@@ -132,6 +132,10 @@ def test_compare_speedup_efficiency_comm_share_cost() -> None:
     rows, baseline = compare_rows(runs, runs[1].id)
     assert baseline == runs[1].id
     assert {r.name: r.speedup for r in rows}["s-1w"] == pytest.approx(1.6)
+    # a CUDA-graphs run beside an eager baseline: an implementation comparison, no speedup
+    graphs = {"reached": True, "time_to_accuracy_s": 100.0, "implementation": {"cuda_graphs": True}}
+    rows, _ = compare_rows([runs[0], _run("s-1w-graphs", 1, result=graphs)], runs[0].id)
+    assert {r.name: r.speedup for r in rows} == {"s-1w": pytest.approx(1.0), "s-1w-graphs": None}
 
 
 def test_bars() -> None:
