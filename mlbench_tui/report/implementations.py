@@ -26,7 +26,7 @@ TIME_COLOUR, STEP_COLOUR = "#4C72B0", "#55A868"
 def implementation(record: RunRecord) -> str:
     """How the run executed steps, in words: ``eager fp32``, ``CUDA graphs bf16``."""
     mode = "CUDA graphs" if record.result.implementation.cuda_graphs else "eager"
-    return f"{mode} {record.precision}" if record.precision else mode
+    return f"{mode} {record.result.precision}"
 
 
 def _category(record: RunRecord) -> str:

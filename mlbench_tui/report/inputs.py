@@ -12,9 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import is_sweep
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -44,7 +41,6 @@ class RunRecord:
     spec_text: str
     metrics: Mapping[str, tuple[MetricPoint, ...]]  # by metric name, every rank's points
     clock: RunClock = RunClock()
-    precision: str | None = None  # the plan's compute precision (fp32, bf16, ...), when it has one
 
     @property
     def run_id(self) -> str:
@@ -99,14 +95,6 @@ def read_clock(client: RunReader, run_id: str) -> RunClock:
     return RunClock(min(start, default=None), min(goal, default=None), max(stop, default=None))
 
 
-def precision(plan: Mapping[str, object]) -> str | None:
-    """The compute precision of a stored plan; None for a plan this version cannot read."""
-    try:
-        return RunPlan.model_validate(plan).resources.precision
-    except ValidationError:
-        return None
-
-
 def load_records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
     """The records of ``run_ids``, in that order."""
     records = []
@@ -118,7 +106,6 @@ def load_records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
                 run.spec_text,
                 read_series(client, run_id),
                 read_clock(client, run_id),
-                precision(run.plan),
             )
         )
     return records

@@ -413,8 +413,9 @@ def test_implementation_is_a_comparison_axis_with_time_to_accuracy_and_step_time
     def run(tta: float | None, step_s: float, graphs: bool, precision: str, state: RunState) -> RunRecord:
         steps = [MetricPoint("step_time", step_s, 0, s) for s in (1, 2, 3)]
         base = trained("nccl", 1, 0, tta, metrics=steps, state=state, message="CUDA error: x\nat line 2")
-        result = base.result.model_copy(update={"implementation": ImplementationPlan(cuda_graphs=graphs)})
-        return RunRecord(result, "", base.metrics, precision=precision)
+        implementation = ImplementationPlan(cuda_graphs=graphs)
+        result = base.result.model_copy(update={"implementation": implementation, "precision": precision})
+        return RunRecord(result, "", base.metrics)
 
     records = [
         run(10.0, 0.010, False, "fp32", RunState.SUCCEEDED),
