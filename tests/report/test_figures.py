@@ -355,6 +355,17 @@ def test_a_run_with_one_gpu_sample_says_why_it_has_no_gpu_panels() -> None:
     assert "energy-spec-nccl-1w-r0" not in by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))
 
 
+def test_without_an_energy_counter_the_power_of_every_rank_is_integrated() -> None:
+    power = [MetricPoint(sm.GPU_POWER_W, 100.0, r, None, t=1000.0 + i) for r in (0, 1) for i in range(4)]
+    record = trained("nccl", 2, 0, 2.0, metrics=power)
+    record = RunRecord(record.result, "", record.metrics, RunClock(1000.0, 1002.0, 1003.0))
+    energy = by_key(build_figures([record]))["energy-spec-nccl-2w-r0"].panel("Energy since training started")
+    (used,) = energy.series
+    assert used.label == "energy used, all GPUs"
+    assert used.y == pytest.approx((0.0, 200.0, 400.0, 600.0))  # two GPUs at 100 W
+    assert [(m.x, m.y) for m in energy.marks] == [(2.0, pytest.approx(400.0))]
+
+
 def test_every_axis_of_every_figure_names_its_unit() -> None:
     records = [gpu_run(), trained("gloo", 1, 0, 100.0), trained("gloo", 2, 0, 60.0)]
     for figure in build_figures(records):
