@@ -76,21 +76,22 @@ def outcome_line(result: RunResult) -> str | None:
     return None if why is None else why.splitlines()[0]
 
 
-def _series_key(score: ConfigScore | RunResult) -> tuple[str, str]:
-    return score.backend, score.framework
+def _series_key(score: ConfigScore | RunResult) -> tuple[str, str, str]:
+    """A line of the scaling figure: one backend, framework and variant (precision, CUDA graphs)."""
+    return score.backend, score.framework, score.variant
 
 
 def _series_label(backend: str, framework: str, frameworks: int) -> str:
     return f"{backend} ({framework})" if frameworks > 1 else backend
 
 
-def _compute_times(records: Sequence[RunRecord], backend: str, framework: str) -> dict[int, float]:
+def _compute_times(records: Sequence[RunRecord], key: tuple[str, str, str]) -> dict[int, float]:
     """Time to accuracy less communication (the time with light-speed communication), mean over
     the runs of each worker count that reached the goal and reported their phase split."""
     by_workers: dict[int, list[float]] = {}
     for record in records:
         r = record.result
-        if (r.backend, r.framework) != (backend, framework) or not r.reached or r.time_split is None:
+        if _series_key(r) != key or not r.reached or r.time_split is None:
             continue
         if r.time_to_accuracy_s:
             by_workers.setdefault(r.workers, []).append(r.time_to_accuracy_s - r.time_split.communication)
@@ -101,18 +102,21 @@ def _lines(
     records: Sequence[RunRecord], colours: dict[str, str]
 ) -> tuple[list[Series], list[Series], list[Series]]:
     """Time to accuracy, speedup (with and without communication) and efficiency lines: one per
-    (backend, framework); speedup and efficiency only where two worker counts can be compared."""
+    (backend, framework, variant); speedup and efficiency only where two worker counts of one
+    variant can be compared."""
     results = [r.result for r in records]
     scores = score_configs(results)
     frameworks = sorted({r.framework for r in results})
     tta, speedup, efficiency = [], [], []
-    for backend, framework in sorted({_series_key(r) for r in results}):
+    variants = sorted({r.variant for r in results})
+    for key in sorted({_series_key(r) for r in results}):
+        backend, framework, variant = key
         colour = backend_colour(backend, colours)
-        style = LINE_STYLES[frameworks.index(framework) % len(LINE_STYLES)]
-        label = _series_label(backend, framework, len(frameworks))
-        mine = [
-            s for s in scores if _series_key(s) == (backend, framework) and s.time_to_accuracy_s is not None
-        ]
+        style = LINE_STYLES[(frameworks.index(framework) + variants.index(variant)) % len(LINE_STYLES)]
+        label = _series_label(backend, framework, len(frameworks)) + (
+            f" {variant}" if len(variants) > 1 else ""
+        )
+        mine = [s for s in scores if _series_key(s) == key and s.time_to_accuracy_s is not None]
         if mine:
             workers = tuple(float(s.workers) for s in mine)
             times = tuple(s.time_to_accuracy_s or 0.0 for s in mine)
@@ -125,7 +129,7 @@ def _lines(
             efficiency.append(
                 Series(label, workers, tuple(s.efficiency or 0.0 for s in scaled), colour, style)
             )
-            compute = _compute_times(records, backend, framework)
+            compute = _compute_times(records, key)
             shown = sorted(w for w in compute if w in {s.workers for s in scaled} and compute[w] > 0)
             if 1 in compute and len(shown) >= 2:
                 speedup.append(

@@ -442,3 +442,28 @@ def test_implementation_is_a_comparison_axis_with_time_to_accuracy_and_step_time
     assert figure.notes == ("nccl 1w CUDA graphs bf16: no run reached the goal (failed: CUDA error: x)",)
     one_way = [r for r in records if not r.result.implementation.cuda_graphs]
     assert "implementations-1a" not in by_key(build_figures(one_way))
+
+
+def test_a_spec_run_two_ways_scales_each_way_on_its_own_line() -> None:
+    def graphs(record: RunRecord) -> RunRecord:
+        update = {"implementation": ImplementationPlan(cuda_graphs=True), "precision": "bf16"}
+        return RunRecord(record.result.model_copy(update=update), "", record.metrics)
+
+    records = [
+        trained("gloo", 1, 0, 100.0),
+        trained("gloo", 2, 0, 60.0),
+        graphs(trained("gloo", 1, 1, 40.0)),
+        graphs(trained("gloo", 2, 1, 30.0)),
+    ]
+    figure = by_key(build_figures(records))["scaling-spec"]
+    tta = figure.panel("Time to accuracy")
+    assert [(s.label, s.y) for s in tta.series] == [
+        ("gloo bf16 graphs", (40.0, 30.0)),
+        ("gloo fp32", (100.0, 60.0)),
+    ]
+    speedup = [(s.label, s.y) for s in figure.panel("Speedup").series if "without" not in s.label]
+    # each variant against its own one-worker run, never eager against graphs
+    assert speedup == [
+        ("gloo bf16 graphs", (1.0, pytest.approx(40 / 30))),
+        ("gloo fp32", (1.0, pytest.approx(100 / 60))),
+    ]
