@@ -25,6 +25,24 @@ PHASES: tuple[tuple[str, str, str, str], ...] = (  # (tracker name, words, colou
 )
 
 
+BarKey = tuple[str, str, str, int]  # backend, framework, variant, workers
+
+
+def bar_key(record: RunRecord) -> BarKey:
+    """The bar a run's figures are averaged into: its backend, framework, variant and workers."""
+    r = record.result
+    return r.backend, r.framework, r.variant, r.workers
+
+
+def bar_labels(keys: Sequence[BarKey]) -> tuple[str, ...]:
+    """``gloo 2w``; the framework and the variant only where the bars differ in them."""
+    frameworks, variants = len({k[1] for k in keys}), len({k[2] for k in keys})
+    return tuple(
+        f"{b}{f' ({f})' if frameworks > 1 else ''}{f' {v}' if variants > 1 else ''} {w}w"
+        for b, f, v, w in keys
+    )
+
+
 def step_phases(record: RunRecord) -> dict[str, float] | None:
     """Milliseconds per step in each phase, averaged over ranks; None when the run reported no
     phase times."""
@@ -42,17 +60,15 @@ def step_phases(record: RunRecord) -> dict[str, float] | None:
 
 
 def phase_panel(records: Sequence[RunRecord], label: str = "backend and workers") -> Panel:
-    """Stacked milliseconds per step by phase for each (backend, framework, workers), averaged
-    over repeats."""
-    groups: dict[tuple[str, str, int], list[dict[str, float]]] = {}
+    """Stacked milliseconds per step by phase for each (backend, framework, variant, workers),
+    averaged over repeats."""
+    groups: dict[BarKey, list[dict[str, float]]] = {}
     for record in records:
         phases = step_phases(record)
         if phases is not None:
-            r = record.result
-            groups.setdefault((r.backend, r.framework, r.workers), []).append(phases)
+            groups.setdefault(bar_key(record), []).append(phases)
     keys = sorted(groups)
-    frameworks = len({k[1] for k in keys})
-    categories = tuple(f"{b} ({f}) {w}w" if frameworks > 1 else f"{b} {w}w" for b, f, w in keys)
+    categories = bar_labels(keys)
     stacks = tuple(
         BarStack(
             words,

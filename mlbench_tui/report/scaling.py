@@ -25,7 +25,7 @@ from mlbench_tui.report.figure import (
     backend_colour,
 )
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.phases import phase_panel
+from mlbench_tui.report.phases import BarKey, bar_key, bar_labels, phase_panel
 from mlbench_tui.report.price import cost_panel, price_index_panel
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import ConfigScore, score_configs
@@ -248,8 +248,8 @@ def _anchor_refs(results: Sequence[RunResult]) -> tuple[list[RefLine], list[str]
 
 
 def _split_panel(records: Sequence[RunRecord]) -> Panel:
-    """Stacked seconds per rank by (backend, workers), averaged over repeats."""
-    groups: dict[tuple[str, str, int], list[tuple[float, float, float, float]]] = {}
+    """Stacked seconds per rank by (backend, framework, variant, workers), averaged over repeats."""
+    groups: dict[BarKey, list[tuple[float, float, float, float]]] = {}
     for record in records:
         split = record.result.time_split
         if split is None:
@@ -257,11 +257,11 @@ def _split_panel(records: Sequence[RunRecord]) -> Panel:
         train = _mean_last(record, "time_train")
         tracked = split.compute + split.communication + split.preprocess
         other = max(0.0, train - tracked) if train is not None else split.metrics
-        key = (record.result.backend, record.result.framework, record.result.workers)
-        groups.setdefault(key, []).append((split.compute, split.communication, split.preprocess, other))
-    keys = sorted(groups, key=lambda k: (k[0], k[1], k[2]))
-    frameworks = len({k[1] for k in keys})
-    categories = tuple(f"{_series_label(b, f, frameworks)} {w}w" for b, f, w in keys)
+        groups.setdefault(bar_key(record), []).append(
+            (split.compute, split.communication, split.preprocess, other)
+        )
+    keys = sorted(groups)
+    categories = bar_labels(keys)
     stacks = tuple(
         BarStack(label, tuple(sum(v[i] for v in groups[k]) / len(groups[k]) for k in keys), colour, hatch)
         for i, (label, colour, hatch) in enumerate(SPLIT_PARTS)

@@ -462,6 +462,8 @@ def test_a_spec_run_two_ways_scales_each_way_on_its_own_line() -> None:
         ("gloo fp32", (100.0, 60.0)),
     ]
     speedup = [(s.label, s.y) for s in figure.panel("Speedup").series if "without" not in s.label]
+    split = figure.panel("Where the time went").categories
+    assert split == ("gloo bf16 graphs 1w", "gloo bf16 graphs 2w", "gloo fp32 1w", "gloo fp32 2w")
     # each variant against its own one-worker run, never eager against graphs
     assert speedup == [
         ("gloo bf16 graphs", (1.0, pytest.approx(40 / 30))),
