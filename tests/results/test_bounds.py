@@ -60,7 +60,9 @@ def test_energy_below_the_run_s_own_lowest_power_over_its_readings() -> None:
     power = [MetricPoint("sys/gpu_power_w", 140.0, 0, None, None, t) for t in (0.0, 1.0, 2.0)]
     (found,) = suspects(result(telemetry=telemetry, wall_time_s=3.0), power)
     assert found.figure == "GPU energy (rank 0)"
-    assert found.reason == "50 J is less than its lowest power reading (140 W) over the 2.00 s its readings span"
+    assert found.reason == (
+        "50 J is less than its lowest power reading (140 W) over the 2.00 s its readings span"
+    )
     enough = TelemetryFigures(ranks=[RankTelemetryFigures(rank=0, energy_j=290.0)])
     assert suspects(result(telemetry=enough, wall_time_s=3.0), power) == []
 
