@@ -95,7 +95,7 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from mlbench_worker.data.wmt import PAD
     from mlbench_worker.tasks import gnmt, transformer
-    from mlbench_worker.tasks.training import autocast_for
+    from mlbench_worker.tasks.steps import autocast_for
     from mlbench_worker.tracker import Tracker
     from mlbench_worker.translation.trainer import TranslationTrainer
     from torch.nn.parallel import DistributedDataParallel
