@@ -36,17 +36,18 @@ class PhaseClock(Protocol):
 
 
 class CpuClock:
-    """``perf_counter`` stamps: the host's view, which on a CPU is the work's."""
+    """``perf_counter`` stamps (or ``now``'s): the host's view, which on a CPU is the work's."""
 
-    def __init__(self, phases: tuple[str, ...]) -> None:
+    def __init__(self, phases: tuple[str, ...], now: Callable[[], float] = time.perf_counter) -> None:
         self.totals: dict[str, float] = dict.fromkeys(phases, 0.0)
+        self._now = now
         self._last = 0.0
 
     def start(self) -> None:
-        self._last = time.perf_counter()
+        self._last = self._now()
 
     def record(self, phase: str) -> None:
-        now = time.perf_counter()
+        now = self._now()
         self.totals[phase] += now - self._last
         self._last = now
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from mlbench_worker.phase_clock import make_clock
+from mlbench_worker.phase_clock import PhaseClock, make_clock
 from mlbench_worker.stamp_schedule import STAMP_COST_CUDA_S, STAMP_COST_S, Record, StampSchedule
 
 if TYPE_CHECKING:
@@ -49,11 +49,17 @@ class Tracker:
     """Accumulates phase times and train/validation wall time for one rank."""
 
     def __init__(
-        self, device: torch.device | None = None, *, sample_every: int | None = None, seed: int = 0
+        self,
+        device: torch.device | None = None,
+        *,
+        sample_every: int | None = None,
+        seed: int = 0,
+        clock: PhaseClock | None = None,
     ) -> None:
-        """``sample_every``: stamp one batch in that many (1: all); None picks it from the step time."""
+        """``sample_every``: stamp one batch in that many (1: all); None picks it from the step
+        time. ``clock``: the device's by default (tests pass one reading a scripted time)."""
         cuda = device is not None and device.type == "cuda"
-        self.clock = make_clock("cuda" if cuda else "cpu", PHASES)
+        self.clock = clock or make_clock("cuda" if cuda else "cpu", PHASES)
         self.schedule = StampSchedule(
             self.clock,
             stamp_cost_s=STAMP_COST_CUDA_S if cuda else STAMP_COST_S,

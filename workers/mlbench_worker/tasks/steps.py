@@ -72,6 +72,7 @@ class Trainer(abc.ABC):
     (it exists, disabled, for other precisions so the step code is the same).
     """
 
+    ctx: RunContext
     model: nn.Module
     optimizer: CentralizedOptimizer
     scaler: torch.amp.GradScaler

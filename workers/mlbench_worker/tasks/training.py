@@ -110,7 +110,11 @@ class TrainingLoop:
         ctx.log(
             f"training {config.task} on {ctx.world_size} rank(s), backend {config.backend}, "
             f"device {ctx.device}, max {max_epochs} epochs"
-            + (f", goal {goal.metric} {'>=' if goal.direction == 'max' else '<='} {goal.target}" if goal else "")
+            + (
+                f", goal {goal.metric} {'>=' if goal.direction == 'max' else '<='} {goal.target}"
+                if goal
+                else ""
+            )
         )
 
     def train_epoch(self, epoch: int) -> Stop:
@@ -186,7 +190,9 @@ class TrainingLoop:
 
     def max_time_outcome(self, epoch: int) -> Outcome:
         max_time_s = self.ctx.config.max_time_s
-        self.ctx.log(f"max_time_s ({max_time_s}) passed at epoch {epoch}, step {self.step}: stopping all ranks")
+        self.ctx.log(
+            f"max_time_s ({max_time_s}) passed at epoch {epoch}, step {self.step}: stopping all ranks"
+        )
         return Outcome("aborted", f"max_time_s ({max_time_s:g}) passed before the goal", self.details(epoch))
 
     def details(self, epoch: int) -> dict[str, Any]:
