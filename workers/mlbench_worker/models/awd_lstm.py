@@ -55,9 +55,12 @@ class WeightDropLSTM(nn.Module):
         self.weight_dropout = weight_dropout
 
     def forward(
-        self, x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor]
+        self, x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         lstm = self.lstm
+        if hx is None:
+            zeros = x.new_zeros(1, x.size(1), lstm.hidden_size)
+            hx = (zeros, zeros)
         w_hh = lstm.weight_hh_l0
         if self.training and self.weight_dropout > 0.0:
             w_hh = F.dropout(w_hh, p=self.weight_dropout, training=True)
