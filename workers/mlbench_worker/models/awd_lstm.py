@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 Hidden = list[tuple[torch.Tensor, torch.Tensor]]
+WEIGHTS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")  # torch.lstm's order, one layer
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -61,10 +62,9 @@ class WeightDropLSTM(nn.Module):
         if hx is None:
             zeros = x.new_zeros(1, x.size(1), lstm.hidden_size)
             hx = (zeros, zeros)
-        w_hh = lstm.weight_hh_l0
+        weights: list[torch.Tensor] = [lstm.get_parameter(name) for name in WEIGHTS]
         if self.training and self.weight_dropout > 0.0:
-            w_hh = F.dropout(w_hh, p=self.weight_dropout, training=True)
-        weights = [lstm.weight_ih_l0, w_hh, lstm.bias_ih_l0, lstm.bias_hh_l0]
+            weights[1] = F.dropout(weights[1], p=self.weight_dropout, training=True)
         with warnings.catch_warnings():
             # cuDNN notes that the weights are not in its packed buffer; with a freshly dropped
             # matrix every step that copy is inherent to weight drop, not a bug.

@@ -433,9 +433,7 @@ class TensorFlowRun:
             if self.is_main:
                 for name, value in metrics.items():
                     reporter.metric(name, value, step=step, epoch=epoch)
-                reporter.event(
-                    "epoch_end", {"epoch": epoch, "train_time_s": train_s, "val_time_s": val_s}
-                )
+                reporter.event("epoch_end", {"epoch": epoch, "train_time_s": train_s, "val_time_s": val_s})
             print(
                 f"[rank {self.rank}] epoch {epoch}: "
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
