@@ -37,7 +37,7 @@ WARMUP_STEPS = 3  # eager steps on a side stream before capture (torch's recipe:
 
 
 class Capture(Protocol):
-    """How phases are captured: CUDA graphs on a GPU (tests stand in a recording one on CPU)."""
+    """How phases are captured: CUDA graphs on a GPU, ``ReplayCapture`` standing in on a CPU."""
 
     def warmup(self, run: Callable[[], None]) -> None:
         """Run ``run`` eagerly where captures will run (a side stream), then rejoin."""
