@@ -20,10 +20,11 @@ import torch
 from torch import nn
 
 from mlbench_worker.context import RunContext
+from mlbench_worker.faults import slowed
 from mlbench_worker.optim import CentralizedOptimizer
 from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.optim.schedules import WarmupPlateau
-from mlbench_worker.tracker import Record
+from mlbench_worker.tracker import CATEGORIES, Record
 
 
 @dataclass
@@ -60,6 +61,8 @@ class Step:
         """A step of the same kind reading ``inputs`` (the static buffers of a graph capture)."""
         return type(self)(inputs, self.samples)
 
+
+COMPUTE_PHASES = frozenset(name for name, kind in CATEGORIES.items() if kind == "compute")
 
 StepT = TypeVar("StepT", bound=Step)
 Phase = tuple[str, Callable[[StepT], None]]
@@ -196,9 +199,17 @@ class PhasedTrainer(Trainer, Generic[StepT]):
         self.run_phases(step, record)
         return self.end_step(step)
 
+    compute_slowdown: float = 1.0
+    """Above 1 on a rank slowed on purpose (``MLBENCH_INJECT_FAULT`` mode=slow): its compute
+    phases take that many times as long (set before the first step)."""
+
     @functools.cached_property
     def _phase_list(self) -> list[Phase[StepT]]:
-        return self.phases()
+        if self.compute_slowdown <= 1.0:
+            return self.phases()
+        param = next(self.model.parameters(), None)
+        sync = torch.cuda.synchronize if param is not None and param.is_cuda else None
+        return slowed(self.phases(), self.compute_slowdown, COMPUTE_PHASES, sync)
 
 
 def autocast_for(

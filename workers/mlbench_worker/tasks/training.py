@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from mlbench_worker.context import RunContext
-from mlbench_worker.faults import maybe_inject_fault
+from mlbench_worker.faults import maybe_inject_fault, slowdown_for
 from mlbench_worker.goals import Stop, StopController
 from mlbench_worker.graphs import CudaCapture, GraphedStep
 from mlbench_worker.tasks.base import Outcome
@@ -77,6 +77,7 @@ class TrainingLoop:
         self.tracker = tracker
         self.report_every = max(1, int(ctx.hp("report_every_steps", 10)))
         self.check_every = max(1, int(ctx.hp("stop_check_every_steps", 20)))
+        slow_compute(ctx, trainer)
         self.graphs = graphed_step(ctx, trainer, tracker) if config.implementation.cuda_graphs else None
         self.train_step = self.graphs.train_step if self.graphs is not None else trainer.train_step
         self.stop = StopController(ctx.comm, config.goal, config.max_time_s, start=ctx.started_at)
@@ -222,6 +223,20 @@ class TrainingLoop:
         if self.graphs is not None:
             self.ctx.log(self.graphs.summary())
         return outcome
+
+
+def slow_compute(ctx: RunContext, trainer: Trainer) -> None:
+    """Slow this rank's compute phases when ``MLBENCH_INJECT_FAULT`` mode=slow names it."""
+    slowdown = slowdown_for(ctx.rank)
+    if slowdown <= 1.0:
+        return
+    if not isinstance(trainer, PhasedTrainer) or ctx.config.implementation.cuda_graphs:
+        raise ValueError(
+            f"MLBENCH_INJECT_FAULT mode=slow needs an eager step that runs MLBench's phases "
+            f"(tasks 1a, 2a, 3a without cuda_graphs), not task {ctx.config.task}'s"
+        )
+    trainer.compute_slowdown = slowdown
+    ctx.log(f"compute slowed {slowdown:g}x on purpose (MLBENCH_INJECT_FAULT)")
 
 
 def graphed_step(ctx: RunContext, trainer: Trainer, tracker: Tracker) -> GraphedStep:
