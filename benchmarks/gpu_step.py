@@ -249,11 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.smoke:
-        from mlbench_worker.context import limit_threads
+        import torch
 
-        limit_threads(1)  # as a rank does: one thread per core it is given, none oversubscribed
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as a rank of one core: tiny steps, no oversubscription on a busy host
         args.batch, args.rounds, args.steps = min(args.batch, 4), 1, 1
-        report(args, measure(args))
+        try:
+            report(args, measure(args))
+        finally:
+            torch.set_num_threads(threads)
         return 0
     reason = no_gpu_message()
     if reason is not None:
