@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, ImplementationPlan
@@ -112,6 +112,27 @@ class TelemetryFigures(_Loose):
     ranks: list[RankTelemetryFigures] = Field(default_factory=list)
 
 
+class StartupFigures(_Loose):
+    """Where a run's seconds before its first training step went: the launcher's part (from the
+    run's creation to its first rank's process) and the slowest rank's phases (``startup``
+    events), none of it in the time to accuracy."""
+
+    launcher_s: float | None = Field(
+        default=None, description="Run created to the first rank's process start (spawn, scheduling)."
+    )
+    launcher: str = Field(default="spawn", description="What the launcher's part is on this target.")
+    phases: dict[str, float] = Field(
+        default_factory=dict, description="The slowest rank's seconds per phase, in order."
+    )
+    slowest_rank: int | None = None
+    ranks: int = Field(default=0, description="Ranks that reported their start.")
+
+    @property
+    def rank_s(self) -> float:
+        """The slowest rank's seconds from its process start to the end of its first step."""
+        return sum(self.phases.values())
+
+
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
     it keeps the run out of MLPerf's closed division."""
@@ -138,6 +159,7 @@ class RunResult(_Loose):
         validate_default=True,
         description="How the worker executed steps (CUDA graphs, host allocator).",
     )
+    precision: str = Field(default="fp32", description="The numeric precision the run trained in.")
     state: RunState = RunState.UNKNOWN
     message: str | None = Field(default=None, description="Why the run ended as it did, when it failed.")
     stop_reason: str | None = Field(default=None, description="The worker's reason for stopping.")
@@ -149,13 +171,15 @@ class RunResult(_Loose):
     graph_capture_s: float | None = Field(
         default=None, description="Time capturing CUDA graphs, apart from the time to accuracy."
     )
-    precision: str | None = Field(default=None, description="The precision the ranks trained in.")
     batch_size: int | None = Field(default=None, description="Samples per rank per step (the task's).")
     step_time_s: float | None = Field(
         default=None, description="Median training step time over every rank's report windows."
     )
     suspects: list[Suspect] = Field(
         default_factory=list, description="Figures that fail a physical bound, and why."
+    )
+    startup: StartupFigures | None = Field(
+        default=None, description="The launcher's and the slowest rank's seconds before training."
     )
     epochs_to_goal: float | None = None
     steps_to_goal: int | None = None
@@ -165,6 +189,7 @@ class RunResult(_Loose):
     allreduce: dict[str, AllreduceFigures] | None = None
     cost_to_target: float | None = None
     price_per_hour: float | None = None
+    currency: str | None = Field(default=None, description="ISO 4217 code of the prices; None: USD.")
     telemetry: TelemetryFigures | None = Field(
         default=None, description="Peak memory, GPU utilisation and energy; None without telemetry."
     )
@@ -176,6 +201,29 @@ class RunResult(_Loose):
     failures: list[dict[str, Any]] = Field(default_factory=list, description="rank_failed events.")
     fingerprint: dict[str, Any] = Field(default_factory=dict, description="Versions, CPU/GPU, image.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_precision(cls, value: Any) -> Any:
+        """Results stored before ``precision`` existed name it in their environment fingerprint."""
+        if isinstance(value, dict) and "precision" not in value:
+            stored = (value.get("fingerprint") or {}).get("precision")
+            if isinstance(stored, str):
+                return {**value, "precision": stored}
+        return value
+
     @property
     def succeeded(self) -> bool:
         return self.state is RunState.SUCCEEDED
+
+    @property
+    def variant(self) -> str:
+        """How the run executed, a comparison axis like the backend: ``fp32``, ``bf16 graphs``."""
+        return f"{self.precision} graphs" if self.implementation.cuda_graphs else self.precision
+
+    @property
+    def reason(self) -> str | None:
+        """The first line of why the run did not succeed (its message, else its stop reason)."""
+        if self.succeeded:
+            return None
+        text = (self.message or self.stop_reason or "").strip()
+        return text.splitlines()[0].strip() if text else None

@@ -19,6 +19,7 @@ from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
 from mlbench_worker.goals import Stop, StopController
 from mlbench_worker.graphs import CudaCapture, GraphedStep
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.steps import PhasedTrainer, StepResult, Trainer
 from mlbench_worker.tracker import Record, Tracker
@@ -145,11 +146,24 @@ class TrainingLoop:
         self.trainer.before_step(step)
         self.window.add(self.train_step(batch, record))
         self.step = step = step + 1
+        if not CLOCK.reported:
+            self.first_step_done()
         if step % self.report_every == 0:
             self.window.report(step, epoch)
         if self.stop.has_time_limit and step % self.check_every == 0:
             return self.stop.decide()
         return Stop.CONTINUE
+
+    def first_step_done(self) -> None:
+        """The rank's start ends with its first step (the device's work included): capture, when
+        CUDA graphs were captured in it, is a phase of its own."""
+        ctx = self.ctx
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        if self.graphs is not None:
+            CLOCK.add("graph_capture", self.graphs.capture_s)
+        CLOCK.mark("first_step")
+        CLOCK.report(ctx.reporter, ctx.rank)
 
     def validate(self, epoch: int) -> Outcome | None:
         """Global validation, its reports, the schedule hook and the collective decision: the
