@@ -110,7 +110,7 @@ def test_gradient_accumulation_equals_the_large_batch_gradient(
 
     def grads(batches: list[Any]) -> list[torch.Tensor]:
         trainer.optimizer.zero_grad()
-        trainer.accumulate(batches, Tracker().record)
+        trainer.accumulate(batches, Tracker().clock.record)
         return [p.grad.detach().clone() for p in trainer.params]  # type: ignore[union-attr]
 
     whole, accumulated = grads([big]), grads(micro)

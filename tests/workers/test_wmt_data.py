@@ -246,7 +246,7 @@ def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path)
     )
     trainer = TranslationTrainer(ctx, task)
     assert trainer.corpus.name == "wmt16" and len(trainer.test_refs) == len(trainer.test_data) <= 30
-    result = trainer.train_step(next(iter(trainer.train_batches(1))), Tracker().record)
+    result = trainer.train_step(next(iter(trainer.train_batches(1))), Tracker().clock.record)
     assert float(result.loss) > 0 and result.samples > 0
     metrics = trainer.validate()
     assert 0.0 <= metrics["val_global_BLEU-Score"] <= 100.0 and metrics["val_global_loss"] > 0

@@ -25,7 +25,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,22 +33,13 @@ import numpy as np
 
 from mlbench_worker.allocator import tune_host_allocator
 from mlbench_worker.config import ConfigError, WorkerConfig
+from mlbench_worker.tracker import Tracker
 
 if TYPE_CHECKING:
     from mlbench_worker.context import Rendezvous, ReporterLike
 
 MEAN = np.array([125.3, 123.0, 113.9], dtype=np.float32)
 STD = np.array([63.0, 62.1, 66.7], dtype=np.float32)
-PHASES = ("batch_load", "fwd_pass", "comp_loss", "backprop", "agg", "opt_step", "comp_metrics")
-CATEGORIES = {
-    "batch_load": "preprocess",
-    "fwd_pass": "compute",
-    "comp_loss": "compute",
-    "backprop": "compute",
-    "opt_step": "compute",
-    "agg": "communication",
-    "comp_metrics": "metrics",
-}
 
 
 # --------------------------------------------------------------------------- cluster
@@ -192,33 +183,6 @@ class Schedule:
         return self.lr
 
 
-class PhaseTimer:
-    """Per-rank phase totals with MLBench's names (perf_counter; TensorFlow here runs on CPU or is
-    synchronised by the host reading results)."""
-
-    def __init__(self) -> None:
-        self.phase = dict.fromkeys(PHASES, 0.0)
-        self.last = 0.0
-        self.train_s = 0.0
-        self.val_s = 0.0
-
-    def start(self) -> None:
-        self.last = time.perf_counter()
-
-    def record(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phase[name] += now - self.last
-        self.last = now
-
-    def totals(self) -> dict[str, float]:
-        out = {f"phase_{k}": v for k, v in self.phase.items()}
-        for category in ("compute", "communication", "preprocess", "metrics"):
-            out[f"time_{category}"] = sum(v for k, v in self.phase.items() if CATEGORIES[k] == category)
-        out["time_train"] = self.train_s
-        out["time_validation"] = self.val_s
-        return out
-
-
 # --------------------------------------------------------------------------- model
 
 
@@ -310,7 +274,9 @@ class TensorFlowRun:
             int(hp.get("plateau_patience", 2)),
             float(hp.get("plateau_factor", 0.5)),
         )
-        self.timer = PhaseTimer()
+        # the shared tracker on its CPU clock (TensorFlow's steps are synchronised by the host
+        # reading their results): the same phases, sampling and train/validation times as torch's
+        self.tracker = Tracker(seed=config.seed * 1009 + self.rank)
 
     def _compile(self) -> None:
         tf = self.tf
@@ -367,6 +333,13 @@ class TensorFlowRun:
 
         self.grads_step, self.aggregate, self.apply, self.eval_step = grads_step, aggregate, apply, eval_step
 
+    def _batches(self, order: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[Any, Any, int, bool]]:
+        """An epoch's augmented batches as tensors: ``(x, y, size, last)``."""
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            x = self.tf.constant(self._augment(self.train_x[idx], rng))
+            yield x, self.tf.constant(self.train_y[idx]), len(idx), start + self.batch_size >= len(order)
+
     def _augment(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Random 4-pixel-padded crop and horizontal flip (the PyTorch task's augmentation)."""
         n = len(x)
@@ -401,7 +374,7 @@ class TensorFlowRun:
         }
 
     def train(self) -> tuple[str, str, dict[str, Any]]:
-        config, reporter, timer = self.config, self.reporter, self.timer
+        config, reporter, tracker = self.config, self.reporter, self.tracker
         goal = config.goal
         max_epochs = int(config.hyperparameters.get("max_epochs", 164))
         report_every = max(1, int(config.hyperparameters.get("report_every_steps", 10)))
@@ -413,33 +386,34 @@ class TensorFlowRun:
         for epoch in range(1, max_epochs + 1):
             if self.is_main:
                 reporter.event("epoch_start", {"epoch": epoch})
-            t_epoch = time.perf_counter()
+            tracker.train()
             rng = np.random.default_rng((config.seed, self.rank, epoch))
             order = np.random.default_rng((config.seed, epoch, self.rank)).permutation(len(self.train_y))
             window_loss = window_correct = 0.0
             window_n = window_steps = 0
             window_t = time.perf_counter()
-            for start in range(0, len(order), self.batch_size):
-                timer.start()
-                idx = order[start : start + self.batch_size]
-                x = self.tf.constant(self._augment(self.train_x[idx], rng))
-                y = self.tf.constant(self.train_y[idx])
+            for (x, y, n, last), record in tracker.each_batch(self._batches(order, rng)):
                 self.lr.assign(self.schedule.on_step(step))
-                timer.record("batch_load")
+                if record:
+                    record("batch_load")
                 loss, correct, grads = self.grads_step(x, y)
                 loss_value = float(loss)  # waits for the fused forward/backward
-                timer.record("backprop")
+                if record:
+                    record("backprop")
                 reduced = self.aggregate(grads)  # tf.functions run synchronously on the CPU
-                timer.record("agg")
+                if record:
+                    record("agg")
                 self.apply(reduced)
-                timer.record("opt_step")
+                if record:
+                    record("opt_step")
                 step += 1
-                window_loss += loss_value * len(idx)
+                window_loss += loss_value * n
                 window_correct += float(correct)
-                window_n += len(idx)
+                window_n += n
                 window_steps += 1
-                timer.record("comp_metrics")
-                if step % report_every == 0 or start + self.batch_size >= len(order):
+                if record:
+                    record("comp_metrics")
+                if step % report_every == 0 or last:
                     now = time.perf_counter()
                     reporter.metric("train_loss", window_loss / window_n, step=step, epoch=epoch)
                     reporter.metric("train_Prec@1", 100.0 * window_correct / window_n, step=step, epoch=epoch)
@@ -448,27 +422,25 @@ class TensorFlowRun:
                     window_loss = window_correct = 0.0
                     window_n = window_steps = 0
                     window_t = now
-            timer.train_s += time.perf_counter() - t_epoch
             if self.is_main:  # epoch_end marks the end of this validation
                 reporter.event("eval_start", {"epoch": epoch})
-            t_val = time.perf_counter()
+            tracker.validation()
             metrics = self.validate()
-            timer.val_s += time.perf_counter() - t_val
-            for name, value in timer.totals().items():
+            tracker.pause()
+            train_s, val_s = tracker.train_time, tracker.validation_time
+            for name, value in tracker.totals().items():
                 reporter.metric(name, value, step=step, epoch=epoch)
             if self.is_main:
                 for name, value in metrics.items():
                     reporter.metric(name, value, step=step, epoch=epoch)
-                reporter.event(
-                    "epoch_end", {"epoch": epoch, "train_time_s": timer.train_s, "val_time_s": timer.val_s}
-                )
+                reporter.event("epoch_end", {"epoch": epoch, "train_time_s": train_s, "val_time_s": val_s})
             print(
                 f"[rank {self.rank}] epoch {epoch}: "
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-                + f", lr={self.schedule.lr:.4g}, train {timer.train_s:.1f}s",
+                + f", lr={self.schedule.lr:.4g}, train {train_s:.1f}s",
                 flush=True,
             )
-            details = {"epoch": epoch, "step": step, "train_time_s": timer.train_s, "val_time_s": timer.val_s}
+            details = {"epoch": epoch, "step": step, "train_time_s": train_s, "val_time_s": val_s}
             if goal is not None and goal.reached(metrics.get(goal.metric, math.nan)):
                 if self.is_main:
                     reporter.event(
@@ -492,8 +464,8 @@ class TensorFlowRun:
         details = {
             "epoch": max_epochs,
             "step": step,
-            "train_time_s": timer.train_s,
-            "val_time_s": timer.val_s,
+            "train_time_s": tracker.train_time,
+            "val_time_s": tracker.validation_time,
         }
         if goal is None:
             return "success", f"completed {max_epochs} epochs", details
