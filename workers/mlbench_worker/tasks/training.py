@@ -27,6 +27,7 @@ from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tracker import Record, Tracker
+from mlbench_worker.wire import EpochEnd, EpochStart, EvalStart, GoalReached, Progress, RunStart, emit
 
 
 @dataclass
@@ -369,28 +370,27 @@ def run_training(
         graphs = GraphedStep(trainer, CudaCapture(ctx.device), aside=tracker.aside, log=ctx.log)
         train_step = graphs.train_step
     ctx.mark_run_start(
-        {
-            "train_samples": trainer.train_samples,
-            "eval_samples": trainer.eval_samples,
-            "comm_precision": trainer.comm_precision,
-        }
+        RunStart(
+            train_samples=trainer.train_samples,
+            eval_samples=trainer.eval_samples,
+            comm_precision=trainer.comm_precision,
+        )
     )
     stop = StopController(ctx.comm, config.goal, config.max_time_s, start=ctx.started_at)
     goal = config.goal
     step = 0
     window = _Window(ctx.device)
 
-    def details(epoch: int) -> dict[str, Any]:
+    def details(epoch: int) -> Progress:
         """The figures every outcome carries (``run_stop``); graph capture is initialisation."""
-        out: dict[str, Any] = {
-            "epoch": epoch,
-            "step": step,
-            "train_time_s": tracker.train_time,
-            "val_time_s": tracker.validation_time,
-        }
-        if graphs is not None:
-            out["graph_capture_s"] = graphs.capture_s
-        return out
+        capture_s = graphs.capture_s if graphs is not None else None
+        return Progress(
+            epoch=epoch,
+            step=step,
+            train_time_s=tracker.train_time,
+            val_time_s=tracker.validation_time,
+            graph_capture_s=capture_s,
+        )
 
     ctx.log(
         f"training {config.task} on {ctx.world_size} rank(s), backend {config.backend}, "
@@ -399,7 +399,7 @@ def run_training(
     )
     for epoch in range(1, max_epochs + 1):
         if ctx.is_main:
-            reporter.event("epoch_start", {"epoch": epoch})
+            emit(reporter, EpochStart(epoch=epoch))
         trainer.model.train()
         tracker.train()
         stopped = Stop.CONTINUE
@@ -434,7 +434,7 @@ def run_training(
             _report_totals(ctx, tracker, step, epoch)
             return _max_time_outcome(ctx, details(epoch))
         if ctx.is_main:  # the epoch_end event below marks the end of this validation
-            reporter.event("eval_start", {"epoch": epoch})
+            emit(reporter, EvalStart(epoch=epoch))
         tracker.validation()
         metrics = trainer.validate()
         tracker.pause()
@@ -442,7 +442,7 @@ def run_training(
         if ctx.is_main:
             for name, value in metrics.items():
                 reporter.metric(name, value, step=step, epoch=epoch)
-            reporter.event("epoch_end", details(epoch))
+            emit(reporter, EpochEnd(**vars(details(epoch))))
         _report_totals(ctx, tracker, step, epoch)
         ctx.log(
             f"epoch {epoch}: "
@@ -455,8 +455,11 @@ def run_training(
             status = stop.goal_status(metrics)
             assert status is not None
             if ctx.is_main:
-                goal_payload = {"metric": status.metric, "value": status.value, "target": status.target}
-                reporter.event("goal_reached", {**goal_payload, **details(epoch)})
+                figures = vars(details(epoch))
+                emit(
+                    reporter,
+                    GoalReached(metric=status.metric, value=status.value, target=status.target, **figures),
+                )
             ctx.log(
                 f"goal reached at epoch {epoch}: {status.metric}={status.value:.4g} (target {status.target})"
             )
@@ -472,9 +475,9 @@ def run_training(
     return Outcome("aborted", f"max_epochs ({max_epochs}) reached before the goal", details(max_epochs))
 
 
-def _max_time_outcome(ctx: RunContext, details: dict[str, Any]) -> Outcome:
+def _max_time_outcome(ctx: RunContext, details: Progress) -> Outcome:
     ctx.log(
-        f"max_time_s ({ctx.config.max_time_s}) passed at epoch {details['epoch']}, step {details['step']}: "
+        f"max_time_s ({ctx.config.max_time_s}) passed at epoch {details.epoch}, step {details.step}: "
         "stopping all ranks"
     )
     return Outcome("aborted", f"max_time_s ({ctx.config.max_time_s:g}) passed before the goal", details)
