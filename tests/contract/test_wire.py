@@ -96,7 +96,7 @@ def test_payloads_of_earlier_workers_still_parse() -> None:
     assert wire.parse_event("rank_failed", {"rank": "x"}) == wire.RankFailed()
     assert wire.parse_event("run_stop", {"status": "exploded"}) == wire.RunStop()
     assert wire.parse_event("unknown_kind", {"a": 1}) is None
-    assert wire.RunStop(status="aborted", train_time_s=math.nan).to_payload()["train_time_s"] is None
+    assert "train_time_s" not in wire.RunStop(status="aborted", train_time_s=math.nan).to_payload()
 
 
 def _plan(**fields: Any) -> RunPlan:

@@ -70,8 +70,10 @@ class Payload:
     KIND: ClassVar[str] = ""
 
     def to_payload(self) -> dict[str, Any]:
-        """The JSON object a rank sends (NaN and infinity become null, as JSON has neither)."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """The JSON object a rank sends: unset (None) fields are left out, and so are NaN and
+        infinity (JSON has neither); ``from_payload`` reads an absent field as its default."""
+        values = ((f.name, _jsonable(getattr(self, f.name))) for f in dataclasses.fields(self))
+        return {name: value for name, value in values if value is not None}
 
     @classmethod
     def from_payload(cls: type[P], doc: Mapping[str, Any]) -> P:
