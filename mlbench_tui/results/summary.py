@@ -86,7 +86,7 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
     totals and train/validation times, the all-reduce figures, the telemetry series its memory,
     utilisation and energy come from (not the per-step training series)."""
-    wanted = {"time_train", "time_validation", *TRACKER_TOTALS, *RESULT_SERIES}
+    wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 

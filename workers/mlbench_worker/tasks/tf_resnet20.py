@@ -216,8 +216,8 @@ class PhaseTimer:
         out = {f"phase_{k}": v for k, v in self.phase.items()}
         for category in ("compute", "communication", "preprocess", "metrics"):
             out[f"time_{category}"] = sum(v for k, v in self.phase.items() if CATEGORIES[k] == category)
-        out["time_train"] = self.train_s
-        out["time_validation"] = self.val_s
+        out[wire.TIME_TRAIN] = self.train_s
+        out[wire.TIME_VALIDATION] = self.val_s
         return out
 
 
@@ -398,8 +398,8 @@ class TensorFlowRun:
             sums += self.eval_step(self.tf.constant(x), self.tf.constant(y)).numpy()
         loss_sum, correct, count = self.global_sum(list(sums))
         return {
-            "val_global_loss": loss_sum / max(count, 1.0),
-            "val_global_Prec@1": 100.0 * correct / max(count, 1.0),
+            wire.VAL_GLOBAL_LOSS: loss_sum / max(count, 1.0),
+            wire.VAL_GLOBAL_PREC1: 100.0 * correct / max(count, 1.0),
         }
 
     def train(self) -> Outcome:
@@ -447,10 +447,12 @@ class TensorFlowRun:
                 timer.record("comp_metrics")
                 if step % report_every == 0 or start + self.batch_size >= len(order):
                     now = time.perf_counter()
-                    reporter.metric("train_loss", window_loss / window_n, step=step, epoch=epoch)
-                    reporter.metric("train_Prec@1", 100.0 * window_correct / window_n, step=step, epoch=epoch)
-                    reporter.metric("lr", self.schedule.lr, step=step, epoch=epoch)
-                    reporter.metric("step_time", (now - window_t) / window_steps, step=step, epoch=epoch)
+                    reporter.metric(wire.TRAIN_LOSS, window_loss / window_n, step=step, epoch=epoch)
+                    reporter.metric(
+                        wire.TRAIN_PREC1, 100.0 * window_correct / window_n, step=step, epoch=epoch
+                    )
+                    reporter.metric(wire.LR, self.schedule.lr, step=step, epoch=epoch)
+                    reporter.metric(wire.STEP_TIME, (now - window_t) / window_steps, step=step, epoch=epoch)
                     window_loss = window_correct = 0.0
                     window_n = window_steps = 0
                     window_t = now
@@ -493,7 +495,7 @@ class TensorFlowRun:
                 return Outcome(
                     "aborted", f"max_time_s ({config.max_time_s:g}) passed before the goal", details
                 )
-            self.schedule.on_validation(metrics["val_global_loss"], step)
+            self.schedule.on_validation(metrics[wire.VAL_GLOBAL_LOSS], step)
         details = wire.Progress(
             epoch=max_epochs, step=step, train_time_s=timer.train_s, val_time_s=timer.val_s
         )
