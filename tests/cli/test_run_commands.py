@@ -66,7 +66,7 @@ def _spec(
     return path
 
 
-def _running_local_run(timeout: float = 60.0) -> str | None:
+def _running_local_run(timeout: float = 120.0) -> str | None:
     """The id of the local run whose launcher and both ranks are up (None if none comes up)."""
     runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
     deadline = time.monotonic() + timeout

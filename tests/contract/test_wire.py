@@ -39,6 +39,7 @@ EXAMPLES: list[wire.Payload] = [
     wire.RunStop(status="success", reason="goal reached", exit_code=0, **PROGRESS),
     wire.RunStop(status="success", reason="measured 160 (dtype, size) points", exit_code=0, points=160),
     wire.RankFailed(rank=1, exception="RuntimeError: boom", traceback="Traceback ...", peer_failure=False),
+    wire.Startup(rank=0, process_start_t=1.7e9, phases={"interpreter": 0.25, "imports": 2.5}),
     wire.AllreduceSweep(
         world_size=2, latency_only=False, note=None, busbw_ceiling_gbps=450.0, ceiling_basis="NVLink"
     ),

@@ -292,7 +292,7 @@ def _follow_in_background(
     return lines, thread
 
 
-def _until(predicate: Any, timeout: float = 10) -> None:
+def _until(predicate: Any, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"

@@ -22,6 +22,7 @@ import torch
 
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
 
 
@@ -237,6 +238,7 @@ class RunContext:
             return
         self.run_started = True
         self.started_at = time.time()
+        CLOCK.mark("model")  # setup done: the data (when the task marked it) and then the model
         if self.is_main:
             emit(self.reporter, facts or RunStart())
 

@@ -29,6 +29,7 @@ GOAL_REACHED = "goal_reached"
 RUN_STOP = "run_stop"
 RANK_FAILED = "rank_failed"
 ALLREDUCE_SWEEP = "allreduce_sweep"
+STARTUP = "startup"
 
 # --- metric names (telemetry's ``sys/`` series are in ``mlbench_worker.sysmetrics``) -------------
 
@@ -229,6 +230,24 @@ class AllreduceSweep(Payload):
     ceiling_basis: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Startup(Payload):
+    """Where a rank's seconds before its first step went, by phase (``mlbench_worker.startup``),
+    and when its process started (UNIX time; None where the OS does not say)."""
+
+    KIND: ClassVar[str] = STARTUP
+    rank: int | None = None
+    process_start_t: float | None = None
+    phases: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_payload(cls, doc: Mapping[str, Any]) -> Startup:
+        """As ``Payload.from_payload``; phases that are not a number of seconds are left out."""
+        read = super().from_payload(doc)
+        phases = {str(k): float(v) for k, v in read.phases.items() if _coerce(v, float) is not _MISSING}
+        return dataclasses.replace(read, phases=phases)
+
+
 EVENTS: dict[str, type[Payload]] = {
     cls.KIND: cls
     for cls in (
@@ -242,6 +261,7 @@ EVENTS: dict[str, type[Payload]] = {
         RunStop,
         RankFailed,
         AllreduceSweep,
+        Startup,
     )
 }
 
@@ -319,6 +339,7 @@ HOST_ALLOCATORS: tuple[str, ...] = get_args(HostAllocator)
 DATA_SOURCES: tuple[str, ...] = get_args(DataSource)
 DEFAULT_TELEMETRY_INTERVAL_S = 1.0
 MIN_TELEMETRY_INTERVAL_S = 0.1
+MAX_TELEMETRY_INTERVAL_S = 3600.0  # the spec's limit too (mlbench_tui.spec.limits; a test pins them)
 
 
 class ConfigError(ValueError):
@@ -512,6 +533,9 @@ def _telemetry_interval(doc: Mapping[str, Any]) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"'telemetry_interval_s' must be a number of seconds or null, got {value!r}")
-    if value < MIN_TELEMETRY_INTERVAL_S:
-        raise ConfigError(f"'telemetry_interval_s' must be >= {MIN_TELEMETRY_INTERVAL_S}, got {value!r}")
+    if not MIN_TELEMETRY_INTERVAL_S <= value <= MAX_TELEMETRY_INTERVAL_S:
+        raise ConfigError(
+            f"'telemetry_interval_s' must be between {MIN_TELEMETRY_INTERVAL_S} and "
+            f"{MAX_TELEMETRY_INTERVAL_S}, got {value!r}"
+        )
     return float(value)
