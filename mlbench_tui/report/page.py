@@ -16,6 +16,8 @@ from mlbench_tui.report.environment import environment_section
 from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.table import checks_lines, reference_text
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1280px;
@@ -57,6 +59,22 @@ def outcome_cell(text: str, ok: bool) -> str:
     return f"<td class={cls}><details><summary>{_e(short)}</summary><pre>{_e(text)}</pre></details></td>"
 
 
+def checks_cell(result: RunResult) -> str:
+    """The run's checks on one line (its figure against the machine's reference, how many figures
+    are suspect), with every line of them (the start, the reference, each suspect and why) folded
+    into a <details>."""
+    lines = checks_lines(result)
+    if not lines:
+        return "<td>-</td>"
+    suspects = len(result.suspects)
+    short = f"! {suspects} suspect" if suspects else reference_text(result)
+    if short == "-":
+        short = "start, reference"
+    cls = " class=bad" if suspects or short.endswith("!") else ""
+    body = "\n".join(f"{label}: {text}" for label, text in lines)
+    return f"<td{cls}><details><summary>{_e(short)}</summary><pre>{_e(body)}</pre></details></td>"
+
+
 def runs_table(records: Sequence[RunRecord]) -> str:
     rows = []
     for record in records:
@@ -73,7 +91,7 @@ def runs_table(records: Sequence[RunRecord]) -> str:
             f"<td>{_e(r.framework)}</td><td>{_e(r.backend)}</td>"
             f"<td class=num>{r.workers}</td><td class=num>{r.repeat}</td>"
             f"<td>{_e(r.state.value)}</td>{outcome_cell(shown, why is None)}"
-            f"<td class=num>{_seconds(r.wall_time_s)}</td>"
+            f"<td class=num>{_seconds(r.wall_time_s)}</td>{checks_cell(r)}"
             f"<td class=name><code>{_e(record.run_id)}</code></td></tr>"
         )
     head = "".join(
@@ -88,6 +106,7 @@ def runs_table(records: Sequence[RunRecord]) -> str:
             "state",
             "outcome",
             "wall",
+            "checks",
             "id",
         )
     )

@@ -11,6 +11,7 @@ from report.test_figures import sweep, trained
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.report.build import build_figures
 from mlbench_tui.report.page import render_page
+from mlbench_tui.results.model import Suspect
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -51,6 +52,22 @@ def test_a_long_failure_is_one_line_with_the_whole_text_folded_away() -> None:
     )
     assert f"<li>spec-nccl-1w-r0: {summary}</li>" in page  # figure notes: the first line only
     assert "Search for it" not in page.replace(f"<pre>failed: {error}</pre>", "")
+
+
+def test_a_run_s_checks_are_one_line_with_every_suspect_and_why_folded_away() -> None:
+    run = trained("nccl", 1, 0, 10.0)
+    run.result.suspects = [
+        Suspect(figure="images/s", reason="85,333 per rank, above the 59,259 of one graph")
+    ]
+    figures = build_figures([run])
+    page = render_page([run], figures, {f.key: PNG for f in figures if f.panels}, title="t")
+    assert (
+        "<td class=bad><details><summary>! 1 suspect</summary>"
+        "<pre>suspect: ! images/s: 85,333 per rank, above the 59,259 of one graph</pre></details></td>"
+    ) in page
+    plain = trained("nccl", 1, 1, 10.0)
+    page = render_page([plain], build_figures([plain]), {}, title="t")
+    assert "<td>-</td><td class=name><code>" in page  # nothing to check: no row, no suspect
 
 
 def test_environment_is_shown_once_readably_with_what_differed() -> None:
