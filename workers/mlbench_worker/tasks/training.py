@@ -23,6 +23,7 @@ from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.steps import PhasedTrainer, StepResult, Trainer
 from mlbench_worker.tracker import Record, Tracker
+from mlbench_worker.wire import EpochEnd, EpochStart, EvalStart, GoalReached, Progress, RunStart, emit
 
 
 class MetricWindow:
@@ -102,11 +103,11 @@ class TrainingLoop:
     def start(self, max_epochs: int) -> None:
         ctx, config, trainer = self.ctx, self.ctx.config, self.trainer
         ctx.mark_run_start(
-            {
-                "train_samples": trainer.train_samples,
-                "eval_samples": trainer.eval_samples,
-                "comm_precision": trainer.comm_precision,
-            }
+            RunStart(
+                train_samples=trainer.train_samples,
+                eval_samples=trainer.eval_samples,
+                comm_precision=trainer.comm_precision,
+            )
         )
         goal = config.goal
         ctx.log(
@@ -123,7 +124,7 @@ class TrainingLoop:
         """One epoch of training steps; Stop.MAX_TIME when the ranks agreed to stop in it."""
         ctx, trainer, tracker, window = self.ctx, self.trainer, self.tracker, self.window
         if ctx.is_main:
-            ctx.reporter.event("epoch_start", {"epoch": epoch})
+            emit(ctx.reporter, EpochStart(epoch=epoch))
         trainer.model.train()
         tracker.train()
         window.reset(time.perf_counter())
@@ -170,14 +171,14 @@ class TrainingLoop:
         outcome when the run stops here, else None."""
         ctx, tracker, reporter = self.ctx, self.tracker, self.ctx.reporter
         if ctx.is_main:  # the epoch_end event below marks the end of this validation
-            reporter.event("eval_start", {"epoch": epoch})
+            emit(reporter, EvalStart(epoch=epoch))
         tracker.validation()
         metrics = self.trainer.validate()
         tracker.pause()
         if ctx.is_main:
             for name, value in metrics.items():
                 reporter.metric(name, value, step=self.step, epoch=epoch)
-            reporter.event("epoch_end", self.details(epoch))
+            emit(reporter, EpochEnd(**vars(self.details(epoch))))
         self.report_totals(epoch)
         ctx.log(
             f"epoch {epoch}: "
@@ -197,8 +198,9 @@ class TrainingLoop:
         status = self.stop.goal_status(metrics)
         assert status is not None
         if self.ctx.is_main:
-            goal_payload = {"metric": status.metric, "value": status.value, "target": status.target}
-            self.ctx.reporter.event("goal_reached", {**goal_payload, **self.details(epoch)})
+            figures = vars(self.details(epoch))
+            goal = GoalReached(metric=status.metric, value=status.value, target=status.target, **figures)
+            emit(self.ctx.reporter, goal)
         reached = f"{status.metric}={status.value:.4g} (target {status.target})"
         self.ctx.log(f"goal reached at epoch {epoch}: {reached}")
         return Outcome("success", f"goal reached: {reached}", self.details(epoch))
@@ -210,17 +212,15 @@ class TrainingLoop:
         )
         return Outcome("aborted", f"max_time_s ({max_time_s:g}) passed before the goal", self.details(epoch))
 
-    def details(self, epoch: int) -> dict[str, Any]:
+    def details(self, epoch: int) -> Progress:
         """The figures every outcome carries (``run_stop``); graph capture is initialisation."""
-        out: dict[str, Any] = {
-            "epoch": epoch,
-            "step": self.step,
-            "train_time_s": self.tracker.train_time,
-            "val_time_s": self.tracker.validation_time,
-        }
-        if self.graphs is not None:
-            out["graph_capture_s"] = self.graphs.capture_s
-        return out
+        return Progress(
+            epoch=epoch,
+            step=self.step,
+            train_time_s=self.tracker.train_time,
+            val_time_s=self.tracker.validation_time,
+            graph_capture_s=self.graphs.capture_s if self.graphs is not None else None,
+        )
 
     def report_totals(self, epoch: int) -> None:
         """This rank's cumulative ``time_*`` and ``phase_*`` seconds, and on a GPU the peak of the
