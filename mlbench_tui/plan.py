@@ -172,15 +172,9 @@ def _goal_plan(spec: BenchmarkSpec) -> GoalPlan | None:
 
 
 def _effective_hyperparameters(spec: BenchmarkSpec, backend: str, workers: int) -> dict[str, Any]:
-    from mlbench_tui.spec.tasks import get_task, scaled_hyperparameters
+    from mlbench_tui.spec.hyperparameters import planned_values
 
-    task = get_task(spec.spec.task)
-    assert task is not None
-    hp = scaled_hyperparameters(task, workers, spec.spec.hyperparameters)
-    if task.id == "0a" and backend == "mpi":
-        # Open MPI has no fp16 reduction; an explicit fp16 request on mpi is refused by the policy.
-        hp["dtypes"] = [d for d in hp["dtypes"] if d != "fp16"]
-    return hp
+    return planned_values(spec.spec.task, spec.spec.hyperparameters, workers, backend)
 
 
 def expand(spec: BenchmarkSpec) -> list[RunPlan]:
@@ -212,8 +206,8 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     implementation = ImplementationPlan(
         cuda_graphs=body.implementation.cuda_graphs, host_allocator=body.implementation.host_allocator
     )
-    if task.id == "0a" and "data" not in body.model_fields_set:
-        data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
+    if not task.reads_data and "data" not in body.model_fields_set:
+        data = DataPlan(source="synthetic")  # e.g. all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
     plans: list[RunPlan] = []
     for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):

@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mlbench_worker.hyperparams import AllReduce
+
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.spec.hyperparameters import of_plan
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
 
 EventType = Literal["POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"]
@@ -59,11 +62,9 @@ MLPERF_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 _BATCH_KEYS = frozenset({"batch_size", "global_batch_size", "global_batch_tokens", "update_freq"})
 _PRECISIONS = {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16", "amp": "fp16"}
-_ATTENTION_TASKS = _ADAM_TASKS = frozenset({"4a", "4b"})  # the translation tasks
+_ATTENTION_TASKS = frozenset({"4a", "4b"})  # the translation tasks
 # Hyperparameters a synthetic run of a task takes from its data options (tasks/awd_lstm.py).
 _SMOKE_SIZES: Mapping[str, tuple[str, ...]] = {"3a": ("bptt", "emb_size", "hidden_size", "num_layers")}
-# What task 0a's closed division measures: MLBench's sweep, not a smaller one.
-OFFICIAL_SWEEP = ("sizes_min_exp", "sizes_max_exp", "num_sizes", "repetitions")
 
 
 class MllogUnavailable(MlbenchError):
@@ -96,15 +97,14 @@ def division(plan: RunPlan) -> Literal["closed", "open"]:
     if plan.goal is not None and plan.goal.kind != "full":
         return "open"
     fixed = fixed_hyperparameters(task)
-    hp = plan.hyperparameters
-    return "closed" if all(hp.get(key) == value for key, value in fixed.items()) else "open"
+    hp = {**task.defaults, **plan.hyperparameters}
+    return "closed" if all(hp[key] == value for key, value in fixed.items()) else "open"
 
 
 def fixed_hyperparameters(task: TaskInfo) -> dict[str, Any]:
     """The hyperparameters the closed division fixes: those the spec may not override, and for task
-    0a the sweep itself."""
-    keys = OFFICIAL_SWEEP if task.id == "0a" else [k for k in task.defaults if k not in task.overridable]
-    return {key: task.defaults[key] for key in keys}
+    0a the sweep itself (the catalog's ``closed_division``)."""
+    return dict(task.closed_division)
 
 
 def submission_platform(plan: RunPlan, environment: Mapping[str, Any]) -> str:
@@ -197,8 +197,9 @@ def _config(
         for key, item in zip(keys, values, strict=True):
             yield key, item, {}
     if task.goal is not None:
-        optimizer = hp.get("optimizer", "centralized_adam" if task.id in _ADAM_TASKS else "centralized_sgd")
-        yield "opt_name", "adam" if optimizer == "centralized_adam" else "sgd", {}
+        typed = of_plan(plan.task, plan.hyperparameters)
+        if not isinstance(typed, AllReduce):  # the only task without an optimizer (and without a goal)
+            yield "opt_name", "adam" if typed.optimizer == "centralized_adam" else "sgd", {}
     yield "train_samples", facts.get("train_samples"), {}
     yield "eval_samples", facts.get("eval_samples"), {}
     compute = _PRECISIONS[plan.resources.precision]
@@ -230,7 +231,7 @@ def _batch_entries(
         total, unit = int(hp["global_batch_size"]), "sentences"
         micro = max(1, math.ceil(total / (workers * accumulation)))
     elif "batch_size" in hp:
-        micro, unit = int(hp["batch_size"]), "sequences" if task.id == "3a" else "samples"
+        micro, unit = int(hp["batch_size"]), task.batch_unit
         total = micro * workers
     else:  # task 0a: one tensor per all-reduce
         yield "micro_batch_size", 1, {"unit": "tensors"}

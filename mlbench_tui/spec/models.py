@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel, with_short_form
 from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
+from mlbench_tui.spec.hyperparameters import overrides_json_schema
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     GPU_RE,
@@ -412,6 +413,10 @@ TaskKey = Annotated[
 ]
 
 
+HyperparameterOverrides = Annotated[dict[str, Any], WithJsonSchema(overrides_json_schema())]
+"""As written (the spec hash covers them so); the task's declarations check them (``spec.policy``)."""
+
+
 class BenchmarkBody(StrictModel):
     """What to run, on what, where, and until when."""
 
@@ -456,10 +461,11 @@ class BenchmarkBody(StrictModel):
         description="Dataset source: 'synthetic', 'download' (default) or {source: path, path: DIR}.",
         json_schema_extra=with_short_form("synthetic", "download"),
     )
-    hyperparameters: dict[str, Any] = Field(
+    hyperparameters: HyperparameterOverrides = Field(
         default_factory=dict,
         description="Overrides of the task's defaults; only what the task's policy allows (batch size and "
-        "learning-rate schedule, like MLPerf). See `mlbench tasks`.",
+        "learning-rate schedule, like MLPerf), checked against the task's declared types and bounds. "
+        "See `mlbench tasks TASK`.",
     )
     seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Random seed; repeat i uses seed + i.")
     repeats: int = Field(

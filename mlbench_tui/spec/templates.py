@@ -68,8 +68,8 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         _line("    precision: fp32", f"allowed for this task: {', '.join(task.precisions)}"),
         _line("  target: local", "or {kind: kubernetes, namespace: mlbench, image: IMAGE}"),
     ]
-    if task.id == "0a":
-        lines.append(_line("  data: synthetic", "all-reduce runs on generated tensors"))
+    if not task.reads_data:
+        lines.append(_line("  data: synthetic", "the task generates its inputs"))
     else:
         lines += [
             "  data:",

@@ -15,6 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker.config import ConfigError, WorkerConfig, load_config
+from mlbench_worker.hyperparams import HyperparameterError
 
 if TYPE_CHECKING:
     from mlbench_worker.comm import Comm
@@ -117,7 +118,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
             "rank_failed", {"rank": rank, "exception": summary, "traceback": tb, "peer_failure": peer}
         )
         what = "lost a peer" if peer else "failed"
-        user_error = isinstance(exc, (ConfigError, UnknownTaskError))
+        user_error = isinstance(exc, (ConfigError, HyperparameterError, UnknownTaskError))
         code = 2 if user_error else 1
         stop = {"status": "failed", "reason": f"rank {rank} {what}: {summary}", "exit_code": code}
         reporter.event("run_stop", stop)
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         config = load_config(path)
-    except ConfigError as exc:
+    except (ConfigError, HyperparameterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from mlbench_worker.context import detect_rendezvous

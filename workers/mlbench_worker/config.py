@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlbench_worker.hyperparams import TaskHyperparameters, parse_hyperparameters
+
 BACKENDS = ("gloo", "nccl", "mpi")
 PRECISIONS = ("fp32", "bf16", "fp16", "amp")
 DEVICES = ("cpu", "cuda")
@@ -81,14 +83,9 @@ class WorkerConfig:
     gpu_type_strict: bool = True  # a rank on another model fails the run (else it only says so)
     threads_per_rank: int = 1
     data: DataConfig = field(default_factory=DataConfig)
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: TaskHyperparameters = field(default_factory=TaskHyperparameters)
     implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
     telemetry_interval_s: float | None = DEFAULT_TELEMETRY_INTERVAL_S  # None: telemetry off
-
-    def hp(self, key: str, default: Any) -> Any:
-        """A hyperparameter, or ``default`` when the plan did not set it."""
-        value = self.hyperparameters.get(key, default)
-        return default if value is None else value
 
 
 def _require(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str = "") -> Any:
@@ -193,7 +190,7 @@ def parse_config(doc: Any) -> WorkerConfig:
         gpu_type_strict=_optional(doc, "gpu_type_strict", bool, True),
         threads_per_rank=threads,
         data=data,
-        hyperparameters=dict(hps),
+        hyperparameters=parse_hyperparameters(_require(doc, "task", str), hps),
         implementation=implementation,
         telemetry_interval_s=_telemetry_interval(doc),
     )

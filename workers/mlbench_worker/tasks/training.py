@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault
 from mlbench_worker.goals import Stop, StopController
@@ -357,8 +358,8 @@ def run_training(
     config = ctx.config
     reporter = ctx.reporter
     tracker = tracker or Tracker(ctx.device, seed=config.seed * 1009 + ctx.rank)
-    report_every = max(1, int(ctx.hp("report_every_steps", 10)))
-    check_every = max(1, int(ctx.hp("stop_check_every_steps", 20)))
+    report_every = ctx.hyperparameters(hps.TrainingHyperparameters).report_every_steps
+    check_every = ctx.hyperparameters(hps.TrainingHyperparameters).stop_check_every_steps
     train_step = trainer.train_step
     graphs = None
     if config.implementation.cuda_graphs:
