@@ -109,9 +109,15 @@ OVERRIDE_MODELS: Mapping[str, type[BaseModel]] = {
 """Task id -> the pydantic model of the overrides a spec of that task may write."""
 
 
-def overrides_json_schema() -> dict[str, Any]:
-    """The spec's ``hyperparameters``: one object per task (the spec's ``task`` picks which)."""
-    return {
-        "type": "object",
-        "anyOf": [model.model_json_schema(mode="validation") for model in OVERRIDE_MODELS.values()],
-    }
+def select_by_task(schema: dict[str, Any]) -> None:
+    """Add to the spec body's JSON Schema one ``if task is T then hyperparameters is T's model`` per
+    task, so an editor checks the overrides of the task the spec names."""
+    from mlbench_tui.spec.tasks import TASKS
+
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"task": {"enum": [task.id, task.name]}}, "required": ["task"]},
+            "then": {"properties": {"hyperparameters": OVERRIDE_MODELS[task.id].model_json_schema()}},
+        }
+        for task in TASKS.values()
+    ]

@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel, with_short_form
 from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
-from mlbench_tui.spec.hyperparameters import overrides_json_schema
+from mlbench_tui.spec.hyperparameters import select_by_task
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     GPU_RE,
@@ -413,12 +413,17 @@ TaskKey = Annotated[
 ]
 
 
-HyperparameterOverrides = Annotated[dict[str, Any], WithJsonSchema(overrides_json_schema())]
-"""As written (the spec hash covers them so); the task's declarations check them (``spec.policy``)."""
+HyperparameterOverrides = Annotated[dict[str, Any], WithJsonSchema({"type": "object"})]
+"""As written (the spec hash covers them so); the task's declarations check them (``spec.policy``)
+and the body's schema gives each task's model (``select_by_task``)."""
 
 
 class BenchmarkBody(StrictModel):
     """What to run, on what, where, and until when."""
+
+    model_config = ConfigDict(
+        strict=True, extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=select_by_task
+    )
 
     task: TaskKey = Field(description="Official task id or name: " + ", ".join(TASK_KEYS) + ".")
     framework: FrameworkSweep = Field(

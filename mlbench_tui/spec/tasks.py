@@ -101,6 +101,11 @@ class TaskInfo:
         return MappingProxyType(hps.plan_values(self.hyperparameters()))
 
     @property
+    def knobs(self) -> Mapping[str, hps.Knob]:
+        """Each hyperparameter's description, policy and bounds."""
+        return hps.knobs(self.hyperparameters)
+
+    @property
     def overridable(self) -> frozenset[str]:
         """The hyperparameters a spec may set."""
         return frozenset(n for n, k in hps.knobs(self.hyperparameters).items() if k.policy == "override")
