@@ -298,7 +298,8 @@ def _sweep(plan: RunPlan, metrics: Sequence[MetricPoint], *, start: float) -> li
     """Task 0a: each (dtype, size) point is a block of ``repetitions`` timed all-reduces (samples);
     its eval_accuracy is its bus bandwidth in GB/s, with the latencies in the metadata. One rank
     moves no data and reports no bandwidth: its points' eval_accuracy is the p50 latency in s."""
-    repetitions = int(plan.hyperparameters.get("repetitions", 1))
+    hp = of_plan(plan.task, plan.hyperparameters)
+    repetitions = hp.repetitions if isinstance(hp, AllReduce) else 1
     figure_of, unit = ("busbw", "GB/s") if plan.workers > 1 else ("latency_p50", "s")
     points: dict[tuple[str, int], dict[str, MetricPoint]] = {}  # (dtype, size) -> figure -> point
     for p in metrics:

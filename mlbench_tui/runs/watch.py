@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
+
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
@@ -20,6 +22,7 @@ from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
 from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
+from mlbench_tui.spec.hyperparameters import of_plan
 from mlbench_tui.spec.tasks import get_task
 from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
 
@@ -61,9 +64,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _max_epochs(plan: RunPlan) -> float | None:
-    value = plan.hyperparameters.get("max_epochs")
-    return float(value) if isinstance(value, (int, float)) else None
+def _max_epochs(hp: AnyHyperparameters) -> float | None:
+    return None if isinstance(hp, AllReduce) else float(hp.max_epochs)
 
 
 class Runner:
@@ -96,11 +98,12 @@ class Runner:
         run_id, token = created.run.id, created.write_token
         task = get_task(plan.task)
         sweep = task.sweep if task is not None else None
+        hp = of_plan(plan.task, plan.hyperparameters)
         progress = RunProgress(
             name=plan.name,
             goal=plan.goal,
-            max_epochs=_max_epochs(plan),
-            total_steps=sweep.total(plan.hyperparameters) if sweep is not None else None,
+            max_epochs=_max_epochs(hp),
+            total_steps=sweep.total(hp) if sweep is not None else None,
             sweep=sweep,
             state="pending",
         )

@@ -41,15 +41,13 @@ class TaskSweep:
     """A measurement task's sweep (0a): one point per message size and series, the size as step.
 
     Metrics are named ``<prefix><series>_<figure>`` (``allreduce_fp32_busbw``). Each point of
-    ``count_figure`` is one size measured, so progress counts ``unit`` up to
-    ``hyperparameters[size_param] x len(hyperparameters[series_param])``. The worker describes
-    the sweep once in an ``event`` (``latency_only`` when one rank moves no data).
+    ``count_figure`` is one size measured, so progress counts ``unit`` up to the hyperparameters'
+    ``sweep_points()``. The worker describes the sweep once in an ``event`` (``latency_only`` when
+    one rank moves no data).
     """
 
     prefix: str
     count_figure: str
-    size_param: str
-    series_param: str
     unit: str
     x_label: str
     charts: tuple[str, ...]  # charted when a run opens
@@ -63,10 +61,9 @@ class TaskSweep:
         """Whether each point of ``metric`` is one size measured."""
         return self.owns(metric) and metric.endswith("_" + self.count_figure)
 
-    def total(self, hyperparameters: Mapping[str, Any]) -> int | None:
-        """How many sizes the run measures in all (None when the plan does not say)."""
-        sizes = int(hyperparameters.get(self.size_param) or 0)
-        return sizes * max(1, len(hyperparameters.get(self.series_param) or ())) or None
+    def total(self, hyperparameters: hps.TaskHyperparameters) -> int | None:
+        """How many sizes the run measures in all (None when the task does not sweep)."""
+        return hyperparameters.sweep_points()
 
 
 @dataclass(frozen=True)
@@ -148,8 +145,6 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             sweep=TaskSweep(
                 prefix="allreduce_",
                 count_figure="latency_p50",
-                size_param="num_sizes",
-                series_param="dtypes",
                 unit="sizes",
                 x_label="size (elements)",
                 charts=("allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"),

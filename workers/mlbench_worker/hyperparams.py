@@ -133,6 +133,10 @@ class TaskHyperparameters:
         """The task's fp16 loss scaling (PyTorch's defaults unless the task fixes its own)."""
         return LossScaling()
 
+    def sweep_points(self) -> int | None:
+        """How many points a measurement sweep records (None: the task trains, it does not sweep)."""
+        return None
+
     def on_backend(self, backend: str) -> Self:
         """The values a run on ``backend`` uses (unchanged by default)."""
         return self
@@ -201,6 +205,10 @@ class AllReduce(TaskHyperparameters):
                 "fp16 all-reduce is not supported on mpi: remove fp16 from hyperparameters.dtypes "
                 "or use backend gloo or nccl",
             )
+
+    def sweep_points(self) -> int | None:
+        """One point per size and dtype."""
+        return self.num_sizes * len(self.dtypes)
 
     def on_backend(self, backend: str) -> Self:
         if backend != "mpi":
