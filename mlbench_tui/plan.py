@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from mlbench_tui.spec.targets import Target
 
 if TYPE_CHECKING:
+    from mlbench_worker.hyperparams import AnyHyperparameters
+
     from mlbench_tui.spec.models import BenchmarkSpec
 
 
@@ -105,6 +107,13 @@ class RunPlan(_Frozen):
         default=1.0, description="Seconds between hardware telemetry samples per rank; None: off."
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
+
+    def typed_hyperparameters(self) -> AnyHyperparameters:
+        """The recorded hyperparameters as the task's dataclass (what its ranks parse); a field an
+        older plan lacks takes its official default."""
+        from mlbench_tui.spec.hyperparameters import of_plan
+
+        return of_plan(self.task, self.hyperparameters)
 
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from mlbench_worker.hyperparams import plan_values
 
 from mlbench_tui.plan import RunPlan, expand, spec_hash
 from mlbench_tui.results.mllog import division
-from mlbench_tui.spec.hyperparameters import of_plan
 from mlbench_tui.spec.loader import load_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.store.reader import StoreReader
@@ -48,6 +47,6 @@ def test_recorded_specs_keep_their_hash_and_their_hyperparameters(tmp_path: Path
         stored = RunPlan.model_validate(run.plan)
         (replanned,) = [p for p in expand(loaded.spec) if p.name == stored.name]
         assert replanned.hyperparameters == stored.hyperparameters, run.name
-        typed = of_plan(stored.task, stored.hyperparameters)
+        typed = stored.typed_hyperparameters()
         assert plan_values(typed) == stored.hyperparameters, run.name  # every recorded key is declared
         assert division(stored) == "open"  # synthetic data or the light goal, as recorded

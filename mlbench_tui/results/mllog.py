@@ -29,7 +29,6 @@ from mlbench_worker.hyperparams import AllReduce
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
-from mlbench_tui.spec.hyperparameters import of_plan
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
 
 EventType = Literal["POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"]
@@ -197,7 +196,7 @@ def _config(
         for key, item in zip(keys, values, strict=True):
             yield key, item, {}
     if task.goal is not None:
-        typed = of_plan(plan.task, plan.hyperparameters)
+        typed = plan.typed_hyperparameters()
         if not isinstance(typed, AllReduce):  # the only task without an optimizer (and without a goal)
             yield "opt_name", "adam" if typed.optimizer == "centralized_adam" else "sgd", {}
     yield "train_samples", facts.get("train_samples"), {}
@@ -298,7 +297,7 @@ def _sweep(plan: RunPlan, metrics: Sequence[MetricPoint], *, start: float) -> li
     """Task 0a: each (dtype, size) point is a block of ``repetitions`` timed all-reduces (samples);
     its eval_accuracy is its bus bandwidth in GB/s, with the latencies in the metadata. One rank
     moves no data and reports no bandwidth: its points' eval_accuracy is the p50 latency in s."""
-    hp = of_plan(plan.task, plan.hyperparameters)
+    hp = plan.typed_hyperparameters()
     repetitions = hp.repetitions if isinstance(hp, AllReduce) else 1
     figure_of, unit = ("busbw", "GB/s") if plan.workers > 1 else ("latency_p50", "s")
     points: dict[tuple[str, int], dict[str, MetricPoint]] = {}  # (dtype, size) -> figure -> point

@@ -22,7 +22,6 @@ from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
 from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
-from mlbench_tui.spec.hyperparameters import of_plan
 from mlbench_tui.spec.tasks import get_task
 from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
 
@@ -98,7 +97,7 @@ class Runner:
         run_id, token = created.run.id, created.write_token
         task = get_task(plan.task)
         sweep = task.sweep if task is not None else None
-        hp = of_plan(plan.task, plan.hyperparameters)
+        hp = plan.typed_hyperparameters()
         progress = RunProgress(
             name=plan.name,
             goal=plan.goal,
