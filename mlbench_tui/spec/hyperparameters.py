@@ -13,17 +13,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from mlbench_worker.hyperparams import (
-    ALL_POLICIES,
     HYPERPARAMETERS,
     AnyHyperparameters,
-    HyperparameterProblem,
-    Policy,
     TaskHyperparameters,
     check_hyperparameters,
-    field_types,
-    knobs,
     plan_values,
 )
+from mlbench_worker.knobs import ALL_POLICIES, HyperparameterProblem, Policy, field_types, knobs
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 OVERRIDE: frozenset[Policy] = frozenset({"override"})

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import knobs as kn
 
 Backend = Literal["gloo", "nccl", "mpi"]
 Precision = Literal["fp32", "bf16", "fp16", "amp"]
@@ -98,20 +99,20 @@ class TaskInfo:
         return MappingProxyType(hps.plan_values(self.hyperparameters()))
 
     @property
-    def knobs(self) -> Mapping[str, hps.Knob]:
+    def knobs(self) -> Mapping[str, kn.Knob]:
         """Each hyperparameter's description, policy and bounds."""
-        return hps.knobs(self.hyperparameters)
+        return kn.knobs(self.hyperparameters)
 
     @property
     def overridable(self) -> frozenset[str]:
         """The hyperparameters a spec may set."""
-        return frozenset(n for n, k in hps.knobs(self.hyperparameters).items() if k.policy == "override")
+        return frozenset(n for n, k in kn.knobs(self.hyperparameters).items() if k.policy == "override")
 
     @property
     def choices(self) -> Mapping[str, tuple[str, ...]]:
         """The allowed values of each overridable hyperparameter that is a set of names."""
         out: dict[str, tuple[str, ...]] = {}
-        for name, tp in hps.field_types(self.hyperparameters).items():
+        for name, tp in kn.field_types(self.hyperparameters).items():
             item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else tp
             if name in self.overridable and typing.get_origin(item) is Literal:
                 out[name] = tuple(str(a) for a in typing.get_args(item))
@@ -120,7 +121,7 @@ class TaskInfo:
     @property
     def closed_division(self) -> Mapping[str, Any]:
         """The hyperparameters MLPerf's closed division holds at their official values."""
-        fixed = {n for n, k in hps.knobs(self.hyperparameters).items() if k.in_closed_division}
+        fixed = {n for n, k in kn.knobs(self.hyperparameters).items() if k.in_closed_division}
         return {name: value for name, value in self.defaults.items() if name in fixed}
 
 

@@ -17,13 +17,12 @@ from mlbench_worker.hyperparams import (
     AllReduce,
     AwdLstm,
     Gnmt,
-    HyperparameterError,
     ResNet20,
     Transformer,
-    knobs,
     parse_hyperparameters,
     plan_values,
 )
+from mlbench_worker.knobs import HyperparameterError, knobs
 
 from mlbench_tui.plan import expand, worker_config
 from mlbench_tui.spec.loader import load_text

@@ -15,7 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker.config import ConfigError, WorkerConfig, load_config
-from mlbench_worker.hyperparams import HyperparameterError
+from mlbench_worker.knobs import HyperparameterError
 
 if TYPE_CHECKING:
     from mlbench_worker.comm import Comm
