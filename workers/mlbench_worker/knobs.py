@@ -203,8 +203,9 @@ def check_values(
             if isinstance(number, int | float) and not isinstance(number, bool):
                 why = spec.bound_problem(number)
                 if why is not None:
+                    shown = number if isinstance(item, tuple) else value  # as written
                     problems.append(
-                        HyperparameterProblem(name, f"hyperparameter '{name}' {why}, got {number}")
+                        HyperparameterProblem(name, f"hyperparameter '{name}' {why}, got {shown}")
                     )
                     break
     return typed, problems
