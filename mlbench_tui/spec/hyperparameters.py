@@ -32,10 +32,9 @@ def override_problems(
     fixed keys, wrong types, values out of bounds, rules across fields and backends."""
     typed, problems = check_hyperparameters(task, overrides, OVERRIDE)
     yield from problems
-    bad = {p.name for p in problems}
-    made = HYPERPARAMETERS[task](**{k: v for k, v in typed.items() if k not in bad})
+    made = overridden(task, overrides)
     yield from made.problems()
-    given = frozenset(typed) - bad
+    given = frozenset(typed) - {p.name for p in problems}
     for backend in dict.fromkeys(backends):
         yield from made.backend_problems(backend, given)
 

@@ -92,11 +92,6 @@ def field_types(cls: type[Any]) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def defaults(cls: type[Any]) -> dict[str, Any]:
-    """Each field's official default."""
-    return {f.name: f.default for f in dataclasses.fields(cls)}
-
-
 class _Mismatch(Exception):
     """A value of the wrong type; ``choices`` when the type is a set of strings."""
 
