@@ -64,13 +64,24 @@ def test_light_commands_import_no_heavy_package(argv: list[str]) -> None:
 def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     code = (
         "import sys; import mlbench_tui.spec.loader, mlbench_tui.plan, mlbench_tui.settings; "
-        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules}))); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('mlbench_worker'))))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    roots = set(proc.stdout.split())
+    roots_line, worker_line = proc.stdout.splitlines()
+    roots = set(roots_line.split())
+    # the hyperparameter declarations the worker shares with the engine, stdlib only
+    assert set(worker_line.split()) == {
+        "mlbench_worker",
+        "mlbench_worker.hyperparams",
+        "mlbench_worker.knobs",
+    }
     # private roots are interpreter/installer plumbing (editable finder, sysconfig data)
-    third_party = {r for r in roots - set(sys.stdlib_module_names) if not r.startswith("_")} - {"mlbench_tui"}
+    third_party = {r for r in roots - set(sys.stdlib_module_names) if not r.startswith("_")} - {
+        "mlbench_tui",
+        "mlbench_worker",
+    }
     allowed = {
         "pydantic",
         "pydantic_core",
