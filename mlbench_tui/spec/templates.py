@@ -81,7 +81,7 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         "  hyperparameters: {}",
     ]
     for key in sorted(task.overridable):
-        lines.append(f"  #   {key}: {_yaml_value(task.defaults[key])}")
+        lines.append(_line(f"  #   {key}: {_yaml_value(task.defaults[key])}", task.knobs[key].description))
     lines += [
         _line("  seed: 42", "repeat i uses seed + i"),
         _line("  repeats: 1", "runs per configuration, scored with an olympic mean"),
