@@ -112,6 +112,35 @@ class TelemetryFigures(_Loose):
     ranks: list[RankTelemetryFigures] = Field(default_factory=list)
 
 
+class StartupFigures(_Loose):
+    """Where a run's seconds before its first training step went: the launcher's part (from the
+    run's creation to its first rank's process) and the slowest rank's phases (``startup``
+    events), none of it in the time to accuracy."""
+
+    launcher_s: float | None = Field(
+        default=None, description="Run created to the first rank's process start (spawn, scheduling)."
+    )
+    launcher: str = Field(default="spawn", description="What the launcher's part is on this target.")
+    phases: dict[str, float] = Field(
+        default_factory=dict, description="The slowest rank's seconds per phase, in order."
+    )
+    slowest_rank: int | None = None
+    ranks: int = Field(default=0, description="Ranks that reported their start.")
+
+    @property
+    def rank_s(self) -> float:
+        """The slowest rank's seconds from its process start to the end of its first step."""
+        return sum(self.phases.values())
+
+
+class Suspect(_Loose):
+    """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
+    it keeps the run out of MLPerf's closed division."""
+
+    figure: str = Field(description="What is suspect, e.g. 'bus bandwidth (fp32)'.")
+    reason: str = Field(description="The bound it fails and by how much.")
+
+
 class RunResult(_Loose):
     """The result of one run: identity, outcome against its goal, where the time went, what it cost."""
 
@@ -140,6 +169,17 @@ class RunResult(_Loose):
     validation_time_s: float | None = Field(default=None, description="Validation time until the goal.")
     graph_capture_s: float | None = Field(
         default=None, description="Time capturing CUDA graphs, apart from the time to accuracy."
+    )
+    precision: str | None = Field(default=None, description="The precision the ranks trained in.")
+    batch_size: int | None = Field(default=None, description="Samples per rank per step (the task's).")
+    step_time_s: float | None = Field(
+        default=None, description="Median training step time over every rank's report windows."
+    )
+    suspects: list[Suspect] = Field(
+        default_factory=list, description="Figures that fail a physical bound, and why."
+    )
+    startup: StartupFigures | None = Field(
+        default=None, description="The launcher's and the slowest rank's seconds before training."
     )
     epochs_to_goal: float | None = None
     steps_to_goal: int | None = None

@@ -33,6 +33,7 @@ from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import ReducedPrecisionAllReduce, comm_dtype, make_scaler
 from mlbench_worker.optim.centralized import CentralizedOptimizer
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.training import StepResult, Trainer, run_autocast
 from mlbench_worker.tracker import Record
 from mlbench_worker.translation.batching import Batch, BatchPlan, collate
@@ -94,6 +95,7 @@ class TranslationTrainer(Trainer):
         hp: hps.Gnmt | hps.Transformer = ctx.hyperparameters(task.hyperparameters)
         self.hp = hp
         corpus = self.corpus = load_corpus(ctx, task.dataset)
+        CLOCK.mark("data")
         self.max_len_train, self.max_len_test = hp.length_limits()
         self.train_data = corpus.length_filtered("train", self.max_len_train)
         self.test_data = corpus.length_filtered("test", self.max_len_test)
