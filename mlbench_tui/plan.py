@@ -107,6 +107,7 @@ class RunPlan(_Frozen):
         default=1.0, description="Seconds between hardware telemetry samples per rank; None: off."
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
+    currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
 
     def typed_hyperparameters(self) -> AnyHyperparameters:
         """The recorded hyperparameters as the task's dataclass (what its ranks parse); a field an
@@ -248,6 +249,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     labels=dict(spec.metadata.labels),
                     telemetry_interval_s=body.telemetry.interval_s,
                     price_per_kwh=body.price_per_kwh,
+                    currency=body.currency,
                 )
             )
     return plans
