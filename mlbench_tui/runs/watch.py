@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
@@ -54,7 +54,7 @@ class ActiveRun:
 
 def _gone(exc: MlbenchError) -> bool:
     """The server answered 404: the run was deleted while it ran."""
-    return getattr(exc, "status", None) == 404
+    return isinstance(exc, NotFound)
 
 
 def _now() -> datetime:

@@ -2,7 +2,8 @@
 
 Synchronous (httpx) and thread-safe, so the Textual TUI calls it from thread workers. Answers
 are the wire models of ``mlbench_tui.store.api_models``; failures raise ``ServerError`` with a
-message fit for the user (connection refused, unknown run, bad token, invalid request).
+message fit for the user (connection refused, bad token, invalid request), and ``NotFound`` for
+an unknown run, as the store itself does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, TypeAdapter
 
-from mlbench_tui.errors import ServerError
+from mlbench_tui.errors import NotFound, ServerError
 from mlbench_tui.store.api_models import (
     BatchAck,
     EventsPage,
@@ -386,7 +387,7 @@ def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
             event_id = value
 
 
-def _error(resp: httpx.Response) -> ServerHTTPError:
+def _error(resp: httpx.Response) -> ServerHTTPError | NotFound:
     try:
         body = resp.json()
         reason = str(body.get("error", "error"))
@@ -406,6 +407,8 @@ def _error(resp: httpx.Response) -> ServerHTTPError:
         hint = "pass the server's token (MLBENCH_TOKEN, or the run token for worker writes)"
     elif status == 403:
         hint = "this token is not allowed to do that"
+    if status == 404:
+        return NotFound(str(detail or "not found"), hint="list runs with: mlbench status")
     message = f"server answered {status} ({reason})"
     if detail:
         message += f": {detail}"
