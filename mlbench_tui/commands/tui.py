@@ -26,7 +26,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     import os
-    import sys
     from pathlib import Path
 
     from mlbench_tui.errors import UsageError
@@ -66,7 +65,4 @@ def cmd_tui(args: argparse.Namespace) -> int:
         error_log=settings.paths.state_dir / "tui-errors.log",
     )
     app.run()
-    if app.fatal_message:
-        print(app.fatal_message, file=sys.stderr)
-        return 1
-    return 0
+    return app.return_code or 0

@@ -337,13 +337,16 @@ class MlbenchClient:
         events_since: int | None = None,
         coalesce: float | None = None,
         names: Sequence[str] = (),
+        keepalive: float | None = None,
     ) -> Generator[StreamEvent, None, None]:
         """Iterate Server-Sent Events of one run (or of the run list when ``run_id`` is None).
 
         Blocks between events; close the generator (or break) to disconnect. Run streams begin
         with a ``run`` event; with ``*_since`` cursors they replay what was stored after them.
         With ``coalesce`` (seconds) metrics come as one ``metrics_summary`` per interval, of
-        ``names`` only when given.
+        ``names`` only when given. With ``keepalive`` (seconds, run streams) the server sends a
+        keepalive that often when idle, yielded as a ``keepalive`` event: a reader on another
+        thread than its owner looks at least that often whether it is still wanted.
         """
         path = "/v1/stream" if run_id is None else f"/v1/runs/{run_id}/stream"
         params: dict[str, float | None] = {
@@ -351,6 +354,7 @@ class MlbenchClient:
             "logs_since": logs_since,
             "events_since": events_since,
             "coalesce": coalesce,
+            "keepalive": keepalive,
         }
         clean: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
         if names:
@@ -360,12 +364,17 @@ class MlbenchClient:
                 if resp.status_code >= 400:
                     resp.read()
                     raise _error(resp)
-                yield from _parse_sse(resp.iter_lines())
+                yield from parse_sse(resp.iter_lines(), keepalives=keepalive is not None)
         except httpx.HTTPError as exc:
             raise ServerError(f"stream from {self.url} failed: {exc}") from None
 
 
-def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
+KEEPALIVE = "keepalive"
+
+
+def parse_sse(lines: Iterable[str], *, keepalives: bool = False) -> Iterator[StreamEvent]:
+    """Server-Sent Events from the lines of a ``text/event-stream`` body (JSON ``data``);
+    comment lines are skipped, or yielded as ``keepalive`` events with ``keepalives``."""
     kind: str = "message"
     event_id: str | None = None
     data: list[str] = []
@@ -376,6 +385,8 @@ def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
             kind, event_id, data = "message", None, []
             continue
         if line.startswith(":"):
+            if keepalives:
+                yield StreamEvent(KEEPALIVE, None)
             continue
         field, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value

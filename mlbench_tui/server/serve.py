@@ -24,6 +24,7 @@ from mlbench_tui.server.daemon import ServerInfo, remove_state, write_state
 
 if TYPE_CHECKING:
     import uvicorn
+    from sqlalchemy import Connection
 
     from mlbench_tui.server.idle import IdleWatch
     from mlbench_tui.store.store import Store
@@ -179,6 +180,7 @@ def serve_foreground(
 ) -> int:
     """Run the server in this thread until SIGINT/SIGTERM, or until idle for ``idle_timeout``
     seconds when given; records itself in its store's state file meanwhile."""
+
     from mlbench_tui.server.app import create_app
     from mlbench_tui.server.auth import AuthConfig, is_loopback
     from mlbench_tui.server.idle import IdleWatch
@@ -233,21 +235,26 @@ def serve_foreground(
 
 
 def _watch_idle(
-    server: uvicorn.Server, watch: IdleWatch, store: Store, timeout: float, done: threading.Event
+    server: uvicorn.Server, idle: IdleWatch, store: Store, timeout: float, done: threading.Event
 ) -> None:
-    """Stop ``server`` once ``watch`` says idle for ``timeout`` seconds with no run of ``store`` going."""
+    """Stop ``server`` once ``idle`` says idle for ``timeout`` seconds with no run of ``store`` going."""
     from mlbench_tui.server.idle import watch_idle
     from mlbench_tui.store import queries
 
+    def going(conn: Connection) -> bool:
+        return any(queries.list_runs(conn, state=state, limit=1) for state in ("pending", "running"))
+
     def runs_going() -> bool:
-        return any(
-            store.read(lambda conn, state=state: queries.list_runs(conn, state=state, limit=1))
-            for state in ("pending", "running")
-        )
+        return store.read(going)
 
     def stop() -> None:
         server.should_exit = True
 
-    threading.Thread(
-        target=watch_idle, args=(watch, timeout, runs_going, stop, done), name="mlbench-idle", daemon=True
-    ).start()
+    def watch() -> None:  # the idle time counts from when the server answers, not from its start
+        while not server.started:
+            if done.wait(0.05):
+                return
+        idle.touch()
+        watch_idle(idle, timeout, runs_going, stop, done)
+
+    threading.Thread(target=watch, name="mlbench-idle", daemon=True).start()

@@ -32,6 +32,7 @@ from mlbench_tui.server.daemon import (
     write_state,
 )
 from mlbench_tui.server.idle import IdleWatch, watch_idle
+from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 
 pytestmark = pytest.mark.slow
@@ -148,18 +149,25 @@ def test_commands_starting_at_once_meet_on_one_server() -> None:
     assert server.version == __version__ and server.idle_timeout is not None
 
 
-def test_the_server_exits_once_idle_for_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(IDLE_TIMEOUT_ENV, "1")
-    assert _mlbench("status").returncode == 0
-    server = _the_server()
-    assert server.idle_timeout == 1.0
-    with server.client() as client:
+def test_the_server_serves_a_going_run_then_exits_once_idle(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With a 1 s idle timeout, a run going in the store holds the server (so the requests below
+    cannot race its exit); once the run ended the server exits by itself and drops its record."""
+    db = tmp_path / "s.db"
+    with EmbeddedServer(db, record=False) as embedded, embedded.info.client() as client:
         run = client.create_run(RunCreate(name="brief", task="0a", backend="gloo", workers=1)).run
+        client.update_run(run.id, state="running")
+    monkeypatch.setenv(IDLE_TIMEOUT_ENV, "1")
+    server = ensure_server(db)
+    assert server.idle_timeout == 1.0 and alive(server.pid)
+    with server.client() as client:
+        assert client.get_run(run.id).state.value == "running"
         client.update_run(run.id, state="succeeded")
     _wait(lambda: not alive(server.pid), "the idle server to exit")
-    assert recorded_servers() == []
-    assert _mlbench("status", "brief").returncode == 0  # the next command starts a new one
-    assert _the_server().pid != server.pid
+    assert read_state(state_path(db)) is None
+    again = ensure_server(db)  # the next command starts a new one
+    assert again.pid != server.pid
 
 
 def test_a_stale_state_file_is_replaced() -> None:
