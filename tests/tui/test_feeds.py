@@ -231,3 +231,22 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
         proxy.shutdown()
     assert posted and isinstance(posted[0], RunChanged) and posted[0].batch.run is not None
     assert not [m for m in posted if isinstance(m, RunSlow)] and feed.loads == 1
+
+
+def test_a_stopped_run_feed_lets_go_of_its_stream(empty_server: EmbeddedServer) -> None:
+    """Leaving a run screen ends its stream reader on its own (it checks at each keepalive the
+    server sends a second when the run is quiet): no socket is shut down under httpx."""
+
+    def readers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "mlbench-tui-stream"]
+
+    with _live_run_feed(empty_server) as (_run_id, _token, posted, _writer):
+        deadline = time.monotonic() + 60  # hang guard only
+        while not readers():
+            assert time.monotonic() < deadline, "the feed never opened its stream"
+            time.sleep(0.02)
+        assert posted
+    deadline = time.monotonic() + 60  # hang guard only: it ends at the next keepalive
+    while readers():
+        assert time.monotonic() < deadline, "the stream reader outlived its feed"
+        time.sleep(0.05)
