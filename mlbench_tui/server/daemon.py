@@ -221,7 +221,7 @@ def _reusable(info: ServerInfo | None, store: Path) -> ServerInfo | None:
     return None
 
 
-def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> ServerInfo:
+def ensure_server(db_path: str | Path | None = None) -> ServerInfo:
     """The server of ``db_path`` (default store): the recorded one, or a detached one started now.
 
     ``MLBENCH_SERVER_URL`` set in the environment means "use that server" (with ``MLBENCH_TOKEN``
@@ -237,10 +237,6 @@ def ensure_server(db_path: str | Path | None = None, *, start: bool = True) -> S
         found = _reusable(read_state(state_path(store)), store)
         if found is not None:
             return found
-        if not start:
-            raise ServerError(
-                f"no mlbench server is running for {store}", hint="start one with: mlbench server"
-            )
         return _start_detached(store)
 
 
