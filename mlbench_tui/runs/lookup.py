@@ -30,7 +30,7 @@ RECONCILED = ("local", "slurm")
 
 def resolve_run(client: RunReader, ref: str) -> RunDetail:
     """The run with id ``ref``, or the latest run named ``ref``."""
-    if RUN_ID.match(ref):
+    if RUN_ID.fullmatch(ref):
         try:
             return client.get_run(ref)
         except NotFound:
