@@ -21,11 +21,13 @@ if TYPE_CHECKING:
 def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
-    """A fresh MLBENCH_HOME; the detached servers commands started in it are stopped after."""
-    from mlbench_tui.server.daemon import recorded_servers, stop_server
+    """A fresh MLBENCH_HOME; the detached servers commands started in it are stopped after, and
+    those a test starts under a home of its own exit 2 minutes after their last use."""
+    from mlbench_tui.server.daemon import IDLE_TIMEOUT_ENV, recorded_servers, stop_server
 
     home = tmp_path_factory.mktemp("mlbench-home")
     monkeypatch.setenv("MLBENCH_HOME", str(home))
+    monkeypatch.setenv(IDLE_TIMEOUT_ENV, "120")
     for var in ("MLBENCH_DB", "MLBENCH_SERVER_URL", "MLBENCH_TOKEN", "MLBENCH_READ_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     yield home
