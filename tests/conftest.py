@@ -18,12 +18,23 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A fresh MLBENCH_HOME; the detached servers commands started in it are stopped after, and
+    those a test starts under a home of its own exit 2 minutes after their last use."""
+    from mlbench_tui.server.daemon import IDLE_TIMEOUT_ENV, recorded_servers, stop_server
+
     home = tmp_path_factory.mktemp("mlbench-home")
     monkeypatch.setenv("MLBENCH_HOME", str(home))
+    monkeypatch.setenv(IDLE_TIMEOUT_ENV, "120")
     for var in ("MLBENCH_DB", "MLBENCH_SERVER_URL", "MLBENCH_TOKEN", "MLBENCH_READ_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    return home
+    yield home
+    monkeypatch.setenv("MLBENCH_HOME", str(home))  # a test may have pointed it elsewhere
+    for info in recorded_servers():
+        if info.idle_timeout is not None:
+            stop_server(info)
 
 
 @pytest.fixture(scope="session")

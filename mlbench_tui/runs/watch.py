@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
 from mlbench_worker.wire import parse_event
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
@@ -57,7 +57,7 @@ class ActiveRun:
 
 def _gone(exc: MlbenchError) -> bool:
     """The server answered 404: the run was deleted while it ran."""
-    return getattr(exc, "status", None) == 404
+    return isinstance(exc, NotFound)
 
 
 def _now() -> datetime:
