@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "workers")]
 
@@ -97,7 +99,45 @@ TINY: dict[str, dict[str, Any]] = {
 }
 GRAPH_PRECISIONS = ("fp32", "bf16")
 ORDER = ("fp32", "bf16", "fp16", "amp")
-BAD_STATES = ("failed", "cancelled", "timed out", "not run", "no result")
+REFERENCE_SIZES = 4  # 0a sizes in the reference row: the smallest, the largest and two between
+
+
+class CaseFigures(BaseModel):
+    """One case's figures for a reference table (``--json``; ``gpu_check`` reads them)."""
+
+    task: str
+    precision: str
+    cuda_graphs: bool
+    state: str
+    step_ms: float | None = None
+    time_to_accuracy_s: float | None = None
+
+
+class SizeFigures(BaseModel):
+    """One all-reduce message size of a 0a case."""
+
+    dtype: str
+    size: int
+    latency_p50_s: float | None = None
+    busbw_gbps: float | None = None
+
+
+class LossFigures(BaseModel):
+    task: str
+    precision: str
+    max_rel_diff: float | None = None
+    ok: bool = False
+
+
+class SuiteFigures(BaseModel):
+    """What one suite run measured, typed for ``gpu_check``'s summary and reference row."""
+
+    device: str
+    torch: str
+    workers: int
+    cases: list[CaseFigures]
+    allreduce: list[SizeFigures]
+    graph_losses: list[LossFigures]
 
 
 @dataclass
@@ -109,6 +149,7 @@ class Case:
     cuda_graphs: bool
     result: RunResult | None = None
     step_ms: float | None = None
+    sizes: list[SizeFigures] | None = None
     not_run: bool = False
 
     @property
@@ -212,7 +253,9 @@ def apply_all(spec: Path, timeout_s: float) -> int | None:
 def read_results(spec: Path, all_cases: Sequence[Case]) -> None:
     """Each case's stored result and rank 0's median step time, read once through the server."""
     from mlbench_tui.errors import MlbenchError
+    from mlbench_tui.results.allreduce import PREFIX, run_curves
     from mlbench_tui.results.ranks import STEP_TIME
+    from mlbench_tui.results.scoring import is_sweep
     from mlbench_tui.runs.reads import read_metrics
     from mlbench_tui.runs.results import collect_results
     from mlbench_tui.server.serve import ensure_server
@@ -227,8 +270,61 @@ def read_results(spec: Path, all_cases: Sequence[Case]) -> None:
         case.result = by_name.get(case.name)
         if case.result is None or case.result.run_id is None:
             continue
-        steps = [p.value for p in read_metrics(client, case.result.run_id, [STEP_TIME]) if p.rank == 0]
+        run_id = case.result.run_id
+        if is_sweep(case.result):
+            names = [m.name for m in client.metric_names(run_id) if m.name.startswith(PREFIX)]
+            case.sizes = reference_sizes(run_curves(read_metrics(client, run_id, names)))
+            continue
+        steps = [p.value for p in read_metrics(client, run_id, [STEP_TIME]) if p.rank == 0]
         case.step_ms = statistics.median(steps) * 1e3 if steps else None
+
+
+def reference_sizes(curves: dict[str, Any]) -> list[SizeFigures]:
+    """A few sizes of each dtype's curve, smallest to largest, for a reference row."""
+    out: list[SizeFigures] = []
+    for dtype, points in curves.items():
+        n = len(points)
+        picks = (
+            sorted({round(i * (n - 1) / (REFERENCE_SIZES - 1)) for i in range(REFERENCE_SIZES)}) if n else []
+        )
+        out += [
+            SizeFigures(
+                dtype=dtype,
+                size=points[i].size,
+                latency_p50_s=points[i].latency_p50_s,
+                busbw_gbps=points[i].busbw_gbps,
+            )
+            for i in picks
+        ]
+    return out
+
+
+def figures(
+    all_cases: Sequence[Case], checks: Sequence[graph_losses.LossCheck], device: str, workers: int
+) -> SuiteFigures:
+    import torch
+
+    return SuiteFigures(
+        device=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        torch=torch.__version__,
+        workers=workers,
+        cases=[
+            CaseFigures(
+                task=c.task,
+                precision=c.precision,
+                cuda_graphs=c.cuda_graphs,
+                state=c.state,
+                step_ms=c.step_ms,
+                time_to_accuracy_s=c.result.time_to_accuracy_s if c.result else None,
+            )
+            for c in all_cases
+        ],
+        allreduce=[size for c in all_cases for size in (c.sizes or [])],
+        graph_losses=[
+            LossFigures(task=c.task, precision=c.precision, max_rel_diff=c.max_rel_diff, ok=c.ok)
+            for c in checks
+        ],
+    )
 
 
 def phase_share(result: RunResult | None) -> float | None:
@@ -295,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--smoke", action="store_true", help="tiny settings (with --device cpu)")
     parser.add_argument("--steps", type=int, help="graph check steps (default 50; 6 with --smoke)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (SuiteFigures)")
     args = parser.parse_args(argv)
     if args.smoke and args.device != "cpu":
         parser.error("--smoke runs the CPU twin: add --device cpu")
@@ -337,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         graph_losses.check(t, p, device, steps) for t, p in graph_losses.graphed_cases(tasks, precisions)
     ]
     print(graph_losses.table(checks, steps), flush=True)
+    if args.json is not None:
+        args.json.write_text(figures(todo, checks, args.device, workers).model_dump_json(indent=1))
     failed = [c.name for c in todo if not c.ok] + [
         f"graphs {c.task} {c.precision}" for c in checks if not c.ok
     ]

@@ -122,3 +122,12 @@ def test_graph_mode_and_eager_give_the_same_losses_on_cpu() -> None:
         check = graph_losses.check(task, "fp32", torch.device("cpu"), steps=12)
         assert check.error is None and len(check.graphs) == 12
         assert check.ok, (check.eager, check.graphs)
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_give_eager_losses_on_the_gpu() -> None:
+    import torch
+
+    for task in ("1a", "2a", "3a"):
+        check = graph_losses.check(task, "fp32", torch.device("cuda"), steps=50)
+        assert check.ok, (task, check.error, check.max_rel_diff)

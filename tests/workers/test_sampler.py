@@ -121,6 +121,7 @@ def test_nvml_without_a_driver_is_one_not_available_line(
     assert recorder.names() >= set(HOST)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _nvml_starts(), reason="needs an NVIDIA GPU and driver (NVML)")
 def test_gpu_series_from_nvml_and_torch(tmp_path: Path) -> None:
     import torch
