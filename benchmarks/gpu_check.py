@@ -163,7 +163,7 @@ def summary(all_parts: Sequence[Part], figures: SuiteFigures | None, budget: flo
     lines += [f"  {p.name:<10} {p.status:<28} {p.seconds:7.1f}" for p in all_parts]
     step = next(p for p in all_parts if p.name == "gpu_step")
     if step.tail:
-        lines += ["  gpu_step's last lines:", *(f"    {line}" for line in step.tail)]
+        lines += ["  last lines of gpu_step:", *(f"    {line}" for line in step.tail)]
     return "\n".join(lines + reference_row(figures))
 
 

@@ -20,6 +20,7 @@ from mlbench_tui.report.figure import (
 )
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome
+from mlbench_tui.results.telemetry import gpu_util_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 STRAGGLER = 1.10  # a rank whose median step time is 10% above the ranks' median straggles
@@ -178,6 +179,9 @@ def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
     why = outcome(result)
     if why is not None:
         notes.insert(0, f"{result.name}: {why}")
+    util = gpu_util_text(result.telemetry) if result.telemetry is not None else None
+    if util is not None:
+        notes.append(f"{result.name}: GPU utilisation {util} (mean over ranks while the run was timed)")
     panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *telemetry_panels(record))
     head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
     state = (

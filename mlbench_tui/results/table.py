@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from mlbench_tui.formatting import format_figure, render_table
 from mlbench_tui.results.model import AllreduceFigures, RankTelemetryFigures, RunResult, TelemetryFigures
 from mlbench_tui.results.scoring import config_key, score_configs
+from mlbench_tui.results.telemetry import gpu_util_text
 
 
 def allreduce_text(dtype: str, figures: AllreduceFigures) -> str:
@@ -70,8 +71,9 @@ def telemetry_lines(figures: TelemetryFigures) -> list[tuple[str, str]]:
         lines.append(("memory", text + ")"))
     if figures.peak_gpu_mem_mib is not None:
         lines.append(("gpu memory", f"peak {format_figure(figures.peak_gpu_mem_mib, 'MiB')} allocated"))
-    if figures.mean_gpu_util is not None:
-        lines.append(("gpu util", f"{figures.mean_gpu_util:.0f}% mean over ranks while the run was timed"))
+    util = gpu_util_text(figures)
+    if util is not None:
+        lines.append(("gpu util", f"{util} mean over ranks while the run was timed"))
     source = {"counter": "NVML energy counter", "power": "integrated NVML power"}.get(
         figures.energy_source or ""
     )
@@ -96,8 +98,9 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
         parts.append(f"rss {format_figure(figures.peak_rss_mib, 'MiB')}{limit}")
     if figures.peak_gpu_mem_mib is not None:
         parts.append(f"gpu mem {format_figure(figures.peak_gpu_mem_mib, 'MiB')}")
-    if figures.mean_gpu_util is not None:
-        parts.append(f"util {figures.mean_gpu_util:.0f}%")
+    util = gpu_util_text(figures)
+    if util is not None:
+        parts.append(f"util {util}")
     if figures.energy_j is not None:
         parts.append(f"{figures.energy_j / 1000:.3g} kJ")
     return "  ".join(parts)
@@ -134,7 +137,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "COST": format_figure(result.cost_to_target, "$"),
                 "PEAK MEM": format_figure(hw.peak_rss_mib, "MiB"),
                 "GPU MEM": format_figure(hw.peak_gpu_mem_mib, "MiB"),
-                "GPU UTIL": format_figure(None if hw.mean_gpu_util is None else hw.mean_gpu_util / 100, "%"),
+                "GPU UTIL": gpu_util_text(hw) or "-",
                 "ENERGY TO ACC": format_figure(hw.energy_to_accuracy_kwh, "kWh"),
                 "ENERGY COST": format_figure(hw.energy_cost, "$"),
                 "WALL": format_figure(result.wall_time_s, "s"),

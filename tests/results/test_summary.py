@@ -238,6 +238,7 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
             metrics += [
                 MetricPoint(sm.GPU_ENERGY_J, 9e5 + 360.0 * t, rank=rank, t=float(t)),  # 360 W
                 MetricPoint(sm.GPU_UTIL, 80.0 + 10 * rank, rank=rank, t=float(t)),
+                MetricPoint(sm.GPU_READINGS, 20.0, rank=rank, t=float(t)),
                 MetricPoint(sm.RSS_MIB, 1000.0 + 800 * rank, rank=rank, t=float(t)),
                 MetricPoint(sm.GPU_MEM_PEAK_MIB, 12288.0, rank=rank, t=float(t)),
             ]
@@ -253,6 +254,7 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
     assert (row["PEAK MEM"], row["GPU MEM"], row["GPU UTIL"]) == ("1.8G", "12G", "85%")
     assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("0.004 kWh", "$0.0020")
     lines = dict(telemetry_lines(hw))
+    assert lines["gpu util"] == "85% mean over ranks while the run was timed"  # the table's figure
     assert lines["memory"] == "peak 1.8G resident (rank 1 of 2, limit 4.0G)"
     assert (
         lines["energy"]
