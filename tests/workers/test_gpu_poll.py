@@ -179,12 +179,12 @@ def test_the_timed_windows_figure_rests_on_the_readings_taken_inside_it() -> Non
 def test_the_sampler_polls_a_found_gpu_and_the_reporter_marks_the_run(tmp_path: Path) -> None:
     gpu = FakeGpu()
     recorder = RecordingReporter()
-    sampler = Sampler(recorder, 0.2, gpu=True, cgroup_root=tmp_path, gpu_device=gpu).start()
+    # a minute between samples: the sampler's thread has not looked for the GPU by run_start
+    sampler = Sampler(recorder, 60.0, gpu=True, cgroup_root=tmp_path, gpu_device=gpu).start()
     reporter = SampledReporter(recorder, sampler)
-    sampler.ready.wait(10)
-    sampler.sample()  # the GPU is known from the first sample: the poller starts
+    assert sampler.ready.wait(10) and sampler.poller is None
+    reporter.event("run_start", {})  # looks for it now: the poller covers the whole timed run
     assert sampler.poller is not None
-    reporter.event("run_start", {})
     reporter.metric("train_loss", 1.0, step=1)
     reporter.event("run_stop", {"status": "success"})
     reporter.close()
@@ -195,3 +195,4 @@ def test_the_sampler_polls_a_found_gpu_and_the_reporter_marks_the_run(tmp_path: 
     names = {n for n, _ in sent}
     assert {sm.GPU_UTIL, sm.GPU_POWER_W, sm.GPU_ENERGY_J, sm.GPU_MEM_USED_MIB, sm.GPU_MEM_TOTAL_MIB} <= names
     assert names - {"train_loss"} <= set(sm.BY_NAME)
+    assert [n for n, _ in sent].count(sm.GPU_MEM_TOTAL_MIB) == 1

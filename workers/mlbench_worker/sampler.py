@@ -222,6 +222,7 @@ class Sampler:
         self.gpu: GpuProbe | None = None
         self.gpu_device = gpu_device  # the rank's GPU given, instead of found through NVML
         self.poller: GpuPoller | None = None
+        self._poller_lock = threading.Lock()
         self.ready = threading.Event()  # set once setup is done (the libraries are loaded)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"mlbench-telemetry-{rank}", daemon=True)
@@ -261,26 +262,40 @@ class Sampler:
         if self.host is not None:
             out.extend(self.host.read())
         if self.gpu is not None:
-            self.gpu.find()
-            if self.gpu.device is not None and self.poller is None:
+            if self._start_polling():
                 out.extend(self.gpu.once())
-                self.poller = GpuPoller(
-                    self.gpu.device,
-                    lambda name, value, t: self.reporter.metric(name, value, t=t),
-                    period_s=min(PERIOD_S, self.interval),
-                    log=self.log,
-                ).start(name=f"mlbench-gpu-poll-{self.rank}")
             out.extend(self.gpu.read())
         self._report(out, now)
         return out
 
+    def _start_polling(self) -> bool:
+        """Find the rank's GPU and start its poller, once; True when it started just now."""
+        with self._poller_lock:
+            if self.gpu is None or self.poller is not None:
+                return False
+            self.gpu.find()
+            if self.gpu.device is None:
+                return False
+            self.poller = GpuPoller(
+                self.gpu.device,
+                lambda name, value, t: self.reporter.metric(name, value, t=t),
+                period_s=min(PERIOD_S, self.interval),
+                log=self.log,
+            ).start(name=f"mlbench-gpu-poll-{self.rank}")
+            return True
+
     def mark(self) -> None:
         """A boundary of the timed run (``run_start``, ``goal_reached``, ``run_stop``): the GPU
-        poller's period ends here, so the window's figures rest on readings taken inside it."""
-        poller = self.poller
-        if poller is not None:
-            with contextlib.suppress(Exception):
-                poller.mark()
+        poller's period ends here, so the window's figures rest on readings taken inside it. At
+        ``run_start`` the GPU may not have been looked for yet (the sampler looks once per
+        interval): it is looked for now, so polling covers the whole timed run."""
+        if not self.ready.is_set():
+            return  # the libraries are still loading on the sampler's thread
+        with contextlib.suppress(Exception):
+            if self.poller is None and self._start_polling() and self.gpu is not None:
+                self._report(self.gpu.once(), time.time())
+            if self.poller is not None:
+                self.poller.mark()
 
     def _report(self, values: Sample, t: float) -> None:
         for name, value in values:
