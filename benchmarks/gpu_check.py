@@ -1,7 +1,7 @@
 """One command that checks a GPU machine: gpu_step, the GPU-only tests and gpu_suite in a budget.
 
 The parts run one after the other, each as its own process with its share of the budget
-(gpu_step 15%, the tests marked ``gpu`` 10%, gpu_suite what is left); a part that overruns its
+(gpu_step 12%, the tests marked ``gpu`` 8%, gpu_suite what is left); a part that overruns its
 share is stopped and the summary says so. Their output streams through; then one summary:
 each part's verdict and time, and the machine's reference row (GPU model, step time per task,
 precision and implementation, 0a latency and bus bandwidth at a few sizes) ready for a
@@ -36,7 +36,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "workers")]
 from benchmarks.gpu_step import no_gpu_message  # noqa: E402
 from benchmarks.gpu_suite import SuiteFigures  # noqa: E402
 
-STEP_SHARE, TESTS_SHARE = 0.15, 0.10
+STEP_SHARE, TESTS_SHARE = 0.12, 0.08
+STEP_ARGS = ["--rounds", "3", "--steps", "30"]  # gpu_step's medians from fewer, shorter rounds
 SUITE_MARGIN_S = 15.0  # gpu_suite's own budget stops this much before its hard stop
 GPU_MARK = "@pytest.mark.gpu"
 TAIL_LINES = 14  # gpu_step's last lines (its table and ratios) kept for the summary
@@ -118,7 +119,7 @@ def gpu_test_files(root: Path = ROOT) -> list[str]:
 
 
 def parts(smoke: bool, figures: Path) -> list[Part]:
-    step = ["-m", "benchmarks", "gpu_step"] + (["--smoke"] if smoke else [])
+    step = ["-m", "benchmarks", "gpu_step", *(["--smoke"] if smoke else STEP_ARGS)]
     tests = ["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *gpu_test_files()]
     suite = ["-m", "benchmarks", "gpu_suite", "--json", str(figures)]
     if smoke:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from mlbench_tui.results.model import RunResult
 
 MAX_RUN_S = 75  # max_time of one run: the light goals take seconds on a GPU
-CHECK_S = 60  # what the graph-vs-eager check is left at the end of the budget
+CHECK_S = 40  # what the graph-vs-eager check is left at the end of the budget
 
 # Synthetic data and hyperparameters that reach each light goal quickly (the tests' smoke specs).
 SMOKE: dict[str, dict[str, Any]] = {
