@@ -135,16 +135,21 @@ class RunModel:
         steps_per_window: int = 10,
         windows_per_epoch: int = 20,
         goal_epoch: int = 5,
+        slowed: dict[int, float] | None = None,
     ) -> None:
         self.ranks = ranks
         self.seed = seed
         self.steps_per_window = steps_per_window
         self.windows_per_epoch = windows_per_epoch
         self.goal_epoch = goal_epoch
-        rng = random.Random(seed)
-        count = max(1, ranks // 256)
-        chosen = rng.sample(range(ranks), count) if ranks > 1 else [0]
-        self.slowdowns = {r: 1.25 + 0.15 * i for i, r in enumerate(chosen)}
+        if slowed is not None:  # these ranks' compute slowed by these factors (a fault on purpose)
+            self.slowdowns = dict(slowed)
+        else:  # a few throttling GPUs, chosen from the seed
+            rng = random.Random(seed)
+            count = max(1, ranks // 256)
+            chosen = rng.sample(range(ranks), count) if ranks > 1 else [0]
+            self.slowdowns = {r: 1.4 + 0.15 * i for i, r in enumerate(chosen)}
+        chosen = list(self.slowdowns)
         self.stragglers = tuple(sorted(chosen, key=lambda r: -self.slowdowns[r]))
         """Straggler ranks, slowest first."""
         base = [self._busy(r) for r in range(ranks)]

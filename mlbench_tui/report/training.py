@@ -20,10 +20,10 @@ from mlbench_tui.report.figure import (
 )
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome
+from mlbench_tui.results.ranks import RANK_METRICS, STRAGGLER_FACTOR, RankFigures, against_others
 from mlbench_tui.results.telemetry import gpu_util_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
-STRAGGLER = 1.10  # a rank whose median step time is 10% above the ranks' median straggles
 MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
 TELEMETRY_PREFIX = "sys/"
 TELEMETRY_PANELS = (  # (title, y label, words the metric name holds)
@@ -33,21 +33,26 @@ TELEMETRY_PANELS = (  # (title, y label, words the metric name holds)
 RUN_CAPTION = (
     "Training time excludes validation. The goal metric is the global (all-reduced) validation "
     "value after each evaluation; the dashed line is the goal. Step time is per rank (one training "
-    "step, data loading to optimizer step); a rank whose median step time is more than 10% above "
-    "the ranks' median is marked as a straggler. GPU panels appear when the run recorded telemetry."
+    "step, data loading to optimizer step); a rank whose busy time per step (its step less its "
+    "communication) is more than 25% above the other ranks' median held the others up and is "
+    "marked as a straggler. GPU panels appear when the run recorded telemetry."
 )
 
 
-def stragglers(step_times: dict[int, list[float]]) -> dict[int, float]:
-    """Ranks whose median step time exceeds the median over ranks by ``STRAGGLER``: rank -> excess
-    (0.25 = 25% slower)."""
-    medians = {rank: statistics.median(values) for rank, values in step_times.items() if values}
-    if len(medians) < 2:
-        return {}
-    overall = statistics.median(medians.values())
-    if overall <= 0:
-        return {}
-    return {rank: m / overall - 1 for rank, m in sorted(medians.items()) if m > overall * STRAGGLER}
+def stragglers(record: RunRecord) -> dict[int, float]:
+    """The ranks that held the others up (``results.ranks``' rule on each rank's busy time per
+    step): rank -> how much busier than the other ranks' median (0.25 = 25%)."""
+    busy: dict[int, float] = {}
+    for rank in record.ranks("step_time"):
+        figures = RankFigures(rank)
+        for name in RANK_METRICS:
+            points = record.points(name, rank)
+            if points:
+                figures.take(name, points[-1].value, points[-1].step)
+        if figures.busy is not None:
+            busy[rank] = figures.busy
+    ratios = against_others(busy)
+    return {rank: ratio - 1 for rank, ratio in sorted(ratios.items()) if ratio > STRAGGLER_FACTOR}
 
 
 def _xy(points: Sequence[MetricPoint], scale: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -110,7 +115,7 @@ def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
     """Step time per rank (ms), stragglers drawn thicker and named."""
     ranks = record.ranks("step_time")
     by_rank = {rank: record.points("step_time", rank) for rank in ranks}
-    slow = stragglers({rank: [p.value for p in points] for rank, points in by_rank.items()})
+    slow = stragglers(record)
     series = []
     if len(ranks) <= MAX_RANK_LINES:
         shown = ranks
@@ -144,7 +149,8 @@ def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
                 width=2.4 if excess is not None else 1.0,
             )
         )
-    notes = [f"{record.result.name}: rank {r} straggles, median step time +{e:.0%}" for r, e in slow.items()]
+    name = record.result.name
+    notes = [f"{name}: rank {r} held the others up, busy time +{e:.0%}" for r, e in slow.items()]
     return Panel(
         "Step time per rank",
         "step",

@@ -1,20 +1,22 @@
 """Per-rank figures of a run and how they spread across its ranks: what ``mlbench status``,
-``mlbench results`` and the TUI's Ranks tab show of a run of any size (median, p90, the worst
-ranks) instead of one line per rank.
+``mlbench results``, the TUI's Ranks tab and the report show of a run of any size (median, p90,
+the worst ranks) instead of one line per rank.
 
 A rank's figures are its latest step time and its tracker totals (compute, communication, data,
-other seconds so far). Its *busy time* is the part of a step it did not spend communicating,
-``step time x (1 - comm share)``: in synchronous training every rank's step takes as long as the
-slowest one's, and the ranks that others wait for are the ones with the most busy time (and the
-least communication). Ranks are ordered worst first by busy time, and a rank is a straggler when
-its busy time is well above the median's. Pure functions over numbers, shared by the CLI and
-the TUI.
+other seconds so far). Its *busy time* is the part of a step it did not spend communicating:
+its compute, data and other seconds so far over the steps it took (the latest step time less
+its communication share before any totals arrived). In synchronous training every rank's step
+takes as long as the slowest one's, and the rank the others wait for is the one with the most
+busy time (and the least communication). Ranks are ordered worst first by busy time, and a rank
+is a straggler when its busy time is more than 25% above the median of the *other* ranks: with
+two ranks that is the other rank's (the median of both would be their mean, which a rank twice as
+busy as the other never passes by 25%), with many it is the run's median. Pure functions over
+numbers, shared by the CLI, the TUI and the report.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -25,7 +27,7 @@ STEP_TIME = "step_time"
 RANK_METRICS = (STEP_TIME, *TRACKER_TOTALS)
 """The metrics a rank's figures are read from (their latest value per rank)."""
 
-STRAGGLER_FACTOR = 1.25  # a straggler's busy time exceeds the median's by 25%
+STRAGGLER_FACTOR = 1.25  # a straggler's busy time exceeds the other ranks' median by 25%
 TOTAL_FIELDS = {
     "time_compute": "compute",
     "time_communication": "comm",
@@ -51,6 +53,7 @@ class RankFigures:
     comm: float = 0.0
     data: float = 0.0
     other: float = 0.0
+    totals_step: int | None = None  # the steps taken when the totals were reported
 
     @property
     def comm_share(self) -> float | None:
@@ -60,7 +63,11 @@ class RankFigures:
 
     @property
     def busy(self) -> float | None:
-        """Seconds per step not spent communicating (the step time without totals yet)."""
+        """Seconds per step not spent communicating: the totals' compute, data and other over
+        their steps (averaged over the whole run, so one slow window does not decide it); before
+        totals, the latest step time less its communication share."""
+        if self.totals_step and self.comm_share is not None:
+            return (self.compute + self.data + self.other) / self.totals_step
         if self.step_time is None or not math.isfinite(self.step_time):
             return None
         share = self.comm_share
@@ -74,6 +81,8 @@ class RankFigures:
         elif name in TOTAL_FIELDS:
             if value is not None:
                 setattr(self, TOTAL_FIELDS[name], value)
+                if step is not None and (self.totals_step is None or step > self.totals_step):
+                    self.totals_step = step
         else:
             return False
         if step is not None and (self.step is None or step > self.step):
@@ -113,13 +122,26 @@ def spread(values: Mapping[int, float | None]) -> Spread | None:
     )
 
 
+def against_others(values: Mapping[int, float]) -> dict[int, float]:
+    """Each rank's figure (busy time per step) over the median of the other ranks' (1.5: half
+    as busy again as the others); empty with fewer than two ranks: nobody to hold up."""
+    pairs = sorted((v, r) for r, v in values.items() if math.isfinite(v) and v > 0)
+    n = len(pairs)
+    if n < 2:
+        return {}
+    ordered = [v for v, _ in pairs]
+    low, high = (n - 2) // 2, (n - 1) // 2  # the median's places among the other n - 1
+
+    def others_median(i: int) -> float:
+        return (ordered[low if low < i else low + 1] + ordered[high if high < i else high + 1]) / 2
+
+    return {r: v / others_median(i) for i, (v, r) in enumerate(pairs)}
+
+
 def find_stragglers(values: Mapping[int, float], factor: float = STRAGGLER_FACTOR) -> set[int]:
-    """Ranks whose figure is more than ``factor`` times the median of all ranks (needs 2+ ranks)."""
-    finite = {r: v for r, v in values.items() if math.isfinite(v) and v > 0}
-    if len(finite) < 2:
-        return set()
-    median = statistics.median(finite.values())
-    return {r for r, v in finite.items() if v > median * factor}
+    """The ranks that hold the others up: a figure (busy time per step) more than ``factor``
+    times the median of the other ranks'."""
+    return {r for r, ratio in against_others(values).items() if ratio > factor}
 
 
 F = TypeVar("F", bound="RankFigures")

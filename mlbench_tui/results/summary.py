@@ -119,15 +119,18 @@ def settle_state(
     state: RunState, message: str | None, events: Sequence[EventRecord], workers: int
 ) -> tuple[RunState, str | None]:
     """The final state of a run that ended in ``state`` (as its executor saw it) given what its
-    ``workers`` ranks reported. ``UNKNOWN`` (the launcher's exit status was lost) is decided by the
-    ranks' ``run_stop`` events alone; a worker that stopped with status ``failed`` fails the run
-    even when every process exited 0; a failed run names the first rank that failed and why."""
+    ``workers`` ranks reported. A run every one of whose ranks reported a normal stop succeeded,
+    whatever became of its launcher or of ``apply`` afterwards (cancelled or killed once the work
+    was done); ``UNKNOWN`` (the launcher's exit status was lost) is decided by the ranks'
+    ``run_stop`` events alone; a worker that stopped with status ``failed`` fails the run even
+    when every process exited 0; a failed run names the first rank that failed and why."""
     stops: dict[int, EventRecord] = {}
     for event in events:
         if event.kind == "run_stop":
             stops[event.rank] = event  # a rank's last word
-    if state is RunState.UNKNOWN:
-        state, message = _ranks_outcome(message, stops, workers)
+    ranks_state, ranks_message = _ranks_outcome(message, stops, workers)
+    if state is RunState.UNKNOWN or ranks_state is RunState.SUCCEEDED:
+        state, message = ranks_state, ranks_message
     failed_stop = next((e for _, e in sorted(stops.items()) if e.payload.get("status") == "failed"), None)
     if state is RunState.SUCCEEDED and failed_stop is not None:
         state, message = RunState.FAILED, str(failed_stop.payload.get("reason"))

@@ -142,7 +142,7 @@ def _spread_lines(summary: RanksSummary) -> list[str]:
         lines.append(f"busy      p50 {_ms(s.p50)}  p90 {_ms(s.p90)}  max {_ms(s.max)} (rank {s.max_rank})")
     if summary.stragglers:
         shown = ", ".join(str(r) for r in sorted(summary.stragglers))
-        lines.append(f"stragglers (busy time over {STRAGGLER_FACTOR:g}x the median): {shown}")
+        lines.append(f"stragglers (busy time over {STRAGGLER_FACTOR:g}x the other ranks' median): {shown}")
     return lines
 
 

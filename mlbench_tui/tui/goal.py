@@ -1,7 +1,8 @@
-"""Progress towards a run's goal and straggler detection: pure functions over numbers.
+"""Progress towards a run's goal and idle-GPU detection: pure functions over numbers.
 
 Kept apart from the widgets so the rules (what counts as progress for a 'min' metric such as
-perplexity, which rank is a straggler) are testable on their own; when a value meets the goal
+perplexity, which GPU idles beside busy ones) are testable on their own (the straggler rule is
+``results.ranks``', shared with the CLI and the report); when a value meets the goal
 and the ETA are ``results.goal``'s, shared with the CLI.
 """
 
@@ -14,8 +15,7 @@ from dataclasses import dataclass
 
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.results.goal import better, eta_s, meets
-
-STRAGGLER_FACTOR = 1.25  # a rank is a straggler when its step time exceeds the median by 25%
+from mlbench_tui.results.ranks import STRAGGLER_FACTOR
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,6 @@ def goal_status(goal: GoalPlan | None, points: Sequence[tuple[float, float]]) ->
     fraction = 1.0 if done else min(max(fraction, 0.0), 0.999)
     eta = None if done else eta_s(values, target, direction)
     return GoalStatus(goal.metric, target, direction, best, latest, fraction, done, eta)
-
-
-def find_stragglers(step_times: Mapping[int, float], factor: float = STRAGGLER_FACTOR) -> set[int]:
-    """Ranks whose step time is more than ``factor`` times the median of all ranks (needs 2+ ranks)."""
-    times = {r: t for r, t in step_times.items() if math.isfinite(t) and t > 0}
-    if len(times) < 2:
-        return set()
-    median = statistics.median(times.values())
-    return {r for r, t in times.items() if t > median * factor}
 
 
 def find_underused(utilisation: Mapping[int, float], factor: float = STRAGGLER_FACTOR) -> set[int]:

@@ -66,7 +66,7 @@ def _spec(
     return path
 
 
-def _running_local_run(timeout: float = 60.0) -> str | None:
+def _running_local_run(timeout: float = 120.0) -> str | None:
     """The id of the local run whose launcher and both ranks are up (None if none comes up)."""
     runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
     deadline = time.monotonic() + timeout
@@ -298,6 +298,43 @@ def test_a_run_whose_apply_was_killed_ends_as_its_ranks_said(
     status = mlbench("status", run_id).stdout
     assert "state:    succeeded" in status, status
     assert re.search(r"ranks: .*\n +0  succeeded .*\n +1  succeeded", status), status
+
+
+def test_a_run_whose_ranks_all_stopped_stays_succeeded_when_apply_is_stopped(
+    tmp_path: Path, mlbench: Callable[..., Result]
+) -> None:
+    """SIGTERM reaches ``apply`` after the run's rank reported a successful stop but before its
+    process exited (it hangs at exit on purpose, so the window is always open): apply cancels
+    what is still running, and the run is still recorded as succeeded; the repeats not yet
+    started are not run."""
+    assert mlbench("status").returncode == 0  # the server lives in this process and outlives apply
+    extra = '  repeats: 3\n  env: {MLBENCH_INJECT_FAULT: "rank=0,step=exit,mode=hang"}\n'
+    spec = _spec(tmp_path, "late-term", repetitions=2, max_exp=1, num_sizes=2, extra=extra)
+    spec.write_text(spec.read_text().replace("workers: 2", "workers: 1"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlbench_tui", "apply", "-q", str(spec)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+    )
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    deadline = time.monotonic() + 120
+    hanging: list[Path] = []
+    while not hanging and proc.poll() is None and time.monotonic() < deadline:
+        logs = runs.glob("r-*/logs/rank-0.log")
+        hanging = [log for log in logs if "hanging on purpose" in log.read_text(errors="replace")]
+        time.sleep(0.2)
+    assert hanging, "the rank never reached its exit"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "interrupted" in err, err
+    run_id = hanging[0].parent.parent.name
+    assert not processes.marked_pids(run_id)
+    status = mlbench("status", run_id).stdout
+    assert "state:    succeeded" in status, status
+    listed = json.loads(mlbench("results", "late-term", "-o", "json").stdout)["runs"]
+    assert [run["state"] for run in listed] == ["succeeded"], listed
 
 
 STRESS_RUNS = 30

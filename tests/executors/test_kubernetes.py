@@ -292,7 +292,7 @@ def _follow_in_background(
     return lines, thread
 
 
-def _until(predicate: Any, timeout: float = 10) -> None:
+def _until(predicate: Any, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -483,7 +483,7 @@ def test_log_tailer_ships_every_ranks_lines_as_the_runner_expects(
     for index in (0, 1):
         kube.put("v1/pods", NS, f"{JOB}-{index}-abcde", pod(JOB, index, "Running"))
         kube.log(NS, f"{JOB}-{index}-abcde", f"rank {index} epoch 0")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     got: list[tuple[int, str]] = []
     while len(got) < 2 and time.monotonic() < deadline:
         got += tailer.poll()

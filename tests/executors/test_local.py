@@ -237,7 +237,7 @@ def test_process_table_without_proc_uses_ps(monkeypatch: pytest.MonkeyPatch) -> 
         [sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"]
     )
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         with_proc: set[int] = set()
         while not with_proc and time.monotonic() < deadline:
             with_proc = processes.descendants(child.pid)

@@ -37,7 +37,7 @@ def launch(run_id: str) -> LaunchContext:
     return LaunchContext(run_id=run_id, server_url="http://127.0.0.1:9", write_token="tok-secret")
 
 
-def wait_for(executor: SlurmExecutor, handle: RunHandle, done: Any, timeout: float = 30) -> RunStatus:
+def wait_for(executor: SlurmExecutor, handle: RunHandle, done: Any, timeout: float = 120) -> RunStatus:
     deadline = time.monotonic() + timeout
     while True:
         status = executor.describe(handle)

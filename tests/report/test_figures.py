@@ -225,7 +225,7 @@ def test_run_figure_goal_metric_against_training_time_with_goal_line_and_straggl
     steps = figure.panel("Step time per rank")
     assert [s.label for s in steps.series] == ["rank 0", "rank 1", "rank 2", "rank 3 (straggler, +50%)"]
     assert steps.series[3].y == pytest.approx((150.0, 150.0, 150.0))  # milliseconds
-    assert figure.notes == ("spec-gloo-4w-r0: rank 3 straggles, median step time +50%",)
+    assert figure.notes == ("spec-gloo-4w-r0: rank 3 held the others up, busy time +50%",)
     assert [p.title for p in figure.panels] == ["Validation Prec@1", "Loss", "Step time per rank"]
 
 
@@ -253,9 +253,27 @@ def test_gpu_telemetry_panels_appear_only_when_recorded() -> None:
     ]
 
 
-def test_straggler_rule() -> None:
-    assert stragglers({0: [1.0, 1.0], 1: [1.05, 1.05], 2: [1.3, 1.2]}) == {2: pytest.approx(0.2 / 1.05)}
-    assert stragglers({0: [1.0]}) == {}  # one rank: nobody to straggle behind
+def _ranked(step_s: float, comm_s: dict[int, float]) -> RunRecord:
+    """A run whose ranks all took ``step_s`` a step (synchronous training) and spent ``comm_s``
+    of their 10 s of tracked time communicating."""
+    metrics = []
+    for rank, comm in comm_s.items():
+        metrics += [
+            MetricPoint("step_time", step_s, rank, 10),
+            MetricPoint("time_compute", 10.0 - comm, rank, 10),
+            MetricPoint("time_communication", comm, rank, 10),
+        ]
+    return trained("gloo", len(comm_s), 0, 10.0, metrics=metrics)
+
+
+def test_straggler_rule_names_the_rank_the_others_waited_for() -> None:
+    """Every rank's step takes as long as the slowest one's; the straggler is the rank that
+    waited least in the all-reduce, so its busy time stands out against the fastest ranks'."""
+    two = stragglers(_ranked(0.1, {0: 4.3, 1: 0.8}))  # busy 57 ms and 92 ms a step
+    assert list(two) == [1] and two[1] == pytest.approx(0.92 / 0.57 - 1)
+    assert stragglers(_ranked(0.1, {0: 4.0, 1: 3.8, 2: 4.1, 3: 0.5})).keys() == {3}
+    assert stragglers(_ranked(0.1, {0: 4.0, 1: 3.9})) == {}  # even: nobody held up
+    assert stragglers(_ranked(0.1, {0: 1.0})) == {}  # one rank: nobody to hold up
 
 
 def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:

@@ -159,6 +159,20 @@ def test_settle_state_trusts_what_the_ranks_reported() -> None:
     assert settle_state(RunState.SUCCEEDED, None, late_failure, 2) == (RunState.FAILED, "rank 1 failed: OOM")
 
 
+@pytest.mark.parametrize("seen", [RunState.CANCELLED, RunState.FAILED, RunState.UNKNOWN])
+def test_a_run_whose_ranks_all_stopped_normally_succeeded_whatever_its_launcher_became(
+    seen: RunState,
+) -> None:
+    """``apply`` stopped (or the launcher killed) after every rank reported its stop: the work
+    was done, so the run succeeded; one rank short of that keeps what the executor saw."""
+    done = _stops({"status": "success", "exit_code": 0}, {"status": "success", "exit_code": 0})
+    assert settle_state(seen, "cancelled", done, 2) == (RunState.SUCCEEDED, None)
+    short = done[:1]
+    state, message = settle_state(seen, "cancelled", short, 2)
+    assert state is (RunState.FAILED if seen is RunState.UNKNOWN else seen)
+    assert message is not None
+
+
 LOST = "exit status unknown"
 
 

@@ -41,7 +41,7 @@ def make_app(srv: EmbeddedServer, **kw: Any) -> Any:
     return MlbenchApp(srv.url, token=srv.info.read_token, admin_token=srv.info.admin_token, **kw)
 
 
-async def wait_for(pilot: Any, predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+async def wait_for(pilot: Any, predicate: Callable[[], Any], timeout: float = 120.0, what: str = "") -> Any:
     """Let the app run until ``predicate()`` is truthy (workers post messages meanwhile)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -305,7 +305,7 @@ async def test_server_gone_shows_banner_and_reconnects(store_copy: Path) -> None
         assert _names(app) == before  # the view keeps its data
         srv = EmbeddedServer(store_copy, port=port, record=False).start()
         try:
-            await wait_for(pilot, lambda: app.connected, timeout=15, what="reconnect")
+            await wait_for(pilot, lambda: app.connected, timeout=120, what="reconnect")
             assert not app.screen.query_one("#banner").display
             assert _names(app) == before
         finally:

@@ -62,7 +62,7 @@ def _app(srv: EmbeddedServer) -> MlbenchApp:
     return MlbenchApp(srv.url, token=srv.info.read_token, clock=lambda: FIXED_NOW)
 
 
-async def _until(pilot: Any, predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+async def _until(pilot: Any, predicate: Callable[[], Any], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -36,7 +36,7 @@ spec:
 """
 
 
-async def _until(pilot: Any, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
+async def _until(pilot: Any, predicate: Callable[[], Any], timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:

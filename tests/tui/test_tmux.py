@@ -135,7 +135,7 @@ def test_tui_follows_a_live_run(tmp_path: Path, server: tuple[str, dict[str, str
         tmux.keys("Escape")  # (a separate send: ESC followed at once by q would read as alt+q)
         tmux.wait(lambda s: "mlbench tui — keys" not in s, "the help screen to close")
         tmux.keys("q")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while tmux.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not tmux.alive(), "q quits"

@@ -10,7 +10,7 @@ import pytest
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.store.api_models import RunInfo
-from mlbench_tui.tui.goal import find_stragglers, goal_status
+from mlbench_tui.tui.goal import goal_status
 from mlbench_tui.tui.rows import compare_rows, run_row, sort_rows
 from mlbench_tui.tui.widgets.bars import progress_bar, split_cells
 
@@ -41,12 +41,6 @@ def test_no_eta_while_not_improving() -> None:
 
 def test_no_goal_means_no_status() -> None:
     assert goal_status(None, [(0, 1.0)]) is None
-
-
-def test_stragglers_are_well_above_the_median() -> None:
-    assert find_stragglers({0: 0.20, 1: 0.21, 2: 0.20, 3: 0.40}) == {3}
-    assert find_stragglers({0: 0.20, 1: 0.22}) == set()
-    assert find_stragglers({0: 0.5}) == set()
 
 
 def test_format_duration() -> None:

@@ -240,9 +240,10 @@ spec:
     for rank in (0, 1):
         for name in HOST:
             stamps = sorted(times[rank, name])
-            assert len(stamps) >= 3, (rank, name, stamps)
-            # sampled on a fixed schedule: the k-th regular sample comes k intervals after the
-            # first or later, never sooner (the last one is taken when the rank closes)
+            # one at start and one when the rank closes, whatever the machine's speed (a fast
+            # machine ends the sweep within one interval); the rest on a fixed schedule: the k-th
+            # regular sample comes k intervals after the first or later, never sooner
+            assert len(stamps) >= 2, (rank, name, stamps)
             regular = stamps[:-1]
             for k, t in enumerate(regular):
                 assert t - regular[0] >= k * interval - 0.02, (rank, name, stamps)

@@ -66,6 +66,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         seed_everything,
         select_device,
     )
+    from mlbench_worker.faults import maybe_inject_fault_at_exit
     from mlbench_worker.fingerprint import fingerprint, rank_facts
     from mlbench_worker.tasks import UnknownTaskError, load_task
 
@@ -101,6 +102,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         ctx.log(f"run stopped: {outcome.status} ({outcome.reason})")
         reporter.close(timeout=30.0)
         comm.close()
+        maybe_inject_fault_at_exit(rank)
         return 0
     except KeyboardInterrupt:
         reporter.event(

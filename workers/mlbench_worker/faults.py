@@ -3,41 +3,116 @@
 ``MLBENCH_INJECT_FAULT="rank=1,step=3"`` makes rank 1 raise ``InjectedFault`` before training
 step 3 (``step=0``: before the first step; tasks without steps check step 0 at their start).
 ``mode=hang`` makes it stop there instead (it sleeps until killed: a stuck rank, for time
-limits). Unset, it costs one dictionary lookup at startup.
+limits). ``step=exit`` acts after the rank has reported how it stopped and closed its process
+group: a process that never exits although its rank's work is done (a teardown that hangs).
+``mode=slow,factor=2`` makes the rank's compute phases take about twice as long from the start
+(it sleeps after each for what it took times ``factor - 1``): a straggler, for the rule that
+names the rank the others wait for. Unset, it costs one dictionary lookup at startup.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+MODES = ("raise", "hang", "slow")
+EXIT = "exit"
 
 
 class InjectedFault(RuntimeError):
     """Raised on purpose by ``MLBENCH_INJECT_FAULT``."""
 
 
-def _parse(spec: str | None) -> tuple[int, int, str] | None:
+@dataclass(frozen=True)
+class Fault:
+    """Which rank fails, where (a training step, or ``None``: at exit) and how."""
+
+    rank: int
+    step: int | None
+    mode: str = "raise"
+    factor: float = 1.0
+    """How many times as long a slowed rank's compute takes (``mode=slow``)."""
+
+
+def parse_fault(spec: str | None) -> Fault | None:
+    """The fault ``spec`` (``MLBENCH_INJECT_FAULT``'s value) asks for; None when unset."""
     if not spec:
         return None
     fields = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
     mode = fields.get("mode", "raise")
-    if mode not in ("raise", "hang"):
-        raise ValueError(f"MLBENCH_INJECT_FAULT={spec!r}: mode must be 'raise' or 'hang'")
+    if mode not in MODES:
+        raise ValueError(f"MLBENCH_INJECT_FAULT={spec!r}: mode must be 'raise', 'hang' or 'slow'")
+    step_text = fields.get("step", "0")
     try:
-        return int(fields.get("rank", "0")), int(fields.get("step", "0")), mode
+        rank = int(fields.get("rank", "0"))
+        step = None if step_text == EXIT else int(step_text)
+        factor = float(fields.get("factor", "2" if mode == "slow" else "1"))
     except ValueError:
-        raise ValueError(f"MLBENCH_INJECT_FAULT={spec!r}: expected 'rank=R,step=S' with integers") from None
+        raise ValueError(
+            f"MLBENCH_INJECT_FAULT={spec!r}: expected 'rank=R,step=S' with integers (or step=exit)"
+            " and a number as factor"
+        ) from None
+    if mode == "slow" and not 1.0 < factor <= 100.0:
+        raise ValueError(
+            f"MLBENCH_INJECT_FAULT={spec!r}: a slow rank's factor must be above 1 and at most 100"
+        )
+    return Fault(rank, step, mode, factor)
 
 
-_FAULT = _parse(os.environ.get("MLBENCH_INJECT_FAULT"))
+_FAULT = parse_fault(os.environ.get("MLBENCH_INJECT_FAULT"))
+
+
+def _act(fault: Fault, where: str) -> None:
+    if fault.mode == "hang":
+        print(f"[rank {fault.rank}] hanging on purpose (MLBENCH_INJECT_FAULT) {where}", flush=True)
+        while True:
+            time.sleep(3600)
+    raise InjectedFault(f"fault injected by MLBENCH_INJECT_FAULT on rank {fault.rank} {where}")
 
 
 def maybe_inject_fault(rank: int, step: int) -> None:
     """Raise ``InjectedFault`` (or hang) if a fault was requested for this rank at this step."""
-    if _FAULT is None or (rank, step) != _FAULT[:2]:
-        return
-    if _FAULT[2] == "hang":
-        print(f"[rank {rank}] hanging on purpose (MLBENCH_INJECT_FAULT) at step {step}", flush=True)
-        while True:
-            time.sleep(3600)
-    raise InjectedFault(f"fault injected by MLBENCH_INJECT_FAULT on rank {rank} at step {step}")
+    if _FAULT is not None and _FAULT.mode != "slow" and _FAULT.rank == rank and _FAULT.step == step:
+        _act(_FAULT, f"at step {step}")
+
+
+def maybe_inject_fault_at_exit(rank: int) -> None:
+    """Raise (or hang) if a fault was requested for this rank once it has reported its stop."""
+    if _FAULT is not None and _FAULT.mode != "slow" and _FAULT.rank == rank and _FAULT.step is None:
+        _act(_FAULT, "after its stop was reported")
+
+
+def slowdown_for(rank: int) -> float:
+    """How many times as long this rank's compute is to take (1.0: not slowed)."""
+    if _FAULT is not None and _FAULT.mode == "slow" and _FAULT.rank == rank:
+        return _FAULT.factor
+    return 1.0
+
+
+S = TypeVar("S")
+
+
+def slowed(
+    phases: Sequence[tuple[str, Callable[[S], Any]]],
+    factor: float,
+    names: frozenset[str],
+    sync: Callable[[], Any] | None = None,
+) -> list[tuple[str, Callable[[S], Any]]]:
+    """``phases`` with each one named in ``names`` followed by a sleep of what it took times
+    ``factor - 1`` (``sync`` waits for queued device work first, so the time is the device's)."""
+    extra = factor - 1.0
+
+    def slow(run: Callable[[S], Any]) -> Callable[[S], Any]:
+        def phase(step: S) -> None:
+            started = time.perf_counter()
+            run(step)
+            if sync is not None:
+                sync()
+            time.sleep(extra * (time.perf_counter() - started))
+
+        return phase
+
+    return [(name, slow(run) if name in names else run) for name, run in phases]

@@ -13,7 +13,6 @@ that rank's step time on the chart (``RankChosen``).
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,14 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from mlbench_tui.ranksets import EXAMPLE, RankSet, RankSetError, parse_ranks
-from mlbench_tui.results.ranks import STRAGGLER_FACTOR, RankFigures, find_stragglers, spread, worst_first
+from mlbench_tui.results.ranks import (
+    STRAGGLER_FACTOR,
+    RankFigures,
+    against_others,
+    find_stragglers,
+    spread,
+    worst_first,
+)
 from mlbench_tui.tui import rank_telemetry
 from mlbench_tui.tui.goal import find_underused
 from mlbench_tui.tui.rank_telemetry import RankTelemetry
@@ -37,7 +43,7 @@ from mlbench_tui.tui.widgets.table import FittedTable
 PART_STYLES = (("compute", "green"), ("comm", "dark_orange"), ("data", "dodger_blue1"), ("other", "grey50"))
 BAR_WIDTH = 24
 TABLE_ROWS = 50
-SLOW_FACTOR = 1.1  # busy time over this many times the median: drawn as slow (yellow)
+SLOW_FACTOR = 1.1  # busy time over this many times the other ranks' median: drawn as slow (yellow)
 STATE_STYLES = {
     "running": "green",
     "succeeded": "bold green",
@@ -70,7 +76,7 @@ def legend() -> Text:
     text.append("█", style="yellow")
     text.append(f" >{SLOW_FACTOR:g}x ")
     text.append("█", style="red")
-    text.append(f" >{STRAGGLER_FACTOR:g}x median busy  ")
+    text.append(f" >{STRAGGLER_FACTOR:g}x the other ranks' busy time  ")
     text.append("✗", style="bold red")
     text.append(" failed  · none   ")
     text.append("⚠ idle GPU: util < median/1.25", style="bold red")
@@ -220,18 +226,17 @@ class RankTable(Vertical):
 
     @staticmethod
     def _strip(ranks: Sequence[RankView], busy: dict[int, float | None]) -> list[Cell]:
-        known = [b for b in busy.values() if b is not None and b > 0]
-        median = statistics.median(known) if known else None
+        ratio = against_others({r: b for r, b in busy.items() if b is not None})
         cells = [UNKNOWN] * (max((r.rank for r in ranks), default=-1) + 1)
         for r in ranks:
             b = busy[r.rank]
             if r.state == "failed":
                 cells[r.rank] = Cell(5, "✗", "bold red")
-            elif b is None or median is None:
+            elif b is None or r.rank not in ratio:
                 cells[r.rank] = UNKNOWN
-            elif b > median * STRAGGLER_FACTOR:
+            elif ratio[r.rank] > STRAGGLER_FACTOR:
                 cells[r.rank] = Cell(4, "█", "red")
-            elif b > median * SLOW_FACTOR:
+            elif ratio[r.rank] > SLOW_FACTOR:
                 cells[r.rank] = Cell(3, "█", "yellow")
             else:
                 cells[r.rank] = Cell(2, "█", "green")

@@ -20,13 +20,13 @@ import torch
 from torch import nn
 
 from mlbench_worker.context import RunContext
-from mlbench_worker.faults import maybe_inject_fault
+from mlbench_worker.faults import maybe_inject_fault, slowdown_for, slowed
 from mlbench_worker.goals import Stop, StopController
 from mlbench_worker.optim import CentralizedOptimizer
 from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tracker import Record, Tracker
+from mlbench_worker.tracker import CATEGORIES, Record, Tracker
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Step:
         """A step of the same kind reading ``inputs`` (the static buffers of a graph capture)."""
         return type(self)(inputs, self.samples)
 
+
+COMPUTE_PHASES = frozenset(name for name, kind in CATEGORIES.items() if kind == "compute")
 
 StepT = TypeVar("StepT", bound=Step)
 Phase = tuple[str, Callable[[StepT], None]]
@@ -189,9 +191,17 @@ class PhasedTrainer(Trainer, Generic[StepT]):
                 record(name)
         return self.end_step(step)
 
+    compute_slowdown: float = 1.0
+    """Above 1 on a rank slowed on purpose (``MLBENCH_INJECT_FAULT`` mode=slow): its compute
+    phases take that many times as long (set before the first step)."""
+
     @functools.cached_property
     def _phase_list(self) -> list[Phase[StepT]]:
-        return self.phases()
+        if self.compute_slowdown <= 1.0:
+            return self.phases()
+        param = next(self.model.parameters(), None)
+        sync = torch.cuda.synchronize if param is not None and param.is_cuda else None
+        return slowed(self.phases(), self.compute_slowdown, COMPUTE_PHASES, sync)
 
 
 def autocast_for(
@@ -359,6 +369,15 @@ def run_training(
     tracker = tracker or Tracker(ctx.device, seed=config.seed * 1009 + ctx.rank)
     report_every = max(1, int(ctx.hp("report_every_steps", 10)))
     check_every = max(1, int(ctx.hp("stop_check_every_steps", 20)))
+    slowdown = slowdown_for(ctx.rank)
+    if slowdown > 1.0:
+        if not isinstance(trainer, PhasedTrainer) or config.implementation.cuda_graphs:
+            raise ValueError(
+                f"MLBENCH_INJECT_FAULT mode=slow needs an eager step that runs MLBench's phases "
+                f"(tasks 1a, 2a, 3a without cuda_graphs), not task {config.task}'s"
+            )
+        trainer.compute_slowdown = slowdown
+        ctx.log(f"compute slowed {slowdown:g}x on purpose (MLBENCH_INJECT_FAULT)")
     train_step = trainer.train_step
     graphs = None
     if config.implementation.cuda_graphs:
