@@ -144,6 +144,13 @@ def reference_row(figures: SuiteFigures | None) -> list[str]:
         tta = "-" if c.time_to_accuracy_s is None else f"{c.time_to_accuracy_s:.1f}"
         impl = "cuda graphs" if c.cuda_graphs else "eager"
         lines.append(f"  | {figures.device} | {c.task} | {c.precision} | {impl} | {step} | {tta} |")
+    if figures.graph_losses:
+        checks = ", ".join(
+            f"{c.task} {c.precision} {'ok' if c.ok else 'MISMATCH'}"
+            + ("" if c.max_rel_diff is None else f" ({c.max_rel_diff:.1e})")
+            for c in figures.graph_losses
+        )
+        lines.append(f"  graph mode vs eager losses (max relative difference): {checks}")
     if figures.allreduce:
         lines += ["  | GPU | 0a dtype | elements | latency p50 us | bus GB/s |", "  |---|---|---|---|---|"]
         for s in figures.allreduce:

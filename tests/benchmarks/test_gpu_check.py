@@ -70,3 +70,4 @@ def test_smoke_runs_every_part_on_cpu_and_writes_one_summary(tmp_path: Path) -> 
     # the reference row: gpu_suite's CPU twin measured 2a's step and 0a's latencies
     assert "| cpu | 2a | fp32 | eager |" in summary
     assert "| cpu | fp32 | 1 |" in summary
+    assert "graph mode vs eager losses (max relative difference): 2a fp32 ok (0.0e+00)" in summary
