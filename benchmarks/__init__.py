@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "gpu_suite": "benchmarks.gpu_suite",
     "gpu_check": "benchmarks.gpu_check",
     "graph_losses": "benchmarks.graph_losses",
+    "cpu_suite": "benchmarks.cpu_suite",
     "tracker_overhead": "benchmarks.tracker_overhead",
     "telemetry_overhead": "benchmarks.telemetry_overhead",
     "task_steps": "benchmarks.task_steps",

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.model import Suspect
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
 
@@ -86,10 +87,13 @@ def mllog_keys(name: str) -> tuple[str, ...]:
     return MLPERF_KEYS.get(name, (name,))
 
 
-def division(plan: RunPlan) -> Literal["closed", "open"]:
+def division(plan: RunPlan, suspects: Sequence[Suspect] = ()) -> Literal["closed", "open"]:
     """``closed`` when the run is the task as MLBench defines it: its official data, its full goal and
-    its fixed hyperparameters (the spec policy lets only batch size and the LR schedule change);
-    ``open`` otherwise (synthetic data, the light or a custom goal, a smaller 0a sweep)."""
+    its fixed hyperparameters (the spec policy lets only batch size and the LR schedule change), and
+    none of its figures fails a physical bound (``suspects``); ``open`` otherwise (synthetic data, the
+    light or a custom goal, a smaller 0a sweep, a suspect figure)."""
+    if suspects:
+        return "open"
     task = TASKS[plan.task]
     if task.goal is not None and (plan.data.source == "synthetic" or plan.goal is None):
         return "open"
@@ -127,9 +131,11 @@ def entries(
     state: str,
     org: str | None = None,
     message: str | None = None,
+    suspects: Sequence[Suspect] = (),
 ) -> list[Entry]:
     """The run's log, in order. ``state`` is the run's final state (its ``run_stop`` when the ranks
-    sent none); ``org`` defaults to the spec's ``org`` label."""
+    sent none); ``org`` defaults to the spec's ``org`` label; ``suspects`` keep it out of the
+    closed division."""
     main = sorted((e for e in events if e.rank == 0), key=lambda e: _t(e.t))
     times = [e.t for e in events if e.t is not None] + [p.t for p in metrics if p.t is not None]
     origin = min(times) if times else 0.0
@@ -145,7 +151,7 @@ def entries(
             submission_platform(plan, environment.payload if environment else {}),
             init_t,
         ),
-        Entry("submission_division", division(plan), init_t),
+        Entry("submission_division", division(plan, suspects), init_t),
         Entry("submission_benchmark", plan.task_name, init_t),
         Entry("cache_clear", False, init_t),  # the worker does not drop the OS page cache
         Entry("init_start", None, init_t, "INTERVAL_START"),
@@ -357,9 +363,10 @@ def mllog_lines(
     state: str,
     org: str | None = None,
     message: str | None = None,
+    suspects: Sequence[Suspect] = (),
 ) -> list[str]:
     """The run's ``mllog.txt`` lines (see ``entries``)."""
-    return render(entries(plan, metrics, events, state=state, org=org, message=message))
+    return render(entries(plan, metrics, events, state=state, org=org, message=message, suspects=suspects))
 
 
 def _first(events: Sequence[EventRecord], kind: str) -> EventRecord | None:

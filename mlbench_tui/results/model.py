@@ -123,6 +123,14 @@ class TelemetryFigures(_Loose):
     ranks: list[RankTelemetryFigures] = Field(default_factory=list)
 
 
+class Suspect(_Loose):
+    """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
+    it keeps the run out of MLPerf's closed division."""
+
+    figure: str = Field(description="What is suspect, e.g. 'bus bandwidth (fp32)'.")
+    reason: str = Field(description="The bound it fails and by how much.")
+
+
 class RunResult(_Loose):
     """The result of one run: identity, outcome against its goal, where the time went, what it cost."""
 
@@ -151,6 +159,14 @@ class RunResult(_Loose):
     validation_time_s: float | None = Field(default=None, description="Validation time until the goal.")
     graph_capture_s: float | None = Field(
         default=None, description="Time capturing CUDA graphs, apart from the time to accuracy."
+    )
+    precision: str | None = Field(default=None, description="The precision the ranks trained in.")
+    batch_size: int | None = Field(default=None, description="Samples per rank per step (the task's).")
+    step_time_s: float | None = Field(
+        default=None, description="Median training step time over every rank's report windows."
+    )
+    suspects: list[Suspect] = Field(
+        default_factory=list, description="Figures that fail a physical bound, and why."
     )
     epochs_to_goal: float | None = None
     steps_to_goal: int | None = None

@@ -8,8 +8,10 @@ of task 0a, and the environment fingerprint. The server calls it once, when a ru
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+import statistics
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
@@ -17,7 +19,9 @@ from typing import Any
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
+from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.results.scoring import cost_to_target
 from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
@@ -84,7 +88,7 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
     totals and train/validation times, the all-reduce figures, the telemetry series its memory,
     utilisation and energy come from (not the per-step training series)."""
-    wanted = {"time_train", "time_validation", *TRACKER_TOTALS, *RESULT_SERIES}
+    wanted = {"time_train", "time_validation", STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 
@@ -184,7 +188,11 @@ def summarize_run(
         telemetry=run_figures(metrics, events, plan.price_per_kwh),
         failures=[dict(e.payload) for e in events if e.kind == "rank_failed"],
         fingerprint=fingerprint(events, host),
+        precision=plan.resources.precision,
+        batch_size=_batch_size(plan),
+        step_time_s=median_step_time(metrics),
     )
+    result.suspects = suspects(result, metrics)
     if outcome is None:
         return result
     result.reached = outcome.reached
@@ -197,3 +205,15 @@ def summarize_run(
         total = (outcome.train_time_s or 0.0) + (outcome.val_time_s or 0.0)
         result.cost_to_target = cost_to_target(total or None, plan.price_per_hour)
     return result
+
+
+def median_step_time(metrics: Iterable[MetricPoint]) -> float | None:
+    """The median of every rank's training step time windows (seconds)."""
+    values = [p.value for p in metrics if p.name == STEP_TIME and math.isfinite(p.value) and p.value > 0]
+    return statistics.median(values) if values else None
+
+
+def _batch_size(plan: RunPlan) -> int | None:
+    """Samples per rank per step, where the task batches by samples."""
+    value = plan.hyperparameters.get("batch_size")
+    return value if isinstance(value, int) else None

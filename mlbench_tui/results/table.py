@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlbench_tui.formatting import format_figure, render_table
+from mlbench_tui.results.bounds import nvls_note
 from mlbench_tui.results.model import AllreduceFigures, RankTelemetryFigures, RunResult, TelemetryFigures
+from mlbench_tui.results.reference import compare
 from mlbench_tui.results.scoring import config_key, score_configs
 from mlbench_tui.results.telemetry import gpu_util_text
 
@@ -106,6 +108,44 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
     return "  ".join(parts)
 
 
+SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
+
+
+def checks_lines(result: RunResult) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of a run's checks: each figure against its machine's reference
+    row, and each figure that fails a physical bound with the reason."""
+    lines = [("reference", comparison.text()) for comparison in compare(result)]
+    lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
+    if len(result.suspects) > SUSPECTS_SHOWN:
+        more = len(result.suspects) - SUSPECTS_SHOWN
+        lines.append(("suspect", f"! and {more} more (mlbench results -o json)"))
+    note = nvls_note(result)
+    if note is not None and result.allreduce:
+        lines.append(("busbw", note))
+    return lines
+
+
+def reference_text(result: RunResult) -> str:
+    """``0.98x H200`` (the step time, else 0a's latency, against the reference row), ``!`` when
+    outside its tolerance; ``-`` without a row."""
+    comparisons = compare(result)
+    if not comparisons:
+        return "-"
+    first = comparisons[0]
+    return f"{first.ratio:.2f}x {first.row.machine}" + ("" if first.within else " !")
+
+
+def check_notes(results: Sequence[RunResult]) -> list[str]:
+    """One line per suspect figure and per figure outside its reference's tolerance."""
+    notes = []
+    for r in results:
+        notes += [f"! {r.name}: {s.figure}: {s.reason}" for s in r.suspects[:SUSPECTS_SHOWN]]
+        if len(r.suspects) > SUSPECTS_SHOWN:
+            notes.append(f"! {r.name}: and {len(r.suspects) - SUSPECTS_SHOWN} more suspect figures")
+    notes += [f"! {r.name}: {c.text()}" for r in results for c in compare(r) if not c.within]
+    return notes
+
+
 def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) -> list[dict[str, str]]:
     """One row per run, with speedup/efficiency against the 1-worker runs among ``results``
     (else the figures stored with the run when it finished); ``sweep_tables``: see ``outcome_text``."""
@@ -141,6 +181,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "ENERGY TO ACC": format_figure(hw.energy_to_accuracy_kwh, "kWh"),
                 "ENERGY COST": format_figure(hw.energy_cost, "$"),
                 "WALL": format_figure(result.wall_time_s, "s"),
+                "VS REF": reference_text(result),
             }
         )
     return rows
@@ -148,6 +189,8 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
 
 GPU_COLUMNS = ("GPU MEM", "GPU UTIL", "ENERGY TO ACC", "ENERGY COST")
 """Figures only GPU runs have: a table of CPU runs leaves them out rather than print four empty columns."""
+OPTIONAL_COLUMNS = (*GPU_COLUMNS, "VS REF")
+"""Columns left out when empty in every row (no run has a reference row on its machine)."""
 
 
 def without_empty(rows: list[dict[str, str]], columns: Sequence[str]) -> list[dict[str, str]]:
@@ -160,7 +203,10 @@ def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) 
     """The results table, plus the repeat scores when a configuration ran more than once;
     ``sweep_tables`` says the all-reduce tables of 0a runs follow it. The GPU columns show when
     some run has GPU figures."""
-    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), GPU_COLUMNS))
+    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), OPTIONAL_COLUMNS))
+    notes = check_notes(results)
+    if notes:
+        text += "\n" + "\n".join(notes)
     repeated = [s for s in score_configs(results) if s.runs > 1]
     if repeated:
         score_rows = [

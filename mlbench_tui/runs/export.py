@@ -187,7 +187,10 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
     left_out: list[str] = []
     try:
         plan = RunPlan.model_validate(run.plan)
-        lines = mllog_lines(plan, metrics, events, state=run.state.value, org=org, message=run.error)
+        suspects = run.result.suspects if run.result is not None else []
+        lines = mllog_lines(
+            plan, metrics, events, state=run.state.value, org=org, message=run.error, suspects=suspects
+        )
         power = power_logs(metrics, events)
     except MllogUnavailable:
         left_out.append(f"mllog.txt (MLPerf's log) and power/ (its GPU power logs): {INSTALL_HINT}")

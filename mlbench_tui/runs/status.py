@@ -8,7 +8,7 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_age, format_figure, render_table
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.table import outcome_text, rank_figures_text, telemetry_lines
+from mlbench_tui.results.table import checks_lines, outcome_text, rank_figures_text, telemetry_lines
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
 from mlbench_tui.spec.tasks import get_task
@@ -103,6 +103,7 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
             )
         if run.result.telemetry is not None:
             lines += [f"{label + ':':<10}{text}" for label, text in telemetry_lines(run.result.telemetry)]
+        lines += [f"{label + ':':<10}{text}" for label, text in checks_lines(run.result)]
     hardware = {
         r.rank: rank_figures_text(r)
         for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])

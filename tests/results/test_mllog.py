@@ -38,6 +38,7 @@ from mlbench_tui.results.mllog import (
     mllog_keys,
     mllog_lines,
 )
+from mlbench_tui.results.model import Suspect
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 from mlbench_tui.runs.export import check_export, export_run
 from mlbench_tui.server.client import MlbenchClient
@@ -374,6 +375,9 @@ def test_division_is_closed_only_for_the_task_as_defined() -> None:
     assert (division(light), division(synthetic), division(batch)) == ("open", "open", "closed")
     assert division(_closed_plan("0a")) == "closed"
     assert division(_plan(_spec("0a", "\n  hyperparameters: {repetitions: 10}"))) == "open"
+    # a figure that fails a physical bound keeps even the task as defined out of the closed division
+    busbw = Suspect(figure="bus bandwidth (fp32)", reason="4 size(s) above the 3,000 GB/s ceiling")
+    assert division(_closed_plan("0a"), [busbw]) == "open"
 
 
 @pytest.mark.parametrize("task", TASK_IDS)

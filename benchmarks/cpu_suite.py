@@ -1,0 +1,104 @@
+"""This machine's reference rows on CPU: the figures ``mlbench results`` compares runs with.
+
+Applies one multi-document spec in a throw-away ``MLBENCH_HOME``, two gloo ranks each: task 0a
+(a small sweep from one element), task 1a at the quick start's settings (batch 64 per rank) and
+task 2a (batch 128 per rank), on synthetic data to their light goals; then prints each
+succeeded run's step time (median of every rank's report windows) and 0a's smallest-size
+latency and peak bus bandwidth as rows of ``mlbench_tui/results/reference.csv``, ready to add.
+
+    python -m benchmarks cpu_suite [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "workers")]
+
+from mlbench_tui.results.model import RunResult  # noqa: E402
+from mlbench_tui.results.reference import csv_text, machine_class, reference_rows  # noqa: E402
+
+SPEC = """\
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata: {name: cpu-0a}
+spec:
+  task: 0a
+  workers: 2
+  backend: gloo
+  data: synthetic
+  hyperparameters: {sizes_max_exp: 6, num_sizes: 7, repetitions: 50, warmup: 5, dtypes: [fp32]}
+---
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata: {name: cpu-1a}
+spec:
+  task: 1a
+  goal: light
+  max_time: 5m
+  workers: 2
+  backend: gloo
+  hardware: {cpu: "1"}
+  data: {source: synthetic, options: {train_samples: 2048, val_samples: 512}}
+  hyperparameters: {batch_size: 64}
+---
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata: {name: cpu-2a}
+spec:
+  task: 2a
+  goal: light
+  max_time: 5m
+  workers: 2
+  backend: gloo
+  hardware: {cpu: "1"}
+  data: {source: synthetic, options: {train_samples: 16384, val_samples: 1024}}
+"""
+
+
+def _mlbench(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MLBENCH_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "mlbench_tui", *args], capture_output=True, text=True, env=env
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks cpu_suite", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--keep", type=Path, help="keep the store in DIR instead of a temporary one")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mlbench-cpu-suite-") as tmp:
+        home = args.keep or Path(tmp)
+        spec = home / "cpu-suite.yaml"
+        home.mkdir(parents=True, exist_ok=True)
+        spec.write_text(SPEC)
+        started = time.monotonic()
+        applied = _mlbench(home, "apply", "-q", str(spec))
+        print(applied.stdout, end="")
+        listed = _mlbench(home, "results", str(spec), "-o", "json")
+        if listed.returncode != 0:
+            print(listed.stderr, file=sys.stderr)
+            return 1
+        results = [RunResult.model_validate(run) for run in json.loads(listed.stdout)["runs"]]
+        print(f"\n{len(results)} runs in {time.monotonic() - started:.0f} s on {machine_class(results[0])}")
+        today = datetime.now(UTC).date().isoformat()
+        rows = reference_rows(results, source="cpu_suite", measured=today)
+        print(
+            "\nreference rows (mlbench_tui/results/reference.csv):\n" + csv_text(rows, header=False), end=""
+        )
+        return 0 if applied.returncode == 0 and all(r.succeeded for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
