@@ -128,22 +128,17 @@ def parts(smoke: bool, figures: Path) -> list[Part]:
 
 
 def reference_row(figures: SuiteFigures | None) -> list[str]:
-    """The machine's figures as rows of a reference table (Markdown)."""
+    """The machine's figures: rows for ``mlbench_tui/results/reference.csv`` (step time per task,
+    precision and implementation; 0a's smallest-size latency and peak bus bandwidth), 0a's
+    curve at a few sizes, and the graph-vs-eager verdicts."""
     if figures is None:
         return ["  (gpu_suite wrote no figures)"]
     device = f"{figures.workers} x {figures.device}" if figures.workers > 1 else figures.device
-    lines = [
-        f"  reference row: {device}, torch {figures.torch}",
-        "  | GPU | task | precision | implementation | step ms | TTA s |",
-        "  |---|---|---|---|---|---|",
-    ]
-    for c in figures.cases:
-        if c.task == "0a":
-            continue
-        step = "-" if c.step_ms is None else f"{c.step_ms:.2f}"
-        tta = "-" if c.time_to_accuracy_s is None else f"{c.time_to_accuracy_s:.1f}"
-        impl = "cuda graphs" if c.cuda_graphs else "eager"
-        lines.append(f"  | {figures.device} | {c.task} | {c.precision} | {impl} | {step} | {tta} |")
+    lines = [f"  machine: {device}, torch {figures.torch}"]
+    rows = figures.reference_csv.splitlines()
+    lines += ["  reference rows (mlbench_tui/results/reference.csv):", *(f"    {row}" for row in rows)]
+    if not rows:
+        lines.append("    (none: no case succeeded)")
     if figures.graph_losses:
         checks = ", ".join(
             f"{c.task} {c.precision} {'ok' if c.ok else 'MISMATCH'}"
@@ -152,11 +147,11 @@ def reference_row(figures: SuiteFigures | None) -> list[str]:
         )
         lines.append(f"  graph mode vs eager losses (max relative difference): {checks}")
     if figures.allreduce:
-        lines += ["  | GPU | 0a dtype | elements | latency p50 us | bus GB/s |", "  |---|---|---|---|---|"]
+        lines += ["  0a at a few sizes:", f"    {'dtype':<6} {'elements':>10} {'p50 us':>9} {'bus GB/s':>9}"]
         for s in figures.allreduce:
             latency = "-" if s.latency_p50_s is None else f"{s.latency_p50_s * 1e6:.1f}"
             busbw = "-" if s.busbw_gbps is None else f"{s.busbw_gbps:.2f}"
-            lines.append(f"  | {figures.device} | {s.dtype} | {s.size} | {latency} | {busbw} |")
+            lines.append(f"    {s.dtype:<6} {s.size:>10} {latency:>9} {busbw:>9}")
     return lines
 
 

@@ -25,13 +25,13 @@ import contextlib
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +138,7 @@ class SuiteFigures(BaseModel):
     cases: list[CaseFigures]
     allreduce: list[SizeFigures]
     graph_losses: list[LossFigures]
+    reference_csv: str = ""  # rows for mlbench_tui/results/reference.csv (results.reference)
 
 
 @dataclass
@@ -251,10 +252,10 @@ def apply_all(spec: Path, timeout_s: float) -> int | None:
 
 
 def read_results(spec: Path, all_cases: Sequence[Case]) -> None:
-    """Each case's stored result and rank 0's median step time, read once through the server."""
+    """Each case's stored result (with its median step time over every rank's report windows),
+    read once through the server, and a 0a case's curve at a few sizes."""
     from mlbench_tui.errors import MlbenchError
     from mlbench_tui.results.allreduce import PREFIX, run_curves
-    from mlbench_tui.results.ranks import STEP_TIME
     from mlbench_tui.results.scoring import is_sweep
     from mlbench_tui.runs.reads import read_metrics
     from mlbench_tui.runs.results import collect_results
@@ -275,8 +276,7 @@ def read_results(spec: Path, all_cases: Sequence[Case]) -> None:
             names = [m.name for m in client.metric_names(run_id) if m.name.startswith(PREFIX)]
             case.sizes = reference_sizes(run_curves(read_metrics(client, run_id, names)))
             continue
-        steps = [p.value for p in read_metrics(client, run_id, [STEP_TIME]) if p.rank == 0]
-        case.step_ms = statistics.median(steps) * 1e3 if steps else None
+        case.step_ms = None if case.result.step_time_s is None else case.result.step_time_s * 1e3
 
 
 def reference_sizes(curves: dict[str, Any]) -> list[SizeFigures]:
@@ -304,7 +304,12 @@ def figures(
 ) -> SuiteFigures:
     import torch
 
+    from mlbench_tui.results.reference import csv_text, reference_rows
+
+    today = datetime.now(UTC).date().isoformat()
+    results = [c.result for c in all_cases if c.result is not None]
     return SuiteFigures(
+        reference_csv=csv_text(reference_rows(results, source="gpu_suite", measured=today), header=False),
         device=torch.cuda.get_device_name() if device == "cuda" else "cpu",
         torch=torch.__version__,
         workers=workers,
