@@ -285,3 +285,29 @@ def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:
     assert figure.key == "allreduce"
     assert figure.panels[0].empty and figure.panels[0].note == "no all-reduce curve was recorded"
     assert figure.notes == ("ar-gloo-2w-r0: failed: rank 1 lost",)
+
+
+def test_a_runs_figure_notes_its_gpu_utilisation_as_status_and_results_show_it() -> None:
+    from mlbench_tui.report.training import run_figure
+    from mlbench_tui.results.model import TelemetryFigures
+    from mlbench_tui.results.table import results_rows, telemetry_lines
+
+    for telemetry, shown in (
+        (
+            TelemetryFigures(gpu_util_readings=26, gpu_util_note="n/a: 26 readings in 1.3 s"),
+            "n/a: 26 readings in 1.3 s",
+        ),
+        (TelemetryFigures(mean_gpu_util=51.4, gpu_util_readings=300), "51%"),
+    ):
+        result = RunResult(
+            name="short-1w",
+            task="1a",
+            backend="nccl",
+            state=RunState.SUCCEEDED,
+            goal=GOAL,
+            telemetry=telemetry,
+        )
+        figure = run_figure(RunRecord(result, "", {}), {})
+        assert f"short-1w: GPU utilisation {shown} (mean over ranks while the run was timed)" in figure.notes
+        assert dict(telemetry_lines(telemetry))["gpu util"].startswith(f"{shown} mean")  # status, the TUI
+        assert results_rows([result])[0]["GPU UTIL"] == shown  # mlbench results
