@@ -45,7 +45,7 @@ class RunHandle:
 
     @classmethod
     def parse(cls, text: str) -> RunHandle:
-        match = _HANDLE_RE.match(text)
+        match = _HANDLE_RE.fullmatch(text)
         if not match:
             raise ExecutorError(
                 f"not a run handle: {text!r}",

@@ -76,7 +76,7 @@ def parse_ranks(text: str) -> RankSet:
             raise RankSetError(
                 f"rank set {text!r} has an empty part between commas (write ranks like {EXAMPLE})"
             )
-        match = _ITEM.match(part)
+        match = _ITEM.fullmatch(part)
         if match is None:
             raise RankSetError(
                 f"{part!r} in {text!r} is not a rank or a range of ranks (write ranks like {EXAMPLE})"

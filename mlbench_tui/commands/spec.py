@@ -362,7 +362,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     from mlbench_tui.spec.templates import spec_template
 
     task = _resolve_task(args.task)
-    if args.name is not None and (len(args.name) > 40 or not DNS1123_LABEL.match(args.name)):
+    if args.name is not None and (len(args.name) > 40 or not DNS1123_LABEL.fullmatch(args.name)):
         raise UsageError(
             f"--name {args.name!r} is not a valid benchmark name",
             hint="use at most 40 lowercase letters, digits and '-' (it prefixes every run name)",

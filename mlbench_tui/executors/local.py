@@ -501,7 +501,7 @@ class RankLogTailer:
             return []
         found = []
         for entry in entries:
-            match = _RANK_FILE.match(entry.name)
+            match = _RANK_FILE.fullmatch(entry.name)
             if match and (self.ranks is None or int(match[1]) in self.ranks):
                 found.append((int(match[1]), entry))
         found.extend((rank, path) for rank, path in self.extra.items() if path.exists())

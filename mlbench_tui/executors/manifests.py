@@ -192,7 +192,7 @@ def _times(quantity: str, count: int) -> str:
     """A Kubernetes quantity ``count`` times over (``500m`` x 4 -> ``2000m``, ``12Gi`` x 4 -> ``48Gi``)."""
     if count == 1:
         return quantity
-    match = _QUANTITY.match(quantity)
+    match = _QUANTITY.fullmatch(quantity)
     if match is None:  # the spec's short forms only make plain and suffixed decimals
         raise ExecutorError(f"cannot scale the quantity {quantity!r} to {count} ranks per pod")
     total = Decimal(match[1]) * count
@@ -357,8 +357,19 @@ def _pod_spec(plan: RunPlan, launch: LaunchContext, name: str, command: list[str
     return spec
 
 
+MAX_DEADLINE_S = 2**63 - 1  # activeDeadlineSeconds is an int64
+MAX_CONFIG_MAP_BYTES = 1024 * 1024  # Kubernetes refuses a larger ConfigMap
+
+
 def _deadline(plan: RunPlan) -> int | None:
-    return max(1, math.ceil(plan.max_time_s)) if plan.max_time_s else None
+    if not plan.max_time_s:
+        return None
+    if not math.isfinite(plan.max_time_s) or plan.max_time_s > MAX_DEADLINE_S:
+        raise ExecutorError(
+            f"max_time of {plan.max_time_s:g} s does not fit Kubernetes' activeDeadlineSeconds",
+            hint="lower spec.max_time",
+        )
+    return max(1, math.ceil(plan.max_time_s))
 
 
 def worker_command() -> list[str]:
@@ -473,15 +484,23 @@ def secret(plan: RunPlan, launch: LaunchContext, *, redact: bool = False) -> dic
 
 
 def config_map(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
-    """The worker config the pods read, plus the resolved plan for the record."""
+    """The worker config the pods read, plus the resolved plan for the record; one larger than
+    Kubernetes takes is refused here rather than by the API server after the Job exists."""
+    data = {
+        "config.json": json.dumps(run_worker_config(plan, launch), indent=2, sort_keys=True),
+        "plan.json": json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True),
+    }
+    size = sum(len(key) + len(value.encode()) for key, value in data.items())
+    if size > MAX_CONFIG_MAP_BYTES:
+        raise ExecutorError(
+            f"run {plan.name}: its config is {size} bytes, more than the 1 MiB a Kubernetes ConfigMap holds",
+            hint="shorten spec.env or data.options",
+        )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(plan, launch, config_map_name(launch.run_id), "config"),
-        "data": {
-            "config.json": json.dumps(run_worker_config(plan, launch), indent=2, sort_keys=True),
-            "plan.json": json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True),
-        },
+        "data": data,
     }
 
 

@@ -28,6 +28,7 @@ from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.slurm_cluster import SlurmCluster
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.spec.limits import SLURM_MAX_TIME_MINUTES
 from mlbench_tui.spec.shortforms import memory_bytes
 from mlbench_tui.spec.targets import SlurmTarget
 
@@ -67,10 +68,17 @@ def slurm_target(plan: RunPlan) -> SlurmTarget:
 
 
 def time_limit_minutes(max_time_s: float | None, grace_s: float) -> int | None:
-    """Slurm's ``--time`` in whole minutes (its unit): max_time plus the grace, rounded up."""
+    """Slurm's ``--time`` in whole minutes (its unit): max_time plus the grace, rounded up.
+    A limit Slurm cannot hold (it would read it as UNLIMITED) is refused."""
     if max_time_s is None:
         return None
-    return max(1, math.ceil((max_time_s + grace_s) / 60))
+    total = max_time_s + grace_s
+    if not math.isfinite(total) or total / 60 > SLURM_MAX_TIME_MINUTES:
+        raise ExecutorError(
+            f"time limit of {total:g} s is more than Slurm's {SLURM_MAX_TIME_MINUTES} minutes",
+            hint="lower spec.max_time or spec.target.time_limit_grace",
+        )
+    return max(1, math.ceil(total / 60))
 
 
 def reachable_url(url: str, host: str) -> str:
@@ -166,7 +174,7 @@ def _environment(
         }
     )
     for name in env:
-        if not _ENV_NAME.match(name) or name == TOKEN_VARIABLE:
+        if not _ENV_NAME.fullmatch(name) or name == TOKEN_VARIABLE:
             raise ExecutorError(f"environment variable name {name!r} cannot be set for a Slurm run")
     return sorted(env.items())
 

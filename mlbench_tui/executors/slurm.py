@@ -50,7 +50,7 @@ _NOT_FOUND = ("Invalid job id", "Invalid job ID", "invalid job id")
 def parse_handle(handle: RunHandle | str) -> tuple[RunHandle, str, str]:
     """``(handle, job id, cluster name)`` of a Slurm handle."""
     resolved = RunHandle.parse(handle) if isinstance(handle, str) else handle
-    match = _WHERE.match(resolved.where) if resolved.scheme == SCHEME else None
+    match = _WHERE.fullmatch(resolved.where) if resolved.scheme == SCHEME else None
     if match is None:
         raise ExecutorError(
             f"not a Slurm run: {resolved}", hint="Slurm handles look like slurm://JOB_ID@CLUSTER/RUN_ID"
@@ -154,7 +154,7 @@ class SlurmExecutor(Executor):
             Path(path).write_text(text)
         (command,) = dryrun.commands
         done = self._slurm(cluster, list(command), env=dryrun.env)
-        match = _JOB_ID.match(done.stdout.strip())
+        match = _JOB_ID.fullmatch(done.stdout.strip())
         if done.returncode != 0 or match is None:
             detail = (done.stderr or done.stdout).strip().replace("sbatch: error: ", "")
             raise ExecutorError(

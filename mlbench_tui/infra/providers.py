@@ -51,7 +51,7 @@ class GpuSpec:
 
 def parse_gpu(text: str) -> GpuSpec:
     """Parse the short form ``NxMODEL`` (``1xT4``, ``8xA100``) into a ``GpuSpec``."""
-    match = _GPU_RE.match(text)
+    match = _GPU_RE.fullmatch(text)
     if match is None:
         raise UsageError(f"invalid GPU spec {text!r}", hint="use COUNTxMODEL, e.g. 1xT4 or 8xA100")
     count, typed = int(match.group(1)), match.group(2)
@@ -86,7 +86,7 @@ class ClusterRequest:
     disk_gb: int = 100
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise UsageError(
                 f"invalid cluster name {self.name!r}",
                 hint="use 1-30 lowercase letters, digits and '-', starting with a letter",

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mlbench_worker.startup import STARTUP_EVENT
+
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import Suspect
@@ -138,9 +140,18 @@ def entries(
     closed division."""
     main = sorted((e for e in events if e.rank == 0), key=lambda e: _t(e.t))
     times = [e.t for e in events if e.t is not None] + [p.t for p in metrics if p.t is not None]
+    startup = _first(main, STARTUP_EVENT)
+    process_start = startup.payload.get("process_start_t") if startup is not None else None
+    if isinstance(process_start, int | float):
+        times.append(float(process_start))
     origin = min(times) if times else 0.0
     run_start = _first(main, "run_start")
-    init_t = _time(_first(main, "init_start") or _first(main, "environment") or run_start, origin)
+    # MLPerf's initialisation: from rank 0's process start (``startup``) to its run_start
+    init_t = (
+        float(process_start)
+        if isinstance(process_start, int | float)
+        else _time(_first(main, "init_start") or _first(main, "environment") or run_start, origin)
+    )
     facts = run_start.payload if run_start is not None else {}
     environment = _first(main, "environment")
     task = TASKS[plan.task]

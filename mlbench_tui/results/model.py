@@ -123,6 +123,27 @@ class TelemetryFigures(_Loose):
     ranks: list[RankTelemetryFigures] = Field(default_factory=list)
 
 
+class StartupFigures(_Loose):
+    """Where a run's seconds before its first training step went: the launcher's part (from the
+    run's creation to its first rank's process) and the slowest rank's phases (``startup``
+    events), none of it in the time to accuracy."""
+
+    launcher_s: float | None = Field(
+        default=None, description="Run created to the first rank's process start (spawn, scheduling)."
+    )
+    launcher: str = Field(default="spawn", description="What the launcher's part is on this target.")
+    phases: dict[str, float] = Field(
+        default_factory=dict, description="The slowest rank's seconds per phase, in order."
+    )
+    slowest_rank: int | None = None
+    ranks: int = Field(default=0, description="Ranks that reported their start.")
+
+    @property
+    def rank_s(self) -> float:
+        """The slowest rank's seconds from its process start to the end of its first step."""
+        return sum(self.phases.values())
+
+
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
     it keeps the run out of MLPerf's closed division."""
@@ -167,6 +188,9 @@ class RunResult(_Loose):
     )
     suspects: list[Suspect] = Field(
         default_factory=list, description="Figures that fail a physical bound, and why."
+    )
+    startup: StartupFigures | None = Field(
+        default=None, description="The launcher's and the slowest rank's seconds before training."
     )
     epochs_to_goal: float | None = None
     steps_to_goal: int | None = None

@@ -23,6 +23,7 @@ from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.results.scoring import cost_to_target
+from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
     TRACKER_TOTALS,
@@ -159,8 +160,10 @@ def summarize_run(
     *,
     host: Mapping[str, Any] | None = None,
     message: str | None = None,
+    launched_at: float | None = None,
 ) -> RunResult:
-    """The result of one run that ended in ``state`` (stored with the run, shown everywhere)."""
+    """The result of one run that ended in ``state`` (stored with the run, shown everywhere);
+    ``launched_at`` (the run's creation) dates the launcher's part of its start."""
     metrics = list(metrics)
     events = list(events)
     outcome = goal_outcome(plan.goal, metrics, events)
@@ -191,6 +194,7 @@ def summarize_run(
         precision=plan.resources.precision,
         batch_size=_batch_size(plan),
         step_time_s=median_step_time(metrics),
+        startup=startup_figures(events, launched_at=launched_at, target=plan.target.kind),
     )
     result.suspects = suspects(result, metrics)
     if outcome is None:

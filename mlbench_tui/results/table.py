@@ -8,7 +8,13 @@ from collections.abc import Sequence
 
 from mlbench_tui.formatting import format_figure, render_table
 from mlbench_tui.results.bounds import nvls_note
-from mlbench_tui.results.model import AllreduceFigures, RankTelemetryFigures, RunResult, TelemetryFigures
+from mlbench_tui.results.model import (
+    AllreduceFigures,
+    RankTelemetryFigures,
+    RunResult,
+    StartupFigures,
+    TelemetryFigures,
+)
 from mlbench_tui.results.reference import compare
 from mlbench_tui.results.scoring import config_key, score_configs
 from mlbench_tui.results.telemetry import gpu_util_text
@@ -111,10 +117,26 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
 SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
 
 
+def startup_text(figures: StartupFigures) -> str:
+    """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``."""
+    total = figures.rank_s + (figures.launcher_s or 0.0)
+    parts = [f"{_took(total)} before training"]
+    if figures.launcher_s is not None:
+        parts.append(f"{figures.launcher} {_took(figures.launcher_s)}")
+    phases = ", ".join(f"{name.replace('_', ' ')} {_took(s)}" for name, s in figures.phases.items())
+    who = f"rank {figures.slowest_rank}" + (f" (slowest of {figures.ranks})" if figures.ranks > 1 else "")
+    return "; ".join(parts) + f"; {who}: {phases}"
+
+
+def _took(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1000:.3g} ms"
+
+
 def checks_lines(result: RunResult) -> list[tuple[str, str]]:
     """``(label, text)`` lines of a run's checks: each figure against its machine's reference
     row, and each figure that fails a physical bound with the reason."""
-    lines = [("reference", comparison.text()) for comparison in compare(result)]
+    lines = [("startup", startup_text(result.startup))] if result.startup is not None else []
+    lines += [("reference", comparison.text()) for comparison in compare(result)]
     lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
     if len(result.suspects) > SUSPECTS_SHOWN:
         more = len(result.suspects) - SUSPECTS_SHOWN

@@ -36,7 +36,7 @@ def resolve_run(client: RunReader, ref: str) -> RunDetail:
     """The run with id ``ref``, or the latest run named ``ref``."""
     from mlbench_tui.server.client import ServerHTTPError
 
-    if RUN_ID.match(ref):
+    if RUN_ID.fullmatch(ref):
         try:
             return client.get_run(ref)
         except (NotFound, ServerHTTPError) as exc:  # a StoreReader's, an HTTP client's

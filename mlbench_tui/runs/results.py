@@ -41,7 +41,7 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     latest run of each plan), or of every finished run."""
     if ref is None:
         runs = [r for r in client.list_runs() if r.state.is_terminal()]
-    elif RUN_ID.match(ref):
+    elif RUN_ID.fullmatch(ref):
         return [resolve_run(client, ref).known_result()]
     elif Path(ref).exists():
         from mlbench_tui.runs.plans import load_plans

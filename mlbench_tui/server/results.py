@@ -58,7 +58,10 @@ def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) 
             ),
             names,
         )
-        result = summarize_run(plan, state, metrics, events, host=update.host, message=message)
+        launched = run.created.timestamp()
+        result = summarize_run(
+            plan, state, metrics, events, host=update.host, message=message, launched_at=launched
+        )
     result.run_id = run_id
     _add_speedup(conn, run, result)
     fields = update.model_dump(exclude_unset=True)

@@ -21,12 +21,24 @@ from pydantic import ValidationError
 
 from mlbench_tui.errors import SpecError, SpecIssue
 from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, issue_from_error
+from mlbench_tui.spec.limits import MAX_ISSUES, MAX_YAML_NODES
 from mlbench_tui.spec.models import API_VERSION, KIND, BenchmarkSpec
 from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_issues
+from mlbench_tui.spec.reading import (
+    BoundedComposer,
+    TooComplex,
+    control_character,
+    file_size,
+    flow_nesting,
+    json_comment_line,
+    nesting_message,
+    read_capped,
+    size_problem,
+)
+from mlbench_tui.spec.salvage import salvage, under
 from mlbench_tui.spec.tasks import get_task
 
 YAML_SUFFIXES = (".yaml", ".yml")
-MAX_NODES = 100_000  # guards against alias bombs ("billion laughs")
 
 _VAR_RE = re.compile(r"\$\$|\$\{([^}:]*)(?::-([^}]*))?\}")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -65,7 +77,7 @@ class _Converter:
 
     def convert(self, node: Any, loc: Loc, pos: tuple[int, int]) -> Any:
         self._nodes += 1
-        if self._nodes > MAX_NODES:
+        if self._nodes > MAX_YAML_NODES:
             raise _TooLarge
         from ruamel.yaml.comments import TaggedScalar
 
@@ -94,6 +106,10 @@ class _Converter:
                     self.failed_locs.add(loc)
                     continue
                 child: Loc = (*loc, key)
+                if bad := control_character(key, "key"):
+                    self.issue(kpos, f"{_dotted(loc)}: {bad}", "remove it")
+                    self.failed_locs.add(child)
+                    continue
                 self.positions.keys[child] = kpos
                 if isinstance(value, Mapping) and len(value):
                     vpos = _node_start(value, vpos)
@@ -128,6 +144,10 @@ class _Converter:
                 self.issue(pos, f"{_dotted(loc)}: invalid unicode escape (a lone surrogate such as \\ud800)")
                 self.failed_locs.add(loc)
                 return None
+            if bad := control_character(node):
+                self.issue(pos, f"{_dotted(loc)}: {bad}", "remove it (a tab or a newline is fine)")
+                self.failed_locs.add(loc)
+                return None
             return self.interpolate(node, loc, pos, plain=type(node) is str)
         if isinstance(node, bytes):
             self.issue(pos, f"{_dotted(loc)}: binary values are not supported")
@@ -149,7 +169,7 @@ class _Converter:
             if match.group(0) == "$$":
                 return "$"
             name, default = match.group(1), match.group(2)
-            if not _NAME_RE.match(name):
+            if not _NAME_RE.fullmatch(name):
                 self.issue(pos, f"{_dotted(loc)}: invalid variable reference '{match.group(0)}'")
                 self.failed_locs.add(loc)
                 return match.group(0)
@@ -180,9 +200,9 @@ class _TooLarge(Exception):
 def _retype(text: str) -> Any:
     """The YAML core-schema type of an interpolated plain scalar."""
     s = text.strip()
-    if _INT_RE.match(s):
+    if _INT_RE.fullmatch(s):
         return int(s)
-    if _FLOAT_RE.match(s):
+    if _FLOAT_RE.fullmatch(s):
         return float(s)
     if s.lower() in ("true", "false"):
         return s.lower() == "true"
@@ -297,10 +317,14 @@ def validate_document(
                 continue
             issues.append(issue_from_error(error, data, pos, file, BenchmarkSpec))
         issues.extend(_partial_policy(data, file, pos, bad_locs | {f[:2] for f in failed}))
+        rest, removed = salvage(data, exc.errors(include_url=False))
+        if rest is not None:  # the catalog, policy and placement problems of what is left
+            skip = removed | failed
+            issues.extend(_policy_issue(p, file, pos) for p in policy_issues(rest) if not under(p.loc, skip))
         return None, _sorted(_dedupe(issues))
+    issues = [_policy_issue(p, file, pos) for p in policy_issues(spec) if not under(p.loc, failed)]
     if failed:
-        return None, []
-    issues = [_policy_issue(p, file, pos) for p in policy_issues(spec)]
+        return None, _sorted(issues)
     return (None, _sorted(issues)) if issues else (spec, [])
 
 
@@ -380,10 +404,17 @@ def collect_text(
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     env = os.environ if environ is None else environ
+    if too_large := size_problem(len(text.encode("utf-8", "surrogatepass"))):
+        return [], [SpecIssue(file, 1, 1, too_large)]
     if not text.strip():
         return [], [_empty_file(file)]
+    if (deep := flow_nesting(text)) is not None:
+        line = text.count("\n", 0, deep) + 1
+        col = deep - (text.rfind("\n", 0, deep) + 1) + 1
+        return [], [SpecIssue(file, line, col, nesting_message())]
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
+    yaml.Composer = BoundedComposer
     docs: list[Any] = []
     issues: list[SpecIssue] = []
     try:
@@ -396,13 +427,21 @@ def collect_text(
         if type(exc).__name__ == "DuplicateKeyError":
             problem = problem.replace("found duplicate key", "duplicate key")
             issues.append(SpecIssue(file, line, col, problem, "remove or merge the repeated key"))
+        elif isinstance(exc, TooComplex):
+            issues.append(SpecIssue(file, line, col, problem))
         else:
             context = ""
             if exc.context and exc.problem:
                 cm = exc.context_mark
                 where = f" at line {cm.line + 1}:{cm.column + 1}" if cm and cm.line + 1 != line else ""
                 context = f" ({exc.context}{where})"
-            issues.append(SpecIssue(file, line, col, f"YAML syntax error: {problem}{context}"))
+            comment = json_comment_line(text, line)
+            hint = (
+                f"line {comment} holds a '//' or '/*' comment: YAML comments start with '#'"
+                if comment
+                else None
+            )
+            issues.append(SpecIssue(file, line, col, f"YAML syntax error: {problem}{context}", hint))
     except (YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         issues.append(SpecIssue(file, 1, 1, f"cannot parse YAML: {exc}"))
     loaded: list[LoadedSpec] = []
@@ -428,7 +467,19 @@ def collect_text(
         issues.extend(_sorted(conv.issues + doc_issues))
         if spec is not None and not conv.issues:
             loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text))
-    return loaded, issues
+    return loaded, _capped(issues, file)
+
+
+def _capped(issues: list[SpecIssue], file: str) -> list[SpecIssue]:
+    """The first ``MAX_ISSUES`` issues of a file, then one line saying how many more there are."""
+    if len(issues) <= MAX_ISSUES:
+        return issues
+    last = issues[MAX_ISSUES - 1]
+    more = len(issues) - MAX_ISSUES + 1
+    return [
+        *issues[: MAX_ISSUES - 1],
+        SpecIssue(file, last.line, last.col, f"... and {more} more problem(s)"),
+    ]
 
 
 def load_text(
@@ -464,7 +515,8 @@ def collect_paths(
         if str(raw) == "-":
             import sys
 
-            got, problems = collect_text(sys.stdin.read(), "<stdin>", environ)
+            data, more = read_capped(sys.stdin.buffer)
+            got, problems = _collect_bytes(data, more, "<stdin>", environ)
             loaded.extend(got)
             issues.extend(problems)
             continue
@@ -484,18 +536,32 @@ def collect_paths(
                 continue
             seen.add(key)
             try:
-                text = file.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                issues.append(SpecIssue(str(file), 1, 1, "not a UTF-8 text file"))
-                continue
+                if too_large := size_problem(file_size(file)):
+                    issues.append(SpecIssue(str(file), 1, 1, too_large))
+                    continue
+                with file.open("rb") as stream:
+                    data, more = read_capped(stream)
             except OSError as exc:
                 issues.append(SpecIssue(str(file), 1, 1, f"cannot read: {exc.strerror or exc}"))
                 continue
-            got, problems = collect_text(text, str(file), environ)
+            got, problems = _collect_bytes(data, more, str(file), environ)
             loaded.extend(got)
             issues.extend(problems)
     issues.extend(_duplicate_names(loaded))
     return loaded, issues
+
+
+def _collect_bytes(
+    data: bytes, more: bool, file: str, environ: Mapping[str, str] | None
+) -> tuple[list[LoadedSpec], list[SpecIssue]]:
+    """``collect_text`` of bytes read with ``read_capped`` (``more``: the input went on past the cap)."""
+    if more and (too_large := size_problem(len(data) + 1)):
+        return [], [SpecIssue(file, 1, 1, too_large)]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [], [SpecIssue(file, 1, 1, "not a UTF-8 text file")]
+    return collect_text(text, file, environ)
 
 
 def _duplicate_names(loaded: list[LoadedSpec]) -> list[SpecIssue]:

@@ -25,8 +25,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel, with_short_form
+from mlbench_tui.spec.base import DNS1123_LABEL, LABEL_KEY, StrictModel, with_short_form
 from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
+from mlbench_tui.spec.limits import (
+    MAX_GPUS_PER_RANK,
+    MAX_PRICE,
+    MAX_SAMPLES,
+    MAX_TELEMETRY_INTERVAL_S,
+    MIN_TELEMETRY_INTERVAL_S,
+)
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     GPU_RE,
@@ -36,6 +43,8 @@ from mlbench_tui.spec.shortforms import (
     FrameworkSweep,
     MemoryQuantity,
     WorkersSweep,
+    duration_at_most,
+    duration_schema,
     parse_cpu,
     parse_duration,
     parse_gpu,
@@ -60,7 +69,7 @@ GOAL_METRICS: dict[str, Literal["max", "min"]] = {
 _GPU_TYPE_DOC = f"GPU model, one of {', '.join(GPU_MODELS)} (case and separators are free: 'h100')."
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_KEY_RE = LABEL_KEY
 
 # Environment variables the engine sets for every rank; a spec may not override them.
 RESERVED_ENV: frozenset[str] = frozenset(
@@ -91,10 +100,15 @@ class Metadata(StrictModel):
 
     name: str = Field(
         description="Benchmark name, a DNS-1123 label (lowercase letters, digits and '-', at most 63 "
-        "characters); run names are '<name>-<backend>-<workers>w[-r<i>]'."
+        "characters); run names are '<name>-<backend>-<workers>w[-r<i>]'.",
+        json_schema_extra={"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
+        json_schema_extra={
+            "propertyNames": {"pattern": _LABEL_KEY_RE.pattern, "maxLength": 253},
+            "additionalProperties": {"type": "string", "maxLength": 63},
+        },
         description="Free-form key/value labels, copied to every run and Kubernetes object.",
     )
     description: str | None = Field(
@@ -104,7 +118,7 @@ class Metadata(StrictModel):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if len(value) > 63 or not DNS1123_LABEL.match(value):
+        if len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
             raise PydanticCustomError(
                 "dns_label",
                 "{value} is not a DNS-1123 label: use at most 63 lowercase letters, digits "
@@ -117,8 +131,8 @@ class Metadata(StrictModel):
     @classmethod
     def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
         for key, val in value.items():
-            if len(key) > 253 or not _LABEL_KEY_RE.match(key):
-                raise PydanticCustomError("label", "invalid label key '{key}'", {"key": key})
+            if len(key) > 253 or not _LABEL_KEY_RE.fullmatch(key):
+                raise PydanticCustomError("label", "invalid label key {key}", {"key": show_value(key)})
             if len(val) > 63:
                 raise PydanticCustomError("label", "label '{key}' is longer than 63 characters", {"key": key})
         return value
@@ -133,7 +147,7 @@ class CustomGoal(StrictModel):
     """An explicit goal: stop when a global validation metric reaches a target."""
 
     metric: str = Field(description="Global metric to watch, e.g. 'val_global_Prec@1' (percent).")
-    target: float = Field(description="Value to reach.")
+    target: float = Field(ge=-MAX_PRICE, le=MAX_PRICE, description="Value to reach.")
     direction: Literal["max", "min"] | None = Field(
         default=None,
         description="'max': done when metric >= target; 'min': done when metric <= target. "
@@ -177,7 +191,7 @@ Goal = Annotated[
 class Gpu(StrictModel):
     """GPUs per rank, and which model they must be."""
 
-    count: int = Field(default=1, ge=0, le=16, description="GPUs per rank.")
+    count: int = Field(default=1, ge=0, le=MAX_GPUS_PER_RANK, description="GPUs per rank.")
     type: str | None = Field(default=None, description=_GPU_TYPE_DOC)
     strict: bool = Field(
         default=True,
@@ -185,6 +199,17 @@ class Gpu(StrictModel):
         "run when it is not, so a result labelled A100 never ran on a T4. false: the type is a label, "
         "any GPU runs; the environment fingerprint still records each rank's model.",
     )
+
+    @model_validator(mode="after")
+    def _typed_needs_a_gpu(self) -> Gpu:
+        if self.count == 0 and self.type is not None:
+            raise PydanticCustomError(
+                "gpu_count",
+                "gpu type {type} with count 0: a GPU model needs at least one GPU per rank; remove "
+                "hardware.gpu for a CPU run",
+                {"type": show_value(self.type)},
+            )
+        return self
 
     @field_validator("type")
     @classmethod
@@ -214,7 +239,7 @@ GpuField = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 0, "maximum": 16},
+                {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_RANK},
                 {"type": "string", "pattern": GPU_RE.pattern},
                 {
                     "type": "object",
@@ -223,7 +248,7 @@ GpuField = Annotated[
                         "count": {
                             "type": "integer",
                             "minimum": 0,
-                            "maximum": 16,
+                            "maximum": MAX_GPUS_PER_RANK,
                             "description": "GPUs per rank.",
                         },
                         "type": {"type": "string", "description": _GPU_TYPE_DOC},
@@ -298,7 +323,11 @@ class Implementation(StrictModel):
     )
 
 
-MIN_TELEMETRY_INTERVAL_S = 0.1
+TelemetryInterval = Annotated[
+    float,
+    BeforeValidator(duration_at_most(MAX_TELEMETRY_INTERVAL_S)),
+    duration_schema(MAX_TELEMETRY_INTERVAL_S),
+]
 
 
 class Telemetry(StrictModel):
@@ -309,7 +338,7 @@ class Telemetry(StrictModel):
         description="Sample CPU, memory, network and GPU (power, energy, utilisation) per rank; "
         "`telemetry: off` turns it off.",
     )
-    interval: Duration = Field(
+    interval: TelemetryInterval = Field(
         default=1.0, description="Time between samples: '1s' (the default), '0.5s', '10s', or seconds."
     )
 
@@ -378,9 +407,13 @@ class Data(StrictModel):
             )
         for key in ("train_samples", "val_samples"):
             val = self.options.get(key)
-            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            if val is not None and (
+                isinstance(val, bool) or not isinstance(val, int) or not 1 <= val <= MAX_SAMPLES
+            ):
                 raise PydanticCustomError(
-                    "data_options", "data.options.{key} must be a positive integer", {"key": key}
+                    "data_options",
+                    "data.options.{key} must be a positive integer of at most {most}",
+                    {"key": key, "most": MAX_SAMPLES},
                 )
         return self
 
@@ -466,10 +499,15 @@ class BenchmarkBody(StrictModel):
         default=1, ge=1, le=100, description="Runs per configuration (scored with an olympic mean)."
     )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for every rank."
+        default_factory=dict,
+        description="Extra environment variables for every rank.",
+        json_schema_extra={"propertyNames": {"pattern": _ENV_NAME_RE.pattern}},
     )
     price_per_hour: float | None = Field(
-        default=None, ge=0, description="Price of the whole run's hardware per hour, for cost to target."
+        default=None,
+        ge=0,
+        le=MAX_PRICE,
+        description="Price of the whole run's hardware per hour, for cost to target.",
     )
     telemetry: TelemetryField = Field(
         default_factory=Telemetry,
@@ -479,6 +517,7 @@ class BenchmarkBody(StrictModel):
     price_per_kwh: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_PRICE,
         description="Price of one kWh, for the energy cost to target (GPU energy measured by NVML).",
     )
 
@@ -486,8 +525,10 @@ class BenchmarkBody(StrictModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not _ENV_NAME_RE.match(name):
-                raise PydanticCustomError("env", "invalid environment variable name '{name}'", {"name": name})
+            if not _ENV_NAME_RE.fullmatch(name):
+                raise PydanticCustomError(
+                    "env", "invalid environment variable name {name}", {"name": show_value(name)}
+                )
             if name in RESERVED_ENV:
                 raise PydanticCustomError(
                     "env",

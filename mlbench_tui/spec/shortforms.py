@@ -16,6 +16,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from mlbench_tui.spec.limits import MAX_CPU_CORES, MAX_DURATION_S, MAX_MEMORY_BYTES
+
 BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
 FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
 
@@ -35,6 +37,14 @@ def show_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def show_seconds(seconds: float) -> str:
+    """A round duration the way a spec writes it: ``365d``, ``1h``, ``90s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def parse_duration(value: Any) -> Any:
     """``30m``, ``2h``, ``1h30m``, ``90s``, ``1d`` or a number of seconds -> float seconds."""
     if isinstance(value, bool):
@@ -42,7 +52,7 @@ def parse_duration(value: Any) -> Any:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        match = _DURATION_RE.match(value)
+        match = _DURATION_RE.fullmatch(value)
         if not value.strip() or not match or not any(match.groupdict().values()):
             raise PydanticCustomError(
                 "duration",
@@ -58,12 +68,28 @@ def parse_duration(value: Any) -> Any:
     return seconds
 
 
+def duration_at_most(most: float) -> Callable[[Any], Any]:
+    """``parse_duration`` that also refuses more than ``most`` seconds."""
+
+    def parse(value: Any) -> Any:
+        seconds = parse_duration(value)
+        if seconds > most:
+            raise PydanticCustomError(
+                "duration",
+                "duration {value} is longer than {most}, the most this field takes",
+                {"value": show_value(value), "most": show_seconds(most)},
+            )
+        return seconds
+
+    return parse
+
+
 def parse_cpu(value: Any) -> Any:
     """A Kubernetes CPU quantity per rank (``2``, ``1.5``, ``500m``) -> its canonical string."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise PydanticCustomError("cpu", "expected a CPU quantity such as 2, '1.5' or '500m'")
     text = str(value).strip()
-    if not _CPU_RE.match(text):
+    if not _CPU_RE.fullmatch(text):
         raise PydanticCustomError(
             "cpu",
             "invalid CPU quantity {value}: use cores ('2', '1.5') or millicores ('500m')",
@@ -71,6 +97,12 @@ def parse_cpu(value: Any) -> Any:
         )
     if cpu_cores(text) <= 0:
         raise PydanticCustomError("cpu", "CPU quantity must be positive")
+    if cpu_cores(text) > MAX_CPU_CORES:
+        raise PydanticCustomError(
+            "cpu",
+            "CPU quantity {value} is more than {most} cores per rank",
+            {"value": show_value(value), "most": f"{MAX_CPU_CORES:g}"},
+        )
     return text
 
 
@@ -84,11 +116,16 @@ def parse_memory(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise PydanticCustomError("memory", "expected a memory quantity such as '12Gi' or '512Mi'")
     text = str(value).strip()
-    if not _MEMORY_RE.match(text):
+    if not _MEMORY_RE.fullmatch(text):
         raise PydanticCustomError(
             "memory",
             "invalid memory quantity {value}: use e.g. '512Mi', '12Gi' or '2G'",
             {"value": show_value(value)},
+        )
+    number = text.rstrip("kKMGTPEi")
+    if float(number) * _MEMORY_UNITS[text[len(number) :]] > MAX_MEMORY_BYTES:
+        raise PydanticCustomError(
+            "memory", "memory quantity {value} is more than 1Ei per rank", {"value": show_value(value)}
         )
     return text
 
@@ -203,21 +240,26 @@ def _name_sweep(kind: str, allowed: tuple[str, ...], examples: list[Any]) -> Any
     ]
 
 
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    WithJsonSchema(
+def duration_schema(most: float) -> WithJsonSchema:
+    """The JSON Schema of a duration of at most ``most`` seconds (a number or '30m'-style text):
+    the bound is stated for numbers, and in the description for text."""
+    return WithJsonSchema(
         {
             "anyOf": [
-                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "number", "exclusiveMinimum": 0, "maximum": most},
                 {
                     "type": "string",
                     "pattern": _DURATION_SCHEMA_RE,
+                    "description": f"At most {show_seconds(most)}.",
                 },
             ],
             "examples": ["30m", "2h", "1h30m", 600],
         }
-    ),
+    )
+
+
+Duration = Annotated[
+    float, BeforeValidator(duration_at_most(MAX_DURATION_S)), duration_schema(MAX_DURATION_S)
 ]
 CpuQuantity = Annotated[
     str,
@@ -225,8 +267,12 @@ CpuQuantity = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "number", "exclusiveMinimum": 0},
-                {"type": "string", "pattern": _CPU_RE.pattern},
+                {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_CPU_CORES},
+                {
+                    "type": "string",
+                    "pattern": _CPU_RE.pattern,
+                    "description": f"At most {MAX_CPU_CORES:g} cores.",
+                },
             ],
             "examples": ["2", "500m"],
         }
@@ -237,7 +283,10 @@ MemoryQuantity = Annotated[
     BeforeValidator(parse_memory),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": _MEMORY_RE.pattern}],
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": MAX_MEMORY_BYTES},
+                {"type": "string", "pattern": _MEMORY_RE.pattern, "description": "At most 1Ei."},
+            ],
             "examples": ["12Gi", "512Mi"],
         }
     ),
@@ -272,7 +321,7 @@ def parse_gpu(value: Any) -> Any:
     if isinstance(value, int):
         return {"count": value}
     if isinstance(value, str):
-        match = GPU_RE.match(value.strip())
+        match = GPU_RE.fullmatch(value.strip())
         if not match:
             raise PydanticCustomError(
                 "gpu",

@@ -9,8 +9,38 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from mlbench_tui.spec.base import DNS1123_LABEL, StrictModel
-from mlbench_tui.spec.shortforms import Duration, show_value
+from mlbench_tui.spec.base import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    HTTP_URL,
+    LABEL_KEY,
+    LABEL_VALUE,
+    StrictModel,
+)
+from mlbench_tui.spec.limits import MAX_SLURM_GRACE_S, MAX_TOLERATION_SECONDS
+from mlbench_tui.spec.sbatch_options import ALIASES, SbatchArgError, parse_entry
+from mlbench_tui.spec.shortforms import duration_at_most, duration_schema, show_value
+
+
+def _kubernetes_name(value: str, pattern: re.Pattern[str], most: int, what: str) -> str:
+    if len(value) > most or not pattern.fullmatch(value):
+        raise PydanticCustomError(
+            "kubernetes_name", "{value} is not a valid {what}", {"value": show_value(value), "what": what}
+        )
+    return value
+
+
+def _server_url(value: str | None) -> str | None:
+    if value is not None and not HTTP_URL.fullmatch(value):
+        raise PydanticCustomError(
+            "server_url",
+            "server_url {value} is not an http(s) URL such as 'http://login1:8765'",
+            {"value": show_value(value)},
+        )
+    return value
+
+
+ServerUrl = Annotated[str | None, AfterValidator(_server_url)]
 
 
 class Toleration(StrictModel):
@@ -23,15 +53,28 @@ class Toleration(StrictModel):
         default=None, description="Taint effect to tolerate; empty tolerates all effects."
     )
     toleration_seconds: int | None = Field(
-        default=None, ge=0, description="For NoExecute: how long the pod stays bound after the taint appears."
+        default=None,
+        ge=0,
+        le=MAX_TOLERATION_SECONDS,
+        description="For NoExecute: how long the pod stays bound after the taint appears.",
     )
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        return None if value is None else _kubernetes_name(value, LABEL_KEY, 317, "taint key")
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        return None if value is None else _kubernetes_name(value, LABEL_VALUE, 63, "taint value")
 
 
 class LocalTarget(StrictModel):
     """Run every rank as a local process (torchrun for gloo/nccl, mpiexec for mpi)."""
 
     kind: Literal["local"] = Field(description="'local': processes on this machine.")
-    server_url: str | None = Field(
+    server_url: ServerUrl = Field(
         default=None,
         description="Metrics server to report to; default: the one from settings or an embedded server.",
     )
@@ -43,7 +86,9 @@ class KubernetesTarget(StrictModel):
     kind: Literal["kubernetes"] = Field(description="'kubernetes': an Indexed Job in a cluster.")
     context: str | None = Field(default=None, description="kubeconfig context; default: the current context.")
     namespace: str = Field(
-        default="mlbench", description="Namespace for the Job, Service, Secret and ConfigMap."
+        default="mlbench",
+        description="Namespace for the Job, Service, Secret and ConfigMap.",
+        json_schema_extra={"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
     )
     image: str = Field(
         description="Worker image, e.g. 'mlbench-worker:dev' or 'ghcr.io/org/mlbench-worker:0.1'."
@@ -56,15 +101,41 @@ class KubernetesTarget(StrictModel):
     )
     tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate.")
     service_account: str | None = Field(default=None, description="Service account of the worker pods.")
-    server_url: str | None = Field(
+    server_url: ServerUrl = Field(
         default=None,
         description="Metrics server URL as seen from the pods; default: the in-cluster server.",
     )
 
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise PydanticCustomError(
+                "image",
+                "image {value} is not an image reference: no spaces or newlines",
+                {"value": show_value(value)},
+            )
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return _kubernetes_name(value, DNS1123_SUBDOMAIN, 253, "service account name (a DNS-1123 subdomain)")
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            _kubernetes_name(key, LABEL_KEY, 317, "node label key")
+            _kubernetes_name(label, LABEL_VALUE, 63, "node label value")
+        return value
+
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
-        if len(value) > 63 or not DNS1123_LABEL.match(value):
+        if len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
             raise PydanticCustomError(
                 "dns_label", "namespace {value} is not a DNS-1123 label", {"value": show_value(value)}
             )
@@ -76,18 +147,29 @@ _SLURM_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 # token in a #SBATCH line.
 _SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+,-]*$")
 _SLURM_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|,*\[\]()!-]+$")
-_SLURM_OPTION_RE = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"`$\\;]+)?$")
-# sbatch options mlbench sets from the spec: an extra_args entry may not override them.
+# sbatch options mlbench sets from the spec (or needs left alone): an extra_args entry may not set
+# them under any name sbatch reads as them (prefixes, aliases, short options).
 SLURM_MANAGED_OPTIONS: dict[str, str] = {
     "nodes": "target.nodes",
     "ntasks": "workers",
     "ntasks-per-node": "target.tasks_per_node",
+    "ntasks-per-core": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "ntasks-per-socket": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "ntasks-per-gpu": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "ntasks-per-tres": "workers and target.tasks_per_node (one Slurm task per rank)",
+    "distribution": "mlbench (rank 0 on the first node)",
     "cpus-per-task": "hardware.cpu",
+    "cpus-per-gpu": "hardware.cpu",
     "mem": "hardware.memory",
     "mem-per-cpu": "hardware.memory",
+    "mem-per-gpu": "hardware.memory",
+    "gpus": "hardware.gpu",
+    "gpus-per-node": "hardware.gpu",
+    "gpus-per-socket": "hardware.gpu",
     "gpus-per-task": "hardware.gpu",
     "gres": "hardware.gpu",
     "time": "max_time",
+    "time-min": "max_time",
     "partition": "target.partition",
     "account": "target.account",
     "qos": "target.qos",
@@ -95,34 +177,51 @@ SLURM_MANAGED_OPTIONS: dict[str, str] = {
     "job-name": "metadata.name",
     "output": "the run directory",
     "error": "the run directory",
+    "input": "the run directory",
+    "open-mode": "the run directory",
     "chdir": "the run directory",
     "export": "mlbench (the run's token travels in sbatch's environment)",
+    "export-file": "mlbench (the run's token travels in sbatch's environment)",
     "parsable": "mlbench",
+    "test-only": "mlbench (sbatch must submit the job and return its id)",
+    "wait": "mlbench (sbatch must submit the job and return its id)",
+    "help": "mlbench (sbatch must submit the job and return its id)",
+    "usage": "mlbench (sbatch must submit the job and return its id)",
+    "version": "mlbench (sbatch must submit the job and return its id)",
+    "clusters": "mlbench (it follows the job on this cluster)",
+    "requeue": "mlbench (a benchmark run is never requeued)",
+    "no-requeue": "mlbench (a benchmark run is never requeued)",
+    "uid": "mlbench (the job runs as you)",
+    "gid": "mlbench (the job runs as you)",
     "wrap": "the batch script",
     "array": "the batch script",
 }
 DEFAULT_SLURM_GRACE_S = 120.0
 
 
-def _sbatch_option(arg: str) -> str:
-    if not _SLURM_OPTION_RE.match(arg):
-        raise PydanticCustomError(
-            "slurm_option",
-            "{value} is not one sbatch option: write '--name' or '--name=value' (long form, no "
-            "spaces, quotes or shell characters)",
-            {"value": show_value(arg)},
-        )
-    name = arg[2:].partition("=")[0]
-    if name in SLURM_MANAGED_OPTIONS:
-        raise PydanticCustomError(
-            "slurm_option",
-            "extra_args may not set --{name}: mlbench sets it from {source}",
-            {"name": name, "source": SLURM_MANAGED_OPTIONS[name]},
-        )
-    return arg
+def _sbatch_option(entry: str) -> str:
+    try:
+        args = parse_entry(entry)
+    except SbatchArgError as exc:
+        raise PydanticCustomError("slurm_option", "{why}", {"why": str(exc)}) from None
+    for arg in args:
+        name = ALIASES.get(arg.name, arg.name)
+        if name in SLURM_MANAGED_OPTIONS:
+            written = "" if arg.written == f"--{name}" else f" (written {arg.written!r})"
+            raise PydanticCustomError(
+                "slurm_option",
+                "extra_args may not set --{name}{written}: mlbench sets it from {source}",
+                {"name": name, "written": written, "source": SLURM_MANAGED_OPTIONS[name]},
+            )
+    return entry
 
 
 SbatchOption = Annotated[str, AfterValidator(_sbatch_option)]
+
+
+SlurmGrace = Annotated[
+    float, BeforeValidator(duration_at_most(MAX_SLURM_GRACE_S)), duration_schema(MAX_SLURM_GRACE_S)
+]
 
 
 class SlurmTarget(StrictModel):
@@ -135,11 +234,25 @@ class SlurmTarget(StrictModel):
         "shared directory and server URL are the defaults here); default: the one chosen with "
         "`mlbench cluster use`, else the Slurm configuration of this login node.",
     )
-    partition: str | None = Field(default=None, description="Partition (sbatch --partition).")
-    account: str | None = Field(default=None, description="Account charged for the job (sbatch --account).")
-    qos: str | None = Field(default=None, description="Quality of service (sbatch --qos).")
+    partition: str | None = Field(
+        default=None,
+        description="Partition (sbatch --partition).",
+        json_schema_extra={"pattern": _SLURM_NAME_RE.pattern},
+    )
+    account: str | None = Field(
+        default=None,
+        description="Account charged for the job (sbatch --account).",
+        json_schema_extra={"pattern": _SLURM_NAME_RE.pattern},
+    )
+    qos: str | None = Field(
+        default=None,
+        description="Quality of service (sbatch --qos).",
+        json_schema_extra={"pattern": _SLURM_NAME_RE.pattern},
+    )
     constraint: str | None = Field(
-        default=None, description="Node features the job needs, e.g. 'a100&ib' (sbatch --constraint)."
+        default=None,
+        description="Node features the job needs, e.g. 'a100&ib' (sbatch --constraint).",
+        json_schema_extra={"pattern": _SLURM_CONSTRAINT_RE.pattern},
     )
     nodes: int | None = Field(
         default=None,
@@ -157,15 +270,16 @@ class SlurmTarget(StrictModel):
     )
     extra_args: list[SbatchOption] = Field(
         default_factory=list,
-        description="More sbatch options, one '--name' or '--name=value' each, e.g. ['--exclusive', "
-        "'--reservation=bench']; options mlbench sets from the spec are refused.",
+        description="More sbatch options, one per entry ('--name', '--name=value', '--name value', '-X', "
+        "'-X value'), e.g. ['--exclusive', '--reservation=bench']; options mlbench sets from the spec are "
+        "refused under any name sbatch reads as them, and so are quotes and shell characters.",
     )
-    time_limit_grace: Duration = Field(
+    time_limit_grace: SlurmGrace = Field(
         default=DEFAULT_SLURM_GRACE_S,
         description="Added to max_time for the job's time limit (sbatch --time, whole minutes), so a "
         "run that stops itself at max_time (counted after its setup) ends before Slurm kills it.",
     )
-    server_url: str | None = Field(
+    server_url: ServerUrl = Field(
         default=None,
         description="Metrics server URL as seen from the compute nodes; default: the cluster's, else "
         "this host's address when the server listens beyond loopback, else the local URL.",
@@ -174,7 +288,7 @@ class SlurmTarget(StrictModel):
     @field_validator("cluster")
     @classmethod
     def _cluster_name(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_CLUSTER_RE.match(value):
+        if value is not None and not _SLURM_CLUSTER_RE.fullmatch(value):
             raise PydanticCustomError(
                 "slurm_name",
                 "cluster {value} is not a cluster name: 1-30 lowercase letters, digits and '-', "
@@ -186,7 +300,7 @@ class SlurmTarget(StrictModel):
     @field_validator("partition", "account", "qos")
     @classmethod
     def _slurm_name(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_NAME_RE.match(value):
+        if value is not None and not _SLURM_NAME_RE.fullmatch(value):
             raise PydanticCustomError(
                 "slurm_name",
                 "{value} is not a Slurm name: use letters, digits and '_.+-' (commas between "
@@ -198,7 +312,7 @@ class SlurmTarget(StrictModel):
     @field_validator("constraint")
     @classmethod
     def _constraint(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_CONSTRAINT_RE.match(value):
+        if value is not None and not _SLURM_CONSTRAINT_RE.fullmatch(value):
             raise PydanticCustomError(
                 "slurm_constraint",
                 "{value} is not a Slurm feature expression: use feature names with & | , * [ ] ( ) "

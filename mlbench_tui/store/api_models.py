@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
+from mlbench_tui.spec.limits import MAX_SPEC_BYTES
 
 # Limits shared by the server, the client and the reporter (which copies them).
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -27,7 +28,7 @@ MAX_NAME_LEN = 128
 MAX_TEXT_LEN = 16 * 1024
 MAX_KIND_LEN = 64
 MAX_PAYLOAD_BYTES = 64 * 1024
-MAX_SPEC_TEXT = 1024 * 1024
+MAX_SPEC_TEXT = MAX_SPEC_BYTES  # what validate lets through is what the store takes
 MAX_RANK = 65_535
 MAX_POINTS = 100_000
 MAX_PAGE = 50_000

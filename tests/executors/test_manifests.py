@@ -279,6 +279,17 @@ def test_a_world_size_that_does_not_fill_whole_pods_is_refused() -> None:
         manifests.render(make_plan(workers=6, ranks_per_node=4), make_launch())
 
 
+def test_a_deadline_beyond_an_int64_is_refused() -> None:
+    with pytest.raises(ExecutorError, match="activeDeadlineSeconds"):
+        manifests.render(make_plan(max_time_s=1e30), make_launch())
+
+
+def test_a_config_larger_than_a_config_map_holds_is_refused() -> None:
+    plan = make_plan(env={"QUOTES": '"' * 600_000})  # each escaped as two bytes
+    with pytest.raises(ExecutorError, match="more than the 1 MiB a Kubernetes ConfigMap holds"):
+        manifests.render(plan, make_launch())
+
+
 def test_mpi_ranks_that_share_a_node_are_slots_of_one_worker_pod() -> None:
     plan = make_plan(task="0a", task_name="allreduce", backend="mpi", goal=None, workers=8, ranks_per_node=4)
     spec = manifests.mpijob(plan, make_launch())["spec"]

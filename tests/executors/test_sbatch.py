@@ -129,6 +129,18 @@ def test_a_layout_the_target_cannot_place_is_refused() -> None:
         sbatch.render(plan, make_launch(), CLUSTER, run_dir=RUN_DIR, python=PYTHON)
 
 
+def test_a_time_limit_slurm_would_read_as_unlimited_is_refused() -> None:
+    plan = slurm_plan(max_time_s=1e30)
+    with pytest.raises(ExecutorError, match="more than Slurm's"):
+        sbatch.render(plan, make_launch(), CLUSTER, run_dir=RUN_DIR, python=PYTHON)
+
+
+def test_an_environment_name_ending_in_a_newline_is_refused() -> None:
+    plan = slurm_plan(env={"FOO\n": "x"})
+    with pytest.raises(ExecutorError, match="cannot be set for a Slurm run"):
+        sbatch.render(plan, make_launch(), CLUSTER, run_dir=RUN_DIR, python=PYTHON)
+
+
 HOSTILE = [
     "$(touch {marker})",
     "`touch {marker}`",

@@ -17,7 +17,8 @@ from mlbench_tui.executors import get_executor
 from mlbench_tui.executors import slurm_cluster as slurm_clusters
 from mlbench_tui.executors.api import LaunchContext, RunHandle, RunState, RunStatus
 from mlbench_tui.executors.slurm import FINAL_FILE, SlurmExecutor
-from mlbench_tui.plan import RunPlan
+from mlbench_tui.plan import RunPlan, expand
+from mlbench_tui.spec.loader import load_text
 
 pytestmark = pytest.mark.slow
 
@@ -138,3 +139,27 @@ def test_mpi_is_refused_before_submission_where_slurm_has_no_pmix(
     with pytest.raises(ExecutorError, match=r"needs Slurm's PMIx plugin \(srun --mpi=pmix\)"):
         SlurmExecutor().submit(plan, launch("r-mpi"))
     assert not (tmp_path / "submitted").exists()
+
+
+def test_extra_args_leave_the_job_name_task_count_and_time_limit_mlbench_set(
+    slurm_recorded: slurm_clusters.SlurmCluster, slurm_cluster: SlurmCluster
+) -> None:
+    spec = (
+        "apiVersion: mlbench/v1\nkind: Benchmark\nmetadata:\n  name: named\nspec:\n  task: 0a\n"
+        "  workers: 2\n  max_time: 30m\n  target:\n    kind: slurm\n    cluster: test\n"
+        "    partition: down\n    extra_args: ['--comment=nightly', '-Q', '--nice=5', '--hold']\n"
+    )
+    [loaded] = load_text(spec, "named.yaml")
+    [plan] = expand(loaded.spec)
+    executor = SlurmExecutor()
+    handle = executor.submit(plan, launch("r-named"))
+    try:
+        job_id = handle.where.split("@")[0]
+        shown = slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+        fields = dict(item.split("=", 1) for item in shown.split() if "=" in item)
+        assert fields["JobName"] == plan.name == "named-gloo-2w"
+        assert (fields["NumNodes"], fields["NumTasks"]) == ("2-2", "2")  # pending: min-max nodes
+        assert fields["TimeLimit"] == "00:32:00"  # max_time plus the default grace of 2 minutes
+        assert (fields["Comment"], fields["Nice"]) == ("nightly", "5")  # the extra options took effect
+    finally:
+        executor.cancel(handle)

@@ -82,7 +82,17 @@ def test_cuda_graphs_reach_the_worker_and_need_a_gpu_device() -> None:
         ),
         (
             {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "telemetry_interval_s": 0.01},
-            "'telemetry_interval_s' must be >= 0.1",
+            "'telemetry_interval_s' must be between 0.1 and 3600.0",
+        ),
+        (  # the sampler thread cannot wait that long (threading.TIMEOUT_MAX)
+            {
+                "run_id": "r",
+                "task": "0a",
+                "backend": "gloo",
+                "world_size": 1,
+                "telemetry_interval_s": 8.64e16,
+            },
+            "'telemetry_interval_s' must be between 0.1 and 3600.0",
         ),
     ],
 )

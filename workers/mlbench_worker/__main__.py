@@ -15,6 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker.config import ConfigError, WorkerConfig, load_config
+from mlbench_worker.startup import CLOCK
 
 if TYPE_CHECKING:
     from mlbench_worker.comm import Comm
@@ -79,8 +80,11 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         limit_threads(config.threads_per_rank)
         seed_everything(config.seed)
         task = load_task(config.task)
+        CLOCK.mark("imports")
         placement = select_device(config, rdv)
+        CLOCK.mark("device")
         comm = init_comm(config, rdv, placement.device)
+        CLOCK.mark("rendezvous")
         rank = comm.rank
         ctx = RunContext(
             config=config,
@@ -96,6 +100,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
             reporter.event("environment", fingerprint(ctx, ranks))
         outcome = task(ctx)
         ctx.mark_run_start()
+        CLOCK.report(reporter, rank)  # tasks without training steps: their start ends at run_start
         # Every rank says how it stopped and the exit status it returns: when a launcher's own
         # exit status is lost, the engine settles the run from these.
         reporter.event("run_stop", {**outcome.payload(), "exit_code": 0})
@@ -135,6 +140,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
+    CLOCK.mark("interpreter")
     args = _parse_args(argv)
     path = args.config or os.environ.get("MLBENCH_CONFIG")
     if not path:

@@ -22,6 +22,7 @@ HOST_ALLOCATORS = ("tuned", "system")
 DATA_SOURCES = ("synthetic", "path", "download")
 DEFAULT_TELEMETRY_INTERVAL_S = 1.0
 MIN_TELEMETRY_INTERVAL_S = 0.1
+MAX_TELEMETRY_INTERVAL_S = 3600.0  # the spec's limit too (mlbench_tui.spec.limits; a test pins them)
 
 
 class ConfigError(ValueError):
@@ -208,8 +209,11 @@ def _telemetry_interval(doc: Mapping[str, Any]) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"'telemetry_interval_s' must be a number of seconds or null, got {value!r}")
-    if value < MIN_TELEMETRY_INTERVAL_S:
-        raise ConfigError(f"'telemetry_interval_s' must be >= {MIN_TELEMETRY_INTERVAL_S}, got {value!r}")
+    if not MIN_TELEMETRY_INTERVAL_S <= value <= MAX_TELEMETRY_INTERVAL_S:
+        raise ConfigError(
+            f"'telemetry_interval_s' must be between {MIN_TELEMETRY_INTERVAL_S} and "
+            f"{MAX_TELEMETRY_INTERVAL_S}, got {value!r}"
+        )
     return float(value)
 
 

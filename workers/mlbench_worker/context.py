@@ -23,6 +23,7 @@ import torch
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.config import ConfigError, WorkerConfig
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
+from mlbench_worker.startup import CLOCK
 
 
 class ReporterLike(Protocol):
@@ -238,6 +239,7 @@ class RunContext:
             return
         self.run_started = True
         self.started_at = time.time()
+        CLOCK.mark("model")  # setup done: the data (when the task marked it) and then the model
         if self.is_main:
             self.reporter.event("run_start", dict(facts or {}))
 

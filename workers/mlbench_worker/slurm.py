@@ -42,7 +42,7 @@ def _bracket(body: str, text: str) -> list[str]:
     """``1-3,7`` -> ``['1', '2', '3', '7']`` keeping zero padding (``01-03`` -> ``01 02 03``)."""
     values: list[str] = []
     for item in body.split(","):
-        match = _RANGE.match(item.strip())
+        match = _RANGE.fullmatch(item.strip())
         if match is None:
             raise ConfigError(f"not a Slurm hostlist: {text!r} (bad range {item!r})")
         low, high = match[1], match[2] or match[1]

@@ -35,6 +35,7 @@ from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.models.awd_lstm import AWDLSTM, AWDLSTMConfig, Hidden, ar_tar_penalty, detach_hidden
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import make_scaler
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import PhasedTrainer, Step, StepResult, run_autocast, run_training
 
@@ -96,6 +97,7 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         self.beta = float(ctx.hp("beta", 1.0))
         self.nonmono = int(ctx.hp("nonmono", 5))
         corpus = load_wikitext2(ctx)
+        CLOCK.mark("data")
         self.train_samples = len(corpus.splits["train"])  # tokens: the unit AWD-LSTM trains on
         self.eval_samples = len(corpus.splits["valid"])
         train_ids = wikitext2.rank_slice(corpus.splits["train"], ctx.rank, ctx.world_size)

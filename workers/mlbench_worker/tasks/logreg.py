@@ -29,6 +29,7 @@ from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.models.logreg import LogisticRegression
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import ClassificationTrainer, WarmupPlateauHooks, run_training
 
@@ -83,6 +84,7 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         splits = load_epsilon(ctx)
+        CLOCK.mark("data")
         train, val = splits["train"], splits["val"]
         self.train_samples, self.eval_samples = len(train), len(val)
         if train.features != val.features:

@@ -28,6 +28,7 @@ from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.models.resnet import resnet20
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import ClassificationTrainer, WarmupPlateauHooks, run_training
 
@@ -80,6 +81,7 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         channels_last = use_channels_last(ctx.hp("channels_last", "auto"), self.device)
         train_full, val_full = load_cifar10(ctx)
+        CLOCK.mark("data")
         self.train_samples, self.eval_samples = len(train_full), len(val_full)
         self.seed = config.seed
         self.train_set = cifar10.shard(train_full, ctx.rank, ctx.world_size, seed=config.seed).to(self.device)

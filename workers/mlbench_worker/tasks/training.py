@@ -14,7 +14,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -25,8 +25,12 @@ from mlbench_worker.goals import Stop, StopController
 from mlbench_worker.optim import CentralizedOptimizer
 from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.optim.schedules import WarmupPlateau
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tracker import CATEGORIES, Record, Tracker
+
+if TYPE_CHECKING:
+    from mlbench_worker.graphs import GraphedStep
 
 
 @dataclass
@@ -438,6 +442,8 @@ def run_training(
             trainer.before_step(step)
             result = train_step(batch, record)
             step += 1
+            if not CLOCK.reported:
+                _first_step_done(ctx, graphs)
             window.add(result)
             if step % report_every == 0:
                 _report_window(ctx, trainer, window, step, epoch, tracker)
@@ -514,6 +520,17 @@ def _report_window(
     spent = now - window.since - (tracker.aside_s - window.aside_s)  # graph capture is not a step
     reporter.metric("step_time", spent / max(1, window.steps), step=step, epoch=epoch)
     window.reset(now, tracker.aside_s)
+
+
+def _first_step_done(ctx: RunContext, graphs: GraphedStep | None) -> None:
+    """The rank's start ends with its first step (the device's work included): capture, when
+    CUDA graphs were captured in it, is a phase of its own."""
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    if graphs is not None:
+        CLOCK.add("graph_capture", graphs.capture_s)
+    CLOCK.mark("first_step")
+    CLOCK.report(ctx.reporter, ctx.rank)
 
 
 def _report_totals(ctx: RunContext, tracker: Tracker, step: int, epoch: int) -> None:

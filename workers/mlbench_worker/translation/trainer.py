@@ -31,6 +31,7 @@ from mlbench_worker.data.fetch import DatasetError, default_data_dir
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import ReducedPrecisionAllReduce, comm_dtype, make_scaler
 from mlbench_worker.optim.centralized import CentralizedOptimizer
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.training import StepResult, Trainer, run_autocast
 from mlbench_worker.tracker import Record
 from mlbench_worker.translation.batching import Batch, BatchPlan, collate
@@ -96,6 +97,7 @@ class TranslationTrainer(Trainer):
         hp: dict[str, Any] = dict(config.hyperparameters)
         self.hp = hp
         corpus = self.corpus = load_corpus(ctx, task.dataset)
+        CLOCK.mark("data")
         train_key, test_key = task.max_len_keys
         self.max_len_train = int(ctx.hp(train_key, task.max_len_defaults[0]))
         self.max_len_test = int(ctx.hp(test_key, task.max_len_defaults[1]))

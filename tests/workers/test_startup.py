@@ -1,0 +1,54 @@
+"""A rank's start, phase by phase: marks take the time since the previous one, capture moves
+out of the first step into its own phase, the event is sent once, and the process's own start
+time comes from /proc."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from mlbench_worker.startup import STARTUP_EVENT, StartupClock, process_start_time
+
+
+class Events:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        self.sent.append((kind, payload))
+
+
+def test_marks_split_the_time_since_the_process_started() -> None:
+    clock = StartupClock()
+    clock.mark("interpreter")
+    before = time.time()
+    while time.time() - before < 0.01:
+        pass
+    clock.mark("imports")
+    clock.add("graph_capture", 0.004)
+    clock.mark("first_step")
+    assert list(clock.phases) == ["interpreter", "imports", "graph_capture", "first_step"]
+    assert clock.phases["imports"] >= 0.01
+    assert clock.phases["graph_capture"] == 0.004
+    assert all(seconds >= 0 for seconds in clock.phases.values())
+    # every phase together is the time from the process's start to the last mark
+    assert clock.process_start is not None
+    assert sum(clock.phases.values()) == pytest.approx(time.time() - clock.process_start, abs=0.05)
+
+
+def test_the_startup_event_is_sent_once_with_the_process_start() -> None:
+    clock, events = StartupClock(), Events()
+    clock.mark("interpreter")
+    clock.report(events, rank=3)
+    clock.report(events, rank=3)
+    assert [kind for kind, _ in events.sent] == [STARTUP_EVENT]
+    payload = events.sent[0][1]
+    assert payload["rank"] == 3 and set(payload["phases"]) == {"interpreter"}
+    assert payload["process_start_t"] == clock.process_start
+
+
+def test_the_process_start_is_this_process_s() -> None:
+    started = process_start_time()
+    assert started is not None and started <= time.time()
+    assert time.time() - started < 24 * 3600  # a test process, not the machine's boot

@@ -1,0 +1,79 @@
+"""Where a rank's seconds before its first training step went.
+
+The rank stamps the end of each phase of its start (``mark``): the interpreter up to the worker's
+own code, the imports (torch, the task), device init, rendezvous and the process group, the
+task's setup (data ready, then model ready), CUDA-graph capture and the first step. Once the first
+step is done (or the task's timed part begins, for tasks without steps) ``report`` sends them as
+one ``startup`` event with the process's own start time, so the engine can tell the launcher's
+part (spawn, scheduling) apart from the rank's and show the slowest rank's phases. MLPerf's
+``init_start`` is the process start and ``init_stop`` its ``run_start``; the time to accuracy
+never includes any of this. Stdlib only; stamps are two ``time`` calls each.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Protocol
+
+STARTUP_EVENT = "startup"
+PHASES = ("interpreter", "imports", "device", "rendezvous", "data", "model", "graph_capture", "first_step")
+"""The phases in the order a rank goes through them (a task may skip some: 0a has no model)."""
+
+
+class _Reporter(Protocol):
+    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
+
+
+def process_start_time() -> float | None:
+    """When this process was created (UNIX time), from ``/proc`` (None where there is none)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as system:
+            boot = next(float(line.split()[1]) for line in system if line.startswith("btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return boot + int(fields[19]) / ticks  # field 22 of stat: starttime, in clock ticks since boot
+
+
+class StartupClock:
+    """The ends of a rank's start phases, as seconds since its process started."""
+
+    def __init__(self) -> None:
+        self.process_start = process_start_time()
+        self._origin = self.process_start if self.process_start is not None else time.time()
+        self._last = self._origin
+        self.phases: dict[str, float] = {}
+        self.reported = False
+
+    def mark(self, phase: str) -> None:
+        """``phase`` ended now: it took the time since the previous mark (first mark: since start)."""
+        now = time.time()
+        self.phases[phase] = self.phases.get(phase, 0.0) + max(0.0, now - self._last)
+        self._last = now
+
+    def add(self, phase: str, seconds: float) -> None:
+        """``phase`` took ``seconds`` inside the last interval (CUDA-graph capture within the first
+        step): it moves from the interval's phase to its own."""
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+        self._last += seconds
+
+    def report(self, reporter: _Reporter, rank: int) -> None:
+        """Send the ``startup`` event once (every rank: the engine shows the slowest)."""
+        if self.reported:
+            return
+        self.reported = True
+        reporter.event(
+            STARTUP_EVENT,
+            {
+                "rank": rank,
+                "process_start_t": self.process_start,
+                "phases": {name: round(seconds, 6) for name, seconds in self.phases.items()},
+            },
+        )
+
+
+CLOCK = StartupClock()
+"""This process's clock (one rank per process)."""
