@@ -145,7 +145,7 @@ def check(task: str, precision: str, device: Any, steps: int, seed: int = 7) -> 
         del eager
         graphed = _trainer(task, precision, device, seed)
         capture = CudaCapture(device) if device.type == "cuda" else RerunCapture()
-        runner = GraphedStep(graphed, capture, log=lambda _: None)
+        runner = GraphedStep(graphed, capture)
         return LossCheck(task, precision, eager_losses, _losses(graphed, steps, runner.train_step))
     except Exception as exc:  # a crash is this check's verdict, not the caller's traceback
         return LossCheck(task, precision, [], [], error=f"{type(exc).__name__}: {exc}")
