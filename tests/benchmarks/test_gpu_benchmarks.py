@@ -96,7 +96,7 @@ def test_the_cpu_twin_applies_once_fills_every_column_and_checks_graph_losses(tm
     assert float(rows["0a"][7]) > 0  # peak memory of the rank
     state, tta, step_ms, share, memory, capture = rows["2a"][3:]
     assert state == "succeeded" and capture == "n/a"
-    assert float(tta) > 0 and float(step_ms) > 0 and float(memory) > 0
+    assert float(tta) >= 0 and float(step_ms) > 0 and float(memory) > 0  # TTA: 0.1 s here, 0.0 on a fast one
     assert 0.3 < float(share) <= 1.05  # the phases account for most of the training time
     check = next(line for line in proc.stdout.splitlines() if line.startswith("  2a    fp32          "))
     assert check.split()[-1] == "ok"
