@@ -105,6 +105,7 @@ class RunPlan(_Frozen):
         default=1.0, description="Seconds between hardware telemetry samples per rank; None: off."
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
+    currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
 
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
@@ -245,6 +246,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     labels=dict(spec.metadata.labels),
                     telemetry_interval_s=body.telemetry.interval_s,
                     price_per_kwh=body.price_per_kwh,
+                    currency=body.currency,
                 )
             )
     return plans

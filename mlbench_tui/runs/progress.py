@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.results.goal import eta_s
+from mlbench_tui.results.table import value_text
 from mlbench_tui.spec.tasks import TaskSweep
 
 
@@ -93,16 +94,16 @@ class RunProgress:
         if self.goal is not None:
             metric = self.goal.metric.removeprefix("val_global_")
             op = ">=" if self.goal.direction == "max" else "<="
-            current = "-" if self.metric_value is None else f"{self.metric_value:.2f}"
+            current = value_text(self.metric_value)
             parts.append(f"{metric} {current} (goal {op} {self.goal.target})")
         elif self.total_steps:
             parts.append(f"{self.done_steps}/{self.total_steps} {self.sweep.unit if self.sweep else 'steps'}")
         if self.note:
             parts.append(self.note)
-        parts.append(f"elapsed {format_duration(time.monotonic() - self.started)}")
+        parts.append(f"elapsed {format_elapsed(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":
-            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{format_duration(eta)}")
+            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{format_elapsed(eta)}")
         if self.message:
             parts.append(self.message)
         return "  ".join(parts)

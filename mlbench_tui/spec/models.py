@@ -520,6 +520,11 @@ class BenchmarkBody(StrictModel):
         le=MAX_PRICE,
         description="Price of one kWh, for the energy cost to target (GPU energy measured by NVML).",
     )
+    currency: str | None = Field(
+        default=None,
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of price_per_hour and price_per_kwh (EUR, CHF, ...); unset: USD.",
+    )
 
     @field_validator("env")
     @classmethod
@@ -589,4 +594,6 @@ class BenchmarkSpec(StrictModel):
             del doc["spec"]["telemetry"]
         if self.spec.price_per_kwh is None:
             del doc["spec"]["price_per_kwh"]
+        if self.spec.currency is None:
+            del doc["spec"]["currency"]
         return doc

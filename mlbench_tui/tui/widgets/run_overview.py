@@ -12,10 +12,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_money
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.results.table import allreduce_text, telemetry_lines
+from mlbench_tui.results.table import allreduce_text, telemetry_lines, value_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -90,20 +90,24 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
         split = result.time_split
         rows: list[tuple[str, Any]] = [
             ("reached goal", {True: "yes", False: "no", None: "—"}[result.reached]),
-            ("time to accuracy", format_duration(result.time_to_accuracy_s)),
-            ("validation time", format_duration(result.validation_time_s)),
+            ("implementation", result.variant),
+            ("time to accuracy", format_duration(result.time_to_accuracy_s, unknown="—")),
+            ("validation time", format_duration(result.validation_time_s, unknown="—")),
             ("epochs / steps", f"{result.epochs_to_goal or '—'} / {result.steps_to_goal or '—'}"),
             ("best / last", f"{_num(result.best_value)} / {_num(result.last_value)}"),
-            ("wall time", format_duration(result.wall_time_s)),
+            ("wall time", format_duration(result.wall_time_s, unknown="—")),
         ]
+        if result.graph_capture_s is not None:
+            capture = format_duration(result.graph_capture_s)
+            rows.append(("graph capture", f"{capture} (not in the time to accuracy)"))
         if split is not None:
             rows.append(
                 ("compute / comm", f"{_pct(split.compute_fraction)} / {_pct(split.communication_fraction)}")
             )
         if result.cost_to_target is not None:
-            rows.append(("cost to target", f"${result.cost_to_target:.2f}"))
+            rows.append(("cost to target", format_money(result.cost_to_target, result.currency)))
         if result.telemetry is not None:
-            rows += telemetry_lines(result.telemetry)
+            rows += telemetry_lines(result.telemetry, result.currency or DEFAULT_CURRENCY)
         for dtype, entry in (result.allreduce or {}).items():
             text = allreduce_text(dtype, entry).removeprefix(f"{dtype} ")
             if entry.peak_busbw_size is not None:
@@ -136,7 +140,7 @@ def environment_renderable(env: dict[str, Any]) -> Group:
 
 
 def _num(value: float | None) -> str:
-    return f"{value:.4g}" if value is not None and math.isfinite(value) else "—"
+    return value_text(value) if value is not None and math.isfinite(value) else "—"
 
 
 def _pct(value: float | None) -> str:
