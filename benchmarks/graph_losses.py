@@ -5,8 +5,9 @@ two trainers are built from the same seed and config (dropout off: graphs draw r
 from other offsets than eager), one stepped eagerly and one through ``GraphedStep``, on the same
 batches; their per-step losses must agree within a relative tolerance: 1e-5 in fp32, 2e-2 in
 bf16 and fp16 (reduced precision rounds each op; two orders of kernels may round differently).
-On a GPU the graphs are CUDA graphs; on CPU ``RerunCapture`` runs each phase again in place of a
-replay, which executes the same static-buffer copy-in and per-shape bookkeeping without a graph.
+On a GPU the graphs are CUDA graphs; on CPU ``mlbench_worker.replay_capture.ReplayCapture`` replays
+the ops each phase recorded on the captured tensors, so a stale input or a state not carried fails
+there too.
 
     python -m benchmarks graph_losses [--device cpu] [--steps 50] [--tasks 1a,2a,3a]
 """
@@ -74,20 +75,6 @@ class LossCheck:
         return self.error is None and diff is not None and diff <= self.tolerance
 
 
-class RerunCapture:
-    """``mlbench_worker.graphs.Capture`` without CUDA: a "replay" runs the phase again on the
-    static buffers, so graph mode's copy-in, per-shape graphs and state restore run on CPU."""
-
-    def warmup(self, run: Callable[[], None]) -> None:
-        run()
-
-    def capture(self, phases: Sequence[Callable[[], None] | None]) -> list[Callable[[], None] | None]:
-        for run in phases:
-            if run is not None:
-                run()
-        return list(phases)
-
-
 def _trainer(task: str, precision: str, device: Any, seed: int) -> Any:
     import torch
     from mlbench_worker.comm import SingleComm
@@ -138,13 +125,14 @@ def _losses(trainer: Any, steps: int, step_fn: Callable[[Any, Any], Any]) -> lis
 def check(task: str, precision: str, device: Any, steps: int, seed: int = 7) -> LossCheck:
     """Eager and graphed losses of ``task`` in ``precision`` over its first ``steps`` steps."""
     from mlbench_worker.graphs import CudaCapture, GraphedStep
+    from mlbench_worker.replay_capture import ReplayCapture
 
     try:
         eager = _trainer(task, precision, device, seed)
         eager_losses = _losses(eager, steps, eager.train_step)
         del eager
         graphed = _trainer(task, precision, device, seed)
-        capture = CudaCapture(device) if device.type == "cuda" else RerunCapture()
+        capture = CudaCapture(device) if device.type == "cuda" else ReplayCapture()
         runner = GraphedStep(graphed, capture)
         return LossCheck(task, precision, eager_losses, _losses(graphed, steps, runner.train_step))
     except Exception as exc:  # a crash is this check's verdict, not the caller's traceback

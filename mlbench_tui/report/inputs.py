@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mlbench_worker import wire
+
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import is_sweep
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -88,10 +90,10 @@ def read_series(
 def read_clock(client: RunReader, run_id: str) -> RunClock:
     """The first rank's training start and goal, and the last rank's stop."""
 
-    def times(kind: str) -> list[float]:
-        return [e.t for e in client.events(run_id, kind=kind).events]
+    def times(kind: type[wire.Payload]) -> list[float]:
+        return [e.t for e in client.events(run_id, kind=kind.KIND).events]
 
-    start, goal, stop = times("run_start"), times("goal_reached"), times("run_stop")
+    start, goal, stop = times(wire.RunStart), times(wire.GoalReached), times(wire.RunStop)
     return RunClock(min(start, default=None), min(goal, default=None), max(stop, default=None))
 
 

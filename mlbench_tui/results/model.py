@@ -9,6 +9,7 @@ ignored. To add a figure: one field here (with its default and description) and 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -36,7 +37,8 @@ def _stored_implementation(value: Any) -> Any:
     run from before host allocator tuning existed ran with the system's."""
     if not isinstance(value, dict):
         return value
-    known = {key: option for key, option in value.items() if key in ImplementationPlan.model_fields}
+    names = {f.name for f in dataclasses.fields(ImplementationPlan)}
+    known = {key: option for key, option in value.items() if key in names}
     return {"host_allocator": "system", **known}
 
 

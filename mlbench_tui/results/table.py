@@ -166,16 +166,12 @@ SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
 def startup_text(figures: StartupFigures) -> str:
     """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``."""
     total = figures.rank_s + (figures.launcher_s or 0.0)
-    parts = [f"{_took(total)} before training"]
+    parts = [f"{format_duration(total)} before training"]
     if figures.launcher_s is not None:
-        parts.append(f"{figures.launcher} {_took(figures.launcher_s)}")
-    phases = ", ".join(f"{name.replace('_', ' ')} {_took(s)}" for name, s in figures.phases.items())
+        parts.append(f"{figures.launcher} {format_duration(figures.launcher_s)}")
+    phases = ", ".join(f"{name.replace('_', ' ')} {format_duration(s)}" for name, s in figures.phases.items())
     who = f"rank {figures.slowest_rank}" + (f" (slowest of {figures.ranks})" if figures.ranks > 1 else "")
     return "; ".join(parts) + f"; {who}: {phases}"
-
-
-def _took(seconds: float) -> str:
-    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1000:.3g} ms"
 
 
 def checks_lines(result: RunResult) -> list[tuple[str, str]]:

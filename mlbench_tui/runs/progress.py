@@ -10,9 +10,10 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
+
+from mlbench_worker import wire
 
 from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.plan import GoalPlan
@@ -42,24 +43,24 @@ class RunProgress:
     eta_bounded: bool = False  # the ETA is the time to max_epochs, not to the goal
     note: str | None = None  # what the numbers mean, e.g. why a 0a run has no bandwidth
 
-    def on_event(self, kind: str, payload: Mapping[str, Any], t: float) -> None:
-        if kind == "run_start":
+    def on_event(self, payload: wire.Payload | None, t: float) -> None:
+        """Fold one event in (a stored record read by ``results.events.parse``; None: unknown kind)."""
+        if isinstance(payload, wire.RunStart):
             self.phase = "training"
-        elif kind == "environment" and self.phase == "starting":
+        elif isinstance(payload, wire.Environment) and self.phase == "starting":
             self.phase = "setting up"
-        elif kind == "epoch_end":
-            epoch = payload.get("epoch")
-            if isinstance(epoch, (int, float)):
-                self.epoch = float(epoch)
+        elif isinstance(payload, wire.EpochEnd):
+            if payload.epoch is not None:
+                self.epoch = float(payload.epoch)
             self.epoch_times.append(t)
             self.phase = "training"
-        elif kind == "goal_reached":
+        elif isinstance(payload, wire.GoalReached):
             self.phase = "goal reached"
-        elif kind == "run_stop":
-            self.phase = f"stopped: {payload.get('status', '?')}"
-        elif kind == "rank_failed":
-            self.phase = f"rank {payload.get('rank')} failed"
-        elif self.sweep is not None and kind == self.sweep.event and payload.get("latency_only"):
+        elif isinstance(payload, wire.RunStop):
+            self.phase = f"stopped: {payload.status}"
+        elif isinstance(payload, wire.RankFailed):
+            self.phase = f"rank {payload.rank} failed"
+        elif isinstance(payload, wire.AllreduceSweep) and self.sweep is not None and payload.latency_only:
             self.note = "latency only (1 rank moves no data)"
 
     def on_metric(self, name: str, value: float | None, epoch: float | None, t: float) -> None:

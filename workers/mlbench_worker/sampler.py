@@ -29,17 +29,19 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 from mlbench_worker.cgroup import cgroup_limits
 from mlbench_worker.gpu_device import DeviceError, GpuDevice, NotSupported, NvmlDevice
 from mlbench_worker.gpu_poll import PERIOD_S, GpuPoller
 
 if TYPE_CHECKING:
-    from mlbench_worker.config import WorkerConfig
     from mlbench_worker.context import Rendezvous, ReporterLike
+    from mlbench_worker.wire import WorkerConfig
 
 MIB = float(2**20)
 Sample = list[tuple[str, float]]
-BOUNDARY_EVENTS = frozenset({"run_start", "goal_reached", "run_stop"})  # where a poller period ends
+# where a poller period ends: the timed run's boundaries
+BOUNDARY_EVENTS = frozenset({wire.RunStart.KIND, wire.GoalReached.KIND, wire.RunStop.KIND})
 
 
 def optional_import(name: str, what: str, log: Callable[[str], None]) -> ModuleType | None:

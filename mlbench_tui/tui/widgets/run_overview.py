@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from mlbench_worker import wire
 from pydantic import ValidationError
 from rich.console import Group
 from rich.table import Table
@@ -78,7 +79,7 @@ def summary_renderable(run: RunDetail) -> Group:
     return Group(*parts)
 
 
-def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict[str, Any] | None) -> Group:
+def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wire.RunStop | None) -> Group:
     result = run.result
     parts: list[Any] = [Text("")]
     if result is None:
@@ -117,14 +118,12 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
                 rows.append(("", entry.note))
         parts.append(_kv_table(rows, "Result"))
     if stop:
-        parts.append(Text(f"stopped: {stop.get('status', '')} {stop.get('reason') or ''}", style="grey62"))
+        parts.append(Text(f"stopped: {stop.status} {stop.reason or ''}", style="grey62"))
     if run.error:
         parts.append(Text(f"error: {run.error}", style="bold red"))
     for failure in failures:
-        parts.append(
-            Text(f"rank {failure.get('rank')} failed: {failure.get('exception', '')}", style="bold red")
-        )
-        tb = str(failure.get("traceback") or "").strip()
+        parts.append(Text(f"rank {failure.rank} failed: {failure.exception}", style="bold red"))
+        tb = failure.traceback.strip()
         if tb:
             parts.append(Text(tb, style="red"))
     return Group(*parts)
