@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,21 @@ if TYPE_CHECKING:
     from benchmarks.scale_store import ScaleStore
     from mlbench_tui.executors import slurm_cluster as slurm_clusters
     from mlbench_tui.server.serve import EmbeddedServer
+
+
+@functools.cache
+def _no_cuda() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else f"needs an NVIDIA GPU (torch {torch.__version__} sees none)"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA device."""
+    if item.get_closest_marker("gpu") is not None:
+        reason = _no_cuda()
+        if reason is not None:
+            pytest.skip(reason)
 
 
 @pytest.fixture(autouse=True)

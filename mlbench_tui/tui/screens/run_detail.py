@@ -228,6 +228,10 @@ class RunDetailScreen(RunLogsActions):
             view.host = rank.host or rank.pod or view.host
         for r in range(run.workers):
             self.ranks.setdefault(r, RankView(r))
+        if run.result is not None and run.result.telemetry is not None:
+            for figures in run.result.telemetry.ranks:
+                view = self.ranks.setdefault(figures.rank, RankView(figures.rank))
+                view.telemetry.finished(figures)
         if first:
             logs = self.query_one(LogView)
             logs.origin_t = _ts(run.started) or _ts(run.created)
