@@ -259,7 +259,7 @@ def read_results(spec: Path, all_cases: Sequence[Case]) -> None:
     from mlbench_tui.results.scoring import is_sweep
     from mlbench_tui.runs.reads import read_metrics
     from mlbench_tui.runs.results import collect_results
-    from mlbench_tui.server.serve import ensure_server
+    from mlbench_tui.server.daemon import ensure_server
 
     client = ensure_server().client()
     try:

@@ -198,7 +198,7 @@ def test_allreduce_and_logreg_on_two_nodes(
     status = mlbench("status", "ar-gloo-2w").stdout
     assert re.search(r"handle:\s+slurm://\d+@test/r-", status)
     # each rank's line: its node, then its hardware figures
-    assert re.search(r"\n\s+0\s+succeeded\s+n1  rss \S+\n\s+1\s+succeeded\s+n2  rss ", status), status
+    assert re.search(r"\n\s+0\s+succeeded\s+n1  rss [\d.]+ \S+\n\s+1\s+succeeded\s+n2  rss ", status), status
     logs = mlbench("logs", "ar-gloo-2w", "--rank", "0").stdout
     assert "all-reduce sweep" in logs and "run stopped: success" in logs
 
