@@ -20,9 +20,9 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
-from mlbench_tui.spec.tasks import default_charts, sweep_of
+from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
-from mlbench_tui.tui import rank_telemetry
+from mlbench_tui.tui import rank_telemetry, run_charts
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import HistoryPlan, RunFeed, fetch_history
 from mlbench_tui.tui.goal import find_underused, goal_status
@@ -81,11 +81,11 @@ def per_rank(name: str) -> bool:
 
 def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan:
     """What a run screen reads when it opens, and its stream summarises: its charts (by default
-    those of ``default_charts``), the goal metric (goal progress) and every rank's step time and
+    those of ``run_charts.opening_charts``), the goal metric (goal progress) and every rank's step time and
     tracker totals (rank table): their history on a run of a few ranks, each rank's latest
     value on a wide one."""
     goal = run.goal.metric if run.goal is not None else None
-    names = list(charts) if charts is not None else default_charts(run.task, goal)
+    names = list(charts) if charts is not None else run_charts.opening_charts(run)
     if goal and goal not in names:
         names.append(goal)
     if not wide(run):
@@ -236,7 +236,7 @@ class RunDetailScreen(RunLogsActions):
             logs = self.query_one(LogView)
             logs.origin_t = _ts(run.started) or _ts(run.created)
             logs.ranks_seen.update(range(run.workers))
-            self.chart_metrics = default_charts(run.task, run.goal.metric if run.goal is not None else None)
+            self.chart_metrics = run_charts.opening_charts(run)
             self._build_charts()
         self._update_title()
 
@@ -327,7 +327,8 @@ class RunDetailScreen(RunLogsActions):
         label = f"rank {rank}"
         if sm.is_sys(name):  # sampled in time: x is seconds since the run started
             origin = self._time_origin(points)
-            points = [(t - origin, v) for t, v in points]
+            scale = run_charts.look(name).scale
+            points = [(t - origin, v * scale) for t, v in points]
         if name == sm.GPU_UTIL:
             utils = {
                 r: v.telemetry.gpu_util for r, v in self.ranks.items() if v.telemetry.gpu_util is not None
@@ -398,7 +399,7 @@ class RunDetailScreen(RunLogsActions):
             if chart is None:
                 sweep = sweep_of(name)
                 chart = MetricChart(
-                    name,
+                    run_charts.look(name).title,
                     goal=goal.target if goal is not None and goal.metric == name else None,
                     x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
@@ -415,7 +416,7 @@ class RunDetailScreen(RunLogsActions):
             grid.mount_all(added)
         grid.styles.grid_size_rows = max(1, math.ceil(len(self._charts) / 2))
         if self.run is not None and added and self._charts_built:  # the first ones come with the run
-            names = [str(c.border_title) for c in added]
+            names = [name for name, c in self._charts.items() if c in added]
             self._load_history(chart_plan(self.run, names))
             if self.rank_on_chart is not None and STEP_TIME in names:
                 self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=self.rank_on_chart), replace=False)
