@@ -65,3 +65,13 @@ def holdout_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def suite_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A real server over a copy of the H200 suite store (tasks 0a-4b, eager and CUDA graphs)."""
+    srv = EmbeddedServer(gpu_store_copy(tmp_path, "suite"), record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

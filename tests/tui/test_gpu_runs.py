@@ -11,6 +11,7 @@ from mlbench_worker import sysmetrics as sm
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
+from mlbench_tui.results.table import checks_lines
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.tui.screens.compare import LATENCY_TITLE, CompareScreen
 from mlbench_tui.tui.screens.run_detail import RunDetailScreen
@@ -95,3 +96,35 @@ async def test_compare_of_one_rank_allreduce_runs_shows_latency_per_size(
         chart = screen.query_one("#busbw-chart", MetricChart)
         assert chart.border_title == LATENCY_TITLE and len(chart.series) >= 1
         assert screen.query_one(DataTable).row_count == 2
+
+
+def _overview(screen: RunDetailScreen) -> str:
+    return "\n".join(_plain(screen.query_one(f"#{part}", Static).content) for part in ("summary", "result"))
+
+
+async def test_overview_shows_the_hyperparameters_that_ran_and_the_checks(
+    suite_server: EmbeddedServer,
+) -> None:
+    app = make_app(suite_server)
+    async with app.run_test(size=(140, 45)) as pilot:
+        screen = await _open(pilot, app, "gpu-3a-fp32-nccl-1w")
+        text = await wait_for(pilot, lambda: "Result" in (t := _overview(screen)) and t, what="overview")
+        assert "Hyperparameters (as run)" in text
+        assert "bptt" in text and "15  (data.options; plan 70)" in text  # the smoke model ran
+        assert "96  (data.options; plan 1150)" in text  # hidden_size
+        assert screen.run is not None and screen.run.result is not None
+        lines = checks_lines(screen.run.result)
+        # this store's results predate startup and reference rows: whatever checks a result has are shown
+        for label, line in lines:
+            assert f"{label}" in text and line[:60] in text.replace("\n", " ")
+
+
+async def test_a_failure_is_shown_once(holdout_server: EmbeddedServer) -> None:
+    app = make_app(holdout_server)
+    async with app.run_test(size=(140, 45)) as pilot:
+        screen = await _open(pilot, app, "g-model-nccl-1w")
+        text = await wait_for(
+            pilot, lambda: "rank 0 failed" in (t := _overview(screen)) and t, what="failure"
+        )
+        assert text.count("but the spec asks for A100") == 2  # the failure line and its traceback's last
+        assert "stopped: failed" in text

@@ -195,3 +195,26 @@ def test_first_run_screen(snap_compare: Any, fixed_empty_server: EmbeddedServer)
         await pilot.pause(0.2)
 
     assert snap_compare(_app(fixed_empty_server), terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.fixture
+def fixed_gpu_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """The real H200 holdout store on the fixed port: a bf16 ResNet-20 GPU run with NVML telemetry."""
+    from tests.tui.conftest import gpu_store_copy
+
+    if not _port_free(PORT):
+        pytest.skip(f"port {PORT} is taken: snapshots need a fixed server URL")
+    srv = EmbeddedServer(gpu_store_copy(tmp_path, "holdout"), port=PORT, record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_gpu_run_overview(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=SIZE, run_before=_open("g-energy-nccl-1w"))
+
+
+def test_gpu_run_charts(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    run_before = _open("g-energy-nccl-1w", "3", ready=_charts_filled)
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=(140, 60), run_before=run_before)
