@@ -13,7 +13,8 @@ from mlbench_worker import sysmetrics as sm
 from pydantic import ValidationError
 
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.spec.tasks import default_charts, get_task
+from mlbench_tui.results.ranks import STEP_TIME
+from mlbench_tui.spec.tasks import default_charts, get_task, sweep_of
 from mlbench_tui.store.api_models import RunDetail
 
 GPU_CHARTS = (sm.GPU_UTIL, sm.GPU_POWER_W, sm.GPU_MEM_USED_MIB)
@@ -30,15 +31,33 @@ class ChartLook:
 
 
 LOOKS: dict[str, ChartLook] = {
+    STEP_TIME: ChartLook("step time (ms)", 1e3),
     sm.GPU_UTIL: ChartLook("GPU utilisation (%)"),
     sm.GPU_POWER_W: ChartLook("GPU power (W)"),
     sm.GPU_MEM_USED_MIB: ChartLook("GPU memory used (GiB)", 1 / 1024),
 }
 
 
+SWEEP_FIGURES: dict[str, ChartLook] = {  # 0a's curves: <prefix><dtype>_<figure>
+    "latency_p50": ChartLook("latency p50 (us)", 1e6),
+    "latency_p99": ChartLook("latency p99 (us)", 1e6),
+    "busbw": ChartLook("bus bandwidth (GB/s)"),
+    "algbw": ChartLook("algorithm bandwidth (GB/s)"),
+}
+
+
 def look(name: str) -> ChartLook:
-    """How the chart of metric ``name`` reads: telemetry in words and units, others by name."""
-    return LOOKS.get(name, ChartLook(name))
+    """How the chart of metric ``name`` reads: step time in ms, all-reduce latency in us,
+    telemetry in words and units; other metrics by name, unscaled."""
+    if name in LOOKS:
+        return LOOKS[name]
+    sweep = sweep_of(name)
+    if sweep is not None:
+        dtype, _, figure = name.removeprefix(sweep.prefix).partition("_")
+        known = SWEEP_FIGURES.get(figure)
+        if known is not None:
+            return ChartLook(f"all-reduce {dtype} {known.title}", known.scale)
+    return ChartLook(name)
 
 
 def gpu_run(run: RunDetail) -> bool:

@@ -11,11 +11,13 @@ from mlbench_worker import sysmetrics as sm
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from mlbench_tui.results.table import checks_lines
+from mlbench_tui.results.model import StartupFigures
+from mlbench_tui.results.table import startup_text
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.tui.screens.compare import LATENCY_TITLE, CompareScreen
 from mlbench_tui.tui.screens.run_detail import RunDetailScreen
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
+from mlbench_tui.tui.widgets.run_overview import result_renderable
 from tests.tui.test_pilot import _runs_loaded, _select, make_app, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -102,9 +104,7 @@ def _overview(screen: RunDetailScreen) -> str:
     return "\n".join(_plain(screen.query_one(f"#{part}", Static).content) for part in ("summary", "result"))
 
 
-async def test_overview_shows_the_hyperparameters_that_ran_and_the_checks(
-    suite_server: EmbeddedServer,
-) -> None:
+async def test_overview_shows_the_hyperparameters_that_ran(suite_server: EmbeddedServer) -> None:
     app = make_app(suite_server)
     async with app.run_test(size=(140, 45)) as pilot:
         screen = await _open(pilot, app, "gpu-3a-fp32-nccl-1w")
@@ -112,11 +112,27 @@ async def test_overview_shows_the_hyperparameters_that_ran_and_the_checks(
         assert "Hyperparameters (as run)" in text
         assert "bptt" in text and "15  (data.options; plan 70)" in text  # the smoke model ran
         assert "96  (data.options; plan 1150)" in text  # hidden_size
-        assert screen.run is not None and screen.run.result is not None
-        lines = checks_lines(screen.run.result)
-        # this store's results predate startup and reference rows: whatever checks a result has are shown
-        for label, line in lines:
-            assert f"{label}" in text and line[:60] in text.replace("\n", " ")
+
+
+async def test_overview_shows_the_result_checks(holdout_server: EmbeddedServer) -> None:
+    app = make_app(holdout_server)
+    async with app.run_test(size=(140, 45)) as pilot:
+        screen = await _open(pilot, app, ALLREDUCE_1W)
+        text = await wait_for(pilot, lambda: "reference" in (t := _overview(screen)) and t, what="checks")
+        assert "latency 31.4 us, 1.27x the H200 reference (24.8 us; fp32 eager" in " ".join(text.split())
+        run = screen.run
+        assert run is not None and run.result is not None
+        # this store predates startup figures: a result with them shows results.table's line
+        startup = StartupFigures(
+            launcher_s=6.76,
+            launcher="spawn",
+            phases={"imports": 5.82, "device": 4.1},
+            slowest_rank=0,
+            ranks=1,
+        )
+        with_startup = run.model_copy(update={"result": run.result.model_copy(update={"startup": startup})})
+        shown = " ".join(_plain(result_renderable(with_startup, [], None)).split())
+        assert f"startup {startup_text(startup)}" in shown
 
 
 async def test_a_failure_is_shown_once(holdout_server: EmbeddedServer) -> None:

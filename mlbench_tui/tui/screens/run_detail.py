@@ -261,8 +261,10 @@ class RunDetailScreen(RunLogsActions):
             if chart is None:
                 continue
             xs = [float(s) if s is not None else t for s, t in zip(band.step, band.t, strict=True)]
+            scale = run_charts.look(band.name).scale
             for key, label in BANDS:
-                chart.add_points(key, list(zip(xs, getattr(band, key), strict=True)), label=label)
+                ys = [y * scale for y in getattr(band, key)]
+                chart.add_points(key, list(zip(xs, ys, strict=True)), label=label)
             if xs:
                 self._band_x = max(self._band_x, xs[-1])
 
@@ -313,7 +315,8 @@ class RunDetailScreen(RunLogsActions):
             return
         if not per_rank(name):
             if rank == self._chart_rank(name):
-                chart.add_points(f"r{rank}", delta.xy(), label=name)
+                scale = run_charts.look(name).scale
+                chart.add_points(f"r{rank}", [(x, y * scale) for x, y in delta.xy()], label=name)
             return
         if not self._wide:
             shown = rank < MAX_RANK_SERIES
@@ -323,12 +326,12 @@ class RunDetailScreen(RunLogsActions):
             shown = rank == self._chart_rank(name)
         if not shown:
             return
-        points = delta.xy()
+        scale = run_charts.look(name).scale
+        points = [(x, y * scale) for x, y in delta.xy()]
         label = f"rank {rank}"
         if sm.is_sys(name):  # sampled in time: x is seconds since the run started
             origin = self._time_origin(points)
-            scale = run_charts.look(name).scale
-            points = [(t - origin, v * scale) for t, v in points]
+            points = [(t - origin, v) for t, v in points]
         if name == sm.GPU_UTIL:
             utils = {
                 r: v.telemetry.gpu_util for r, v in self.ranks.items() if v.telemetry.gpu_util is not None
@@ -354,10 +357,11 @@ class RunDetailScreen(RunLogsActions):
             return
         values = [v for v, _ in pairs]
         self._band_x = x = max(self._band_x, x)
+        scale = run_charts.look(STEP_TIME).scale
         for (key, label), value in zip(
             BANDS, (percentile(values, 50), percentile(values, 90), values[-1]), strict=True
         ):
-            chart.add_points(key, [(x, value)], label=label)
+            chart.add_points(key, [(x, value * scale)], label=label)
 
     def chart_rank(self, rank: int) -> None:
         """Chart one rank's step time beside the bands (a wide run; another rank replaces it)."""
