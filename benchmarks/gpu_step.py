@@ -18,12 +18,15 @@ Rounds alternate the order of the sides; the table gives the median ms/step, ima
 share of wall time the GPU spent running kernels (torch's profiler over a few steps). On a
 machine without an NVIDIA GPU it says so and exits 0.
 
-    python -m benchmarks gpu_step [--rounds 5] [--steps 50] [--batch 128]
+``--smoke`` runs every side's code on the CPU in seconds (captures through ``ReplayCapture``).
+
+    python -m benchmarks gpu_step [--rounds 5] [--steps 50] [--batch 128] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -51,35 +54,43 @@ def no_gpu_message() -> str | None:
     return None
 
 
-def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callable[[], None]]:
+def _sides(precision: str, channels_last: bool, batch: int, smoke: bool) -> dict[str, Callable[[], None]]:
+    """The four sides, built on the GPU, or with ``smoke`` on the CPU with every capture going
+    through ``ReplayCapture`` (the same static buffers, copy-in and replays, run eagerly)."""
     import torch
     from mlbench_worker.comm import SingleComm
     from mlbench_worker.data import cifar10
-    from mlbench_worker.graphs import CudaCapture, GraphedStep
+    from mlbench_worker.graphs import Capture, CudaCapture, GraphedStep
     from mlbench_worker.models.resnet import resnet20
+    from mlbench_worker.replay_capture import ReplayCapture
     from mlbench_worker.reporter import Reporter
     from mlbench_worker.tracker import Tracker
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    comm = SingleComm("nccl")
+    device = torch.device("cpu") if smoke else torch.device("cuda", torch.cuda.current_device())
+    backend = "gloo" if smoke else "nccl"
+
+    def capture() -> Capture:
+        return ReplayCapture() if smoke else CudaCapture(device)
+
+    comm = SingleComm(backend)
     reporter = Reporter(None, "bench", "", 0)  # no server: what the step reports is dropped
-    samples = batch * 40  # whole batches only: every side sees one input shape
+    samples = batch * (4 if smoke else 40)  # whole batches only: every side sees one input shape
     hp = {"channels_last": channels_last}
     common: dict[str, Any] = {
         "batch": batch,
         "samples": samples,
         "precision": precision,
-        "backend": "nccl",
+        "backend": backend,
         "hp": hp,
     }
 
     def ours(graphs: bool) -> Callable[[], None]:
-        trainer = build_trainer(comm, device, reporter, **common, cuda_graphs=graphs)
+        trainer = build_trainer(comm, device, reporter, **common, cuda_graphs=graphs and not smoke)
         tracker = Tracker(device)
         tracker.train()
         if not graphs:
             return runtime_step(trainer, tracker)
-        runner = GraphedStep(trainer, CudaCapture(device), aside=tracker.aside, log=lambda _: None)
+        runner = GraphedStep(trainer, capture(), aside=tracker.aside)
         return runtime_step(trainer, tracker, runner.train_step)
 
     reference = build_trainer(comm, device, reporter, **common)
@@ -98,7 +109,7 @@ def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callabl
     def forward_loss(model: Any, inputs: Any, target: Any) -> Any:
         if autocast_dtype is None:
             return loss_fn(model(inputs), target)
-        with torch.autocast("cuda", dtype=autocast_dtype, cache_enabled=False):
+        with torch.autocast(device.type, dtype=autocast_dtype, cache_enabled=False):
             return loss_fn(model(inputs), target)
 
     def plain_eager() -> Callable[[], None]:
@@ -113,27 +124,31 @@ def _sides(precision: str, channels_last: bool, batch: int) -> dict[str, Callabl
         return one
 
     def plain_graph() -> Callable[[], None]:
+        """torch's whole-network recipe: warm up, capture forward, backward and step in one graph
+        (gradients made inside it), then refill the static batch before each replay."""
         model, optimizer, batches = plain_parts()
         static_inputs, static_target = (t.clone() for t in next(batches))
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                optimizer.zero_grad(set_to_none=True)
-                forward_loss(model, static_inputs, static_target).backward()
-                optimizer.step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        optimizer.zero_grad(set_to_none=True)
-        with torch.cuda.graph(graph):
+        graphs = capture()
+
+        def whole() -> None:
             forward_loss(model, static_inputs, static_target).backward()
             optimizer.step()
+
+        def warmup() -> None:
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                whole()
+
+        graphs.warmup(warmup)
+        optimizer.zero_grad(set_to_none=True)
+        (replay,) = graphs.capture([whole])
+        assert replay is not None
 
         def one() -> None:
             inputs, target = next(batches)
             static_inputs.copy_(inputs)
             static_target.copy_(target)
-            graph.replay()
+            replay()
 
         return one
 
@@ -164,43 +179,53 @@ def _busy_share(step: Callable[[], None], steps: int) -> float:
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
+    def sync() -> None:
+        if not args.smoke:
+            torch.cuda.synchronize()
+
     rows: list[dict[str, Any]] = []
     for precision, channels_last in PRECISIONS:
-        sides = _sides(precision, channels_last, args.batch)
+        sides = _sides(precision, channels_last, args.batch, args.smoke)
         for fn in sides.values():  # warm-up: cuDNN plans, lazy state, the first capture
-            for _ in range(REPORT_EVERY + 2):
+            for _ in range(1 if args.smoke else REPORT_EVERY + 2):
                 fn()
         times: dict[str, list[float]] = {name: [] for name in SIDES}
         for r in range(args.rounds):
             for name in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
-                torch.cuda.synchronize()
+                sync()
                 start = time.perf_counter()
                 for _ in range(args.steps):
                     sides[name]()
-                torch.cuda.synchronize()
+                sync()
                 times[name].append((time.perf_counter() - start) / args.steps)
         for name in SIDES:
             ms = statistics.median(times[name]) * 1e3
-            busy = _busy_share(sides[name], min(args.steps, 20))
+            busy = math.nan if args.smoke else _busy_share(sides[name], min(args.steps, 20))
             rows.append({"precision": precision, "side": name, "ms": ms, "busy": busy})
         del sides
-        torch.cuda.empty_cache()
+        if not args.smoke:
+            torch.cuda.empty_cache()
     return rows
 
 
 def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     import torch
 
+    where = (
+        "the CPU (smoke: code paths only, graphs through ReplayCapture)"
+        if args.smoke
+        else (torch.cuda.get_device_name())
+    )
     print(
-        f"\nResNet-20 training step on {torch.cuda.get_device_name()}, batch {args.batch}, one rank, "
+        f"\nResNet-20 training step on {where}, batch {args.batch}, one rank, "
         f"torch {torch.__version__}, median of {args.rounds} rounds of {args.steps} steps per side"
     )
     print(f"  {'precision':<17} {'side':<12} {'ms/step':>8} {'images/s':>9} {'GPU busy':>9}")
     for row in rows:
         layout = "bf16 channels_last" if row["precision"] == "bf16" else "fp32 NCHW"
+        busy = "n/a" if math.isnan(row["busy"]) else f"{row['busy'] * 100:.0f}%"
         print(
-            f"  {layout:<17} {row['side']:<12} {row['ms']:8.2f} {args.batch / row['ms'] * 1e3:9.0f} "
-            f"{row['busy'] * 100:8.0f}%"
+            f"  {layout:<17} {row['side']:<12} {row['ms']:8.2f} {args.batch / row['ms'] * 1e3:9.0f} {busy:>9}"
         )
     for precision, _ in PRECISIONS:
         ms = {r["side"]: r["ms"] for r in rows if r["precision"] == precision}
@@ -218,7 +243,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds (every side runs once per round)")
     parser.add_argument("--steps", type=int, default=50, help="steps per side per round")
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="run every side's code on the CPU in seconds (tiny batch, graphs through ReplayCapture)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as a rank of one core: tiny steps, no oversubscription on a busy host
+        args.batch, args.rounds, args.steps = min(args.batch, 4), 1, 1
+        try:
+            report(args, measure(args))
+        finally:
+            torch.set_num_threads(threads)
+        return 0
     reason = no_gpu_message()
     if reason is not None:
         print(f"gpu_step: nothing to measure: {reason}")

@@ -67,9 +67,9 @@ def build_trainer(
 ) -> Any:
     """Task 1a's trainer on synthetic data, configured as a run of the task would be."""
     import torch
-    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext, detect_rendezvous
     from mlbench_worker.tasks.resnet20 import ResNet20Trainer
+    from mlbench_worker.wire import parse_config
 
     world = comm.world_size
     config = parse_config(
@@ -105,10 +105,10 @@ def runtime_step(trainer: Any, tracker: Any, step_fn: Callable[..., Any] | None 
     """One step of ``trainer`` as ``run_training`` drives it: batch start on the tracker, the LR
     hook, the step (``step_fn``, the trainer's own by default), the metric window and its report
     (a read on the host) every ``REPORT_EVERY`` steps."""
-    from mlbench_worker.tasks.training import _iterate, _report_window, _Window
+    from mlbench_worker.tasks.training import MetricWindow
 
-    batches = cycle(lambda e: _iterate(trainer.train_batches(e), tracker))
-    window = _Window(trainer.device)
+    batches = tracker.each_batch(cycle(trainer.train_batches))
+    window = MetricWindow(trainer.ctx, trainer, tracker)
     run = step_fn or trainer.train_step
     count = [0]
 
@@ -118,7 +118,7 @@ def runtime_step(trainer: Any, tracker: Any, step_fn: Callable[..., Any] | None 
         window.add(run(item, record))
         count[0] += 1
         if count[0] % REPORT_EVERY == 0:
-            _report_window(trainer.ctx, trainer, window, count[0], 1, tracker)
+            window.report(count[0], 1)
 
     return one
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 
 SPEC_TEXT = """\
 apiVersion: mlbench/v1
@@ -303,12 +304,12 @@ class RunModel:
             "cuda": "12.4",
             "precision": "fp32",
         }
-        events = [{"kind": "environment", "payload": env, "t": t}]
+        events = [_event(wire.Environment(facts=env), t)]
         if p.rank == 0:
-            facts = {"train_samples": 50_000, "eval_samples": 10_000, "comm_precision": "fp32"}
-            events.insert(0, {"kind": "init_start", "payload": {}, "t": t})
-            events.append({"kind": "run_start", "payload": facts, "t": t})
-            events.append({"kind": "epoch_start", "payload": {"epoch": 1}, "t": t})
+            facts = wire.RunStart(train_samples=50_000, eval_samples=10_000, comm_precision="fp32")
+            events.insert(0, _event(wire.InitStart(), t))
+            events.append(_event(facts, t))
+            events.append(_event(wire.EpochStart(epoch=1), t))
         return events
 
     def epoch_events(self, p: RankProfile, epoch: int, t: float, *, last: bool) -> list[dict[str, Any]]:
@@ -317,13 +318,10 @@ class RunModel:
         if p.rank != 0:
             return []
         train_s = self.step_s * self.steps_per_window * self.windows_per_epoch * epoch
-        end = {"epoch": epoch, "train_time_s": train_s, "val_time_s": self.VAL_S * epoch}
-        events = [
-            {"kind": "eval_start", "payload": {"epoch": epoch}, "t": t - self.VAL_S},
-            {"kind": "epoch_end", "payload": end, "t": t},
-        ]
+        end = wire.EpochEnd(epoch=epoch, train_time_s=train_s, val_time_s=self.VAL_S * epoch)
+        events = [_event(wire.EvalStart(epoch=epoch), t - self.VAL_S), _event(end, t)]
         if not last:
-            events.append({"kind": "epoch_start", "payload": {"epoch": epoch + 1}, "t": t})
+            events.append(_event(wire.EpochStart(epoch=epoch + 1), t))
         return events
 
     def end_events(self, p: RankProfile, epoch: int, t: float) -> list[dict[str, Any]]:
@@ -331,21 +329,27 @@ class RunModel:
         if p.rank != 0:
             return []
         train_s = self.step_s * self.steps_per_window * self.windows_per_epoch * epoch
-        details = {
-            "epoch": epoch,
-            "step": epoch * self.windows_per_epoch * self.steps_per_window,
-            "train_time_s": train_s,
-            "val_time_s": self.VAL_S * epoch,
-        }
+        details = vars(
+            wire.Progress(
+                epoch=epoch,
+                step=epoch * self.windows_per_epoch * self.steps_per_window,
+                train_time_s=train_s,
+                val_time_s=self.VAL_S * epoch,
+            )
+        )
         accuracy = self.val_accuracy(epoch)
         if accuracy < self.GOAL:
             reason = f"max_time_s passed before the goal ({accuracy:.4g} < {self.GOAL:g})"
-            return [
-                {"kind": "run_stop", "payload": {"status": "aborted", "reason": reason, **details}, "t": t}
-            ]
-        reached = {"metric": "val_global_Prec@1", "value": accuracy, "target": self.GOAL, **details}
-        reason = f"goal reached: val_global_Prec@1={accuracy:.4g} (target {self.GOAL:g})"
+            return [_event(wire.RunStop(status="aborted", reason=reason, exit_code=0, **details), t)]
+        metric = wire.VAL_GLOBAL_PREC1
+        reached = wire.GoalReached(metric=metric, value=accuracy, target=self.GOAL, **details)
+        reason = f"goal reached: {metric}={accuracy:.4g} (target {self.GOAL:g})"
         return [
-            {"kind": "goal_reached", "payload": reached, "t": t},
-            {"kind": "run_stop", "payload": {"status": "success", "reason": reason, **details}, "t": t},
+            _event(reached, t),
+            _event(wire.RunStop(status="success", reason=reason, exit_code=0, **details), t),
         ]
+
+
+def _event(payload: wire.Payload, t: float) -> dict[str, Any]:
+    """One event as a rank's reporter posts it."""
+    return {"kind": payload.KIND, "payload": payload.to_payload(), "t": t}

@@ -20,6 +20,7 @@ prints median step times and the median of paired ratios.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -36,9 +37,9 @@ sys.path.insert(0, str(ROOT / "workers"))
 def _context(task: str, hp: dict[str, Any], data: dict[str, Any]) -> Any:
     import torch
     from mlbench_worker.comm import TorchComm
-    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext, detect_rendezvous
     from mlbench_worker.reporter import Reporter
+    from mlbench_worker.wire import parse_config
 
     comm = TorchComm("gloo")
     config = parse_config(
@@ -99,7 +100,6 @@ def bench_logreg(args: argparse.Namespace) -> None:
     import torch
     import torch.nn.functional as F
     from mlbench_worker.tasks.logreg import LogRegTrainer
-    from mlbench_worker.tasks.training import _iterate
     from mlbench_worker.tracker import Tracker
     from torch.nn.parallel import DistributedDataParallel
 
@@ -123,7 +123,7 @@ def bench_logreg(args: argparse.Namespace) -> None:
             epoch += 1
             yield from ours.train_loader.epoch(epoch)
 
-    ours_iter = _iterate((b for b in ours._tensors(batches())), tracker)
+    ours_iter = tracker.each_batch(ours._tensors(batches()))
     peer_iter = batches()
     step = [0]
 
@@ -212,12 +212,11 @@ def bench_awd(args: argparse.Namespace) -> None:
     counter = [0]
     plain_hidden = [zeros]
 
+    ours_iter = tracker.each_batch(itertools.cycle(windows))
+
     def our_step() -> None:
-        item = windows[counter[0] % len(windows)]
+        item, record = next(ours_iter)
         counter[0] += 1
-        record = tracker.begin()
-        if record:
-            record("batch_load")
         ours.train_step(item, record)
 
     def plain_step() -> None:

@@ -4,9 +4,9 @@ The step is logistic regression on epsilon-sized data (2000 features, batch 128,
 runtime's CentralizedSGD), the cheapest step of any official task, so the tracker's stamps weigh
 the most here. By default one process (the worst case: no all-reduce at all); ``--ranks 2``
 measures task 2a's real distributed step on two gloo ranks.
-The tracked step is the runtime's, statement for statement: ``run_training`` starts each batch
-from ``next(tracker.schedule)`` before taking it from the loader, and the step calls the
-``record`` that gives after each phase (guarded: None on batches not stamped), with the
+The tracked step is the runtime's: batches come through ``Tracker.each_batch`` (the loop's one
+batch start: the batch is started on the tracker before the loader runs), and the step calls the
+``record`` it gives after each phase (guarded: None on batches not stamped), with the
 runtime's default sampling (on a step this small the tracker stamps one batch in ~k and scales;
 see ``mlbench_worker.tracker``); stamping every batch is printed too.
 Blocks of steps with the tracker on and off are interleaved (ABBA order) and timed in thread
@@ -48,15 +48,11 @@ def make_steps(tracker: Any, comm: Comm | None = None) -> tuple[Callable[[], Non
     x = torch.randn(128, 2000)
     y = (torch.rand(128, 1) > 0.5).float()
 
-    stamped_batches = itertools.repeat((x, y))
+    stamped_batches = tracker.each_batch(itertools.repeat((x, y)))
     plain_batches = itertools.repeat((x, y))
 
-    def step_on() -> None:  # the runtime's loop (``run_training``) and step, statement for statement
-        start = next(tracker.schedule)
-        record = start() if start else None
-        inputs, target = next(stamped_batches)
-        if record:
-            record("batch_load")
+    def step_on() -> None:  # the runtime's loop (``TrainingLoop``) and step, statement for statement
+        (inputs, target), record = next(stamped_batches)
         out = model(inputs)
         if record:
             record("fwd_pass")
@@ -141,10 +137,10 @@ def run(args: argparse.Namespace) -> int:
     overhead, on, off = paired_overhead(step_on, step_off, args.blocks, args.steps, clock)
     overhead_exact, _, _ = paired_overhead(step_exact, step_off, args.blocks, args.steps, clock)
     n = 200_000
-    probe = Tracker(torch.device("cpu"), sample_every=1)
+    probe = Tracker(torch.device("cpu"), sample_every=1).clock
     start = time.thread_time()
     for _ in range(n):
-        probe.batch_start()
+        probe.start()
         probe.record("fwd_pass")
     stamp = (time.thread_time() - start) / (2 * n)
     if comm is not None and comm.rank != 0:

@@ -23,6 +23,7 @@ median step times, tokens/s and the median of paired ratios.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -50,9 +51,9 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
 def _context(task: str, hp: dict[str, Any], data: dict[str, Any], precision: str) -> Any:
     import torch
     from mlbench_worker.comm import TorchComm
-    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext, detect_rendezvous
     from mlbench_worker.reporter import Reporter
+    from mlbench_worker.wire import parse_config
 
     comm = TorchComm("gloo")
     config = parse_config(
@@ -95,7 +96,7 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from mlbench_worker.data.wmt import PAD
     from mlbench_worker.tasks import gnmt, transformer
-    from mlbench_worker.tasks.training import autocast_for
+    from mlbench_worker.tasks.steps import autocast_for
     from mlbench_worker.tracker import Tracker
     from mlbench_worker.translation.trainer import TranslationTrainer
     from torch.nn.parallel import DistributedDataParallel
@@ -136,12 +137,11 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     counter = {"ours": 0, "plain": 0}
     tokens_per_step: list[int] = []
 
+    ours_iter = tracker.each_batch(itertools.cycle(batches))
+
     def our_step() -> None:
-        step = batches[counter["ours"] % len(batches)]
+        step, record = next(ours_iter)
         counter["ours"] += 1
-        record = tracker.begin()
-        if record:
-            record("batch_load")
         ours.before_step(counter["ours"])
         result = ours.train_step(step, record)
         float(result.loss)

@@ -2,9 +2,9 @@
 
 ``expand(spec)`` turns a validated ``BenchmarkSpec`` into a list of frozen ``RunPlan``s (sweeps x
 repeats). It is pure and deterministic, so plans can be golden-tested and re-derived: executors
-and manifests are functions of a plan. ``worker_config(plan)`` is the JSON document handed to the
-worker runtime (``python -m mlbench_worker --config FILE``); its keys are the contract between the
-engine and ``mlbench_worker`` and are pinned by a contract test.
+and manifests are functions of a plan. ``worker_settings(plan)`` is the wire's typed worker config and
+``worker_config(plan)`` its JSON document, handed to the worker runtime (``python -m mlbench_worker
+--config FILE``), which parses it back into the same types (``mlbench_worker.wire``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
+from mlbench_worker import wire
+from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, ImplementationConfig, WorkerConfig
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from mlbench_tui.spec.targets import Target
+
+ImplementationPlan = ImplementationConfig
+"""How the worker executes steps (the spec's ``implementation``): the wire's type, one declaration."""
 
 if TYPE_CHECKING:
     from mlbench_tui.spec.models import BenchmarkSpec
@@ -60,15 +65,6 @@ class DataPlan(_Frozen):
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
 
 
-class ImplementationPlan(_Frozen):
-    """How the worker executes steps (the spec's ``implementation``; the math stays the task's)."""
-
-    cuda_graphs: bool = Field(default=False, description="Replay each training step from CUDA graphs.")
-    host_allocator: Literal["tuned", "system"] = Field(
-        default="tuned", description="'tuned': ranks keep freed heap memory for the next step."
-    )
-
-
 class RunPlan(_Frozen):
     """One fully resolved run: the unit that executors launch and the store records."""
 
@@ -102,9 +98,11 @@ class RunPlan(_Frozen):
     price_per_hour: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     telemetry_interval_s: float | None = Field(
-        default=1.0, description="Seconds between hardware telemetry samples per rank; None: off."
+        default=DEFAULT_TELEMETRY_INTERVAL_S,
+        description="Seconds between hardware telemetry samples per rank; None: off.",
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
+    currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
 
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
@@ -113,28 +111,35 @@ class RunPlan(_Frozen):
         return dumped
 
 
+def worker_settings(plan: RunPlan, run_id: str) -> WorkerConfig:
+    """What one rank of ``plan`` runs, as the wire's typed tree (the worker parses it back into it)."""
+    on_gpu = plan.resources.gpus > 0
+    goal = plan.goal
+    return WorkerConfig(
+        run_id=run_id,
+        run_name=plan.name,
+        task=plan.task,
+        framework=plan.framework,
+        backend=plan.backend,
+        world_size=plan.workers,
+        seed=plan.seed + plan.repeat,
+        goal=wire.GoalConfig(goal.metric, goal.target, goal.direction, goal.kind) if goal else None,
+        max_time_s=plan.max_time_s,
+        precision=plan.resources.precision,
+        device="cuda" if on_gpu else "cpu",
+        gpu_type=plan.resources.gpu_type if on_gpu else None,
+        gpu_type_strict=plan.resources.gpu_type_strict,
+        threads_per_rank=plan.resources.threads_per_rank,
+        data=wire.DataConfig(plan.data.source, plan.data.path, dict(plan.data.options)),
+        hyperparameters=dict(plan.hyperparameters),
+        implementation=plan.implementation,
+        telemetry_interval_s=plan.telemetry_interval_s,
+    )
+
+
 def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
-    """The JSON document the worker runtime reads (``MLBENCH_CONFIG``); see ``mlbench_worker.config``."""
-    return {
-        "run_id": run_id,
-        "run_name": plan.name,
-        "task": plan.task,
-        "framework": plan.framework,
-        "backend": plan.backend,
-        "world_size": plan.workers,
-        "seed": plan.seed + plan.repeat,
-        "goal": plan.goal.model_dump() if plan.goal else None,
-        "max_time_s": plan.max_time_s,
-        "precision": plan.resources.precision,
-        "device": "cuda" if plan.resources.gpus > 0 else "cpu",
-        "gpu_type": plan.resources.gpu_type if plan.resources.gpus > 0 else None,
-        "gpu_type_strict": plan.resources.gpu_type_strict,
-        "threads_per_rank": plan.resources.threads_per_rank,
-        "data": plan.data.model_dump(),
-        "hyperparameters": dict(plan.hyperparameters),
-        "implementation": plan.implementation.model_dump(),
-        "telemetry_interval_s": plan.telemetry_interval_s,
-    }
+    """The JSON document the worker runtime reads (``MLBENCH_CONFIG``): ``worker_settings`` serialised."""
+    return wire.config_document(worker_settings(plan, run_id))
 
 
 def spec_hash(spec: BenchmarkSpec) -> str:
@@ -245,6 +250,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     labels=dict(spec.metadata.labels),
                     telemetry_interval_s=body.telemetry.interval_s,
                     price_per_kwh=body.price_per_kwh,
+                    currency=body.currency,
                 )
             )
     return plans

@@ -62,15 +62,20 @@ def test_light_commands_import_no_heavy_package(argv: list[str]) -> None:
 
 
 def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
+    """...and of the worker runtime only its stdlib-only wire (the defaults and config it shares)."""
     code = (
         "import sys; import mlbench_tui.spec.loader, mlbench_tui.plan, mlbench_tui.settings; "
-        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules}))); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('mlbench_worker'))))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    roots = set(proc.stdout.split())
+    roots_line, worker_line = proc.stdout.splitlines()
+    roots = set(roots_line.split())
+    assert set(worker_line.split()) == {"mlbench_worker", "mlbench_worker.wire"}
     # private roots are interpreter/installer plumbing (editable finder, sysconfig data)
-    third_party = {r for r in roots - set(sys.stdlib_module_names) if not r.startswith("_")} - {"mlbench_tui"}
+    ours = {"mlbench_tui", "mlbench_worker"}
+    third_party = {r for r in roots - set(sys.stdlib_module_names) if not r.startswith("_")} - ours
     allowed = {
         "pydantic",
         "pydantic_core",

@@ -262,7 +262,7 @@ def test_ranks_per_node_is_planned_per_world_size_and_keeps_old_hashes() -> None
     ],
 )
 def test_telemetry_interval_reaches_the_worker(telemetry: Any, interval: float | None) -> None:
-    from mlbench_worker.config import parse_config
+    from mlbench_worker.wire import parse_config
 
     body: dict[str, Any] = {"task": "1a", "price_per_kwh": 0.25}
     if telemetry is not None:
@@ -274,7 +274,10 @@ def test_telemetry_interval_reaches_the_worker(telemetry: Any, interval: float |
 
 def test_telemetry_and_energy_price_at_their_defaults_keep_the_spec_hash() -> None:
     plain = make({"task": "1a"})
-    assert not {"telemetry", "price_per_kwh"} & set(plain.normalized()["spec"])
+    assert not {"telemetry", "price_per_kwh", "currency"} & set(plain.normalized()["spec"])
     assert spec_hash(make({"task": "1a", "telemetry": {"interval": "1s"}})) == spec_hash(plain)
     assert spec_hash(make({"task": "1a", "telemetry": "off"})) != spec_hash(plain)
     assert spec_hash(make({"task": "1a", "price_per_kwh": 0.3})) != spec_hash(plain)
+    priced = make({"task": "1a", "price_per_kwh": 0.3, "currency": "EUR"})
+    assert expand(priced)[0].currency == "EUR" and expand(plain)[0].currency is None
+    assert spec_hash(priced) != spec_hash(make({"task": "1a", "price_per_kwh": 0.3}))

@@ -15,6 +15,7 @@ kubernetes client.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -23,12 +24,14 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
+from mlbench_worker.wire import config_document
+
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.placement import GPU_LABEL, GPU_MODEL_LABEL, GPU_TOLERATIONS, gpu_model_label
 from mlbench_tui.executors.pod_logs import RANK_LOG_PREFIX_TEMPLATE
-from mlbench_tui.plan import RunPlan, worker_config
+from mlbench_tui.plan import RunPlan, worker_settings
 from mlbench_tui.spec.targets import KubernetesTarget
 
 # Names and paths shared with the executor and the in-cluster server.
@@ -160,12 +163,13 @@ def _dataset(plan: RunPlan) -> tuple[str, str] | None:
 
 def run_worker_config(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
     """The worker config as seen inside the pod (a PVC dataset path becomes its mount path)."""
-    config = worker_config(plan, launch.run_id)
+    settings = worker_settings(plan, launch.run_id)
     dataset = _dataset(plan)
     if dataset is not None:
         _, sub = dataset
-        config["data"] = {**config["data"], "path": f"{DATASET_MOUNT}/{sub}".rstrip("/")}
-    return config
+        mounted = dataclasses.replace(settings.data, path=f"{DATASET_MOUNT}/{sub}".rstrip("/"))
+        settings = dataclasses.replace(settings, data=mounted)
+    return config_document(settings)
 
 
 def node_layout(plan: RunPlan) -> tuple[int, int]:

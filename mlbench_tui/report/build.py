@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.report.figure import Figure
+from mlbench_tui.report.gpu import energy_figures
+from mlbench_tui.report.implementations import implementation_figures
 from mlbench_tui.report.inputs import RunRecord, load_records, sweeps, training
 from mlbench_tui.report.renderer import Renderer
 from mlbench_tui.report.scaling import scaling_figures
@@ -29,14 +31,23 @@ class ReportError(MlbenchError):
 
 
 def build_figures(records: Sequence[RunRecord]) -> list[Figure]:
-    """Every figure of the report, in page order: scaling per spec, all-reduce, then each run."""
+    """Every figure of the report, in page order: scaling per spec, all-reduce, each run, then
+    power and energy; panels with nothing to draw are left out, a note saying why."""
     colours: dict[str, str] = {}
     trained = training(records)
-    return [
+    figures = [
         *scaling_figures(trained, colours),
         *sweep_figures(sweeps(records), colours),
+        *implementation_figures(trained),
         *run_figures(trained, colours),
+        *energy_figures(records),
     ]
+    return [f.without_empty() for f in figures]
+
+
+def _drawn(figures: Sequence[Figure]) -> list[Figure]:
+    """The figures with something to draw (the rest are their notes alone)."""
+    return [f for f in figures if f.panels]
 
 
 def _title(records: Sequence[RunRecord]) -> str:
@@ -65,7 +76,8 @@ def report_html(records: Sequence[RunRecord], renderer: Renderer) -> tuple[str, 
     from mlbench_tui.report.page import render_page
 
     figures = build_figures(records)
-    images = dict(zip((f.key for f in figures), renderer.render(figures, "png"), strict=True))
+    drawn = _drawn(figures)
+    images = dict(zip((f.key for f in drawn), renderer.render(drawn, "png"), strict=True))
     return render_page(records, figures, images, title=_title(records)), len(figures)
 
 
@@ -93,7 +105,7 @@ def write_figures(
     """Write each figure as ``<key>.<fmt>`` under ``out_dir`` (``width`` x ``height`` pixels)."""
     with _renderer(renderer) as drawing:
         records = _records(client, run_ids)
-        figures = build_figures(records)
+        figures = _drawn(build_figures(records))
         images = drawing.render(figures, fmt, width=width, height=height)
     paths = []
     for figure, image in zip(figures, images, strict=True):

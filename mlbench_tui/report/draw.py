@@ -137,7 +137,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     if panel.stacks:
         _draw_bars(ax, panel)
     xs: list[float] = []
-    ys: list[float] = [ref.y for ref in panel.refs if ref.y is not None]
+    ys: list[float] = [ref.y for ref in panel.refs if ref.y is not None and ref.x is None]
     for series in panel.series:
         xs.extend(series.x)
         ys.extend((*series.y, *(series.low or ()), *(series.high or ())))
@@ -170,21 +170,27 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             label=series.label,
         )
     for ref in panel.refs:
-        if ref.y is None:
+        if ref.x is not None:
+            ax.axvline(ref.x, linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
+            xs.append(ref.x)
+        elif ref.y is None:
             top = max(xs) if xs else 1.0
             ax.plot([1, top], [1, top], linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
         else:
             ax.axhline(ref.y, linestyle=ref.style, color=ref.colour, linewidth=1.0, label=ref.label)
+    mark_xs = [m.x for m in panel.marks] + xs
     for mark in panel.marks:
         ax.scatter([mark.x], [mark.y], marker=mark.symbol, s=45, color=mark.colour, zorder=5)
+        # the label reads away from the nearer side, so it stays inside the axes
+        leftmost = mark.x <= (min(mark_xs) + max(mark_xs)) / 2
         ax.annotate(
             mark.label,
             (mark.x, mark.y),
             textcoords="offset points",
-            xytext=(-6, 6),
+            xytext=(6 if leftmost else -6, 6),
             fontsize=7,
             color=mark.colour,
-            ha="right",
+            ha="left" if leftmost else "right",
         )
         xs.append(mark.x)
         ys.append(mark.y)
@@ -200,8 +206,9 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             axis.set_major_formatter(FuncFormatter(compact))
             axis.set_minor_locator(NullLocator())
             axis.set_minor_formatter(NullFormatter())
-    for log, axis in ((panel.x_log, ax.xaxis), (panel.y_log, ax.yaxis)):
-        if not log:  # five ticks read as well as nine and cost half as much to lay out
+    for log, axis in ((panel.x_log or bool(panel.stacks), ax.xaxis), (panel.y_log, ax.yaxis)):
+        # five ticks read as well as nine and cost half as much to lay out; bars keep their categories
+        if not log:
             axis.set_major_locator(MaxNLocator(nbins=5))
     if panel.x_integer and xs and not panel.stacks:
         ticks = sorted(set(xs))
@@ -210,6 +217,8 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         ax.set_xticklabels([f"{t:g}" for t in ticks])
     if panel.y_from_zero and not panel.y_log:
         ax.set_ylim(bottom=0)
+    if panel.corner:
+        ax.text(0.01, 0.99, panel.corner, ha="left", va="top", transform=ax.transAxes, color="#444444")
     if ax.get_legend_handles_labels()[1]:
         ax.legend(loc="best")
 
@@ -230,6 +239,7 @@ def _draw_bars(ax: Any, panel: Panel) -> None:
             width=0.7,
         )
         bottom = [b + v for b, v in zip(bottom, stack.values, strict=True)]
+    ax.set_ylim(0, max(bottom, default=0.0) * 1.08 or 1.0)
     ax.set_xticks(positions)
     ax.set_xticklabels(
         panel.categories,

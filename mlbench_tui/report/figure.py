@@ -8,7 +8,7 @@ backend, so a backend keeps its colour in every figure of a report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 # Colour-blind-safe (Okabe-Ito), one per backend in every figure; unknown backends take the rest.
@@ -69,12 +69,14 @@ class Mark:
 
 @dataclass(frozen=True)
 class RefLine:
-    """A horizontal reference (a goal, a published time) or a diagonal ``y = x`` (ideal speedup)."""
+    """A horizontal reference (a goal, a published time), a vertical one (a moment: training
+    starts, the goal is reached) or a diagonal ``y = x`` (ideal speedup)."""
 
     label: str
-    y: float | None = None  # horizontal at y; None means the y = x diagonal
+    y: float | None = None  # horizontal at y; None (and no x) means the y = x diagonal
     colour: str = REFERENCE_COLOUR
     style: LineStyle = "--"
+    x: float | None = None  # vertical at x
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,17 @@ class Panel:
     y_log: bool = False
     x_integer: bool = False  # worker counts: integer ticks at the measured values
     y_from_zero: bool = False
-    note: str = ""  # shown in the panel when it has nothing to draw
+    note: str = ""  # why the panel is left out when it has nothing to draw
+    corner: str = ""  # a label in the panel's top-left corner (a total the axis does not reach)
 
     @property
     def empty(self) -> bool:
         return not (self.series or self.marks or self.stacks)
+
+
+def _joined(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,23 @@ class Figure:
     panels: tuple[Panel, ...]
     section: str = ""  # heading it sits under in the HTML report
     notes: tuple[str, ...] = field(default_factory=tuple)  # failed/not-reached runs, references
+
+    def without_empty(self) -> Figure:
+        """This figure less its panels with nothing to draw, each replaced by a sentence saying
+        why in the notes, one per reason (a figure of only empty panels is left as its title and
+        notes)."""
+        empty = [p for p in self.panels if p.empty]
+        if not empty:
+            return self
+        by_reason: dict[str, list[str]] = {}
+        for panel in empty:
+            by_reason.setdefault(panel.note or "nothing was recorded", []).append(panel.title)
+        why = tuple(
+            f"{_joined(titles)} {'is' if len(titles) == 1 else 'are'} left out: {reason}."
+            for reason, titles in by_reason.items()
+        )
+        kept = tuple(p for p in self.panels if not p.empty)
+        return replace(self, panels=kept, notes=(*self.notes, *why))
 
     def panel(self, title: str) -> Panel:
         """The panel titled ``title`` (tests and the TUI look panels up by title)."""

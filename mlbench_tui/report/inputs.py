@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mlbench_worker import wire
+
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import is_sweep
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -24,12 +26,23 @@ POINTS_PER_SERIES = 400  # buckets per (metric, rank): more than a figure's widt
 
 
 @dataclass(frozen=True)
+class RunClock:
+    """When a run's training started, reached its goal and stopped (unix seconds, from its
+    ``run_start``, ``goal_reached`` and ``run_stop`` events): the zero of the time-based figures."""
+
+    start: float | None = None
+    goal: float | None = None
+    stop: float | None = None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One run as the report sees it."""
 
     result: RunResult
     spec_text: str
     metrics: Mapping[str, tuple[MetricPoint, ...]]  # by metric name, every rank's points
+    clock: RunClock = RunClock()
 
     @property
     def run_id(self) -> str:
@@ -74,12 +87,29 @@ def read_series(
     )
 
 
+def read_clock(client: RunReader, run_id: str) -> RunClock:
+    """The first rank's training start and goal, and the last rank's stop."""
+
+    def times(kind: type[wire.Payload]) -> list[float]:
+        return [e.t for e in client.events(run_id, kind=kind.KIND).events]
+
+    start, goal, stop = times(wire.RunStart), times(wire.GoalReached), times(wire.RunStop)
+    return RunClock(min(start, default=None), min(goal, default=None), max(stop, default=None))
+
+
 def load_records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
     """The records of ``run_ids``, in that order."""
     records = []
     for run_id in run_ids:
         run = client.get_run(run_id)
-        records.append(RunRecord(run.known_result(), run.spec_text, read_series(client, run_id)))
+        records.append(
+            RunRecord(
+                run.known_result(),
+                run.spec_text,
+                read_series(client, run_id),
+                read_clock(client, run_id),
+            )
+        )
     return records
 
 

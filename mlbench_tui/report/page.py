@@ -11,9 +11,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from mlbench_tui import __version__
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.report.environment import environment_section
 from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.table import checks_lines, reference_text
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1280px;
@@ -29,24 +33,12 @@ figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 
 figcaption { color: #333; max-width: 70em; } figcaption ul { margin: .3em 0; color: #444; }
 pre { background: #f7f7f7; padding: .7em; overflow-x: auto; font-size: 12px; }
 code { font-size: 12px; }
+th, td { white-space: nowrap; } td.ok, td.bad, td.names, td.long { white-space: normal; }
+td.names { min-width: 16em; } td.long { min-width: 20em; }
+details summary { cursor: pointer; } details pre { white-space: pre-wrap; max-width: 60em; }
+.wide { overflow-x: auto; }
 """
-
-FINGERPRINT_KEYS = (  # shown first, in this order; the rest follow sorted
-    "device",
-    "gpu_model",
-    "gpu_count",
-    "cpu_model",
-    "cpu_count",
-    "torch",
-    "backend_version",
-    "launcher",
-    "precision",
-    "python",
-    "platform",
-    "image_digest",
-    "mlbench",
-)
-PER_RUN_KEYS = {"world_size", "hostname", "executable", "backend"}  # differ between runs of one setup
+OUTCOME_WIDTH = 90  # characters of an outcome shown before the rest folds away
 
 
 def _e(value: object) -> str:
@@ -54,7 +46,33 @@ def _e(value: object) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f} s"
+    return format_duration(value, unknown="-")
+
+
+def outcome_cell(text: str, ok: bool) -> str:
+    """An outcome on one line; a longer one (a whole CUDA error) folds the rest into a <details>."""
+    first = text.splitlines()[0] if text else ""
+    cls = "ok" if ok else "bad"
+    if first == text and len(text) <= OUTCOME_WIDTH:
+        return f"<td class={cls}>{_e(text)}</td>"
+    short = first if len(first) <= OUTCOME_WIDTH else first[: OUTCOME_WIDTH - 1] + "\u2026"
+    return f"<td class={cls}><details><summary>{_e(short)}</summary><pre>{_e(text)}</pre></details></td>"
+
+
+def checks_cell(result: RunResult) -> str:
+    """The run's checks on one line (its figure against the machine's reference, how many figures
+    are suspect), with every line of them (the start, the reference, each suspect and why) folded
+    into a <details>."""
+    lines = checks_lines(result)
+    if not lines:
+        return "<td>-</td>"
+    suspects = len(result.suspects)
+    short = f"! {suspects} suspect" if suspects else reference_text(result)
+    if short == "-":
+        short = "start, reference"
+    cls = " class=bad" if suspects or short.endswith("!") else ""
+    body = "\n".join(f"{label}: {text}" for label, text in lines)
+    return f"<td{cls}><details><summary>{_e(short)}</summary><pre>{_e(body)}</pre></details></td>"
 
 
 def runs_table(records: Sequence[RunRecord]) -> str:
@@ -68,12 +86,13 @@ def runs_table(records: Sequence[RunRecord]) -> str:
             shown = f"reached in {_seconds(r.time_to_accuracy_s)}"
         else:
             shown = why
-        cls = "ok" if why is None else "bad"
         rows.append(
-            f"<tr><td>{_e(r.name)}</td><td>{_e(r.task_name or r.task)}</td><td>{_e(r.framework)}</td>"
-            f"<td>{_e(r.backend)}</td><td class=num>{r.workers}</td><td class=num>{r.repeat}</td>"
-            f"<td>{_e(r.state.value)}</td><td class={cls}>{_e(shown)}</td>"
-            f"<td class=num>{_seconds(r.wall_time_s)}</td><td><code>{_e(record.run_id)}</code></td></tr>"
+            f"<tr><td class=name>{_e(r.name)}</td><td>{_e(r.task_name or r.task)}</td>"
+            f"<td>{_e(r.framework)}</td><td>{_e(r.backend)}</td>"
+            f"<td class=num>{r.workers}</td><td class=num>{r.repeat}</td>"
+            f"<td>{_e(r.state.value)}</td>{outcome_cell(shown, why is None)}"
+            f"<td class=num>{_seconds(r.wall_time_s)}</td>{checks_cell(r)}"
+            f"<td class=name><code>{_e(record.run_id)}</code></td></tr>"
         )
     head = "".join(
         f"<th>{h}</th>"
@@ -87,10 +106,11 @@ def runs_table(records: Sequence[RunRecord]) -> str:
             "state",
             "outcome",
             "wall",
+            "checks",
             "id",
         )
     )
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<div class=wide><table><tr>{head}</tr>{''.join(rows)}</table></div>"
 
 
 def specs_section(records: Sequence[RunRecord]) -> str:
@@ -108,29 +128,12 @@ def specs_section(records: Sequence[RunRecord]) -> str:
     return "".join(parts)
 
 
-def environment_section(records: Sequence[RunRecord]) -> str:
-    """One table per distinct environment (per-run details such as the host name left out)."""
-    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
-    for record in records:
-        fp = {
-            k: v
-            for k, v in record.result.fingerprint.items()
-            if k not in PER_RUN_KEYS and v not in (None, "")
-        }
-        ordered = [k for k in FINGERPRINT_KEYS if k in fp] + sorted(
-            k for k in fp if k not in FINGERPRINT_KEYS
-        )
-        groups.setdefault(tuple((k, str(fp[k])) for k in ordered), []).append(record.result.name)
-    parts = []
-    for items, names in groups.items():
-        rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
-        rows = rows or "<tr><td>not recorded</td></tr>"
-        parts.append(f"<p class=meta>{_e(', '.join(names))}</p><table>{rows}</table>")
-    return "".join(parts)
-
-
-def figure_block(figure: Figure, png: bytes) -> str:
+def figure_block(figure: Figure, png: bytes | None) -> str:
+    """A figure with its caption and notes; one with nothing to draw (``png`` None) is its title
+    and the notes saying why."""
     notes = "".join(f"<li>{_e(n)}</li>" for n in figure.notes)
+    if png is None:
+        return f'<figure id="{_e(figure.key)}"><h3>{_e(figure.title)}</h3><ul>{notes}</ul></figure>'
     data = base64.b64encode(png).decode("ascii")
     return (
         f'<figure id="{_e(figure.key)}"><img alt="{_e(figure.title)}" src="data:image/png;base64,{data}">'
@@ -144,7 +147,9 @@ def render_page(
     """The whole page; ``images`` maps each figure's key to its PNG."""
     sections: dict[str, list[str]] = {}
     for figure in figures:
-        sections.setdefault(figure.section or "Figures", []).append(figure_block(figure, images[figure.key]))
+        sections.setdefault(figure.section or "Figures", []).append(
+            figure_block(figure, images.get(figure.key))
+        )
     body = "".join(f"<h2>{_e(name)}</h2>{''.join(blocks)}" for name, blocks in sections.items())
     contents = "".join(f'<li><a href="#{_e(f.key)}">{_e(f.title)}</a></li>' for f in figures)
     failed = sum(1 for r in records if outcome(r.result) is not None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlbench_tui.lifecycle import RunState
-from mlbench_tui.report.anchors import anchors_for
+from mlbench_tui.report.anchors import PUBLISHED, anchors_for
 from mlbench_tui.report.figure import (
     LINE_STYLES,
     REFERENCE_COLOUR,
@@ -25,6 +25,8 @@ from mlbench_tui.report.figure import (
     backend_colour,
 )
 from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.phases import BarKey, bar_key, bar_labels, phase_panel
+from mlbench_tui.report.price import cost_panel, price_index_panel
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import ConfigScore, score_configs
 
@@ -42,7 +44,12 @@ TTA_CAPTION = (
     "speedup / k. In the split, compute is forward + loss + backward + optimizer step, "
     "communication is the gradient all-reduce (agg), data loading is batch_load, other is the rest "
     "of training time (metrics and untracked time); seconds per rank, averaged over ranks and "
-    "repeats, over the whole run."
+    "repeats, over the whole run. Speedup without communication takes the all-reduce time out of "
+    "each time to accuracy: the bound with light-speed communication (MLBench's compute speedup). "
+    "Step time per phase is the mean milliseconds per training step in each of MLBench's phases "
+    "over the whole run (warm-up steps included). The price "
+    "index is the price increase over one worker divided by the speedup (MLBench's figure): 1 when "
+    "k workers buy k times the speed."
 )
 
 
@@ -52,7 +59,7 @@ def outcome(result: RunResult) -> str | None:
         return None
     if result.state in (RunState.FAILED, RunState.CANCELLED, RunState.UNKNOWN):
         why = result.message or result.stop_reason
-        return f"{result.state.value}" + (f": {why}" if why else "")
+        return f"{result.state.value}" + (f": {why}" if why and why != result.state.value else "")
     if result.state is not RunState.SUCCEEDED:
         return f"still {result.state.value}"
     goal = result.goal
@@ -63,42 +70,88 @@ def outcome(result: RunResult) -> str | None:
     return f"never reached the goal (best {best}, goal {op} {goal.target:g})"
 
 
-def _series_key(score: ConfigScore | RunResult) -> tuple[str, str]:
-    return score.backend, score.framework
+def outcome_line(result: RunResult) -> str | None:
+    """``outcome`` on one line, for a figure's notes (the runs table folds the whole text away)."""
+    why = outcome(result)
+    return None if why is None else why.splitlines()[0]
+
+
+def _series_key(score: ConfigScore | RunResult) -> tuple[str, str, str]:
+    """A line of the scaling figure: one backend, framework and variant (precision, CUDA graphs)."""
+    return score.backend, score.framework, score.variant
 
 
 def _series_label(backend: str, framework: str, frameworks: int) -> str:
     return f"{backend} ({framework})" if frameworks > 1 else backend
 
 
+def _compute_times(records: Sequence[RunRecord], key: tuple[str, str, str]) -> dict[int, float]:
+    """Time to accuracy less communication (the time with light-speed communication), mean over
+    the runs of each worker count that reached the goal and reported their phase split."""
+    by_workers: dict[int, list[float]] = {}
+    for record in records:
+        r = record.result
+        if _series_key(r) != key or not r.reached or r.time_split is None:
+            continue
+        if r.time_to_accuracy_s:
+            by_workers.setdefault(r.workers, []).append(r.time_to_accuracy_s - r.time_split.communication)
+    return {w: sum(v) / len(v) for w, v in by_workers.items() if v}
+
+
 def _lines(
     records: Sequence[RunRecord], colours: dict[str, str]
 ) -> tuple[list[Series], list[Series], list[Series]]:
-    """Time to accuracy, speedup and efficiency lines: one per (backend, framework)."""
+    """Time to accuracy, speedup (with and without communication) and efficiency lines: one per
+    (backend, framework, variant); speedup and efficiency only where two worker counts of one
+    variant can be compared."""
     results = [r.result for r in records]
     scores = score_configs(results)
     frameworks = sorted({r.framework for r in results})
     tta, speedup, efficiency = [], [], []
-    for backend, framework in sorted({_series_key(r) for r in results}):
+    variants = sorted({r.variant for r in results})
+    for key in sorted({_series_key(r) for r in results}):
+        backend, framework, variant = key
         colour = backend_colour(backend, colours)
-        style = LINE_STYLES[frameworks.index(framework) % len(LINE_STYLES)]
-        label = _series_label(backend, framework, len(frameworks))
-        mine = [
-            s for s in scores if _series_key(s) == (backend, framework) and s.time_to_accuracy_s is not None
-        ]
+        style = LINE_STYLES[(frameworks.index(framework) + variants.index(variant)) % len(LINE_STYLES)]
+        label = _series_label(backend, framework, len(frameworks)) + (
+            f" {variant}" if len(variants) > 1 else ""
+        )
+        mine = [s for s in scores if _series_key(s) == key and s.time_to_accuracy_s is not None]
         if mine:
             workers = tuple(float(s.workers) for s in mine)
             times = tuple(s.time_to_accuracy_s or 0.0 for s in mine)
             low, high = tuple(s.min_s or 0.0 for s in mine), tuple(s.max_s or 0.0 for s in mine)
             tta.append(Series(label, workers, times, colour, style, low=low, high=high))
         scaled = [s for s in mine if s.speedup is not None and s.efficiency is not None]
-        if scaled:
+        if len(scaled) >= 2:
             workers = tuple(float(s.workers) for s in scaled)
             speedup.append(Series(label, workers, tuple(s.speedup or 0.0 for s in scaled), colour, style))
             efficiency.append(
                 Series(label, workers, tuple(s.efficiency or 0.0 for s in scaled), colour, style)
             )
+            compute = _compute_times(records, key)
+            shown = sorted(w for w in compute if w in {s.workers for s in scaled} and compute[w] > 0)
+            if 1 in compute and len(shown) >= 2:
+                speedup.append(
+                    Series(
+                        f"{label} without communication",
+                        tuple(float(w) for w in shown),
+                        tuple(compute[1] / compute[w] for w in shown),
+                        colour,
+                        ":",
+                        marker="s",
+                    )
+                )
     return tta, speedup, efficiency
+
+
+def _no_speedup(results: Sequence[RunResult]) -> str:
+    """Why a spec's runs have no speedup to draw, in words."""
+    counts = sorted({r.workers for r in results})
+    if len(counts) == 1:
+        plural = "s" if counts[0] != 1 else ""
+        return f"every run used {counts[0]} worker{plural}: no other worker count to compare with"
+    return "speedup needs a 1-worker run that reached the goal"
 
 
 def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[str, str]) -> Figure:
@@ -110,7 +163,7 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
     values = [t for s in tta_lines for t in (*s.y, *(s.high or ()))] + [m.y for m in marks]
     values += [r.y for r in refs if r.y is not None]
     log = bool(values) and min(values) > 0 and max(values) / min(values) > 20  # decades apart: log axis
-    no_base = "speedup needs a 1-worker run that reached the goal"
+    no_base = _no_speedup(results)
     tta = Panel(
         "Time to accuracy", "workers", "seconds" + (" (log)" if log else ""), series=tuple(tta_lines),
         marks=tuple(marks), refs=tuple(refs), x_integer=True, y_log=log, y_from_zero=not log,
@@ -135,7 +188,15 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
         key=f"scaling-{spec_name}",
         title=f"{spec_name}: scaling ({task}{goal_text})",
         caption=TTA_CAPTION,
-        panels=(tta, speed, efficiency, _split_panel(records)),
+        panels=(
+            tta,
+            speed,
+            efficiency,
+            _split_panel(records),
+            phase_panel(records),
+            price_index_panel(records, colours, no_base),
+            cost_panel(records, colours),
+        ),
         section="Scaling",
         notes=tuple(notes + ref_notes),
     )
@@ -146,7 +207,7 @@ def _missed(records: Sequence[RunRecord], colours: dict[str, str]) -> tuple[list
     marks, notes = [], []
     for record in records:
         result = record.result
-        why = outcome(result)
+        why = outcome_line(result)
         if why is None:
             continue
         notes.append(f"{result.name}: {why}")
@@ -182,12 +243,13 @@ def _anchor_refs(results: Sequence[RunResult]) -> tuple[list[RefLine], list[str]
                 f"{anchor.source}'s baselines reached {metric} {anchor.target:g}; these runs' goal is "
                 f"{goal.metric.removeprefix('val_global_')} {goal.target:g}: the times are not like for like."
             )
+    notes += [p.description for p in PUBLISHED if p.task == results[0].task]
     return refs, list(dict.fromkeys(notes))
 
 
 def _split_panel(records: Sequence[RunRecord]) -> Panel:
-    """Stacked seconds per rank by (backend, workers), averaged over repeats."""
-    groups: dict[tuple[str, str, int], list[tuple[float, float, float, float]]] = {}
+    """Stacked seconds per rank by (backend, framework, variant, workers), averaged over repeats."""
+    groups: dict[BarKey, list[tuple[float, float, float, float]]] = {}
     for record in records:
         split = record.result.time_split
         if split is None:
@@ -195,11 +257,11 @@ def _split_panel(records: Sequence[RunRecord]) -> Panel:
         train = _mean_last(record, "time_train")
         tracked = split.compute + split.communication + split.preprocess
         other = max(0.0, train - tracked) if train is not None else split.metrics
-        key = (record.result.backend, record.result.framework, record.result.workers)
-        groups.setdefault(key, []).append((split.compute, split.communication, split.preprocess, other))
-    keys = sorted(groups, key=lambda k: (k[0], k[1], k[2]))
-    frameworks = len({k[1] for k in keys})
-    categories = tuple(f"{_series_label(b, f, frameworks)} {w}w" for b, f, w in keys)
+        groups.setdefault(bar_key(record), []).append(
+            (split.compute, split.communication, split.preprocess, other)
+        )
+    keys = sorted(groups)
+    categories = bar_labels(keys)
     stacks = tuple(
         BarStack(label, tuple(sum(v[i] for v in groups[k]) / len(groups[k]) for k in keys), colour, hatch)
         for i, (label, colour, hatch) in enumerate(SPLIT_PARTS)

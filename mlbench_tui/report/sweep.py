@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from mlbench_tui.report.figure import LINE_STYLES, Figure, LineStyle, Panel, Series, backend_colour
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.scaling import outcome
+from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.allreduce import SizeFigures, Spread, SweepCurve, SweepRun, aggregate, run_curves
 
 SWEEP_CAPTION = (
@@ -76,8 +76,11 @@ def sweep_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list
         for title, pick, scale, unit in PANELS:
             lines = tuple(s for c in mine if (s := _line(c, pick, scale, colours, styles)) is not None)
             panels.append(
-                Panel(title, "message size (bytes, log)", unit, series=lines, x_log=True, y_log=True)
-            )
+                Panel(
+                    title, "message size (bytes, log)", unit, series=lines, x_log=True, y_log=True,
+                    note=_no_curve(mine),
+                )
+            )  # fmt: skip
         figures.append(
             Figure(
                 f"allreduce-{dtype}",
@@ -100,10 +103,17 @@ def sweep_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list
     return figures
 
 
+def _no_curve(curves: Sequence[SweepCurve]) -> str:
+    """Why a panel of ``curves`` drew nothing: one rank moves no data (no bus bandwidth)."""
+    if curves and all(c.workers == 1 for c in curves):
+        return "one rank moves no data, so a one-rank all-reduce has no bus bandwidth"
+    return "no run recorded it"
+
+
 def _sweep_outcome(record: RunRecord) -> str | None:
     if record.result.state.value == "succeeded":
         return None if record.metrics else "succeeded but recorded no all-reduce curve"
-    return outcome(record.result)
+    return outcome_line(record.result)
 
 
 def _best_figure(curves: Sequence[SweepCurve], colours: dict[str, str]) -> Figure:
@@ -140,6 +150,7 @@ def _best_figure(curves: Sequence[SweepCurve], colours: dict[str, str]) -> Figur
         series=tuple(series),
         x_integer=True,
         y_from_zero=True,
+        note=_no_curve(curves),
     )
     return Figure(
         "allreduce-best-busbw",

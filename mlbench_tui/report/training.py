@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from mlbench_tui.formatting import format_duration
+from mlbench_tui.report.anchors import published_for
 from mlbench_tui.report.figure import (
     GOAL_COLOUR,
     SPARE_COLOURS,
@@ -18,23 +20,21 @@ from mlbench_tui.report.figure import (
     Series,
     backend_colour,
 )
+from mlbench_tui.report.gpu import few_samples_note, gpu_panels
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.scaling import outcome
+from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.ranks import RANK_METRICS, STRAGGLER_FACTOR, RankFigures, against_others
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
-TELEMETRY_PREFIX = "sys/"
-TELEMETRY_PANELS = (  # (title, y label, words the metric name holds)
-    ("GPU utilisation", "percent", ("gpu", "util")),
-    ("GPU memory", "memory", ("gpu", "mem")),
-)
 RUN_CAPTION = (
     "Training time excludes validation. The goal metric is the global (all-reduced) validation "
     "value after each evaluation; the dashed line is the goal. Step time is per rank (one training "
     "step, data loading to optimizer step); a rank whose busy time per step (its step less its "
     "communication) is more than 25% above the other ranks' median held the others up and is "
-    "marked as a straggler. GPU panels appear when the run recorded telemetry."
+    "marked as a straggler. GPU panels (when the run sampled its GPUs) plot against time since "
+    "training started: utilisation, memory in use on the GPU and the peak PyTorch allocated, and "
+    "power draw."
 )
 
 
@@ -78,7 +78,7 @@ def goal_panel(record: RunRecord, colour: str) -> Panel:
             Mark(
                 result.time_to_accuracy_s,
                 reached_at,
-                f"reached in {result.time_to_accuracy_s:.1f} s",
+                f"reached in {format_duration(result.time_to_accuracy_s)}",
                 GOAL_COLOUR,
                 "*",
             )
@@ -89,7 +89,7 @@ def goal_panel(record: RunRecord, colour: str) -> Panel:
     return Panel(
         f"Validation {metric}",
         x_label,
-        metric,
+        f"{metric} (%)" if "Prec" in metric else metric,  # accuracy in percent; perplexity, BLEU bare
         series=series,
         marks=tuple(marks),
         refs=(RefLine(f"goal {op} {goal.target:g}", goal.target, GOAL_COLOUR),),
@@ -107,7 +107,10 @@ def loss_panel(record: RunRecord, colour: str) -> Panel:
         x, y = _xy(record.lowest_rank(name))
         if x:
             series.append(Series(label, x, y, colour, style, marker=None if label == "train" else "o"))
-    return Panel("Loss", "step", "loss", series=tuple(series), note="no loss recorded")
+    refs = tuple(RefLine(p.label, p.value) for p in published_for(record.result.task, "loss"))
+    return Panel(
+        "Loss", "step", "loss", series=tuple(series), refs=refs if series else (), note="no loss recorded"
+    )
 
 
 def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
@@ -160,31 +163,16 @@ def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
     ), notes
 
 
-def telemetry_panels(record: RunRecord) -> list[Panel]:
-    """GPU utilisation and memory per rank, when the run recorded ``sys/`` series."""
-    panels = []
-    names = [n for n in record.metrics if n.startswith(TELEMETRY_PREFIX)]
-    for title, unit, words in TELEMETRY_PANELS:
-        chosen = [n for n in sorted(names) if all(w in n.lower() for w in words)]
-        series = []
-        for name in chosen:
-            for i, rank in enumerate(record.ranks(name)):
-                x, y = _xy(record.points(name, rank))
-                label = f"rank {rank} {name.removeprefix(TELEMETRY_PREFIX)}"
-                series.append(Series(label, x, y, SPARE_COLOURS[i % len(SPARE_COLOURS)], marker=None))
-        if series:
-            panels.append(Panel(title, "step", unit, series=tuple(series), y_from_zero=True))
-    return panels
-
-
 def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
     result = record.result
     colour = backend_colour(result.backend, colours)
     steps, notes = step_time_panel(record)
-    why = outcome(result)
+    why = outcome_line(result)
     if why is not None:
         notes.insert(0, f"{result.name}: {why}")
-    panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *telemetry_panels(record))
+    if (few := few_samples_note(record)) is not None:
+        notes.append(few)
+    panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *gpu_panels(record))
     head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
     state = (
         ""

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mlbench_tui.formatting import render_table
-from mlbench_tui.results.scoring import olympic_mean
+from mlbench_tui.formatting import format_number, render_table, without_empty
+from mlbench_tui.results.scoring import SPREAD_LIMIT, LeftOut, olympic_mean, variation
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 PREFIX = "allreduce_"
@@ -58,15 +58,19 @@ def run_curves(metrics: Iterable[MetricPoint]) -> dict[str, list[SizePoint]]:
 
 @dataclass(frozen=True)
 class Spread:
-    """Olympic mean over repeats, with the smallest and largest value."""
+    """Olympic mean over repeats, with the smallest and largest value and the coefficient of
+    variation (None below two repeats)."""
 
     mean: float
     low: float
     high: float
+    cv: float | None = None
 
 
 def spread(values: Sequence[float]) -> Spread | None:
-    return Spread(olympic_mean(values), min(values), max(values)) if values else None
+    if not values:
+        return None
+    return Spread(olympic_mean(values), min(values), max(values), variation(values))
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class SweepCurve:
     dtype: str
     runs: int
     points: tuple[SizeFigures, ...]
+    left_out: tuple[LeftOut, ...] = ()
 
     @property
     def label(self) -> str:
@@ -106,19 +111,29 @@ class SweepCurve:
 
 @dataclass(frozen=True)
 class SweepRun:
-    """What aggregation needs of one 0a run: its configuration and its curves."""
+    """What aggregation needs of one 0a run: its configuration and its curves, its name, and
+    why it is left out of the aggregate (``scoring.left_out_reason``; None: it counts)."""
 
     framework: str
     backend: str
     workers: int
     curves: dict[str, list[SizePoint]]
+    name: str = ""
+    left_out: str | None = None
 
 
 def aggregate(runs: Iterable[SweepRun]) -> list[SweepCurve]:
-    """One curve per (framework, backend, world size, dtype), repeats aggregated size by size;
-    ordered by dtype, backend, framework, world size."""
+    """One curve per (framework, backend, world size, dtype), repeats aggregated size by size
+    over the runs that count (the others are named in the curve's ``left_out``); ordered by
+    dtype, backend, framework, world size."""
     groups: dict[tuple[str, str, int, str], list[list[SizePoint]]] = {}
+    skipped: dict[tuple[str, str, int], list[LeftOut]] = {}
     for run in runs:
+        if run.left_out is not None:
+            skipped.setdefault((run.framework, run.backend, run.workers), []).append(
+                LeftOut(run.name, run.left_out)
+            )
+            continue
         for dtype, points in run.curves.items():
             groups.setdefault((run.framework, run.backend, run.workers, dtype), []).append(points)
     curves = []
@@ -138,18 +153,27 @@ def aggregate(runs: Iterable[SweepRun]) -> list[SweepCurve]:
             )
             for size, points in sorted(by_size.items())
         )
-        curves.append(SweepCurve(framework, backend, workers, dtype, len(repeats), figures))
+        left_out = tuple(skipped.get((framework, backend, workers), ()))
+        curves.append(SweepCurve(framework, backend, workers, dtype, len(repeats), figures, left_out))
     curves.sort(key=lambda c: (c.dtype, c.backend, c.framework, c.workers))
     return curves
 
 
-def _figure(value: Spread | None, fmt: str, scale: float = 1.0) -> str:
-    return "-" if value is None else format(value.mean * scale, fmt)
+def _figure(value: Spread | None, scale: float = 1.0) -> str:
+    return "-" if value is None else format_number(value.mean * scale)
+
+
+def _cv(value: Spread | None) -> str:
+    if value is None or value.cv is None:
+        return "-"
+    return f"{100 * value.cv:.1f}%" + (" !" if value.cv > SPREAD_LIMIT else "")
 
 
 def sweep_tables(curves: Sequence[SweepCurve]) -> str:
-    """One table per dtype: a row per message size, per configuration its p50 latency (µs) and
-    bus bandwidth (GB/s), olympic means over its repeats."""
+    """One table per dtype: a row per message size, per configuration its p50 latency (us) and
+    bus bandwidth (GB/s), olympic means over its repeats, with the latency's coefficient of
+    variation when it ran more than once; what each rests on, the runs left out and why, and the
+    sizes whose repeats vary too much to compare."""
     parts = []
     for dtype in sorted({c.dtype for c in curves}):
         mine = [c for c in curves if c.dtype == dtype]
@@ -160,12 +184,29 @@ def sweep_tables(curves: Sequence[SweepCurve]) -> str:
             row = {"SIZE": str(size), "BYTES": str(size * ITEM_BYTES.get(dtype, 4))}
             for curve, points in zip(mine, at, strict=True):
                 point = points.get(size)
-                row[f"{curve.label} P50 us"] = _figure(point.latency_p50_s if point else None, ",.1f", 1e6)
-                row[f"{curve.label} GB/s"] = _figure(point.busbw_gbps if point else None, ".3g")
+                row[f"{curve.label} P50 us"] = _figure(point.latency_p50_s if point else None, 1e6)
+                if curve.runs > 1:
+                    row[f"{curve.label} CV"] = _cv(point.latency_p50_s if point else None)
+                row[f"{curve.label} GB/s"] = _figure(point.busbw_gbps if point else None)
             rows.append(row)
         runs = ", ".join(f"{c.label} x{c.runs}" for c in mine)
         title = f"all-reduce {dtype}: p50 latency and bus bandwidth per message size (olympic mean of {runs})"
-        parts.append(title + "\n" + render_table(rows))
+        notes = [
+            f"left out of {c.label}: " + ", ".join(f"{lo.name} ({lo.reason})" for lo in c.left_out)
+            for c in mine
+            if c.left_out
+        ]
+        wide = [
+            f"{c.label} at {n} of {len(c.points)} sizes"
+            for c in mine
+            if (n := sum(1 for p in c.points if p.latency_p50_s and (p.latency_p50_s.cv or 0) > SPREAD_LIMIT))
+        ]
+        if wide:
+            notes.append(
+                f"! latency spread too wide to compare (CV above {100 * SPREAD_LIMIT:.0f}%): "
+                + ", ".join(wide)
+            )
+        parts.append("\n".join([title, render_table(without_empty(rows, ("SIZE", "BYTES"))), *notes]))
     return "\n\n".join(parts)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from mlbench_worker import sysmetrics as sm
 
+from mlbench_tui.formatting import format_duration
 from mlbench_tui.results.model import RunResult, Suspect
 from mlbench_tui.results.reference import ReferenceRow, machine_class, table
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -86,7 +87,10 @@ def _phases(result: RunResult, metrics: list[MetricPoint]) -> list[Suspect]:
     return [
         Suspect(
             figure="time split",
-            reason=f"the phases add up to {phases:.3g} s, more than the {wall:.3g} s of training they split",
+            reason=(
+                f"the phases add up to {format_duration(phases)}, more than the {format_duration(wall)} "
+                "of training they split"
+            ),
         )
     ]
 
@@ -146,7 +150,7 @@ def _energy(result: RunResult, metrics: list[MetricPoint]) -> list[Suspect]:
                     figure=f"GPU energy (rank {rank.rank})",
                     reason=(
                         f"{rank.energy_j:,.0f} J is less than its lowest power reading ({power:.0f} W) "
-                        f"over the {span:.3g} s its readings span"
+                        f"over the {format_duration(span)} its readings span"
                     ),
                 )
             )

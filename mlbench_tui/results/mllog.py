@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mlbench_worker.startup import STARTUP_EVENT
+from mlbench_worker import wire
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.results import events as ev
 from mlbench_tui.results.model import Suspect
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
@@ -113,14 +114,14 @@ def fixed_hyperparameters(task: TaskInfo) -> dict[str, Any]:
     return {key: task.defaults[key] for key in keys}
 
 
-def submission_platform(plan: RunPlan, environment: Mapping[str, Any]) -> str:
+def submission_platform(plan: RunPlan, environment: wire.Environment) -> str:
     """The hardware, from rank 0's ``environment`` event: ``<count>x <GPU model>`` on GPUs, else the
     CPU model with the ranks and threads; the plan's GPU type when the event is missing."""
     gpus = plan.workers * max(1, plan.resources.gpus)
-    gpu = environment.get("gpu_model") or (plan.resources.gpu_type if plan.resources.gpus else None)
+    gpu = environment.gpu_model or (plan.resources.gpu_type if plan.resources.gpus else None)
     if gpu:
         return f"{gpus}x {gpu}"
-    cpu = environment.get("cpu_model") or "CPU (model not reported)"
+    cpu = environment.cpu_model or "CPU (model not reported)"
     threads = plan.resources.threads_per_rank
     return f"{cpu}, {plan.workers} rank{'s' * (plan.workers != 1)} x {threads} thread{'s' * (threads != 1)}"
 
@@ -140,26 +141,26 @@ def entries(
     closed division."""
     main = sorted((e for e in events if e.rank == 0), key=lambda e: _t(e.t))
     times = [e.t for e in events if e.t is not None] + [p.t for p in metrics if p.t is not None]
-    startup = _first(main, STARTUP_EVENT)
-    process_start = startup.payload.get("process_start_t") if startup is not None else None
+    startup = ev.first(main, wire.Startup)
+    process_start = startup.payload.process_start_t if startup is not None else None
     if isinstance(process_start, int | float):
         times.append(float(process_start))
     origin = min(times) if times else 0.0
-    run_start = _first(main, "run_start")
+    run_start = ev.first(main, wire.RunStart)
+    environment = ev.first(main, wire.Environment)
     # MLPerf's initialisation: from rank 0's process start (``startup``) to its run_start
     init_t = (
         float(process_start)
         if isinstance(process_start, int | float)
-        else _time(_first(main, "init_start") or _first(main, "environment") or run_start, origin)
+        else _time(ev.first(main, wire.InitStart) or environment or run_start, origin)
     )
-    facts = run_start.payload if run_start is not None else {}
-    environment = _first(main, "environment")
+    facts = run_start.payload if run_start is not None else wire.RunStart()
     task = TASKS[plan.task]
     out = [
         Entry("submission_org", org or plan.labels.get("org") or UNSPECIFIED_ORG, init_t),
         Entry(
             "submission_platform",
-            submission_platform(plan, environment.payload if environment else {}),
+            submission_platform(plan, environment.payload if environment else wire.Environment()),
             init_t,
         ),
         Entry("submission_division", division(plan, suspects), init_t),
@@ -176,7 +177,7 @@ def entries(
             Entry("init_stop", None, _time(run_start, init_t), "INTERVAL_END"),
             Entry("run_start", None, _time(run_start, init_t), "INTERVAL_START"),
         ]
-    stop = _first(main, "run_stop") or next((e for e in events if e.kind == "run_stop"), None)
+    stop = ev.first(main, wire.RunStop) or ev.first(events, wire.RunStop)
     stop_t = _time(stop, max(times, default=init_t))
     start_t = _time(run_start, init_t)
     if task.goal is None:
@@ -184,7 +185,7 @@ def entries(
     else:
         out += _epochs(task, metrics, main, start=start_t, stop=stop_t)
     if stop is not None:
-        status, reason = str(stop.payload.get("status") or "aborted"), stop.payload.get("reason")
+        status, reason = stop.payload.status, stop.payload.reason
     else:  # the ranks never said: the run's recorded state does
         status = "success" if state == "succeeded" else "aborted"
         reason = message or f"the run ended {state} without a run_stop event"
@@ -193,7 +194,7 @@ def entries(
 
 
 def _config(
-    plan: RunPlan, task: TaskInfo, facts: Mapping[str, Any], metrics: Sequence[MetricPoint]
+    plan: RunPlan, task: TaskInfo, facts: wire.RunStart, metrics: Sequence[MetricPoint]
 ) -> Iterable[tuple[str, Any, Mapping[str, Any]]]:
     """The run's configuration, logged during init: seed, data, hyperparameters, batch sizes,
     sample counts, precisions, parallelism, the goal."""
@@ -216,8 +217,8 @@ def _config(
     if task.goal is not None:
         optimizer = hp.get("optimizer", "centralized_adam" if task.id in _ADAM_TASKS else "centralized_sgd")
         yield "opt_name", "adam" if optimizer == "centralized_adam" else "sgd", {}
-    yield "train_samples", facts.get("train_samples"), {}
-    yield "eval_samples", facts.get("eval_samples"), {}
+    yield "train_samples", facts.train_samples, {}
+    yield "eval_samples", facts.eval_samples, {}
     compute = _PRECISIONS[plan.resources.precision]
     yield "lowest_numerical_precision_in_linear", compute, {}
     yield "lowest_numerical_precision_in_attn", compute, {"attention": plan.task in _ATTENTION_TASKS}
@@ -258,11 +259,11 @@ def _batch_entries(
     yield "gradient_accumulation_steps", accumulation, {}
 
 
-def _comm_precision(plan: RunPlan, facts: Mapping[str, Any], metrics: Sequence[MetricPoint]) -> str:
+def _comm_precision(plan: RunPlan, facts: wire.RunStart, metrics: Sequence[MetricPoint]) -> str:
     """The lowest precision that crossed the network: what the worker reported, the 16-bit dtypes a
     0a sweep measured, or (from a worker that did not say) the compute precision."""
-    reported = facts.get("comm_precision")
-    if isinstance(reported, str) and reported in _PRECISIONS:
+    reported = facts.comm_precision
+    if reported in _PRECISIONS:
         return _PRECISIONS[reported]
     if plan.task == "0a":
         measured = {p.name.split("_")[1] for p in metrics if p.name.startswith("allreduce_")}
@@ -278,9 +279,9 @@ def _epochs(
     assert task.goal is not None
     metric = task.goal.metric
     evals = {_epoch(p.epoch): p for p in metrics if p.name == metric and p.rank == 0 and p.epoch is not None}
-    starts = {_epoch(e.payload.get("epoch")): e for e in main if e.kind == "epoch_start"}
-    eval_starts = {_epoch(e.payload.get("epoch")): e for e in main if e.kind == "eval_start"}
-    ends = {_epoch(e.payload.get("epoch")): e for e in main if e.kind == "epoch_end"}
+    starts = {e.payload.epoch: e for e in ev.of(main, wire.EpochStart) if e.payload.epoch is not None}
+    eval_starts = {e.payload.epoch: e for e in ev.of(main, wire.EvalStart) if e.payload.epoch is not None}
+    ends = {e.payload.epoch: e for e in ev.of(main, wire.EpochEnd) if e.payload.epoch is not None}
     out: list[Entry] = []
     previous_end, previous_val = start, 0.0
     for epoch in sorted(set(starts) | set(ends) | set(evals)):
@@ -292,8 +293,7 @@ def _epochs(
             out.append(Entry("epoch_stop", None, stop, "INTERVAL_END", meta))
             break
         end_t = _time(end, _t(point.t if point else None, epoch_t))
-        reported = end.payload.get("val_time_s") if end is not None else None  # NaN arrives as null
-        val_total = float(reported) if isinstance(reported, int | float) else None
+        val_total = end.payload.val_time_s if end is not None else None  # NaN arrives as null
         # A worker without eval_start events: the validation took this epoch's share of val_time_s.
         fallback = end_t - (val_total - previous_val) if val_total is not None else end_t
         eval_t = _time(eval_starts.get(epoch), max(epoch_t, fallback))
@@ -380,11 +380,7 @@ def mllog_lines(
     return render(entries(plan, metrics, events, state=state, org=org, message=message, suspects=suspects))
 
 
-def _first(events: Sequence[EventRecord], kind: str) -> EventRecord | None:
-    return next((e for e in events if e.kind == kind), None)
-
-
-def _time(event: EventRecord | None, default: float) -> float:
+def _time(event: ev.Event[Any] | None, default: float) -> float:
     return _t(event.t if event is not None else None, default)
 
 

@@ -9,9 +9,10 @@ ignored. To add a figure: one field here (with its default and description) and 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, ImplementationPlan
@@ -36,7 +37,8 @@ def _stored_implementation(value: Any) -> Any:
     run from before host allocator tuning existed ran with the system's."""
     if not isinstance(value, dict):
         return value
-    known = {key: option for key, option in value.items() if key in ImplementationPlan.model_fields}
+    names = {f.name for f in dataclasses.fields(ImplementationPlan)}
+    known = {key: option for key, option in value.items() if key in names}
     return {"host_allocator": "system", **known}
 
 
@@ -159,6 +161,7 @@ class RunResult(_Loose):
         validate_default=True,
         description="How the worker executed steps (CUDA graphs, host allocator).",
     )
+    precision: str = Field(default="fp32", description="The numeric precision the run trained in.")
     state: RunState = RunState.UNKNOWN
     message: str | None = Field(default=None, description="Why the run ended as it did, when it failed.")
     stop_reason: str | None = Field(default=None, description="The worker's reason for stopping.")
@@ -170,7 +173,6 @@ class RunResult(_Loose):
     graph_capture_s: float | None = Field(
         default=None, description="Time capturing CUDA graphs, apart from the time to accuracy."
     )
-    precision: str | None = Field(default=None, description="The precision the ranks trained in.")
     batch_size: int | None = Field(default=None, description="Samples per rank per step (the task's).")
     step_time_s: float | None = Field(
         default=None, description="Median training step time over every rank's report windows."
@@ -189,6 +191,7 @@ class RunResult(_Loose):
     allreduce: dict[str, AllreduceFigures] | None = None
     cost_to_target: float | None = None
     price_per_hour: float | None = None
+    currency: str | None = Field(default=None, description="ISO 4217 code of the prices; None: USD.")
     telemetry: TelemetryFigures | None = Field(
         default=None, description="Peak memory, GPU utilisation and energy; None without telemetry."
     )
@@ -200,6 +203,29 @@ class RunResult(_Loose):
     failures: list[dict[str, Any]] = Field(default_factory=list, description="rank_failed events.")
     fingerprint: dict[str, Any] = Field(default_factory=dict, description="Versions, CPU/GPU, image.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_precision(cls, value: Any) -> Any:
+        """Results stored before ``precision`` existed name it in their environment fingerprint."""
+        if isinstance(value, dict) and "precision" not in value:
+            stored = (value.get("fingerprint") or {}).get("precision")
+            if isinstance(stored, str):
+                return {**value, "precision": stored}
+        return value
+
     @property
     def succeeded(self) -> bool:
         return self.state is RunState.SUCCEEDED
+
+    @property
+    def variant(self) -> str:
+        """How the run executed, a comparison axis like the backend: ``fp32``, ``bf16 graphs``."""
+        return f"{self.precision} graphs" if self.implementation.cuda_graphs else self.precision
+
+    @property
+    def reason(self) -> str | None:
+        """The first line of why the run did not succeed (its message, else its stop reason)."""
+        if self.succeeded:
+            return None
+        text = (self.message or self.stop_reason or "").strip()
+        return text.splitlines()[0].strip() if text else None

@@ -15,7 +15,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 
+from mlbench_tui.results import events as ev
 from mlbench_tui.results.mllog import Entry, render
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 
@@ -42,8 +44,7 @@ def power_logs(metrics: Iterable[MetricPoint], events: Sequence[EventRecord]) ->
     """Archive path -> ``:::MLLOG`` lines, one log per rank that reported GPU power during the
     timed run; none without ``run_start`` and ``run_stop`` or without power samples. Raises
     ``MllogUnavailable`` without mlperf-logging."""
-    starts = [e.t for e in events if e.kind == "run_start" and e.t is not None]
-    stops = [e.t for e in events if e.kind == "run_stop" and e.t is not None]
+    starts, stops = ev.times(events, wire.RunStart), ev.times(events, wire.RunStop)
     if not starts or not stops:
         return {}
     start, stop = min(starts), max(stops)

@@ -21,18 +21,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from mlbench_worker import wire
+
 from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS
 
-STEP_TIME = "step_time"
+STEP_TIME = wire.STEP_TIME
 RANK_METRICS = (STEP_TIME, *TRACKER_TOTALS)
 """The metrics a rank's figures are read from (their latest value per rank)."""
 
 STRAGGLER_FACTOR = 1.25  # a straggler's busy time exceeds the other ranks' median by 25%
 TOTAL_FIELDS = {
-    "time_compute": "compute",
-    "time_communication": "comm",
-    "time_preprocess": "data",
-    "time_metrics": "other",
+    wire.TIME_COMPUTE: "compute",
+    wire.TIME_COMMUNICATION: "comm",
+    wire.TIME_PREPROCESS: "data",
+    wire.TIME_METRICS: "other",
 }
 
 

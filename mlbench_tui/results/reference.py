@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import cache
 from importlib import resources
 
+from mlbench_tui.formatting import format_latency, format_number, format_step
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.spec.gpus import GPU_MODELS
 
@@ -78,19 +79,23 @@ class Comparison:
         and the tolerance when outside it."""
         row = self.row
         what = {STEP_TIME: "step", LATENCY: "latency", BUSBW: "peak busbw"}[self.figure]
-        unit = {STEP_TIME: "ms", LATENCY: "us", BUSBW: "GB/s"}[self.figure]
         how = f"{row.precision} {row.implementation}, {row.source} {row.measured}"
         text = (
-            f"{what} {_figure(self.value)} {unit}, {self.ratio:.2f}x the {row.machine} reference "
-            f"({_figure(row.value)} {unit}; {how})"
+            f"{what} {_shown(self.figure, self.value)}, {self.ratio:.2f}x the {row.machine} reference "
+            f"({_shown(self.figure, row.value)}; {how})"
         )
         if not self.within:
             text += f" ! outside +-{row.tolerance:.0%}"
         return text
 
 
-def _figure(value: float) -> str:
-    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+def _shown(figure: str, value: float) -> str:
+    """A figure as people read it: step times and latencies in their unit, bandwidth in GB/s."""
+    if figure == STEP_TIME:
+        return format_step(value / 1000)
+    if figure == LATENCY:
+        return format_latency(value / 1e6)
+    return f"{format_number(value)} GB/s"
 
 
 @cache

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
 
 
@@ -32,25 +33,72 @@ def cost_to_target(time_s: float | None, price_per_hour: float | None, machines:
     return time_s / 3600.0 * price_per_hour * machines
 
 
+SPREAD_LIMIT = 0.05
+"""A configuration whose repeats vary by more than this coefficient of variation is too noisy to compare."""
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A run an aggregate does not rest on, and why (``cancelled``, ``failed: ...``, ``goal not reached``)."""
+
+    name: str
+    reason: str
+
+
+def left_out_reason(result: RunResult) -> str | None:
+    """Why ``result`` does not count in an aggregate (only succeeded runs that reached their goal,
+    if they had one, do); None when it counts."""
+    if not result.succeeded:
+        reason = result.reason if result.state is RunState.FAILED else None
+        return f"{result.state}: {reason}" if reason else str(result.state)
+    if result.goal is not None and not result.reached:
+        return "goal not reached"
+    return None
+
+
+def variation(values: Sequence[float]) -> float | None:
+    """Coefficient of variation (sample standard deviation over the mean); None below 2 values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean else None
+
+
 @dataclass(frozen=True)
 class ConfigScore:
-    """The score of one configuration (spec, backend, workers) over its repeats."""
+    """The score of one configuration (spec, framework, backend, workers, variant) over its
+    repeats: only succeeded runs that reached the goal count; the others are named in ``left_out``."""
 
     spec_name: str
     framework: str
     backend: str
     workers: int
     runs: int
-    reached: int
-    time_to_accuracy_s: float | None  # olympic mean over the repeats that reached the goal
+    reached: int  # the runs the score rests on
+    time_to_accuracy_s: float | None  # olympic mean over the repeats that count
     stdev_s: float | None
     min_s: float | None
     max_s: float | None
     speedup: float | None = None
     efficiency: float | None = None
+    variant: str = "fp32"
+    cv: float | None = None
+    counted: tuple[str, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
+    baseline_runs: int | None = None  # the 1-worker runs the speedup rests on
+
+    @property
+    def too_wide(self) -> bool:
+        """The repeats vary too much (CV above ``SPREAD_LIMIT``) for the score to be compared."""
+        return self.cv is not None and self.cv > SPREAD_LIMIT
+
+    @property
+    def label(self) -> str:
+        framework = "" if self.framework == "pytorch" else f"{self.framework} "
+        return f"{self.spec_name} {framework}{self.backend} {self.variant} {self.workers}w"
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self) | {"too_wide": self.too_wide}
 
 
 def speedup(
@@ -64,14 +112,15 @@ def speedup(
     return value, value / max(1, workers)
 
 
-def config_key(result: RunResult) -> tuple[str, str, str, int]:
-    """What makes runs repeats of one configuration: spec, framework, backend and world size."""
-    return result.spec_name, result.framework, result.backend, result.workers
+def config_key(result: RunResult) -> tuple[str, str, str, int, str]:
+    """What makes runs repeats of one configuration: spec, framework, backend, world size and
+    variant (precision, CUDA graphs): efficiency compares worker counts, never implementations."""
+    return result.spec_name, result.framework, result.backend, result.workers, result.variant
 
 
 def reached_time(result: RunResult) -> float | None:
-    """The run's time to accuracy when it reached its goal, else None."""
-    return result.time_to_accuracy_s if result.reached else None
+    """The run's time to accuracy when it succeeded and reached its goal, else None."""
+    return result.time_to_accuracy_s if result.reached and result.succeeded else None
 
 
 def is_sweep(result: RunResult) -> bool:
@@ -81,16 +130,18 @@ def is_sweep(result: RunResult) -> bool:
 
 
 def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
-    """Group results by (spec, framework, backend, workers), score each group over its repeats,
-    and add speedup and efficiency where the same spec, framework and backend has a 1-worker score.
-    All-reduce sweeps (``is_sweep``) are left out: they have no goal to score."""
-    groups: dict[tuple[str, str, str, int], list[RunResult]] = {}
+    """Group results by configuration (``config_key``), score each group over the repeats that
+    count, and add speedup and efficiency where the same spec, framework, backend and variant
+    has a 1-worker score and another worker count to compare it with. All-reduce sweeps
+    (``is_sweep``) are left out: they have no goal to score."""
+    groups: dict[tuple[str, str, str, int, str], list[RunResult]] = {}
     for result in results:
         if not is_sweep(result):
             groups.setdefault(config_key(result), []).append(result)
     scores: list[ConfigScore] = []
-    for (spec_name, framework, backend, workers), members in sorted(groups.items()):
-        times = [t for t in map(reached_time, members) if t is not None]
+    for (spec_name, framework, backend, workers, variant), members in sorted(groups.items()):
+        counted = [m for m in members if reached_time(m) is not None]
+        times = [m.time_to_accuracy_s for m in counted if m.time_to_accuracy_s is not None]
         scores.append(
             ConfigScore(
                 spec_name=spec_name,
@@ -103,17 +154,26 @@ def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
                 stdev_s=statistics.stdev(times) if len(times) >= 2 else None,
                 min_s=min(times) if times else None,
                 max_s=max(times) if times else None,
+                variant=variant,
+                cv=variation(times),
+                counted=tuple(m.name for m in counted),
+                left_out=tuple(
+                    LeftOut(m.name, why) for m in members if (why := left_out_reason(m)) is not None
+                ),
             )
         )
-    baseline = {(s.spec_name, s.framework, s.backend): s.time_to_accuracy_s for s in scores if s.workers == 1}
+    family = lambda s: (s.spec_name, s.framework, s.backend, s.variant)  # noqa: E731
+    baseline = {family(s): s for s in scores if s.workers == 1 and s.time_to_accuracy_s is not None}
+    counts: dict[tuple[str, str, str, str], set[int]] = {}
+    for score in scores:
+        if score.time_to_accuracy_s is not None:
+            counts.setdefault(family(score), set()).add(score.workers)
     scored = []
     for score in scores:
-        gain, efficiency = speedup(
-            baseline.get((score.spec_name, score.framework, score.backend)),
-            score.time_to_accuracy_s,
-            score.workers,
-        )
-        if gain is not None:
-            score = ConfigScore(**{**score.__dict__, "speedup": gain, "efficiency": efficiency})
+        base = baseline.get(family(score))
+        if base is not None and len(counts.get(family(score), ())) > 1:
+            gain, efficiency = speedup(base.time_to_accuracy_s, score.time_to_accuracy_s, score.workers)
+            if gain is not None:
+                score = replace(score, speedup=gain, efficiency=efficiency, baseline_runs=base.reached)
         scored.append(score)
     return scored

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mlbench_worker.startup import PHASES, STARTUP_EVENT
+from mlbench_worker import wire
+from mlbench_worker.startup import PHASES
 
+from mlbench_tui.results import events as ev
 from mlbench_tui.results.model import StartupFigures
 from mlbench_tui.results.time_to_accuracy import EventRecord
 
@@ -21,15 +23,11 @@ def startup_figures(
     launcher's part from ``launched_at`` (the run's creation) to its first rank's process."""
     reports: dict[int, dict[str, float]] = {}
     starts: list[float] = []
-    for event in events:
-        if event.kind != STARTUP_EVENT:
-            continue
-        phases = event.payload.get("phases")
-        if isinstance(phases, dict):
-            reports[event.rank] = {k: float(v) for k, v in phases.items() if isinstance(v, int | float)}
-        start = event.payload.get("process_start_t")
-        if isinstance(start, int | float):
-            starts.append(float(start))
+    for event in ev.of(events, wire.Startup):
+        if event.payload.phases:
+            reports[event.rank] = dict(event.payload.phases)
+        if event.payload.process_start_t is not None:
+            starts.append(event.payload.process_start_t)
     if not reports:
         return None
     slowest = max(sorted(reports), key=lambda rank: sum(reports[rank].values()))

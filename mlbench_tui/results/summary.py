@@ -17,8 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from mlbench_worker import wire
+
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
+from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import STEP_TIME
@@ -78,10 +81,9 @@ def fingerprint(events: Iterable[EventRecord], host: Mapping[str, Any] | None = 
     """The environment fingerprint of a run: the host's, overlaid with rank 0's ``environment``
     event (its values are authoritative: they were measured where the ranks ran)."""
     result: dict[str, Any] = dict(host or {})
-    reported = [e for e in events if e.kind == "environment"]
-    reported.sort(key=lambda e: e.rank)
-    if reported:
-        result.update({k: v for k, v in reported[0].payload.items() if v is not None})
+    reported = ev.environment(events)
+    if reported is not None:
+        result.update({k: v for k, v in reported.facts.items() if v is not None})
     return result
 
 
@@ -89,29 +91,19 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
     totals and train/validation times, the all-reduce figures, the telemetry series its memory,
     utilisation and energy come from (not the per-step training series)."""
-    wanted = {"time_train", "time_validation", STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
+    wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 
 
-def _stopped_normally(payload: Mapping[str, Any]) -> bool:
-    """Whether a rank's ``run_stop`` says it ended through the task (exit status 0: goal reached,
-    sweep done, max_time or max_epochs); a worker without ``exit_code`` counts only a success."""
-    if "exit_code" in payload:
-        return payload["exit_code"] == 0
-    return payload.get("status") == "success"
-
-
 def _ranks_outcome(
-    message: str | None, stops: Mapping[int, EventRecord], workers: int
+    message: str | None, stops: Mapping[int, ev.Event[wire.RunStop]], workers: int
 ) -> tuple[RunState, str | None]:
     """A run whose launcher's exit status is unknown ends as its ranks said: a success when
     every rank stopped normally, failed otherwise (naming the ranks that did not say so)."""
-    failed = next((e for _, e in sorted(stops.items()) if not _stopped_normally(e.payload)), None)
+    failed = next((e for _, e in sorted(stops.items()) if not e.payload.stopped_normally), None)
     if failed is not None:
-        return RunState.FAILED, str(
-            failed.payload.get("reason") or f"rank {failed.rank} did not stop normally"
-        )
+        return RunState.FAILED, failed.payload.reason or f"rank {failed.rank} did not stop normally"
     silent = [rank for rank in range(workers) if rank not in stops]
     if not silent:
         return RunState.SUCCEEDED, None
@@ -129,27 +121,18 @@ def settle_state(
     was done); ``UNKNOWN`` (the launcher's exit status was lost) is decided by the ranks'
     ``run_stop`` events alone; a worker that stopped with status ``failed`` fails the run even
     when every process exited 0; a failed run names the first rank that failed and why."""
-    stops: dict[int, EventRecord] = {}
-    for event in events:
-        if event.kind == "run_stop":
-            stops[event.rank] = event  # a rank's last word
+    stops = ev.last_stops(events)
     ranks_state, ranks_message = _ranks_outcome(message, stops, workers)
     if state is RunState.UNKNOWN or ranks_state is RunState.SUCCEEDED:
         state, message = ranks_state, ranks_message
-    failed_stop = next((e for _, e in sorted(stops.items()) if e.payload.get("status") == "failed"), None)
+    failed_stop = next((e for _, e in sorted(stops.items()) if e.payload.status == "failed"), None)
     if state is RunState.SUCCEEDED and failed_stop is not None:
-        state, message = RunState.FAILED, str(failed_stop.payload.get("reason"))
+        state, message = RunState.FAILED, str(failed_stop.payload.reason)
     if state is RunState.FAILED:
-        failure = next((e for e in events if e.kind == "rank_failed"), None)
+        failure = ev.first(events, wire.RankFailed)
         if failure is not None:
-            message = f"rank {failure.payload.get('rank')} failed: {failure.payload.get('exception')}"
+            message = f"rank {failure.payload.rank} failed: {failure.payload.exception}"
     return state, message
-
-
-def _main_stop(events: Sequence[EventRecord]) -> EventRecord | None:
-    """The run's ``run_stop``: rank 0's last (every rank sends one), else the last of any rank."""
-    stops = [e for e in events if e.kind == "run_stop"]
-    return next((e for e in reversed(stops) if e.rank == 0), stops[-1] if stops else None)
 
 
 def summarize_run(
@@ -167,7 +150,8 @@ def summarize_run(
     metrics = list(metrics)
     events = list(events)
     outcome = goal_outcome(plan.goal, metrics, events)
-    stop = _main_stop(events)
+    found = ev.main_stop(events)
+    stop = found.payload if found is not None else None
     result = RunResult(
         name=plan.name,
         spec_name=plan.spec_name,
@@ -179,19 +163,20 @@ def summarize_run(
         workers=plan.workers,
         repeat=plan.repeat,
         implementation=plan.implementation,
+        precision=plan.resources.precision,
         state=state,
         message=message,
-        stop_reason=stop.payload.get("reason") if stop else None,
-        graph_capture_s=stop.payload.get("graph_capture_s") if stop else None,
+        stop_reason=stop.reason if stop else None,
+        graph_capture_s=stop.graph_capture_s if stop else None,
         wall_time_s=wall_time(events),
         goal=plan.goal,
         time_split=time_split(metrics),
         allreduce=allreduce_summary(metrics, events, plan.workers),
         price_per_hour=plan.price_per_hour,
+        currency=plan.currency,
         telemetry=run_figures(metrics, events, plan.price_per_kwh),
-        failures=[dict(e.payload) for e in events if e.kind == "rank_failed"],
+        failures=[e.payload.to_payload() for e in ev.of(events, wire.RankFailed)],
         fingerprint=fingerprint(events, host),
-        precision=plan.resources.precision,
         batch_size=_batch_size(plan),
         step_time_s=median_step_time(metrics),
         startup=startup_figures(events, launched_at=launched_at, target=plan.target.kind),

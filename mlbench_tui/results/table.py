@@ -1,12 +1,26 @@
-"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run, then the
-scores of configurations with a goal that ran more than once (olympic mean over their repeats).
+"""The results table ``mlbench apply`` and ``mlbench results`` print: one row per run (a failed
+run with its reason's first line), then the scores of configurations with a goal that ran more
+than once: the olympic mean over the runs that count, its spread, and the runs left out and why.
 Task 0a's repeats are aggregated per message size instead (``allreduce.sweep_tables``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mlbench_tui.formatting import format_figure, render_table
+from mlbench_tui.formatting import (
+    DEFAULT_CURRENCY,
+    format_duration,
+    format_energy,
+    format_figure,
+    format_latency,
+    format_mebibytes,
+    format_money,
+    format_number,
+    render_table,
+    significant,
+    without_empty,
+)
+from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.bounds import nvls_note
 from mlbench_tui.results.model import (
     AllreduceFigures,
@@ -16,7 +30,34 @@ from mlbench_tui.results.model import (
     TelemetryFigures,
 )
 from mlbench_tui.results.reference import compare
-from mlbench_tui.results.scoring import config_key, score_configs
+from mlbench_tui.results.scoring import (
+    SPREAD_LIMIT,
+    ConfigScore,
+    config_key,
+    is_sweep,
+    reached_time,
+    score_configs,
+)
+
+REASON_WIDTH = 100
+"""A failed run's reason in a table row is its first line, cut to this many characters."""
+
+
+def value_text(value: float | None) -> str:
+    """A metric value as people quote it: four significant figures, trailing zeros dropped
+    (``94.92``, ``71``, ``129.3``), never scientific notation."""
+    if value is None:
+        return "-"
+    text = f"{value:.4g}"
+    return significant(value, 4) if "e" in text else text
+
+
+def reason_text(result: RunResult, width: int = REASON_WIDTH) -> str | None:
+    """The first line of why a run did not succeed, cut at a word to ``width`` characters."""
+    reason = result.reason
+    if reason is None or len(reason) <= width:
+        return reason
+    return reason[: width - 3].rsplit(" ", 1)[0].rstrip(",;:") + "..."
 
 
 def allreduce_text(dtype: str, figures: AllreduceFigures) -> str:
@@ -26,10 +67,8 @@ def allreduce_text(dtype: str, figures: AllreduceFigures) -> str:
     if peak is None:
         if not figures.latency_only:
             return f"{dtype} -"
-        latency = figures.min_size_latency_p50_s
-        shown = "-" if latency is None else f"{latency * 1e6:.3g} us"
-        return f"{dtype} latency {shown} (1 rank: no bandwidth)"
-    text = f"{dtype} peak {peak:.3g} GB/s"
+        return f"{dtype} latency {format_latency(figures.min_size_latency_p50_s)} (1 rank: no bandwidth)"
+    text = f"{dtype} peak {format_number(peak)} GB/s"
     if figures.above_ceiling and figures.busbw_ceiling_gbps is not None:
         text += f" (! above the {figures.busbw_ceiling_gbps:,.0f} GB/s ceiling)"
     return text
@@ -57,11 +96,18 @@ def outcome_text(result: RunResult, *, sweep_tables: bool = False) -> str:
             return ", ".join(sizes_text(dtype, entry) for dtype, entry in entries) + " (tables below)"
         return ", ".join(allreduce_text(dtype, entry) for dtype, entry in entries) or "-"
     op = ">=" if goal.direction == "max" else "<="
-    best = "-" if result.best_value is None else f"{result.best_value:.4g}"
-    return f"{goal.metric.removeprefix('val_global_')} {best} (goal {op} {goal.target})"
+    metric = goal.metric.removeprefix("val_global_")
+    return f"{metric} {value_text(result.best_value)} (goal {op} {goal.target})"
 
 
-def telemetry_lines(figures: TelemetryFigures) -> list[tuple[str, str]]:
+def result_text(result: RunResult, *, sweep_tables: bool = False) -> str:
+    """``outcome_text``, followed for a run that failed by the first line of its reason."""
+    text = outcome_text(result, sweep_tables=sweep_tables)
+    reason = reason_text(result) if result.state is RunState.FAILED else None
+    return f"{text}: {reason}" if reason else text
+
+
+def telemetry_lines(figures: TelemetryFigures, currency: str = DEFAULT_CURRENCY) -> list[tuple[str, str]]:
     """``(label, text)`` lines of a run's hardware figures for ``mlbench status`` and the TUI:
     peak memory (against the pod's limit), GPU utilisation, energy and its cost."""
     worst = max(
@@ -71,43 +117,43 @@ def telemetry_lines(figures: TelemetryFigures) -> list[tuple[str, str]]:
     )
     lines: list[tuple[str, str]] = []
     if worst is not None:
-        text = f"peak {format_figure(worst.peak_rss_mib, 'MiB')} resident (rank {worst.rank}"
+        text = f"peak {format_mebibytes(worst.peak_rss_mib)} resident (rank {worst.rank}"
         text += f" of {len(figures.ranks)}"
         if worst.mem_limit_mib is not None:
-            text += f", limit {format_figure(worst.mem_limit_mib, 'MiB')}"
+            text += f", limit {format_mebibytes(worst.mem_limit_mib)}"
         lines.append(("memory", text + ")"))
     if figures.peak_gpu_mem_mib is not None:
-        lines.append(("gpu memory", f"peak {format_figure(figures.peak_gpu_mem_mib, 'MiB')} allocated"))
+        lines.append(("gpu memory", f"peak {format_mebibytes(figures.peak_gpu_mem_mib)} allocated"))
     if figures.mean_gpu_util is not None:
         lines.append(("gpu util", f"{figures.mean_gpu_util:.0f}% mean over ranks while the run was timed"))
     source = {"counter": "NVML energy counter", "power": "integrated NVML power"}.get(
         figures.energy_source or ""
     )
     if figures.energy_to_accuracy_j is not None:
-        text = f"{format_figure(figures.energy_to_accuracy_kwh, 'kWh')} to accuracy"
-        text += f" ({figures.energy_to_accuracy_j / 1000:.3g} kJ, all GPUs, {source})"
-        if figures.energy_cost is not None:
-            text += f", {format_figure(figures.energy_cost, '$')} at {figures.price_per_kwh:g}/kWh"
+        text = f"{format_energy(figures.energy_to_accuracy_j)} to accuracy (all GPUs, {source})"
+        if figures.energy_cost is not None and figures.price_per_kwh is not None:
+            price = format_money(figures.price_per_kwh, currency)
+            text += f", {format_money(figures.energy_cost, currency)} at {price}/kWh"
         lines.append(("energy", text))
     elif figures.energy_j is not None:
-        lines.append(
-            ("energy", f"{figures.energy_j / 1000:.3g} kJ run_start to run_stop (all GPUs, {source})")
-        )
+        text = f"{format_energy(figures.energy_j)} run_start to run_stop (all GPUs, {source})"
+        lines.append(("energy", text))
     return lines
 
 
 def rank_figures_text(figures: RankTelemetryFigures) -> str:
-    """One rank's hardware figures on one line: ``rss 1.8G/4.0G  gpu mem 12G  util 88%  42.1 kJ``."""
+    """One rank's hardware figures on one line:
+    ``rss 1.76 GiB/4.00 GiB  gpu mem 12.0 GiB  util 88%  42.1 kJ``."""
     parts = []
     if figures.peak_rss_mib is not None:
-        limit = f"/{format_figure(figures.mem_limit_mib, 'MiB')}" if figures.mem_limit_mib is not None else ""
-        parts.append(f"rss {format_figure(figures.peak_rss_mib, 'MiB')}{limit}")
+        limit = f"/{format_mebibytes(figures.mem_limit_mib)}" if figures.mem_limit_mib is not None else ""
+        parts.append(f"rss {format_mebibytes(figures.peak_rss_mib)}{limit}")
     if figures.peak_gpu_mem_mib is not None:
-        parts.append(f"gpu mem {format_figure(figures.peak_gpu_mem_mib, 'MiB')}")
+        parts.append(f"gpu mem {format_mebibytes(figures.peak_gpu_mem_mib)}")
     if figures.mean_gpu_util is not None:
         parts.append(f"util {figures.mean_gpu_util:.0f}%")
     if figures.energy_j is not None:
-        parts.append(f"{figures.energy_j / 1000:.3g} kJ")
+        parts.append(format_energy(figures.energy_j))
     return "  ".join(parts)
 
 
@@ -117,16 +163,12 @@ SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
 def startup_text(figures: StartupFigures) -> str:
     """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``."""
     total = figures.rank_s + (figures.launcher_s or 0.0)
-    parts = [f"{_took(total)} before training"]
+    parts = [f"{format_duration(total)} before training"]
     if figures.launcher_s is not None:
-        parts.append(f"{figures.launcher} {_took(figures.launcher_s)}")
-    phases = ", ".join(f"{name.replace('_', ' ')} {_took(s)}" for name, s in figures.phases.items())
+        parts.append(f"{figures.launcher} {format_duration(figures.launcher_s)}")
+    phases = ", ".join(f"{name.replace('_', ' ')} {format_duration(s)}" for name, s in figures.phases.items())
     who = f"rank {figures.slowest_rank}" + (f" (slowest of {figures.ranks})" if figures.ranks > 1 else "")
     return "; ".join(parts) + f"; {who}: {phases}"
-
-
-def _took(seconds: float) -> str:
-    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1000:.3g} ms"
 
 
 def checks_lines(result: RunResult) -> list[tuple[str, str]]:
@@ -166,80 +208,112 @@ def check_notes(results: Sequence[RunResult]) -> list[str]:
 
 
 def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) -> list[dict[str, str]]:
-    """One row per run, with speedup/efficiency against the 1-worker runs among ``results``
-    (else the figures stored with the run when it finished); ``sweep_tables``: see ``outcome_text``."""
-    scores = {(s.spec_name, s.framework, s.backend, s.workers): s for s in score_configs(results)}
+    """One row per run, with speedup/efficiency against the 1-worker runs of its configuration
+    among ``results`` (else, for a run of several workers, the figures stored with it when it
+    finished); ``sweep_tables``: see ``outcome_text``."""
+    scores = {config_key_of(s): s for s in score_configs(results)}
     several_frameworks = len({r.framework for r in results}) > 1
     rows = []
     for result in results:
         score = scores.get(config_key(result))
-        speedup, efficiency = result.speedup, result.efficiency
+        speedup, efficiency = (result.speedup, result.efficiency) if result.workers > 1 else (None, None)
         if score is not None and score.speedup is not None:
             speedup, efficiency = score.speedup, score.efficiency
+        if reached_time(result) is None:  # a run left out of its configuration's score
+            speedup, efficiency = None, None
         row = {"RUN": result.name or "-"}
         if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
             row["FRAMEWORK"] = result.framework
         split, hw = result.time_split, result.telemetry or TelemetryFigures()
+        currency = result.currency or DEFAULT_CURRENCY
         rows.append(
             row
             | {
                 "STATE": str(result.state),
-                "RESULT": outcome_text(result, sweep_tables=sweep_tables),
+                "IMPL": "-" if is_sweep(result) else result.variant,  # 0a sweeps its dtypes
+                "RESULT": result_text(result, sweep_tables=sweep_tables),
                 "REACHED": {True: "yes", False: "no", None: "-"}[result.reached],
-                "TIME TO ACC": format_figure(result.time_to_accuracy_s, "s"),
-                "VAL TIME": format_figure(result.validation_time_s, "s"),
-                "EPOCHS": format_figure(result.epochs_to_goal),
+                "TIME TO ACC": format_duration(result.time_to_accuracy_s),
+                "VAL TIME": format_duration(result.validation_time_s),
+                "CAPTURE": format_duration(result.graph_capture_s),
+                "EPOCHS": value_text(result.epochs_to_goal),
                 "STEPS": format_figure(result.steps_to_goal),
                 "COMM": format_figure(split.communication_fraction if split else None, "%"),
                 "SPEEDUP": format_figure(speedup, "x"),
                 "EFFICIENCY": format_figure(efficiency, "%"),
-                "COST": format_figure(result.cost_to_target, "$"),
-                "PEAK MEM": format_figure(hw.peak_rss_mib, "MiB"),
-                "GPU MEM": format_figure(hw.peak_gpu_mem_mib, "MiB"),
+                "COST": format_money(result.cost_to_target, currency),
+                "PEAK MEM": format_mebibytes(hw.peak_rss_mib),
+                "GPU MEM": format_mebibytes(hw.peak_gpu_mem_mib),
                 "GPU UTIL": format_figure(None if hw.mean_gpu_util is None else hw.mean_gpu_util / 100, "%"),
-                "ENERGY TO ACC": format_figure(hw.energy_to_accuracy_kwh, "kWh"),
-                "ENERGY COST": format_figure(hw.energy_cost, "$"),
-                "WALL": format_figure(result.wall_time_s, "s"),
+                "ENERGY TO ACC": format_energy(hw.energy_to_accuracy_j),
+                "ENERGY COST": format_money(hw.energy_cost, currency),
+                "WALL": format_duration(result.wall_time_s),
                 "VS REF": reference_text(result),
             }
         )
     return rows
 
 
-GPU_COLUMNS = ("GPU MEM", "GPU UTIL", "ENERGY TO ACC", "ENERGY COST")
-"""Figures only GPU runs have: a table of CPU runs leaves them out rather than print four empty columns."""
-OPTIONAL_COLUMNS = (*GPU_COLUMNS, "VS REF")
-"""Columns left out when empty in every row (no run has a reference row on its machine)."""
+def config_key_of(score: ConfigScore) -> tuple[str, str, str, int, str]:
+    """``config_key`` of the runs ``score`` was computed from."""
+    return score.spec_name, score.framework, score.backend, score.workers, score.variant
 
 
-def without_empty(rows: list[dict[str, str]], columns: Sequence[str]) -> list[dict[str, str]]:
-    """``rows`` without those of ``columns`` that are "-" in every row."""
-    empty = {c for c in columns if all(row.get(c, "-") == "-" for row in rows)}
-    return [{k: v for k, v in row.items() if k not in empty} for row in rows] if empty else rows
+ALWAYS_SHOWN = ("RUN", "STATE", "RESULT")
+
+
+def cv_text(cv: float | None) -> str:
+    """A coefficient of variation as a percentage, flagged ``!`` above ``SPREAD_LIMIT``."""
+    if cv is None:
+        return "-"
+    return f"{100 * cv:.1f}%" + (" !" if cv > SPREAD_LIMIT else "")
+
+
+def score_rows(scores: Sequence[ConfigScore]) -> list[dict[str, str]]:
+    """One row per configuration: the runs it rests on, its olympic mean and spread."""
+    return [
+        {
+            "CONFIG": s.label,
+            "RUNS": f"{s.reached} of {s.runs}",
+            "OLYMPIC MEAN": format_duration(s.time_to_accuracy_s),
+            "MIN": format_duration(s.min_s),
+            "MAX": format_duration(s.max_s),
+            "CV": cv_text(s.cv),
+            "SPEEDUP": format_figure(s.speedup, "x"),
+            "EFFICIENCY": format_figure(s.efficiency, "%"),
+            "VS": "-" if s.baseline_runs is None else f"1w x{s.baseline_runs}",  # what the speedup rests on
+        }
+        for s in scores
+    ]
+
+
+def score_notes(scores: Sequence[ConfigScore]) -> list[str]:
+    """What a reader needs to trust the scores: what they rest on, the runs left out and why,
+    and the configurations too noisy to compare."""
+    lines = [
+        "scores: olympic mean (fastest and slowest dropped from 3 runs up) of the succeeded runs that "
+        "reached the goal; speedup against the 1-worker score of the same spec, backend and implementation"
+    ]
+    for score in scores:
+        if score.left_out:
+            named = ", ".join(f"{lo.name} ({lo.reason})" for lo in score.left_out)
+            lines.append(f"left out of {score.label}: {named}")
+    wide = [s.label for s in scores if s.too_wide]
+    if wide:
+        lines.append(f"! spread too wide to compare (CV above {100 * SPREAD_LIMIT:.0f}%): " + ", ".join(wide))
+    return lines
 
 
 def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) -> str:
-    """The results table, plus the repeat scores when a configuration ran more than once;
-    ``sweep_tables`` says the all-reduce tables of 0a runs follow it. The GPU columns show when
-    some run has GPU figures."""
-    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), OPTIONAL_COLUMNS))
+    """The results table, plus the repeat scores when a configuration ran more than once or some
+    of its runs are left out of its score; ``sweep_tables`` says the all-reduce tables of 0a runs
+    follow it. Columns empty in every row are left out."""
+    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN))
     notes = check_notes(results)
     if notes:
         text += "\n" + "\n".join(notes)
-    repeated = [s for s in score_configs(results) if s.runs > 1]
-    if repeated:
-        score_rows = [
-            {
-                "CONFIG": f"{s.spec_name} {s.framework} {s.backend} {s.workers}w",
-                "RUNS": str(s.runs),
-                "REACHED": str(s.reached),
-                "OLYMPIC MEAN": format_figure(s.time_to_accuracy_s, "s"),
-                "STDEV": format_figure(s.stdev_s, "s"),
-                "MIN": format_figure(s.min_s, "s"),
-                "MAX": format_figure(s.max_s, "s"),
-                "SPEEDUP": format_figure(s.speedup, "x"),
-            }
-            for s in repeated
-        ]
-        text += "\n\n" + render_table(score_rows)
+    shown = [s for s in score_configs(results) if s.runs > 1 or (s.left_out and s.speedup is not None)]
+    if shown:
+        text += "\n\n" + render_table(without_empty(score_rows(shown), ("CONFIG", "RUNS", "OLYMPIC MEAN")))
+        text += "\n" + "\n".join(score_notes(shown))
     return text

@@ -16,7 +16,9 @@ from itertools import pairwise
 from typing import Literal
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 
+from mlbench_tui.results import events as ev
 from mlbench_tui.results.model import RankTelemetryFigures, TelemetryFigures
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 
@@ -95,8 +97,10 @@ def mean_in(samples: Samples, start: float | None, end: float | None) -> float |
     return sum(values) / len(values) if values else None
 
 
-def _event_time(events: Sequence[EventRecord], kind: str, *, last: bool = False) -> float | None:
-    times = [e.t for e in events if e.kind == kind and e.t is not None]
+def _event_time(
+    events: Sequence[EventRecord], kind: type[wire.Payload], *, last: bool = False
+) -> float | None:
+    times = ev.times(events, kind)
     return (max(times) if last else min(times)) if times else None
 
 
@@ -121,8 +125,8 @@ def run_figures(
     if not series:
         return None
     events = list(events)
-    start, stop = _event_time(events, "run_start"), _event_time(events, "run_stop", last=True)
-    goal = _event_time(events, "goal_reached")
+    start, stop = _event_time(events, wire.RunStart), _event_time(events, wire.RunStop, last=True)
+    goal = _event_time(events, wire.GoalReached)
     ranks = [_rank_figures(rank, series[rank], start, stop, goal) for rank in sorted(series)]
     utils = [r.mean_gpu_util for r in ranks if r.mean_gpu_util is not None]
     sources = {r.energy_source for r in ranks if r.energy_source is not None}

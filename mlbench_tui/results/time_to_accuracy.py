@@ -9,15 +9,19 @@ separately.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from mlbench_worker import wire
+
 from mlbench_tui.plan import GoalPlan
+from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.goal import meets
 from mlbench_tui.results.model import AllreduceFigures, TimeSplit
 
-TRACKER_TOTALS = ("time_compute", "time_communication", "time_preprocess", "time_metrics")
+TRACKER_TOTALS = wire.TRACKER_TOTALS
 
 
 @dataclass(frozen=True)
@@ -29,16 +33,6 @@ class MetricPoint:
     rank: int = 0
     step: int | None = None
     epoch: float | None = None
-    t: float | None = None
-
-
-@dataclass(frozen=True)
-class EventRecord:
-    """One reported event (``goal_reached``, ``epoch_end``, ``run_stop``, ...)."""
-
-    kind: str
-    payload: Mapping[str, Any] = field(default_factory=dict)
-    rank: int = 0
     t: float | None = None
 
 
@@ -104,22 +98,23 @@ def goal_outcome(
     values = [p.value for p in series if not math.isnan(p.value)]
     best = (max(values) if direction == "max" else min(values)) if values else None
     last = values[-1] if values else None
-    reached_event = next((e for e in events if e.kind == "goal_reached"), None)
-    train_series = _series(metrics, "time_train")
-    val_series = _series(metrics, "time_validation")
+    reached_event = ev.first(events, wire.GoalReached)
+    train_series = _series(metrics, wire.TIME_TRAIN)
+    val_series = _series(metrics, wire.TIME_VALIDATION)
     if reached_event is not None:  # the worker's own record of when the goal was reached
         p = reached_event.payload
-        epochs, steps = _float(p.get("epoch")), _int(p.get("step"))
-        train_s, val_s = _float(p.get("train_time_s")), _float(p.get("val_time_s"))
+        epochs = float(p.epoch) if p.epoch is not None else None
+        steps, train_s, val_s = p.step, p.train_time_s, p.val_time_s
         if best is None:
-            best = _float(p.get("value"))
+            best = p.value
     else:  # no event (an older worker, or a lost one): the first value that meets the target
         first = next((p for p in series if meets(p.value, target, direction)), None)
         if first is None:
             return GoalOutcome(metric, target, direction, False, best, last)
         epochs, steps = first.epoch, first.step
-        train_s = _epoch_time(events, epochs, "train_time_s")
-        val_s = _epoch_time(events, epochs, "val_time_s")
+        end = _epoch_end(events, epochs)
+        train_s = end.train_time_s if end is not None else None
+        val_s = end.val_time_s if end is not None else None
     return GoalOutcome(
         metric=metric,
         target=target,
@@ -134,29 +129,11 @@ def goal_outcome(
     )
 
 
-def _epoch_time(events: list[EventRecord], epoch: float | None, key: str) -> float | None:
-    """Cumulative time from the ``epoch_end`` event of ``epoch`` (rank 0's)."""
+def _epoch_end(events: list[EventRecord], epoch: float | None) -> wire.EpochEnd | None:
+    """Rank 0's ``epoch_end`` of ``epoch`` (its cumulative train and validation times)."""
     if epoch is None:
         return None
-    for event in events:
-        if event.kind == "epoch_end" and event.rank == 0 and _float(event.payload.get("epoch")) == epoch:
-            return _float(event.payload.get(key))
-    return None
-
-
-def _float(value: Any) -> float | None:
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(result) else result
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+    return next((e.payload for e in ev.of(events, wire.EpochEnd, rank=0) if e.payload.epoch == epoch), None)
 
 
 def time_split(metrics: Iterable[MetricPoint]) -> TimeSplit | None:
@@ -180,8 +157,8 @@ def time_split(metrics: Iterable[MetricPoint]) -> TimeSplit | None:
 def wall_time(events: Iterable[EventRecord]) -> float | None:
     """Seconds from the first ``run_start`` to the last ``run_stop`` (or ``goal_reached``)."""
     events = list(events)
-    starts = [e.t for e in events if e.kind == "run_start" and e.t is not None]
-    stops = [e.t for e in events if e.kind in ("run_stop", "goal_reached") and e.t is not None]
+    starts = ev.times(events, wire.RunStart)
+    stops = ev.times(events, wire.RunStop, wire.GoalReached)
     if not starts or not stops:
         return None
     return max(0.0, max(stops) - min(starts))
@@ -201,9 +178,10 @@ def allreduce_summary(
     reported for its device, ``above_ceiling`` counts the sizes whose bandwidth no link could
     carry (a timing artefact).
     """
-    sweep = next((e.payload for e in events if e.kind == "allreduce_sweep"), {})
-    latency_only = workers == 1 or bool(sweep.get("latency_only"))
-    ceiling = sweep.get("busbw_ceiling_gbps")
+    found = ev.first(events, wire.AllreduceSweep)
+    sweep = found.payload if found is not None else wire.AllreduceSweep()
+    latency_only = workers == 1 or sweep.latency_only
+    ceiling = sweep.busbw_ceiling_gbps
     by_dtype: dict[str, dict[str, Any]] = {}
     for point in metrics:
         if not point.name.startswith("allreduce_") or point.rank != 0:
@@ -215,7 +193,7 @@ def allreduce_summary(
             if point.value > entry.get("peak_busbw_gbps", -1.0):
                 entry["peak_busbw_gbps"] = point.value
                 entry["peak_busbw_size"] = size
-            if isinstance(ceiling, int | float) and point.value > ceiling:
+            if ceiling is not None and point.value > ceiling:
                 entry["above_ceiling"] = entry.get("above_ceiling", 0) + 1
         elif kind == "latency_p50":
             entry["sizes"] += 1
@@ -226,11 +204,11 @@ def allreduce_summary(
         entry.pop("_min_size", None)
         if latency_only:
             entry.update(latency_only=True, note=LATENCY_ONLY_NOTE)
-        elif isinstance(ceiling, int | float):
+        elif ceiling is not None:
             entry["busbw_ceiling_gbps"] = float(ceiling)
             if entry.get("above_ceiling"):
                 entry["note"] = (
                     f"{entry['above_ceiling']} size(s) above the {ceiling:,.0f} GB/s ceiling "
-                    f"({sweep.get('ceiling_basis') or 'the device'}): timing, not transfer"
+                    f"({sweep.ceiling_basis or 'the device'}): timing, not transfer"
                 )
     return {dtype: AllreduceFigures(**entry) for dtype, entry in by_dtype.items()} or None

@@ -10,13 +10,15 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
-from mlbench_tui.formatting import format_duration
+from mlbench_worker import wire
+
+from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.results.goal import eta_s
+from mlbench_tui.results.table import value_text
 from mlbench_tui.spec.tasks import TaskSweep
 
 
@@ -41,24 +43,24 @@ class RunProgress:
     eta_bounded: bool = False  # the ETA is the time to max_epochs, not to the goal
     note: str | None = None  # what the numbers mean, e.g. why a 0a run has no bandwidth
 
-    def on_event(self, kind: str, payload: Mapping[str, Any], t: float) -> None:
-        if kind == "run_start":
+    def on_event(self, payload: wire.Payload | None, t: float) -> None:
+        """Fold one event in (a stored record read by ``results.events.parse``; None: unknown kind)."""
+        if isinstance(payload, wire.RunStart):
             self.phase = "training"
-        elif kind == "environment" and self.phase == "starting":
+        elif isinstance(payload, wire.Environment) and self.phase == "starting":
             self.phase = "setting up"
-        elif kind == "epoch_end":
-            epoch = payload.get("epoch")
-            if isinstance(epoch, (int, float)):
-                self.epoch = float(epoch)
+        elif isinstance(payload, wire.EpochEnd):
+            if payload.epoch is not None:
+                self.epoch = float(payload.epoch)
             self.epoch_times.append(t)
             self.phase = "training"
-        elif kind == "goal_reached":
+        elif isinstance(payload, wire.GoalReached):
             self.phase = "goal reached"
-        elif kind == "run_stop":
-            self.phase = f"stopped: {payload.get('status', '?')}"
-        elif kind == "rank_failed":
-            self.phase = f"rank {payload.get('rank')} failed"
-        elif self.sweep is not None and kind == self.sweep.event and payload.get("latency_only"):
+        elif isinstance(payload, wire.RunStop):
+            self.phase = f"stopped: {payload.status}"
+        elif isinstance(payload, wire.RankFailed):
+            self.phase = f"rank {payload.rank} failed"
+        elif isinstance(payload, wire.AllreduceSweep) and self.sweep is not None and payload.latency_only:
             self.note = "latency only (1 rank moves no data)"
 
     def on_metric(self, name: str, value: float | None, epoch: float | None, t: float) -> None:
@@ -93,16 +95,16 @@ class RunProgress:
         if self.goal is not None:
             metric = self.goal.metric.removeprefix("val_global_")
             op = ">=" if self.goal.direction == "max" else "<="
-            current = "-" if self.metric_value is None else f"{self.metric_value:.2f}"
+            current = value_text(self.metric_value)
             parts.append(f"{metric} {current} (goal {op} {self.goal.target})")
         elif self.total_steps:
             parts.append(f"{self.done_steps}/{self.total_steps} {self.sweep.unit if self.sweep else 'steps'}")
         if self.note:
             parts.append(self.note)
-        parts.append(f"elapsed {format_duration(time.monotonic() - self.started)}")
+        parts.append(f"elapsed {format_elapsed(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":
-            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{format_duration(eta)}")
+            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{format_elapsed(eta)}")
         if self.message:
             parts.append(self.message)
         return "  ".join(parts)

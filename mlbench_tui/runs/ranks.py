@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal
 
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.formatting import format_step
 from mlbench_tui.ranksets import EXAMPLE, RankSet, parse_ranks
 from mlbench_tui.results.ranks import (
     RANK_METRICS,
@@ -66,7 +67,7 @@ def ranks_lines(
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
+    return format_step(seconds)
 
 
 def _pct(fraction: float) -> str:

@@ -24,7 +24,7 @@ from mlbench_tui.results.allreduce import (
 )
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import RankFigures
-from mlbench_tui.results.scoring import is_sweep, score_configs
+from mlbench_tui.results.scoring import is_sweep, left_out_reason, score_configs
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, RunNotFound, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
@@ -78,7 +78,9 @@ def sweep_curves(client: MlbenchClient, results: Sequence[RunResult]) -> list[Sw
             continue
         names = [m.name for m in client.metric_names(result.run_id) if m.name.startswith(ALLREDUCE_PREFIX)]
         points = [p for p in read_metrics(client, result.run_id, names) if p.rank == 0]
-        runs.append(SweepRun(result.framework, result.backend, result.workers, run_curves(points)))
+        curves = run_curves(points)
+        why = left_out_reason(result)
+        runs.append(SweepRun(result.framework, result.backend, result.workers, curves, result.name, why))
     return aggregate(runs)
 
 

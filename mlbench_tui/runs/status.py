@@ -5,10 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.formatting import format_age, format_figure, render_table
+from mlbench_tui.formatting import DEFAULT_CURRENCY, format_age, format_duration, format_money, render_table
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.table import checks_lines, outcome_text, rank_figures_text, telemetry_lines
+from mlbench_tui.results.table import (
+    checks_lines,
+    rank_figures_text,
+    result_text,
+    telemetry_lines,
+    value_text,
+)
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
 from mlbench_tui.spec.tasks import get_task
@@ -22,8 +28,8 @@ def _result_text(result: RunResult | None) -> str:
     if result is None:
         return "-"
     if result.reached:
-        return f"{outcome_text(result)} in {format_figure(result.time_to_accuracy_s, 's')}"
-    return outcome_text(result)
+        return f"{result_text(result)} in {format_duration(result.time_to_accuracy_s)}"
+    return result_text(result)
 
 
 def status_table(client: MlbenchClient, limit: int = 50) -> str:
@@ -61,7 +67,7 @@ def _live_text(client: MlbenchClient, run: RunInfo) -> str:
     if goal is not None:
         last = next((n.last_value for n in names if n.name == goal.metric), None)
         op = ">=" if goal.direction == "max" else "<="
-        shown = "-" if last is None else f"{last:.4g}"
+        shown = value_text(last)
         return f"{goal.metric.removeprefix('val_global_')} {shown} (goal {op} {goal.target}) so far"
     task = get_task(run.task)
     if task is None or task.sweep is None:
@@ -80,7 +86,8 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
         f"run:      {run.id}  ({run.name})",
         f"state:    {run.state}",
         f"spec:     {run.spec_name}  (hash {run.spec_hash[:12]})",
-        f"task:     {run.task}  backend {run.backend}  workers {run.workers}  repeat {run.repeat}",
+        f"task:     {run.task}  backend {run.backend}  workers {run.workers}  repeat {run.repeat}"
+        + (f"  precision {run.result.precision}" if run.result is not None else ""),
         f"handle:   {run.handle or '-'}",
         f"created:  {run.created:%Y-%m-%d %H:%M:%S}  ({format_age(run.created)})",
     ]
@@ -95,15 +102,23 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
         lines.append(f"error:    {run.error}")
     if run.result is not None:
         lines.append(f"result:   {_result_text(run.result)}")
+        if run.result.graph_capture_s is not None:
+            capture = format_duration(run.result.graph_capture_s)
+            lines.append(f"graphs:   CUDA graphs, captured in {capture} (apart from the time to accuracy)")
         split = run.result.time_split
         if split is not None:
             lines.append(
-                f"time:     compute {split.compute:.1f}s, communication {split.communication:.1f}s "
-                f"({100 * split.communication_fraction:.0f}%), preprocess {split.preprocess:.1f}s"
+                f"time:     compute {format_duration(split.compute)}, communication "
+                f"{format_duration(split.communication)} ({100 * split.communication_fraction:.0f}%), "
+                f"preprocess {format_duration(split.preprocess)}"
             )
+        currency = run.result.currency or DEFAULT_CURRENCY
+        if run.result.cost_to_target is not None:
+            lines.append(f"cost:     {format_money(run.result.cost_to_target, currency)} to the goal")
         if run.result.telemetry is not None:
-            lines += [f"{label + ':':<10}{text}" for label, text in telemetry_lines(run.result.telemetry)]
-        lines += [f"{label + ':':<10}{text}" for label, text in checks_lines(run.result)]
+            hardware_lines = telemetry_lines(run.result.telemetry, currency)
+            lines += [f"{label + ':':<9} {text}" for label, text in hardware_lines]
+        lines += [f"{label + ':':<9} {text}" for label, text in checks_lines(run.result)]
     hardware = {
         r.rank: rank_figures_text(r)
         for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from mlbench_worker.wire import parse_event
+
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
@@ -250,7 +252,7 @@ class Runner:
         try:
             page = self.client.events(active.run_id, since=active.event_cursor)
             for event in page.events:
-                progress.on_event(event.kind, event.payload, event.t)
+                progress.on_event(parse_event(event.kind, event.payload), event.t)
             active.event_cursor = page.cursor
             if progress.goal:
                 metrics = self.client.metrics(

@@ -78,15 +78,20 @@ def _plan(run: RunDetail) -> RunPlan | None:
 
 
 def _add_speedup(conn: Connection, run: RunDetail, result: RunResult) -> None:
-    """Speedup and efficiency against the 1-worker runs of the same spec, framework and backend
-    that reached the goal (olympic mean over their repeats)."""
+    """Speedup and efficiency against the succeeded 1-worker runs of the same spec, framework,
+    backend and variant (precision, CUDA graphs) that reached the goal (olympic mean over them)."""
     peers = [result] if result.workers == 1 else []
     succeeded = queries.list_runs(conn, state=RunState.SUCCEEDED.value, spec_name=run.spec_name, limit=10_000)
     for other in succeeded:
         if other.id == run.id or other.workers != 1 or other.result is None:
             continue
         mine = other.result
-        if (other.spec_hash, other.backend, mine.framework) == (run.spec_hash, run.backend, result.framework):
+        if (other.spec_hash, other.backend, mine.framework, mine.variant) == (
+            run.spec_hash,
+            run.backend,
+            result.framework,
+            result.variant,
+        ):
             peers.append(mine)
     times = [t for t in map(reached_time, peers) if t is not None]
     if not times:

@@ -1,5 +1,6 @@
 """Every limit a spec must keep, declared once: the spec checks them at ``validate`` and the store,
-the HTTP API and the renderers import the same numbers, so what validate accepts the targets take.
+the HTTP API and the renderers import the same numbers (the telemetry interval's bounds come from
+the worker's wire, which the ranks check), so what validate accepts the targets take.
 
 Durations are seconds. The largest one (a year) is far below what every consumer can hold:
 Slurm's ``--time`` (minutes in 32 bits), Kubernetes' ``activeDeadlineSeconds`` (int64) and the
@@ -8,14 +9,16 @@ largest timeout a Python thread can wait (``threading.TIMEOUT_MAX``).
 
 from __future__ import annotations
 
+from mlbench_worker.wire import MAX_TELEMETRY_INTERVAL_S as MAX_TELEMETRY_INTERVAL_S
+from mlbench_worker.wire import MIN_TELEMETRY_INTERVAL_S as MIN_TELEMETRY_INTERVAL_S
+
 MAX_SPEC_BYTES = 256 * 1024  # one spec file or stdin, checked before parsing; also the store's spec_text
 MAX_YAML_DEPTH = 32  # nested collections; a spec needs 5
 MAX_YAML_NODES = 2_000  # YAML nodes per file, aliases expanded (guards against "billion laughs")
 MAX_ISSUES = 100  # problems reported per file; more are summed up in one line
 
 MAX_DURATION_S = 365 * 86400.0  # max_time, a grace, any duration
-MAX_TELEMETRY_INTERVAL_S = 3600.0
-MIN_TELEMETRY_INTERVAL_S = 0.1
+# MIN_TELEMETRY_INTERVAL_S and MAX_TELEMETRY_INTERVAL_S are the wire's: the ranks check them too
 MAX_SLURM_GRACE_S = 86400.0
 SLURM_MAX_TIME_MINUTES = 2**32 - 3  # Slurm's INFINITE and NO_VAL sit just above
 MAX_PRICE = 1e9  # per hour or per kWh, in any currency

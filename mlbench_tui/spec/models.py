@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
+from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, HostAllocator, ImplementationConfig
 from pydantic import (
     BeforeValidator,
     ConfigDict,
@@ -308,14 +309,14 @@ class Implementation(StrictModel):
     """How a run executes its steps where the task leaves a choice; the math stays the task's."""
 
     cuda_graphs: bool = Field(
-        default=False,
+        default=ImplementationConfig.cuda_graphs,
         description="Capture each training step in CUDA graphs (one per phase: forward, loss, backward, "
         "all-reduce, optimizer, metrics) and replay them, so the host no longer launches every kernel. "
         "Needs GPUs and backend nccl; tasks whose batches change shape on almost every step (0a, 4a, 4b) "
         "refuse it. Warm-up and capture count as initialisation, reported apart from time to accuracy.",
     )
-    host_allocator: Literal["tuned", "system"] = Field(
-        default="tuned",
+    host_allocator: HostAllocator = Field(
+        default=ImplementationConfig.host_allocator,
         description="The ranks' host memory allocator. 'tuned' (the default) makes glibc keep the memory "
         "a step frees for the next step instead of handing it back to the kernel and faulting it in "
         "again; 'system' keeps the C library's defaults. An allocator set in the run's environment "
@@ -339,7 +340,8 @@ class Telemetry(StrictModel):
         "`telemetry: off` turns it off.",
     )
     interval: TelemetryInterval = Field(
-        default=1.0, description="Time between samples: '1s' (the default), '0.5s', '10s', or seconds."
+        default=DEFAULT_TELEMETRY_INTERVAL_S,
+        description="Time between samples: '1s' (the default), '0.5s', '10s', or seconds.",
     )
 
     @field_validator("interval")
@@ -520,6 +522,11 @@ class BenchmarkBody(StrictModel):
         le=MAX_PRICE,
         description="Price of one kWh, for the energy cost to target (GPU energy measured by NVML).",
     )
+    currency: str | None = Field(
+        default=None,
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of price_per_hour and price_per_kwh (EUR, CHF, ...); unset: USD.",
+    )
 
     @field_validator("env")
     @classmethod
@@ -589,4 +596,6 @@ class BenchmarkSpec(StrictModel):
             del doc["spec"]["telemetry"]
         if self.spec.price_per_kwh is None:
             del doc["spec"]["price_per_kwh"]
+        if self.spec.currency is None:
+            del doc["spec"]["currency"]
         return doc

@@ -40,7 +40,7 @@ class TaskSweep:
     Metrics are named ``<prefix><series>_<figure>`` (``allreduce_fp32_busbw``). Each point of
     ``count_figure`` is one size measured, so progress counts ``unit`` up to
     ``hyperparameters[size_param] x len(hyperparameters[series_param])``. The worker describes
-    the sweep once in an ``event`` (``latency_only`` when one rank moves no data).
+    the sweep once in a ``wire.AllreduceSweep`` event (``latency_only`` when one rank moves no data).
     """
 
     prefix: str
@@ -50,7 +50,6 @@ class TaskSweep:
     unit: str
     x_label: str
     charts: tuple[str, ...]  # charted when a run opens
-    event: str
 
     def owns(self, metric: str) -> bool:
         """Whether ``metric`` is a curve of this sweep (its x is a size, every point counts)."""
@@ -138,7 +137,6 @@ TASKS: Mapping[str, TaskInfo] = _ro(
                 unit="sizes",
                 x_label="size (elements)",
                 charts=("allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"),
-                event="allreduce_sweep",
             ),
             no_cuda_graphs="it measures all-reduce calls themselves and has no training step to capture",
         ),

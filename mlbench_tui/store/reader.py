@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 
 from mlbench_tui.errors import NotFound
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import MAX_PAGE, MetricsPage, RunDetail, RunInfo
+from mlbench_tui.store.api_models import MAX_PAGE, EventsPage, MetricsPage, RunDetail, RunInfo
 from mlbench_tui.store.engine import default_db_path, make_engine
 
 
@@ -41,6 +41,10 @@ class RunReader(Protocol):
         limit: int | None = None,
         timeout: float | None = None,
     ) -> MetricsPage: ...
+
+    def events(
+        self, run_id: str, since: int = 0, *, kind: str | None = None, limit: int = 1000
+    ) -> EventsPage: ...
 
     def close(self) -> None: ...
 
@@ -114,3 +118,10 @@ class StoreReader:
                 points=points,
                 limit=limit or MAX_PAGE,
             )
+
+    def events(
+        self, run_id: str, since: int = 0, *, kind: str | None = None, limit: int = 1000
+    ) -> EventsPage:
+        """As ``MlbenchClient.events``: events newer than ``since``, oldest first."""
+        with self._engine.connect() as conn:
+            return queries.events(conn, run_id, since=since, kind=kind, limit=limit)

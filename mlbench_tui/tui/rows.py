@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.scoring import reached_time, speedup
 from mlbench_tui.store.api_models import RunInfo
@@ -112,7 +112,7 @@ def sort_rows(rows: Iterable[RunRow], key: str, reverse: bool = False) -> list[R
 
 
 def format_age(created: float, now: float) -> str:
-    return format_duration(now - created) if created else "—"
+    return format_elapsed(now - created) if created else "—"
 
 
 # -- compare -----------------------------------------------------------------------------------
@@ -144,7 +144,9 @@ def compare_rows(
 
     The baseline is ``baseline_id`` when given, otherwise the run with the fewest workers that
     reached its goal (MLBench compares against 1 worker); speedup is ``results.scoring.speedup``
-    scaled by the baseline's workers. Figures come from each run's stored result.
+    scaled by the baseline's workers, and only for runs of the baseline's variant (precision,
+    CUDA graphs): eager against graphs is an implementation comparison, not scaling. Figures come
+    from each run's stored result.
     """
     results = {run.id: run.known_result() for run in runs}
 
@@ -157,10 +159,11 @@ def compare_rows(
         baseline = min(reached, key=lambda r: (r.workers, tta(r) or 0.0)) if reached else None
     base_t = tta(baseline) if baseline else None
     base_k = baseline.workers if baseline else 1
+    variant = results[baseline.id].variant if baseline else None
     rows = []
     for run in runs:
         res = results[run.id]
-        gain, efficiency = speedup(base_t, tta(run), run.workers, base_k)
+        gain, efficiency = speedup(base_t if res.variant == variant else None, tta(run), run.workers, base_k)
         rows.append(
             CompareRow(
                 id=run.id,

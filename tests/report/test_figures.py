@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
+from mlbench_worker import sysmetrics as sm
 
 from mlbench_tui.lifecycle import RunState
-from mlbench_tui.plan import GoalPlan
+from mlbench_tui.plan import GoalPlan, ImplementationPlan
 from mlbench_tui.report.anchors import ANCHORS
 from mlbench_tui.report.build import build_figures
 from mlbench_tui.report.figure import BACKEND_COLOURS, GOAL_COLOUR, Figure
-from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.inputs import RunClock, RunRecord
 from mlbench_tui.report.training import stragglers
 from mlbench_tui.results.model import RunResult, TimeSplit
 from mlbench_tui.results.time_to_accuracy import MetricPoint
@@ -102,7 +103,8 @@ def test_scaling_points_are_olympic_means_with_min_max_and_speedup_against_one_w
     assert (gloo.low, gloo.high) == ((100.0, 50.0), (120.0, 60.0))
     assert (mpi.label, mpi.x, mpi.y) == ("mpi", (1.0, 2.0), (90.0, 45.0))
     speedup = figure.panel("Speedup")
-    assert [(s.label, s.y) for s in speedup.series] == [("gloo", (1.0, 2.0)), ("mpi", (1.0, 2.0))]
+    with_communication = [(s.label, s.y) for s in speedup.series if "without" not in s.label]
+    assert with_communication == [("gloo", (1.0, 2.0)), ("mpi", (1.0, 2.0))]
     assert [r.label for r in speedup.refs] == ["ideal (linear)"]
     efficiency = figure.panel("Parallel efficiency")
     assert [s.y for s in efficiency.series] == [(1.0, 1.0), (1.0, 1.0)]
@@ -156,11 +158,62 @@ def test_published_baselines_are_drawn_with_source_hardware_and_their_own_goal()
     assert {a.task for a in ANCHORS} == {"1a"}
 
 
+def test_mlbench_published_loss_and_costs_are_drawn_for_their_tasks() -> None:
+    loss = [MetricPoint("train_loss", 0.5, 0, s) for s in (1, 2)]
+    run = trained("gloo", 1, 0, 10.0, metrics=loss)
+    logreg = RunRecord(run.result.model_copy(update={"task": "2a"}), "", run.metrics)
+    figures = by_key(build_figures([logreg]))
+    refs = figures["run-spec-gloo-1w-r0"].panel("Loss").refs
+    assert [(r.label, r.y) for r in refs] == [("MLBench's target loss 0.2828", 0.2828)]
+    assert "MLBench's published result for task 2a: target loss 0.2828" in figures["scaling-spec"].notes
+    gnmt = RunRecord(run.result.model_copy(update={"task": "4a"}), "", {})
+    cost = by_key(build_figures([gnmt]))["scaling-spec"].panel("Cost per run")
+    assert [(m.x, m.y, m.label) for m in cost.marks] == [
+        (1.0, 10.0, "MLBench 1x T4: $10 per run"),
+        (4.0, 18.0, "MLBench 4x T4: $18 per run"),
+    ]
+    assert cost.y_label == "cost to the goal (USD)"
+    priced = gnmt.result.model_copy(update={"cost_to_target": 12.5, "currency": "EUR"})
+    cost = by_key(build_figures([RunRecord(priced, "", {})]))["scaling-spec"].panel("Cost per run")
+    assert [(s.x, s.y) for s in cost.series] == [((1.0,), (12.5,))]
+    assert cost.y_label == "cost to the goal (EUR)" and cost.marks == ()  # MLBench's dollars are not euros
+
+
+def test_speedup_without_communication_step_phases_and_price_index_across_worker_counts() -> None:
+    phases = [MetricPoint("phase_fwd_pass", 0.5 * w, 0, 10) for w in (1,)]
+    records = [
+        trained("gloo", 1, 0, 100.0, metrics=phases),  # communication 2 s: 98 s without it
+        trained("gloo", 2, 0, 60.0),  # communication 4 s: 56 s without it
+    ]
+    figure = by_key(build_figures(records))["scaling-spec"]
+    speedup = figure.panel("Speedup")
+    assert [s.label for s in speedup.series] == ["gloo", "gloo without communication"]
+    assert speedup.series[1].y == pytest.approx((1.0, 98 / 56))
+    price = figure.panel("Price index")
+    # worker-seconds 100 -> 120 (1.2x the price) for a speedup of 100/60: 0.72
+    assert price.series[0].y == pytest.approx((1.0, 0.72))
+    assert price.y_label == "price increase / speedup (worker-seconds to the goal)"
+    step = figure.panel("Step time per phase")
+    assert step.categories == ("gloo 1w",)  # the 2-worker run reported no phases
+    assert [(b.label, b.values) for b in step.stacks] == [("forward", (50.0,))]  # 0.5 s over 10 steps
+
+
+def test_one_worker_specs_say_why_speedup_and_price_index_are_left_out() -> None:
+    figure = by_key(build_figures([trained("gloo", 1, 0, 10.0)]))["scaling-spec"]
+    assert [p.title for p in figure.panels] == ["Time to accuracy", "Where the time went"]
+    assert (
+        "Speedup, Parallel efficiency and Price index are left out: every run used 1 worker: "
+        "no other worker count to compare with." in figure.notes
+    )
+
+
 def test_without_a_one_worker_run_speedup_says_why_it_is_empty() -> None:
     figure = by_key(build_figures([trained("gloo", 2, 0, 60.0), trained("gloo", 4, 0, 40.0)]))["scaling-spec"]
-    speedup = figure.panel("Speedup")
-    assert speedup.empty
-    assert speedup.note == "speedup needs a 1-worker run that reached the goal"
+    assert "Speedup" not in [p.title for p in figure.panels]
+    assert (
+        "Speedup, Parallel efficiency and Price index are left out: "
+        "speedup needs a 1-worker run that reached the goal." in figure.notes
+    )
 
 
 def test_allreduce_curves_per_backend_and_world_size_with_repeats_aggregated() -> None:
@@ -220,7 +273,9 @@ def test_run_figure_goal_metric_against_training_time_with_goal_line_and_straggl
     assert goal.x_label == "training time (s)"
     assert (goal.series[0].x, goal.series[0].y) == ((11.0, 22.0, 33.0), (40.0, 65.0, 72.0))
     assert [(r.label, r.y, r.colour) for r in goal.refs] == [("goal >= 70", 70.0, GOAL_COLOUR)]
-    assert [(m.x, m.y, m.label) for m in goal.marks] == [(33.0, 72.0, "reached in 33.0 s")]
+    assert [(m.x, m.y, m.label) for m in goal.marks] == [
+        (33.0, 72.0, "reached in 33.0 s")
+    ]  # format_duration: 3 significant figures
     assert figure.panel("Loss").series[0].y == pytest.approx((0.2, 0.1, 2 / 30))
     steps = figure.panel("Step time per rank")
     assert [s.label for s in steps.series] == ["rank 0", "rank 1", "rank 2", "rank 3 (straggler, +50%)"]
@@ -238,19 +293,84 @@ def test_many_ranks_draw_their_median_and_band_plus_the_stragglers_only() -> Non
 
 
 def test_gpu_telemetry_panels_appear_only_when_recorded() -> None:
-    plain = build_figures([trained("nccl", 1, 0, 10.0)])[-1]
-    assert [p.title for p in plain.panels] == ["Validation Prec@1", "Loss", "Step time per rank"]
+    plain = build_figures([trained("nccl", 1, 0, 10.0)])
+    assert [p.title for p in plain[-1].panels] == ["Validation Prec@1"]  # nothing else recorded
+    assert "Loss is left out: no loss recorded." in plain[-1].notes
+    assert not [f for f in plain if f.key.startswith("energy-")]
+
+
+def gpu_run() -> RunRecord:
+    """A one-rank GPU run whose telemetry is sampled each second from 3 s before training starts
+    (t = 1000) to 3 s after; the goal is reached at t = 1002.5."""
+    start, times = 1000.0, [997.0 + i for i in range(7)]
     metrics = [
-        *(MetricPoint("sys/gpu0_util", 90.0, r, s) for r in (0, 1) for s in (1, 2)),
-        *(MetricPoint("sys/gpu0_mem_used", 1e9, 0, s) for s in (1, 2)),
-        MetricPoint("sys/cpu_percent", 50.0, 0, 1),
+        *(MetricPoint(sm.GPU_UTIL, 0.0 if t < start else 50.0, 0, None, t=t) for t in times),
+        *(MetricPoint(sm.GPU_MEM_USED_MIB, 1024.0 if t < start else 2048.0, 0, None, t=t) for t in times),
+        *(MetricPoint(sm.GPU_MEM_PEAK_MIB, 0.0 if t < start else 512.0, 0, None, t=t) for t in times),
+        MetricPoint(sm.GPU_MEM_TOTAL_MIB, 143771.0, 0, None, t=times[0]),
+        *(MetricPoint(sm.GPU_POWER_W, 100.0 if t < start else 200.0, 0, None, t=t) for t in times),
+        *(MetricPoint(sm.GPU_ENERGY_J, 5000.0 + 200.0 * max(0.0, t - start), 0, None, t=t) for t in times),
     ]
-    figure = build_figures([trained("nccl", 2, 0, 10.0, metrics=metrics)])[-1]
-    assert [p.title for p in figure.panels][3:] == ["GPU utilisation", "GPU memory"]
-    assert [s.label for s in figure.panel("GPU utilisation").series] == [
-        "rank 0 gpu0_util",
-        "rank 1 gpu0_util",
+    record = trained("nccl", 1, 0, 2.5, metrics=metrics)
+    return RunRecord(record.result, record.spec_text, record.metrics, RunClock(start, 1002.5, 1003.0))
+
+
+def test_gpu_panels_plot_utilisation_memory_and_power_against_time_since_training_started() -> None:
+    figure = by_key(build_figures([gpu_run()]))["run-spec-nccl-1w-r0"]
+    assert [p.title for p in figure.panels][-3:] == ["GPU utilisation", "GPU memory", "GPU power"]
+    times = (-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0)
+    util = figure.panel("GPU utilisation")
+    assert (util.x_label, util.y_label) == ("time since training started (s)", "utilisation (%)")
+    assert [(s.label, s.x, s.y) for s in util.series] == [("GPU busy", times, (0.0,) * 3 + (50.0,) * 4)]
+    assert [(r.label, r.x) for r in util.refs] == [("training starts", 0.0), ("goal reached", 2.5)]
+    memory = figure.panel("GPU memory")
+    assert memory.y_label == "memory (GiB)"
+    assert [(s.label, s.y) for s in memory.series] == [
+        ("in use (all processes)", (1.0,) * 3 + (2.0,) * 4),
+        ("peak allocated (PyTorch)", (0.0,) * 3 + (0.5,) * 4),
     ]
+    assert memory.corner == "GPU total: 140.4 GiB"  # a label, not a line beside a 0.5 GiB peak
+    power = figure.panel("GPU power")
+    assert (power.y_label, power.series[0].label, power.series[0].y[-1]) == ("power (W)", "power draw", 200.0)
+
+
+def test_a_gpu_run_gets_a_power_and_energy_figure_with_the_energy_to_the_goal_marked() -> None:
+    figure = by_key(build_figures([gpu_run()]))["energy-spec-nccl-1w-r0"]
+    energy = figure.panel("Energy since training started")
+    assert (energy.x_label, energy.y_label) == ("time since training started (s)", "energy (J)")
+    (used,) = energy.series
+    assert used.label == "energy used"
+    assert used.x == (0.0, 1.0, 2.0, 2.5, 3.0)
+    assert used.y == pytest.approx((0.0, 200.0, 400.0, 500.0, 600.0))  # the counter, from the start
+    assert [(m.x, m.y, m.label) for m in energy.marks] == [(2.5, 500.0, "energy to the goal: 500 J")]
+    assert figure.panel("Power draw").y_label == "power (W)"
+    assert "spec-nccl-1w-r0: energy to the goal: 500 J (training start to goal, all ranks)" in figure.notes
+
+
+def test_a_run_with_one_gpu_sample_says_why_it_has_no_gpu_panels() -> None:
+    one = [MetricPoint(sm.GPU_UTIL, 10.0, 0, None, t=5.0), MetricPoint(sm.GPU_POWER_W, 80.0, 0, None, t=5.0)]
+    figure = by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))["run-spec-nccl-1w-r0"]
+    assert not [p for p in figure.panels if p.title.startswith("GPU")]
+    assert "spec-nccl-1w-r0: GPU panels are left out: fewer than two GPU samples were taken" in figure.notes
+    assert "energy-spec-nccl-1w-r0" not in by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))
+
+
+def test_without_an_energy_counter_the_power_of_every_rank_is_integrated() -> None:
+    power = [MetricPoint(sm.GPU_POWER_W, 100.0, r, None, t=1000.0 + i) for r in (0, 1) for i in range(4)]
+    record = trained("nccl", 2, 0, 2.0, metrics=power)
+    record = RunRecord(record.result, "", record.metrics, RunClock(1000.0, 1002.0, 1003.0))
+    energy = by_key(build_figures([record]))["energy-spec-nccl-2w-r0"].panel("Energy since training started")
+    (used,) = energy.series
+    assert used.label == "energy used, all GPUs"
+    assert used.y == pytest.approx((0.0, 200.0, 400.0, 600.0))  # two GPUs at 100 W
+    assert [(m.x, m.y) for m in energy.marks] == [(2.0, pytest.approx(400.0))]
+
+
+def test_every_axis_of_every_figure_names_its_unit() -> None:
+    records = [gpu_run(), trained("gloo", 1, 0, 100.0), trained("gloo", 2, 0, 60.0)]
+    for figure in build_figures(records):
+        for panel in figure.panels:
+            assert panel.x_label and panel.y_label, (figure.key, panel.title)
 
 
 def _ranked(step_s: float, comm_s: dict[int, float]) -> RunRecord:
@@ -276,6 +396,16 @@ def test_straggler_rule_names_the_rank_the_others_waited_for() -> None:
     assert stragglers(_ranked(0.1, {0: 1.0})) == {}  # one rank: nobody to hold up
 
 
+def test_a_one_rank_sweep_says_one_rank_moves_no_data() -> None:
+    figures = by_key(build_figures([sweep("nccl", 1, 0, {}, {1: 2e-5, 10: 2e-5})]))
+    fp32 = figures["allreduce-fp32"]
+    assert [p.title for p in fp32.panels] == ["Latency p50", "Latency p99"]
+    assert fp32.notes == (
+        "Bus bandwidth is left out: one rank moves no data, so a one-rank all-reduce has no bus bandwidth.",
+    )
+    assert figures["allreduce-best-busbw"].panels == ()
+
+
 def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:
     record = sweep("gloo", 2, 0, {}, {})
     failed = RunRecord(
@@ -283,5 +413,59 @@ def test_a_failed_sweep_is_named_even_when_no_curve_was_recorded() -> None:
     )
     (figure,) = build_figures([failed])
     assert figure.key == "allreduce"
-    assert figure.panels[0].empty and figure.panels[0].note == "no all-reduce curve was recorded"
-    assert figure.notes == ("ar-gloo-2w-r0: failed: rank 1 lost",)
+    assert figure.panels == ()  # nothing to draw: the figure is its notes
+    assert figure.notes == (
+        "ar-gloo-2w-r0: failed: rank 1 lost",
+        "Bus bandwidth is left out: no all-reduce curve was recorded.",
+    )
+
+
+def test_implementation_is_a_comparison_axis_with_time_to_accuracy_and_step_time() -> None:
+    def run(tta: float | None, step_s: float, graphs: bool, precision: str, state: RunState) -> RunRecord:
+        steps = [MetricPoint("step_time", step_s, 0, s) for s in (1, 2, 3)]
+        base = trained("nccl", 1, 0, tta, metrics=steps, state=state, message="CUDA error: x\nat line 2")
+        implementation = ImplementationPlan(cuda_graphs=graphs)
+        result = base.result.model_copy(update={"implementation": implementation, "precision": precision})
+        return RunRecord(result, "", base.metrics)
+
+    records = [
+        run(10.0, 0.010, False, "fp32", RunState.SUCCEEDED),
+        run(4.0, 0.004, True, "fp32", RunState.SUCCEEDED),
+        run(None, 0.002, True, "bf16", RunState.FAILED),
+    ]
+    figure = by_key(build_figures(records))["implementations-1a"]
+    tta, step = figure.panel("Time to accuracy"), figure.panel("Step time")
+    assert tta.categories == ("nccl 1w CUDA graphs bf16", "nccl 1w CUDA graphs fp32", "nccl 1w eager fp32")
+    assert tta.stacks[0].values == (0.0, 4.0, 10.0)
+    assert [(m.x, m.label) for m in tta.marks] == [(0.0, "failed")]
+    assert step.stacks[0].values == pytest.approx((2.0, 4.0, 10.0))  # milliseconds
+    assert figure.notes == ("nccl 1w CUDA graphs bf16: no run reached the goal (failed: CUDA error: x)",)
+    one_way = [r for r in records if not r.result.implementation.cuda_graphs]
+    assert "implementations-1a" not in by_key(build_figures(one_way))
+
+
+def test_a_spec_run_two_ways_scales_each_way_on_its_own_line() -> None:
+    def graphs(record: RunRecord) -> RunRecord:
+        update = {"implementation": ImplementationPlan(cuda_graphs=True), "precision": "bf16"}
+        return RunRecord(record.result.model_copy(update=update), "", record.metrics)
+
+    records = [
+        trained("gloo", 1, 0, 100.0),
+        trained("gloo", 2, 0, 60.0),
+        graphs(trained("gloo", 1, 1, 40.0)),
+        graphs(trained("gloo", 2, 1, 30.0)),
+    ]
+    figure = by_key(build_figures(records))["scaling-spec"]
+    tta = figure.panel("Time to accuracy")
+    assert [(s.label, s.y) for s in tta.series] == [
+        ("gloo bf16 graphs", (40.0, 30.0)),
+        ("gloo fp32", (100.0, 60.0)),
+    ]
+    speedup = [(s.label, s.y) for s in figure.panel("Speedup").series if "without" not in s.label]
+    split = figure.panel("Where the time went").categories
+    assert split == ("gloo bf16 graphs 1w", "gloo bf16 graphs 2w", "gloo fp32 1w", "gloo fp32 2w")
+    # each variant against its own one-worker run, never eager against graphs
+    assert speedup == [
+        ("gloo bf16 graphs", (1.0, pytest.approx(40 / 30))),
+        ("gloo fp32", (1.0, pytest.approx(100 / 60))),
+    ]

@@ -60,7 +60,9 @@ def test_energy_below_the_run_s_own_lowest_power_over_its_readings() -> None:
     power = [MetricPoint("sys/gpu_power_w", 140.0, 0, None, None, t) for t in (0.0, 1.0, 2.0)]
     (found,) = suspects(result(telemetry=telemetry, wall_time_s=3.0), power)
     assert found.figure == "GPU energy (rank 0)"
-    assert found.reason == "50 J is less than its lowest power reading (140 W) over the 2 s its readings span"
+    assert found.reason == (
+        "50 J is less than its lowest power reading (140 W) over the 2.00 s its readings span"
+    )
     enough = TelemetryFigures(ranks=[RankTelemetryFigures(rank=0, energy_j=290.0)])
     assert suspects(result(telemetry=enough, wall_time_s=3.0), power) == []
 
@@ -80,7 +82,7 @@ def test_phases_that_add_up_to_more_than_the_training_they_split() -> None:
     split = TimeSplit(compute=9.0, communication=2.0, preprocess=1.0)
     train = [MetricPoint("time_train", 10.0, rank, 50) for rank in (0, 1)]
     (found,) = suspects(result(time_split=split), train)
-    assert found.reason == "the phases add up to 12 s, more than the 10 s of training they split"
+    assert found.reason == "the phases add up to 12.0 s, more than the 10.0 s of training they split"
     assert suspects(result(time_split=TimeSplit(compute=9.0, communication=1.4)), train) == []  # within 5%
 
 

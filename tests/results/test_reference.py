@@ -70,7 +70,7 @@ def test_a_run_is_set_against_its_row_and_flagged_outside_the_tolerance() -> Non
     assert near[0].text().startswith("step 10.2 ms, 1.04x the H200 reference (9.84 ms; fp32 eager, gpu_suite")
     far = compare(run(step_time_s=0.0150))
     assert not far[0].within and far[0].text().endswith("! outside +-25%")
-    assert "! gpu-1a-fp32-nccl-1w: step 15 ms, 1.53x the H200" in check_notes([run(step_time_s=0.0150)])[0]
+    assert "! gpu-1a-fp32-nccl-1w: step 15.0 ms, 1.53x the H200" in check_notes([run(step_time_s=0.0150)])[0]
     graphs = compare(run(step_time_s=0.0049, implementation=ImplementationPlan(cuda_graphs=True)))
     assert graphs[0].row.implementation == "graphs" and graphs[0].within
     # no row: another batch, another machine, a failed run

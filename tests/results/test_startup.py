@@ -27,8 +27,8 @@ def test_the_slowest_rank_and_the_launcher_s_part() -> None:
     assert figures.rank_s == pytest.approx(2.9)
     assert figures.launcher_s == pytest.approx(0.4) and figures.launcher == "queued and spawned"
     text = startup_text(figures)
-    assert text.startswith("3.3 s before training; queued and spawned 400 ms; rank 1 (slowest of 2): ")
-    assert "imports 2.5 s" in text and "first step 200 ms" in text
+    assert text.startswith("3.30 s before training; queued and spawned 0.400 s; rank 1 (slowest of 2): ")
+    assert "imports 2.50 s" in text and "first step 0.200 s" in text
 
 
 def test_no_report_no_figures_and_clocks_behind_are_not_negative() -> None:

@@ -34,7 +34,7 @@ def test_summary_table_and_fingerprint_from_environment_event() -> None:
     assert result.cost_to_target == pytest.approx((16.0 + 3.0) / 3600 * 3.6)
     assert RunResult.model_validate_json(result.model_dump_json()) == result  # stored as JSON
     row = results_rows([result])[0]
-    assert row["REACHED"] == "yes" and row["TIME TO ACC"] == "16.0s" and "Prec@1 71" in row["RESULT"]
+    assert row["REACHED"] == "yes" and row["TIME TO ACC"] == "16.0 s" and "Prec@1 71" in row["RESULT"]
     assert "qs-gloo-2w" in render_results([result])
 
 
@@ -56,7 +56,7 @@ def test_allreduce_run_shows_its_peak_bandwidth() -> None:
     ]
     result = summarize_run(plan(goal=None, task="0a"), RunState.SUCCEEDED, points, [])
     assert result.reached is None and result.allreduce is not None
-    assert "fp32 peak 1.5 GB/s" in render_results([result])
+    assert "fp32 peak 1.50 GB/s" in render_results([result])
     # where the per-size tables follow (mlbench results), the row names what they hold instead
     table = render_results([result], sweep_tables=True)
     assert "fp32 1 size (tables below)" in table and "peak" not in table and "GB/s" not in table
@@ -76,7 +76,7 @@ def test_one_rank_allreduce_has_latency_only_with_a_note() -> None:
     assert entry.latency_only is True and entry.note is not None and "moves no data" in entry.note
     table = render_results([result])
     assert (
-        "fp32 latency 20 us (1 rank: no bandwidth)" in table
+        "fp32 latency 20.0 us (1 rank: no bandwidth)" in table
         and "9021" not in table
         and "9.02e+03" not in table
     )
@@ -110,7 +110,7 @@ def test_a_bandwidth_above_the_devices_ceiling_is_flagged() -> None:
     assert "1 size(s) above the 3,352 GB/s ceiling (the GPU's peak memory bandwidth)" in fp32.note
     assert fp16.above_ceiling == 0 and fp16.note is None
     table = render_results([result])
-    assert "fp32 peak 9.02e+03 GB/s (! above the 3,352 GB/s ceiling)" in table
+    assert "fp32 peak 9021 GB/s (! above the 3,352 GB/s ceiling)" in table  # never 9.02e+03
     assert "fp16 peak 380 GB/s" in table
     flagged = render_results([result], sweep_tables=True)
     assert "fp16 1 size, fp32 1 size, ! 1 above the 3,352 GB/s ceiling (tables below)" in flagged
@@ -265,19 +265,21 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
     assert hw.energy_cost == pytest.approx(2 * 360.0 * 20 / 3.6e6 * 0.5)
     assert (hw.peak_rss_mib, hw.peak_gpu_mem_mib, hw.mean_gpu_util) == (1800.0, 12288.0, 85.0)
     row = results_rows([result])[0]
-    assert (row["PEAK MEM"], row["GPU MEM"], row["GPU UTIL"]) == ("1.8G", "12G", "85%")
-    assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("0.004 kWh", "$0.0020")
+    assert (row["PEAK MEM"], row["GPU MEM"], row["GPU UTIL"]) == ("1.76 GiB", "12.0 GiB", "85%")
+    assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("14.4 kJ", "0.00200 USD")
     lines = dict(telemetry_lines(hw))
-    assert lines["memory"] == "peak 1.8G resident (rank 1 of 2, limit 4.0G)"
+    assert lines["memory"] == "peak 1.76 GiB resident (rank 1 of 2, limit 4.00 GiB)"
     assert (
-        lines["energy"]
-        == "0.004 kWh to accuracy (14.4 kJ, all GPUs, NVML energy counter), $0.0020 at 0.5/kWh"
+        lines["energy"] == "14.4 kJ to accuracy (all GPUs, NVML energy counter), 0.00200 USD at 0.500 USD/kWh"
     )
-    assert rank_figures_text(hw.ranks[1]) == "rss 1.8G/4.0G  gpu mem 12G  util 90%  7.56 kJ"
+    assert rank_figures_text(hw.ranks[1]) == "rss 1.76 GiB/4.00 GiB  gpu mem 12.0 GiB  util 90%  7.56 kJ"
+    in_euros = summarize_run(plan(price_per_kwh=0.5, currency="EUR"), RunState.SUCCEEDED, metrics, events)
+    assert in_euros.currency == "EUR" and results_rows([in_euros])[0]["ENERGY COST"] == "0.00200 EUR"
+    assert dict(telemetry_lines(hw, "EUR"))["energy"].endswith("0.00200 EUR at 0.500 EUR/kWh")
     plain = summarize_run(plan(), RunState.SUCCEEDED, series([50.0, 71.0]), events)
     assert plain.telemetry is None and results_rows([plain])[0]["ENERGY TO ACC"] == "-"
-    # a table of CPU runs leaves the GPU columns out; one GPU run among them brings them back
+    # a table of runs without telemetry leaves its columns out; one GPU run among them brings them back
     header = render_results([plain]).splitlines()[0]
-    assert "PEAK MEM" in header and "GPU" not in header and "ENERGY" not in header
+    assert "TIME TO ACC" in header and "MEM" not in header and "GPU" not in header and "ENERGY" not in header
     mixed = render_results([plain, result]).splitlines()
-    assert "ENERGY TO ACC" in mixed[0] and "0.004 kWh" in mixed[2]
+    assert "ENERGY TO ACC" in mixed[0] and "14.4 kJ" in mixed[2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from mlbench_worker import wire
 
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
@@ -15,13 +16,13 @@ GOAL = GoalPlan(kind="light", metric="val_global_Prec@1", target=70.0, direction
 
 def test_eta_extrapolates_the_goal_metric_and_respects_max_epochs() -> None:
     progress = RunProgress("qs", GOAL, max_epochs=10, state="running")
-    progress.on_event("run_start", {}, 0.0)
+    progress.on_event(wire.RunStart(), 0.0)
     assert progress.eta_s() is None
     progress.on_metric("val_global_Prec@1", 30.0, 1, 10.0)
     progress.on_metric("val_global_Prec@1", 50.0, 2, 20.0)  # +20 per epoch, 10 s per epoch
     assert progress.eta_s() == pytest.approx(10.0)
     line = progress.line()
-    assert "epoch 2/10" in line and "Prec@1 50.00 (goal >= 70.0)" in line and "ETA 10s" in line
+    assert "epoch 2/10" in line and "Prec@1 50 (goal >= 70.0)" in line and "ETA 10s" in line
     capped = RunProgress("qs", GOAL, max_epochs=3, state="running")
     capped.on_metric("val_global_Prec@1", 10.0, 1, 10.0)
     capped.on_metric("val_global_Prec@1", 11.0, 2, 20.0)  # 59 epochs at this pace, but only 1 left
@@ -35,10 +36,10 @@ def test_min_goal_and_phases() -> None:
         "lm", GoalPlan(kind="light", metric="val_global_Perplexity", target=90, direction="min")
     )
     progress.state = "running"
-    progress.on_event("environment", {}, 0.0)
+    progress.on_event(wire.Environment(), 0.0)
     assert progress.phase == "setting up"
-    progress.on_event("epoch_end", {"epoch": 4}, 5.0)
-    progress.on_event("rank_failed", {"rank": 1}, 6.0)
+    progress.on_event(wire.EpochEnd(epoch=4), 5.0)
+    progress.on_event(wire.RankFailed(rank=1), 6.0)
     assert progress.phase == "rank 1 failed" and progress.epoch == 4
     assert "Perplexity - (goal <= 90.0)" in progress.line()
 
@@ -59,9 +60,9 @@ def test_plain_printer_writes_only_changes() -> None:
 
 def test_a_one_rank_allreduce_says_it_reports_latency_only() -> None:
     progress = RunProgress("ar", None, total_steps=4, sweep=TASKS["0a"].sweep, state="running")
-    progress.on_event("allreduce_sweep", {"latency_only": False, "busbw_ceiling_gbps": 1000.0}, 0.0)
+    progress.on_event(wire.AllreduceSweep(latency_only=False, busbw_ceiling_gbps=1000.0), 0.0)
     assert "latency only" not in progress.line()
-    progress.on_event("allreduce_sweep", {"latency_only": True, "world_size": 1}, 0.0)
+    progress.on_event(wire.AllreduceSweep(latency_only=True, world_size=1), 0.0)
     assert "0/4 sizes  latency only (1 rank moves no data)" in progress.line()
 
 

@@ -94,6 +94,7 @@ def test_sweeps_normalize_to_lists() -> None:
         {"telemetry": {"interval": "1s", "enabled": "yes"}},
         {"telemetry": {"every": "1s"}},
         {"price_per_kwh": -0.1},
+        {"currency": "euro"},
     ],
 )
 def test_strict_rejections(body: dict[str, Any]) -> None:

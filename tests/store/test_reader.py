@@ -36,6 +36,9 @@ def test_reads_the_same_runs_and_metric_pages_as_the_server_beside_it(tmp_path: 
             for kwargs in ({"points": 50}, {"names": "train_loss", "rank": 0}, {"limit": 100, "since": 10}):
                 page = reader.metrics(run_id, **kwargs)  # type: ignore[arg-type]
                 assert page.series and page == client.metrics(run_id, **kwargs)  # type: ignore[arg-type]
+            assert reader.events(run_id) == client.events(run_id)
+            assert reader.events(run_id, kind="run_start") == client.events(run_id, kind="run_start")
+            assert reader.events(run_id, kind="run_start").events  # the report's clock reads these
             with pytest.raises(NotFound):
                 reader.get_run("r-000000000000")
             with pytest.raises(ServerHTTPError) as answered:

@@ -56,6 +56,7 @@ class PageLoad:
     screenshot: bytes = b""
     title: str = ""
     images: list[dict[str, Any]] = field(default_factory=list)
+    elements: dict[str, bytes] = field(default_factory=dict)  # CSS selector -> PNG of that element
 
 
 class Chromium:
@@ -155,8 +156,9 @@ class Chromium:
             self._events.append(self._read_message(deadline))
 
     # -- pages ------------------------------------------------------------------------------------
-    def open(self, path: Path, *, timeout: float = 60) -> PageLoad:
-        """Load ``path`` in a new tab and report what it requested, what failed, and how it looks."""
+    def open(self, path: Path, *, timeout: float = 60, elements: tuple[str, ...] = ()) -> PageLoad:
+        """Load ``path`` in a new tab and report what it requested, what failed, and how it looks
+        (the viewport, and each of ``elements``, CSS selectors, as Chromium drew it)."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
@@ -198,5 +200,23 @@ class Chromium:
         load.title = str(title["result"]["value"])
         shot = self.send("Page.captureScreenshot", {"format": "png"}, session=session)
         load.screenshot = base64.b64decode(shot["data"])
+        for selector in elements:
+            box = self.send(
+                "Runtime.evaluate",
+                {
+                    "expression": f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+                    ".getBoundingClientRect(); return JSON.stringify({x: r.left + window.scrollX, "
+                    "y: r.top + window.scrollY, width: r.width, height: r.height}); })()",
+                    "returnByValue": True,
+                },
+                session=session,
+            )
+            clip = {**json.loads(box["result"]["value"]), "scale": 1}
+            shot = self.send(
+                "Page.captureScreenshot",
+                {"format": "png", "clip": clip, "captureBeyondViewport": True},
+                session=session,
+            )
+            load.elements[selector] = base64.b64decode(shot["data"])
         self.send("Target.closeTarget", {"targetId": target})
         return load

@@ -78,5 +78,8 @@ def test_empty_chart_says_it_waits() -> None:
 
 
 def test_format_value_fits() -> None:
-    for v in (0.000123456, 123456789.0, -42.5, 80.0):
-        assert len(format_value(v, 7)) <= 7
+    for v in (0.000123456, 123456789.0, -42.5, 80.0, 2.565e-05, -3.1e-7, 1e12):
+        assert len(format_value(v, 7)) <= 7 and "e" not in format_value(v, 7)
+    assert [format_value(v) for v in (80.0, 0.0421, 0.0004526, 2.565e-05, 123456789.0, 0.0)] == [
+        "80", "0.0421", "0.00045", "25.7µ", "123M", "0",
+    ]  # fmt: skip

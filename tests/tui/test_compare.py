@@ -41,7 +41,7 @@ async def test_compare_charts_speedup_per_backend_and_bandwidth_curves(
     async with compare(server, tmp_path) as (_, screen):
         speedup = screen.query_one("#speedup-chart", MetricChart)
         assert speedup.border_title == SPEEDUP_TITLE
-        assert list(speedup.series) == ["gloo", "ideal"]
+        assert list(speedup.series) == ["gloo", "gloo without communication", "ideal"]
         gloo = speedup.series["gloo"]
         assert (gloo.xmin, gloo.xmax) == (1.0, 2.0)
         assert gloo.ymax == 1.0 and 0 < gloo.ymin < 1  # the 2-worker run was slower on 2 shared cores

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_duration, format_elapsed
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.goal import goal_status
@@ -44,13 +44,14 @@ def test_no_goal_means_no_status() -> None:
 
 
 def test_format_duration() -> None:
-    assert [format_duration(s) for s in (5, 187, 3725, 2 * 86400 + 3 * 3600)] == [
+    assert [format_elapsed(s) for s in (5, 187, 3725, 2 * 86400 + 3 * 3600)] == [
         "5s",
         "3m07s",
         "1h02m",
         "2d03h",
     ]
-    assert format_duration(None) == "—"
+    assert format_elapsed(None) == "—"
+    assert [format_duration(s) for s in (0.0286, 0.425, 65)] == ["28.6 ms", "0.425 s", "1 m 05 s"]
 
 
 def _run(
@@ -69,7 +70,7 @@ def _run(
         state=state,
         target_kind="local",
         created=kw.get("created", T0),
-        result=result,
+        result=None if result is None else {"state": state, **result},  # stored with the run's state
     )
 
 
@@ -131,6 +132,10 @@ def test_compare_speedup_efficiency_comm_share_cost() -> None:
     rows, baseline = compare_rows(runs, runs[1].id)
     assert baseline == runs[1].id
     assert {r.name: r.speedup for r in rows}["s-1w"] == pytest.approx(1.6)
+    # a CUDA-graphs run beside an eager baseline: an implementation comparison, no speedup
+    graphs = {"reached": True, "time_to_accuracy_s": 100.0, "implementation": {"cuda_graphs": True}}
+    rows, _ = compare_rows([runs[0], _run("s-1w-graphs", 1, result=graphs)], runs[0].id)
+    assert {r.name: r.speedup for r in rows} == {"s-1w": pytest.approx(1.0), "s-1w-graphs": None}
 
 
 def test_bars() -> None:

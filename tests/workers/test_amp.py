@@ -8,7 +8,7 @@ import pytest
 import torch
 from mlbench_worker.comm import Comm, ReduceOp, SingleComm
 from mlbench_worker.optim.amp import ReducedPrecisionAllReduce, comm_dtype, make_scaler
-from mlbench_worker.tasks.training import autocast_for
+from mlbench_worker.tasks.steps import autocast_for
 
 GNMT_HP = {"loss_scale_init": 1024, "loss_scale_factor": 2, "loss_scale_max": 8192, "loss_scale_window": 128}
 CPU = torch.device("cpu")

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
-from mlbench_worker.config import parse_config
 from mlbench_worker.context import Rendezvous, RunContext
 from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.tracker import Tracker
+from mlbench_worker.wire import parse_config
 from support.smoke import apply_one
 
 SMOKE_DATA = {
@@ -70,7 +70,7 @@ def test_step_lr_follows_warmup_and_sequence_length() -> None:
     assert torch.equal(inputs[1:], target[:-1])  # targets are the inputs shifted by one token
     trainer.before_step(trainer.warmup_steps // 2 - 1)
     assert trainer.lr == pytest.approx(45.0)
-    trainer.train_step(batches[0], Tracker().record)
+    trainer.train_step(batches[0], Tracker().clock.record)
     assert trainer.optimizer.lr == pytest.approx(45.0 * seq_len / 10)
     trainer.before_step(trainer.warmup_steps)
     assert trainer.lr == 60.0
@@ -83,9 +83,9 @@ def test_switches_to_averaged_sgd_after_nonmono_epochs_and_validates_the_average
         assert not trainer.asgd
     trainer.after_validation(5, {"val_global_loss": 4.7}, step=5)  # worse than min of all but the last 2
     assert trainer.asgd
-    tracker = Tracker()
-    for batch in list(trainer.train_batches(6))[:3]:
-        trainer.train_step(batch, tracker.record)
+    tracker = Tracker(sample_every=1)
+    for (batch, record), _ in zip(tracker.each_batch(trainer.train_batches(6)), range(3), strict=False):
+        trainer.train_step(batch, record)
     assert trainer.averaged_steps == 3
     current = [p.detach().clone() for p in trainer.params]
     assert trainer.averaged is not None

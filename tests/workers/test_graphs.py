@@ -16,10 +16,11 @@ import pytest
 import torch
 from mlbench_worker.graphs import GraphedStep
 from mlbench_worker.optim.centralized import CentralizedOptimizer
+from mlbench_worker.replay_capture import CaptureError, ReplayCapture
 from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.tasks.logreg import LogRegTrainer
 from mlbench_worker.tasks.resnet20 import ResNet20Trainer
-from mlbench_worker.tasks.training import PhasedTrainer
+from mlbench_worker.tasks.steps import PhasedTrainer, StepResult
 from mlbench_worker.tracker import Tracker
 from support.graph_tape import GraphBreak, TapeCapture
 from support.trainers import single_rank_context
@@ -69,7 +70,7 @@ def test_graphed_resnet_steps_train_exactly_like_eager_ones() -> None:
     eager, graphed = _resnet(), _resnet()
     batches = _batches(eager, 2)  # 6 steps, two of them short: two sets of graphs
     tape = TapeCapture()
-    runner = GraphedStep(graphed, tape, log=lambda _: None)
+    runner = GraphedStep(graphed, tape)
     assert _train(graphed, batches, runner) == _train(eager, batches)
     _same_parameters(eager.model, graphed.model)  # BatchNorm statistics included
     assert runner.captured == 2 and tape.replays == len(batches)
@@ -85,7 +86,7 @@ def test_graphed_logistic_regression_matches_eager_and_refills_its_inputs() -> N
         trainers.append(LogRegTrainer(ctx))
     eager, graphed = trainers
     batches = [(x.clone(), y.clone()) for x, y in _batches(eager, 2)]
-    runner = GraphedStep(graphed, TapeCapture(), log=lambda _: None)
+    runner = GraphedStep(graphed, TapeCapture())
     assert _train(graphed, batches, runner) == _train(eager, batches)
     _same_parameters(eager.model, graphed.model)
     assert runner.captured == 1
@@ -95,17 +96,19 @@ def test_graphed_awd_lstm_carries_the_hidden_state_through_graphs_of_every_lengt
     eager, graphed = _awd(**NO_DROPOUT), _awd(**NO_DROPOUT)
     batches = _batches(eager, 1)
     lengths = {seq_len for _, _, seq_len in batches}
-    assert len(lengths) > 2  # variable BPTT windows: one set of graphs per length
-    runner = GraphedStep(graphed, TapeCapture(), log=lambda _: None)
+    assert len(lengths) > 2  # variable BPTT windows: one set of graphs per common length
+    runner = GraphedStep(graphed, TapeCapture())
     assert _train(graphed, batches, runner) == pytest.approx(_train(eager, batches), rel=1e-6)
     for p, q in zip(eager.model.parameters(), graphed.model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
-    assert runner.captured == len(lengths)
+    graphed_lengths = {n for n in lengths if abs(n - graphed.bptt) <= graphed.graph_band}
+    assert runner.captured == len(graphed_lengths) < len(lengths)  # the rare lengths ran eagerly
+    assert runner.eager_steps == sum(abs(n - graphed.bptt) > graphed.graph_band for _, _, n in batches)
 
 
 def test_dropout_and_clipping_replay_the_same_ops_every_step() -> None:
     trainer = _awd()  # dropout everywhere, gradient clipping at 0.25 in the captured update
-    runner = GraphedStep(trainer, TapeCapture(), log=lambda _: None)
+    runner = GraphedStep(trainer, TapeCapture())
     losses = _train(trainer, _batches(trainer, 1), runner)
     assert all(loss == loss for loss in losses)  # finite, and no GraphBreak raised
 
@@ -115,7 +118,7 @@ def test_fp16_loss_scaling_is_restored_after_warm_up_and_replays_on_the_device()
     for trainer in (eager, graphed):
         trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     batches = _batches(eager, 1)
-    runner = GraphedStep(graphed, TapeCapture(), log=lambda _: None)
+    runner = GraphedStep(graphed, TapeCapture())
     assert _train(graphed, batches, runner) == _train(eager, batches)
     assert graphed.scaler.get_scale() == eager.scaler.get_scale() == 2.0**11  # grew once, not in warm-up
     _same_parameters(eager.model, graphed.model)
@@ -127,7 +130,7 @@ def test_a_learning_rate_left_on_the_host_is_caught() -> None:
     original = CentralizedOptimizer.make_capturable
     CentralizedOptimizer.make_capturable = lambda self: None  # type: ignore[method-assign]
     try:
-        runner = GraphedStep(trainer, TapeCapture(), log=lambda _: None)
+        runner = GraphedStep(trainer, TapeCapture())
         with pytest.raises(GraphBreak, match="_fused_sgd_"):
             _train(trainer, _batches(trainer, 1), runner)
     finally:
@@ -139,7 +142,7 @@ def test_phases_are_recorded_in_order_and_capture_is_set_aside() -> None:
     tracker = Tracker(torch.device("cpu"), sample_every=1)
     start = time.perf_counter()
     tracker.train()
-    runner = GraphedStep(trainer, TapeCapture(), aside=tracker.aside, log=lambda _: None)
+    runner = GraphedStep(trainer, TapeCapture(), aside=tracker.aside)
     seen: list[str] = []
     batch = next(iter(trainer.train_batches(1)))
     for _ in range(2):
@@ -180,3 +183,112 @@ def test_an_aggregator_with_host_steps_is_refused() -> None:
     trainer = _resnet(optimizer="power_sgd")
     with pytest.raises(ValueError, match="PowerSGDAggregator cannot run inside a CUDA graph"):
         GraphedStep(trainer, TapeCapture())
+
+
+# -- ReplayCapture: replays that re-execute the recorded ops on the captured tensors, like a graph --
+STEPS = 50
+
+
+def _first(trainer: PhasedTrainer[Any], n: int = STEPS) -> list[Any]:
+    batches: list[Any] = []
+    epoch = 0
+    while len(batches) < n:
+        epoch += 1
+        batches += list(trainer.train_batches(epoch))
+    return batches[:n]
+
+
+def _logreg() -> LogRegTrainer:
+    data = {"source": "synthetic", "options": {"train_samples": 96, "val_samples": 16, "features": 20}}
+    ctx, _ = single_rank_context("2a", {"batch_size": 40}, data, None)  # batches 40, 40, 16
+    torch.manual_seed(0)
+    return LogRegTrainer(ctx)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: _resnet(batch_size=4), _logreg, lambda: _awd(**NO_DROPOUT)], ids=["1a", "2a", "3a"]
+)
+def test_graph_replays_give_eager_losses_for_fifty_steps(make: Any) -> None:
+    """Every task that accepts graphs: the same seed, eager and replayed, the same first 50 losses
+    (fp32, 1e-5 relative); replays run the recorded ops, never the phases' Python."""
+    eager, graphed = make(), make()
+    batches = _first(eager)
+    capture = ReplayCapture()
+    runner = GraphedStep(graphed, capture)
+    graphed_losses = _train(graphed, batches, runner)
+    assert graphed_losses == pytest.approx(_train(eager, batches), rel=1e-5)
+    assert runner.captured == capture.captures >= 1 and runner.steps == STEPS
+    assert capture.replays >= (STEPS - runner.eager_steps - runner.captured) * 4  # phases replayed
+    for p, q in zip(eager.model.parameters(), graphed.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert "set(s)" in runner.summary() and f"of {STEPS} steps ran eagerly" in runner.summary()
+
+
+class _HiddenKeptInPython(AWDLSTMTrainer):
+    """Carries the hidden state by a Python assignment inside the forward phase: eager honours it,
+    a graph replay (which runs no Python) does not."""
+
+    def forward(self, step: Any) -> None:
+        super().forward(step)
+        self.hidden = step.hidden
+
+    def end_step(self, step: Any) -> Any:
+        return StepResult(step.raw_loss.detach(), step.samples)
+
+
+def test_a_hidden_state_not_carried_through_the_graphs_outputs_fails_on_cpu() -> None:
+    def make() -> AWDLSTMTrainer:
+        ctx, _ = single_rank_context("3a", {"batch_size": 4, "lr": 5.0, **NO_DROPOUT}, AWD, None)
+        torch.manual_seed(0)
+        return _HiddenKeptInPython(ctx)
+
+    eager, graphed = make(), make()
+    batches = [b for b in _first(eager, 12) if abs(b[2] - eager.bptt) <= eager.graph_band]
+    replayed = _train(graphed, batches, GraphedStep(graphed, ReplayCapture()))
+    assert replayed != pytest.approx(_train(eager, batches), rel=1e-5)  # TapeCapture would re-run it
+
+
+def test_a_static_input_rebound_instead_of_refilled_is_replayed_stale() -> None:
+    x = torch.ones(3)
+    out = torch.zeros(3)
+    (replay,) = ReplayCapture().capture([lambda: out.copy_(x * 2)])
+    x.fill_(5.0)  # refilled in place: the replay reads it
+    assert replay is not None
+    replay()
+    assert out.tolist() == [10.0, 10.0, 10.0]
+    x = torch.full((3,), 7.0)
+    replay()
+    assert out.tolist() == [10.0, 10.0, 10.0]
+
+
+class _MovesItsWeights(ResNet20Trainer):
+    """Re-allocates a parameter's storage inside the forward phase (what nn.LSTM's re-flattening
+    of its cuDNN weights did to AWD-LSTM's layers at each weight-dropped step)."""
+
+    def forward(self, step: Any) -> None:
+        weight = self.model.classifier.weight
+        with torch.no_grad():
+            weight.set_(weight.detach().clone())
+        super().forward(step)
+
+
+def test_a_capture_that_moves_a_parameter_is_refused() -> None:
+    ctx, _ = single_rank_context("1a", {"batch_size": 16}, CIFAR, None)
+    trainer = _MovesItsWeights(ctx)
+    runner = GraphedStep(trainer, ReplayCapture())
+    with pytest.raises(RuntimeError, match=r"moved 'classifier\.weight' to other memory"):
+        runner.train_step(next(iter(trainer.train_batches(1))), None)
+
+
+def test_a_host_read_inside_a_phase_is_refused_at_capture() -> None:
+    loss = torch.ones(())
+    with pytest.raises(CaptureError, match="_local_scalar_dense"):
+        ReplayCapture().capture([lambda: float(loss * 2)])
+
+
+def test_weight_drop_keeps_the_lstm_parameters_where_they_are() -> None:
+    trainer = _awd()  # weight drop 0.5 on every layer
+    before = {n: p.untyped_storage().data_ptr() for n, p in trainer.model.named_parameters()}
+    trainer.model.train()
+    trainer.train_step(next(iter(trainer.train_batches(1))), None)
+    assert {n: p.untyped_storage().data_ptr() for n, p in trainer.model.named_parameters()} == before

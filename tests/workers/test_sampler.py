@@ -21,7 +21,7 @@ from mlbench_worker.spool import Spool
 from support.smoke import apply_one, mlbench
 from support.trainers import RecordingReporter
 
-from mlbench_tui.formatting import format_mib
+from mlbench_tui.formatting import format_mebibytes
 
 HOST = (sm.CPU_PERCENT, sm.RSS_MIB, sm.HOST_MEM_AVAILABLE_MIB)
 
@@ -227,7 +227,7 @@ spec:
     assert hardware["peak_rss_mib"] == max(r["peak_rss_mib"] for r in hardware["ranks"]) > 50
     assert hardware["energy_j"] is None and hardware["mean_gpu_util"] is None
     status = mlbench("status", "tel-gloo-2w").stdout
-    assert f"memory:   peak {format_mib(hardware['peak_rss_mib'])} resident" in status
+    assert f"memory:   peak {format_mebibytes(hardware['peak_rss_mib'])} resident" in status
     times: dict[tuple[int, str], list[float]] = defaultdict(list)
     for row in rows:
         if sm.is_sys(row["name"]):

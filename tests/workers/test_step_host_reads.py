@@ -19,7 +19,8 @@ from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.tasks.gnmt import TASK as GNMT
 from mlbench_worker.tasks.logreg import LogRegTrainer
 from mlbench_worker.tasks.resnet20 import ResNet20Trainer
-from mlbench_worker.tasks.training import Trainer, _iterate, _Window
+from mlbench_worker.tasks.steps import Trainer
+from mlbench_worker.tasks.training import MetricWindow
 from mlbench_worker.tasks.transformer import TASK as TRANSFORMER
 from mlbench_worker.tracker import Tracker
 from mlbench_worker.translation.trainer import TranslationTrainer
@@ -82,7 +83,7 @@ TRAINERS: dict[str, Callable[[], Trainer]] = {
 
 def _batches(trainer: Trainer, tracker: Tracker) -> Iterator[tuple[Any, Any]]:
     for epoch in itertools.count(1):
-        yield from _iterate(trainer.train_batches(epoch), tracker)
+        yield from tracker.each_batch(trainer.train_batches(epoch))
 
 
 @pytest.mark.parametrize("case", list(TRAINERS))
@@ -92,7 +93,7 @@ def test_the_step_path_reads_no_tensor_value_on_the_host(case: str) -> None:
     trainer.model.train()
     tracker = Tracker(torch.device("cpu"), sample_every=1)
     tracker.train()
-    window = _Window(torch.device("cpu"))
+    window = MetricWindow(trainer.ctx, trainer, tracker)
     batches = _batches(trainer, tracker)
 
     def step(n: int) -> None:

@@ -6,17 +6,21 @@ with MultiWorkerMirroredStrategy on a small synthetic CIFAR-10 until a relaxed a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
-from mlbench_worker.config import ConfigError
+from mlbench_worker import wire
 from mlbench_worker.tasks.tf_resnet20 import tf_config
+from mlbench_worker.wire import ConfigError
 from support.smoke import apply_one
 
 from mlbench_tui.executors import tf_launch
+from mlbench_tui.store.engine import default_db_path
 
 
 def test_tf_config_from_env_or_worker_list() -> None:
@@ -106,3 +110,8 @@ def test_two_tensorflow_workers_reach_a_relaxed_goal_through_mlbench_apply(tmp_p
     assert run["state"] == "succeeded" and run["reached"] is True, run["stop_reason"]
     assert run["fingerprint"]["framework"] == "tensorflow" and run["fingerprint"]["tensorflow"]
     assert run["time_split"]["communication"] > 0 and run["time_split"]["compute"] > 0
+    with contextlib.closing(sqlite3.connect(f"file:{default_db_path()}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT rank, payload FROM events WHERE kind = ?", (wire.RUN_STOP,)).fetchall()
+    stops = {rank: wire.RunStop.from_payload(json.loads(payload)) for rank, payload in rows}
+    # every rank says how it stopped, with its exit status, as PyTorch ranks do
+    assert sorted(stops) == [0, 1] and all(s.exit_code == 0 and s.status == "success" for s in stops.values())

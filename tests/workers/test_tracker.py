@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+from mlbench_worker.phase_clock import CpuClock
 from mlbench_worker.tracker import CATEGORIES, PHASES, Tracker
 
 
@@ -26,15 +27,15 @@ def test_phase_names_and_categories_are_mlbench_s() -> None:
 def test_each_phase_gets_the_time_since_the_previous_stamp() -> None:
     tracker = Tracker(torch.device("cpu"))
     tracker.train()
-    for _ in range(3):
-        tracker.batch_start()
+    for _, record in tracker.each_batch(range(3)):
+        assert record is not None  # the first batches are always stamped (calibration)
         _busy(0.002)
-        tracker.record("batch_load")
+        record("batch_load")
         _busy(0.006)
-        tracker.record("fwd_pass")
-        tracker.record("comp_loss")
+        record("fwd_pass")
+        record("comp_loss")
         _busy(0.004)
-        tracker.record("agg")
+        record("agg")
         _busy(0.01)  # between batches: charged to nothing
     tracker.pause()
     phases = tracker.phase_times()
@@ -83,11 +84,10 @@ class _FakeClock:
 
 
 def _scripted_batches(tracker: Tracker, clock: _FakeClock, n: int) -> dict[str, float]:
-    """Run ``n`` batches through ``begin`` with known phase durations; returns the true totals.
-    ``agg`` alternates 10/30 us so a sampler that aliased with a period of 2 would be biased."""
+    """Run ``n`` batches through ``each_batch`` with known phase durations; returns the true
+    totals. ``agg`` alternates 10/30 us so a sampler that aliased with a period of 2 would be biased."""
     truth = dict.fromkeys(PHASES, 0.0)
-    for i in range(n):
-        record = tracker.begin()
+    for i, (_, record) in enumerate(tracker.each_batch(range(n))):
         for phase, seconds in (("batch_load", 5e-6), ("fwd_pass", 40e-6), ("agg", 10e-6 if i % 2 else 30e-6)):
             clock.now += seconds
             truth[phase] += seconds
@@ -97,10 +97,9 @@ def _scripted_batches(tracker: Tracker, clock: _FakeClock, n: int) -> dict[str, 
     return truth
 
 
-def test_micro_steps_are_sampled_and_phase_totals_stay_unbiased(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_micro_steps_are_sampled_and_phase_totals_stay_unbiased() -> None:
     clock = _FakeClock()
-    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
-    tracker = Tracker(torch.device("cpu"), seed=3)
+    tracker = Tracker(torch.device("cpu"), seed=3, clock=CpuClock(PHASES, now=clock))
     truth = _scripted_batches(tracker, clock, 20_000)
     # a 75 us step: the stamps (~5 us) would cost ~7%; sampling brings them under 0.1%
     assert tracker.sample_every == 64 and tracker.batches == 20_000  # the cap
@@ -111,12 +110,10 @@ def test_micro_steps_are_sampled_and_phase_totals_stay_unbiased(monkeypatch: pyt
     assert estimate["backprop"] == 0.0
 
 
-def test_steps_that_dwarf_the_stamps_are_all_stamped_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_steps_that_dwarf_the_stamps_are_all_stamped_exactly() -> None:
     clock = _FakeClock()
-    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
-    tracker = Tracker(torch.device("cpu"))
-    for _ in range(200):
-        record = tracker.begin()
+    tracker = Tracker(torch.device("cpu"), clock=CpuClock(PHASES, now=clock))
+    for _, record in tracker.each_batch(range(200)):
         clock.now += 0.05  # a 50 ms step (ResNet-20 on CPU is slower still)
         assert record is not None
         record("fwd_pass")
@@ -124,35 +121,29 @@ def test_steps_that_dwarf_the_stamps_are_all_stamped_exactly(monkeypatch: pytest
     assert tracker.phase_times()["fwd_pass"] == pytest.approx(10.0)
 
 
-def test_fixed_sampling_and_the_training_loop_s_batch_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fixed_sampling_and_the_training_loop_s_batch_count() -> None:
     clock = _FakeClock()
-    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
-    every_batch = Tracker(sample_every=1)
+    every_batch = Tracker(sample_every=1, clock=CpuClock(PHASES, now=clock))
     truth = _scripted_batches(every_batch, clock, 101)
     assert every_batch.stamped == every_batch.batches == 101
     assert every_batch.phase_times() == pytest.approx(truth)
-    sampled = Tracker(sample_every=4, seed=1)
+    sampled = Tracker(sample_every=4, seed=1, clock=CpuClock(PHASES, now=clock))
     _scripted_batches(sampled, clock, 4000)
     assert 800 < sampled.stamped < 1200 and sampled.sample_every == 4
     with pytest.raises(ValueError, match="sample_every"):
         Tracker(sample_every=0)
 
 
-def test_the_loop_counts_batches_and_an_exhausted_loader_leaves_no_stamp(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from mlbench_worker.tasks.training import _iterate
-
+def test_the_loop_counts_batches_and_an_exhausted_loader_leaves_no_stamp() -> None:
     clock = _FakeClock()
-    monkeypatch.setattr("mlbench_worker.tracker._clock", clock)
-    tracker = Tracker(sample_every=1)
+    tracker = Tracker(sample_every=1, clock=CpuClock(PHASES, now=clock))
     for epoch in range(3):
-        for _batch, record in _iterate(range(5), tracker):
+        for _batch, record in tracker.each_batch(range(5)):
             clock.now += 1e-3
             assert record is not None
             record("fwd_pass")
         assert tracker.batches == tracker.stamped == 5 * (epoch + 1)  # the loader's end is no batch
-    for n, (_batch, record) in enumerate(_iterate(range(100), tracker)):  # a run stopped mid-epoch
+    for n, (_batch, record) in enumerate(tracker.each_batch(range(100))):  # a run stopped mid-epoch
         if n == 7:
             break
         assert record is not None

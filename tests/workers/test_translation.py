@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
-from mlbench_worker.config import parse_config
 from mlbench_worker.context import Rendezvous, RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.tasks import gnmt, transformer
@@ -17,6 +16,7 @@ from mlbench_worker.translation.batching import BatchPlan, collate, token_batche
 from mlbench_worker.translation.beam import beam_search
 from mlbench_worker.translation.schedules import GNMTSchedule, InverseSqrtSchedule
 from mlbench_worker.translation.trainer import TranslationTrainer
+from mlbench_worker.wire import parse_config
 
 CORPUS = toy_translation.synthetic({"train_samples": 300, "val_samples": 20, "vocab_words": 8}, seed=1)
 GNMT_SIZES = {"hidden_size": 16, "num_layers": 3, "dropout": 0.0}
@@ -110,7 +110,7 @@ def test_gradient_accumulation_equals_the_large_batch_gradient(
 
     def grads(batches: list[Any]) -> list[torch.Tensor]:
         trainer.optimizer.zero_grad()
-        trainer.accumulate(batches, Tracker().record)
+        trainer.accumulate(batches, Tracker().clock.record)
         return [p.grad.detach().clone() for p in trainer.params]  # type: ignore[union-attr]
 
     whole, accumulated = grads([big]), grads(micro)

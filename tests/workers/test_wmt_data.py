@@ -210,11 +210,11 @@ def test_mlbench_data_prepare_reports_a_corrupt_download_without_a_traceback(tmp
 def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path) -> None:
     import torch
     from mlbench_worker.comm import SingleComm
-    from mlbench_worker.config import parse_config
     from mlbench_worker.context import Rendezvous, RunContext
     from mlbench_worker.tasks import transformer
     from mlbench_worker.tracker import Tracker
     from mlbench_worker.translation.trainer import TranslationTrainer
+    from mlbench_worker.wire import parse_config
 
     class Quiet:
         def metric(self, *args: object, **kw: object) -> None: ...
@@ -246,7 +246,7 @@ def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path)
     )
     trainer = TranslationTrainer(ctx, task)
     assert trainer.corpus.name == "wmt16" and len(trainer.test_refs) == len(trainer.test_data) <= 30
-    result = trainer.train_step(next(iter(trainer.train_batches(1))), Tracker().record)
+    result = trainer.train_step(next(iter(trainer.train_batches(1))), Tracker().clock.record)
     assert float(result.loss) > 0 and result.samples > 0
     metrics = trainer.validate()
     assert 0.0 <= metrics["val_global_BLEU-Score"] <= 100.0 and metrics["val_global_loss"] > 0

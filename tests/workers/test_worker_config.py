@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlbench_worker.config import ConfigError, load_config, parse_config
+from mlbench_worker.config import load_config
 from mlbench_worker.context import detect_rendezvous
+from mlbench_worker.wire import ConfigError, parse_config
 
 from mlbench_tui.plan import DataPlan, GoalPlan, ImplementationPlan, ResourcesPlan, RunPlan, worker_config
 

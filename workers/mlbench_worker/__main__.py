@@ -14,8 +14,10 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from mlbench_worker.config import ConfigError, WorkerConfig, load_config
+from mlbench_worker import wire
+from mlbench_worker.config import load_config
 from mlbench_worker.startup import CLOCK
+from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
     from mlbench_worker.comm import Comm
@@ -74,7 +76,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     comm: Comm | None = None
     rank = rdv.rank
     if rank == 0:  # MLPerf's init_start: setup (process group, data, model) starts here
-        reporter.event("init_start", {})
+        wire.emit(reporter, wire.InitStart())
     try:
         allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         limit_threads(config.threads_per_rank)
@@ -97,22 +99,20 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         )
         ranks = comm.allgather_object(rank_facts(ctx))  # every rank takes part
         if ctx.is_main:
-            reporter.event("environment", fingerprint(ctx, ranks))
+            wire.emit(reporter, wire.Environment(facts=fingerprint(ctx, ranks)))
         outcome = task(ctx)
         ctx.mark_run_start()
         CLOCK.report(reporter, rank)  # tasks without training steps: their start ends at run_start
         # Every rank says how it stopped and the exit status it returns: when a launcher's own
         # exit status is lost, the engine settles the run from these.
-        reporter.event("run_stop", {**outcome.payload(), "exit_code": 0})
+        wire.emit(reporter, outcome.stop(exit_code=0))
         ctx.log(f"run stopped: {outcome.status} ({outcome.reason})")
         reporter.close(timeout=30.0)
         comm.close()
         maybe_inject_fault_at_exit(rank)
         return 0
     except KeyboardInterrupt:
-        reporter.event(
-            "run_stop", {"status": "aborted", "reason": f"rank {rank} interrupted", "exit_code": 130}
-        )
+        wire.emit(reporter, wire.RunStop(status="aborted", reason=f"rank {rank} interrupted", exit_code=130))
         reporter.close(timeout=5.0)
         print(f"[rank {rank}] interrupted", file=sys.stderr, flush=True)
         return 130
@@ -120,14 +120,14 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         tb = traceback.format_exc()
         summary = f"{type(exc).__name__}: {exc}"
         peer = is_peer_failure(exc)
-        reporter.event(
-            "rank_failed", {"rank": rank, "exception": summary, "traceback": tb, "peer_failure": peer}
-        )
+        failure = wire.RankFailed(rank=rank, exception=summary, traceback=tb, peer_failure=peer)
+        wire.emit(reporter, failure)
         what = "lost a peer" if peer else "failed"
         user_error = isinstance(exc, (ConfigError, UnknownTaskError))
         code = 2 if user_error else 1
-        stop = {"status": "failed", "reason": f"rank {rank} {what}: {summary}", "exit_code": code}
-        reporter.event("run_stop", stop)
+        wire.emit(
+            reporter, wire.RunStop(status="failed", reason=f"rank {rank} {what}: {summary}", exit_code=code)
+        )
         reporter.close(timeout=10.0)
         if user_error:
             print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)

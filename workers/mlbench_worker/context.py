@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import torch
 
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
-from mlbench_worker.config import ConfigError, WorkerConfig
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
 from mlbench_worker.startup import CLOCK
+from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
 
 
 class ReporterLike(Protocol):
@@ -228,12 +228,11 @@ class RunContext:
         if all_ranks or self.is_main:
             print(f"[rank {self.rank}] {text}", flush=True)
 
-    def mark_run_start(self, facts: Mapping[str, Any] | None = None) -> None:
+    def mark_run_start(self, facts: RunStart | None = None) -> None:
         """Emit ``run_start`` once, when setup is done and the timed part begins (MLPerf rule).
 
-        ``facts`` ride on the event: what the setup found that the run's MLPerf log reports, e.g.
-        ``train_samples`` and ``eval_samples`` (the sizes of the whole training and validation
-        sets) and ``comm_precision`` (the dtype gradients are all-reduced in).
+        ``facts`` ride on the event: what the setup found that the run's MLPerf log reports (the
+        sizes of the whole training and validation sets, the dtype gradients are all-reduced in).
         """
         if self.run_started:
             return
@@ -241,7 +240,7 @@ class RunContext:
         self.started_at = time.time()
         CLOCK.mark("model")  # setup done: the data (when the task marked it) and then the model
         if self.is_main:
-            self.reporter.event("run_start", dict(facts or {}))
+            emit(self.reporter, facts or RunStart())
 
     def elapsed(self) -> float:
         """Seconds since ``run_start`` (or since the context was made)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from mlbench_worker.comm import Comm
-from mlbench_worker.config import GoalConfig
+from mlbench_worker.wire import GoalConfig
 
 
 class Stop(enum.IntEnum):

@@ -1,15 +1,20 @@
 """A trainer's step replayed from CUDA graphs (``implementation: {cuda_graphs: true}``).
 
 Each phase of the step (forward, loss, backward, the gradient all-reduce, the optimizer, the
-batch metrics) is captured in its own graph, all sharing one memory pool and one capture stream,
-and the graphs are replayed back to back: the tracker's CUDA events go between the replays (an
-event cannot be recorded inside a capture), so the compute/communication split survives at the
-cost of a few microseconds of launch per phase. Graphs are captured per input shape, when a
-shape first appears (a short last batch, a new BPTT length); warming up and capturing are set
-aside from training time. The warm-up trains for a few steps on the batch at hand; everything a
-step changes (parameters, buffers, optimizer and scaler state, gradients) is put back after the
-capture, so the captured run starts where the eager run would. Random streams (dropout) differ
-from the eager run's: graphs draw from the device generator's replay-safe offsets.
+batch metrics) is captured in its own graph and the graphs are replayed back to back: the
+tracker's CUDA events go between the replays (an event cannot be recorded inside a capture), so
+the compute/communication split survives at the cost of a few microseconds of launch per phase.
+A set of graphs is captured per graph key (``PhasedTrainer.graph_key``: the input shapes, or None
+for a step the task runs eagerly, such as a rare BPTT length), when the key first appears. Each
+set has a memory pool of its own and keeps every tensor it captured alive, so no other capture
+can be handed memory a set's replays still write. The warm-up trains for a few steps on the batch
+at hand; everything a step changes (parameters, buffers, optimizer and scaler state, gradients)
+is put back after the capture, so the captured run starts where the eager run would, and a
+capture that moved a parameter's storage (a module re-allocating its weights inside the step) is
+refused, since its replays would update memory nothing reads. Warming up and capturing are set
+aside from training time and summarised once per run. Random streams (dropout) differ from the
+eager run's: graphs draw from the device generator's replay-safe offsets. On a CPU,
+``mlbench_worker.replay_capture.ReplayCapture`` stands in for the capture.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ import contextlib
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from mlbench_worker.tasks.training import PhasedTrainer, Step, StepResult
+from mlbench_worker.tasks.steps import PhasedTrainer, Step, StepResult
 from mlbench_worker.tracker import Record
 
 Replay = Callable[[], None]
@@ -32,7 +37,7 @@ WARMUP_STEPS = 3  # eager steps on a side stream before capture (torch's recipe:
 
 
 class Capture(Protocol):
-    """How phases are captured: CUDA graphs on a GPU (tests stand in a recording one on CPU)."""
+    """How phases are captured: CUDA graphs on a GPU, ``ReplayCapture`` standing in on a CPU."""
 
     def warmup(self, run: Callable[[], None]) -> None:
         """Run ``run`` eagerly where captures will run (a side stream), then rejoin."""
@@ -42,14 +47,11 @@ class Capture(Protocol):
 
 
 class CudaCapture:
-    """One CUDA graph per phase, on one capture stream and one shared memory pool.
-
-    Sharing the pool is safe because the graphs of a step always replay in capture order and
-    never concurrently, and the graphs of different input shapes are never interleaved."""
+    """One CUDA graph per phase on one capture stream; each ``capture`` call (a set of phases)
+    gets a memory pool of its own, shared by its phases, which always replay in capture order."""
 
     def __init__(self, device: torch.device) -> None:
         self.stream = torch.cuda.Stream(device)
-        self.pool = torch.cuda.graph_pool_handle()
 
     def warmup(self, run: Callable[[], None]) -> None:
         self.stream.wait_stream(torch.cuda.current_stream())
@@ -59,12 +61,13 @@ class CudaCapture:
 
     def capture(self, phases: Sequence[Callable[[], None] | None]) -> list[Replay | None]:
         replays: list[Replay | None] = []
+        pool = torch.cuda.graph_pool_handle()
         for run in phases:
             if run is None:
                 replays.append(None)
                 continue
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            with torch.cuda.graph(graph, pool=pool, stream=self.stream):
                 run()
             replays.append(graph.replay)
         return replays
@@ -83,8 +86,10 @@ class TrainingState:
                 raise ValueError("CUDA graphs restore SGD momentum as fresh only without dampening")
         self.trainer = trainer
         model = trainer.model
-        self.tensors = [t.detach() for t in itertools.chain(model.parameters(), model.buffers())]
+        self.named = list(itertools.chain(model.named_parameters(), model.named_buffers()))
+        self.tensors = [t.detach() for _, t in self.named]
         self.saved = [t.clone() for t in self.tensors]
+        self.storages = [t.untyped_storage().data_ptr() for t in self.tensors]
         self.optimizer_saved = {id(t): t.clone() for t in self._optimizer_tensors()}
         scaler = trainer.scaler
         self.scaler_saved = scaler.state_dict() if scaler.is_enabled() else None
@@ -92,6 +97,17 @@ class TrainingState:
     def _optimizer_tensors(self) -> Iterator[torch.Tensor]:
         for state in self.trainer.optimizer.optimizer.state.values():
             yield from (t for t in state.values() if isinstance(t, torch.Tensor))
+
+    def check_storage_kept(self) -> None:
+        """Refuse a capture that moved a parameter or buffer to other memory: the replays would
+        update the new memory while the captured reads of the old one stay stale."""
+        for (name, t), before in zip(self.named, self.storages, strict=True):
+            if t.untyped_storage().data_ptr() != before:
+                raise RuntimeError(
+                    f"capturing the step moved {name!r} to other memory (a module re-allocated its "
+                    "weights inside the step, e.g. an RNN re-flattening them): it cannot be replayed "
+                    "from CUDA graphs"
+                )
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -110,17 +126,16 @@ class TrainingState:
 
 @dataclass
 class _Graphs:
-    step: Step  # static inputs and outputs
+    step: Step  # static inputs and outputs (kept: the replays write them)
     replays: list[tuple[str, Replay | None]]
 
 
-def shape_key(step: Step) -> tuple[Any, ...]:
-    """What a set of graphs is captured for: the shapes and dtypes of the step's inputs."""
-    return tuple((tuple(t.shape), t.dtype) for t in step.inputs)
+def _shape_text(step: Step) -> str:
+    return ", ".join("x".join(map(str, t.shape)) for t in step.inputs)
 
 
 class GraphedStep:
-    """Runs ``trainer``'s steps from graphs of its phases, captured per input shape."""
+    """Runs ``trainer``'s steps from graphs of its phases, one set per graph key."""
 
     def __init__(
         self,
@@ -129,7 +144,6 @@ class GraphedStep:
         *,
         warmup_steps: int = WARMUP_STEPS,
         aside: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
-        log: Callable[[str], None] = print,
     ) -> None:
         if warmup_steps < 1:
             raise ValueError(
@@ -146,21 +160,29 @@ class GraphedStep:
         self.capture = capture
         self.warmup_steps = warmup_steps
         self.aside = aside
-        self.log = log
         self.capture_s = 0.0
-        self._graphs: dict[tuple[Any, ...], _Graphs] = {}
+        self.steps = 0
+        self.eager_steps = 0
+        self._graphs: dict[Hashable, _Graphs] = {}
         trainer.optimizer.make_capturable()
 
     @property
     def captured(self) -> int:
-        """How many input shapes have graphs."""
+        """How many graph keys (input shapes) have graphs."""
         return len(self._graphs)
 
     def train_step(self, batch: Any, record: Record | None) -> StepResult:
-        """One step from the graphs for this batch's shapes (captured now if there are none)."""
+        """One step from the graphs for this batch's key (captured now if there are none), or
+        eagerly when the trainer gives the step no key."""
         trainer = self.trainer
         step = trainer.begin_step(batch)
-        graphs = self._graphs.get(shape_key(step)) or self._capture(step)
+        self.steps += 1
+        key = trainer.graph_key(step)
+        if key is None:
+            self.eager_steps += 1
+            trainer.run_phases(step, record)
+            return trainer.end_step(step)
+        graphs = self._graphs.get(key) or self._capture(key, step)
         for static, fresh in zip(graphs.step.inputs, step.inputs, strict=True):
             static.copy_(fresh, non_blocking=True)
         for name, replay in graphs.replays:
@@ -170,7 +192,7 @@ class GraphedStep:
                 record(name)
         return trainer.end_step(graphs.step)
 
-    def _capture(self, step: Step) -> _Graphs:
+    def _capture(self, key: Hashable, step: Step) -> _Graphs:
         trainer = self.trainer
         with self.aside():
             start = time.perf_counter()
@@ -191,19 +213,21 @@ class GraphedStep:
 
             self.capture.warmup(warmup)
             replays = self.capture.capture([run for _, run in phases])
-            # The model output lives only between phases: released, its memory returns to the
-            # shared pool (other shapes' graphs may reuse it; their replays never interleave with
-            # these). What end_step reads after a replay (loss, metrics, carried state) stays.
-            static.output = None
+            state.check_storage_kept()
             state.restore()
-            named = [(name, replay) for (name, _), replay in zip(phases, replays, strict=True)]
-            graphs = _Graphs(static, named)
-            self._graphs[shape_key(step)] = graphs
-            seconds = time.perf_counter() - start
-            self.capture_s += seconds
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in static.inputs)
-        self.log(
-            f"captured {sum(r is not None for _, r in graphs.replays)} CUDA graphs for inputs {shapes} "
-            f"in {seconds:.2f}s (warm-up and capture count as initialisation, not training)"
-        )
+            graphs = _Graphs(static, [(name, r) for (name, _), r in zip(phases, replays, strict=True)])
+            self._graphs[key] = graphs
+            self.capture_s += time.perf_counter() - start
         return graphs
+
+    def summary(self) -> str:
+        """One line on what ran from graphs: the sets captured, their cost, the eager steps."""
+        if not self._graphs:
+            return f"CUDA graphs: none captured ({self.eager_steps} of {self.steps} steps ran eagerly)"
+        shapes = "; ".join(_shape_text(g.step) for g in self._graphs.values())
+        phases = sum(r is not None for g in self._graphs.values() for _, r in g.replays)
+        return (
+            f"CUDA graphs: {phases} graphs in {len(self._graphs)} set(s) for inputs {shapes}, warm-up "
+            f"and capture {self.capture_s:.2f}s (initialisation, not training); {self.eager_steps} of "
+            f"{self.steps} steps ran eagerly (inputs without graphs)"
+        )

@@ -28,8 +28,8 @@ from mlbench_worker import sysmetrics as sm
 from mlbench_worker.cgroup import cgroup_limits
 
 if TYPE_CHECKING:
-    from mlbench_worker.config import WorkerConfig
     from mlbench_worker.context import Rendezvous, ReporterLike
+    from mlbench_worker.wire import WorkerConfig
 
 MIB = float(2**20)
 Sample = list[tuple[str, float]]

@@ -15,8 +15,8 @@ import re
 import socket
 from collections.abc import Mapping
 
-from mlbench_worker.config import ConfigError
 from mlbench_worker.context import Rendezvous
+from mlbench_worker.wire import ConfigError
 
 PORT_BASE = 10000  # ports 10000..29999: below Linux's ephemeral range (32768+)
 PORT_SPAN = 20000

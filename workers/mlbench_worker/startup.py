@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Protocol
 
-STARTUP_EVENT = "startup"
+from mlbench_worker.wire import STARTUP, EventSink, Startup, emit
+
+STARTUP_EVENT = STARTUP
 PHASES = ("interpreter", "imports", "device", "rendezvous", "data", "model", "graph_capture", "first_step")
 """The phases in the order a rank goes through them (a task may skip some: 0a has no model)."""
-
-
-class _Reporter(Protocol):
-    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
 
 
 def process_start_time() -> float | None:
@@ -60,19 +57,13 @@ class StartupClock:
         self.phases[phase] = self.phases.get(phase, 0.0) + seconds
         self._last += seconds
 
-    def report(self, reporter: _Reporter, rank: int) -> None:
+    def report(self, reporter: EventSink, rank: int) -> None:
         """Send the ``startup`` event once (every rank: the engine shows the slowest)."""
         if self.reported:
             return
         self.reported = True
-        reporter.event(
-            STARTUP_EVENT,
-            {
-                "rank": rank,
-                "process_start_t": self.process_start,
-                "phases": {name: round(seconds, 6) for name, seconds in self.phases.items()},
-            },
-        )
+        phases = {name: round(seconds, 6) for name, seconds in self.phases.items()}
+        emit(reporter, Startup(rank=rank, process_start_t=self.process_start, phases=phases))
 
 
 CLOCK = StartupClock()

@@ -26,11 +26,12 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_duration, format_money
 from mlbench_tui.report.figure import Figure, Panel
 from mlbench_tui.report.inputs import RunRecord, read_series, sweeps, training
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
+from mlbench_tui.results.table import value_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.actions import bindings
@@ -85,15 +86,17 @@ def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
         _f(None if row.efficiency is None else row.efficiency * 100, ".0f") + ("%" if row.efficiency else ""),
         _f(None if row.comm_share is None else row.comm_share * 100, ".1f")
         + ("%" if row.comm_share is not None else ""),
-        "—" if row.cost is None else f"${row.cost:.2f}",
-        _f(row.best, ".4g"),
+        format_money(row.cost, None, unknown="—"),
+        "—" if row.best is None else value_text(row.best),
         format_duration(row.wall_time_s),
     )
 
 
 def config_table(runs: list[RunInfo]) -> Table | Text:
-    """Olympic-mean scores per (spec, backend, workers) when some configuration has repeats."""
+    """Olympic-mean scores per (spec, backend, implementation, workers) when some configuration has
+    repeats: the runs each rests on, its spread (a CV above 5% flagged), and the runs left out."""
     from mlbench_tui.results.scoring import score_configs
+    from mlbench_tui.results.table import cv_text, score_notes
 
     scores = score_configs(run.known_result() for run in runs)
     if not scores or all(s.runs < 2 for s in scores):
@@ -104,11 +107,13 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
     for column in (
         "spec",
         "backend",
+        "impl",
         "workers",
         "runs",
-        "reached",
         "time to accuracy",
-        "± stdev",
+        "min",
+        "max",
+        "CV",
         "speedup",
         "efficiency",
     ):
@@ -117,14 +122,18 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
         table.add_row(
             s.spec_name,
             s.backend,
+            s.variant,
             str(s.workers),
-            str(s.runs),
-            str(s.reached),
-            format_duration(s.time_to_accuracy_s),
-            format_duration(s.stdev_s),
+            f"{s.reached} of {s.runs}",
+            format_duration(s.time_to_accuracy_s, unknown="—"),
+            format_duration(s.min_s, unknown="—"),
+            format_duration(s.max_s, unknown="—"),
+            Text(cv_text(s.cv), style="bold red" if s.too_wide else ""),
             _f(s.speedup, ".2f"),
             _f(None if s.efficiency is None else s.efficiency * 100, ".0f"),
         )
+    table.caption = "\n".join(score_notes(scores)[1:]) or None
+    table.caption_justify = "left"
     return table
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -110,8 +111,8 @@ class RunDetailScreen(RunLogsActions):
         self.metric_names: list[MetricName] = []
         self.chart_metrics: list[str] = []
         self.environment: dict[str, Any] = {}
-        self.failures: list[dict[str, Any]] = []
-        self.stop: dict[str, Any] | None = None
+        self.failures: list[wire.RankFailed] = []
+        self.stop: wire.RunStop | None = None
         self.feed: RunFeed | None = None
         self.gone = False
         self.rank_on_chart: int | None = None  # a wide run's rank whose step time is charted too
@@ -383,12 +384,14 @@ class RunDetailScreen(RunLogsActions):
 
     def _add_events(self, events: Iterable[EventOut]) -> None:
         for event in events:
-            if event.kind == "environment" and (not self.environment or event.rank == 0):
-                self.environment = dict(event.payload)
-            elif event.kind == "rank_failed":
-                self.failures.append({"rank": event.rank, **event.payload})
-            elif event.kind == "run_stop":
-                self.stop = dict(event.payload)
+            payload = wire.parse_event(event.kind, event.payload)
+            if isinstance(payload, wire.Environment) and (not self.environment or event.rank == 0):
+                self.environment = dict(payload.facts)
+            elif isinstance(payload, wire.RankFailed):
+                rank = payload.rank if payload.rank is not None else event.rank
+                self.failures.append(dataclasses.replace(payload, rank=rank))
+            elif isinstance(payload, wire.RunStop):
+                self.stop = payload
 
     # -- charts -----------------------------------------------------------------------------
     def _build_charts(self) -> None:

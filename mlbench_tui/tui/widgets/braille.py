@@ -41,15 +41,26 @@ class ChartLayout:
     plot_height: int
 
 
+_SI_PREFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
+
+
 def format_value(value: float, width: int = 7) -> str:
-    """A compact number that fits ``width`` cells (1.23e+05, 0.0421, 87.5)."""
+    """A compact number that fits ``width`` cells, never in scientific notation: ``87.5``,
+    ``0.0421``, and with an SI prefix where the plain number would not fit (``123k``, ``25.6µ``
+    for 2.565e-05 s)."""
     if not math.isfinite(value):
         return str(value)[:width]
-    for digits in (4, 3, 2, 1):
+    for digits in (4, 3, 2):
         text = f"{value:.{digits}g}"
-        if len(text) <= width:
+        if len(text) <= width and "e" not in text:
             return text
-    return f"{value:.0e}"[:width]
+    size = abs(value)
+    factor, prefix = next(((f, p) for f, p in _SI_PREFIXES if size >= f), _SI_PREFIXES[-1])
+    for digits in (3, 2, 1):
+        text = f"{value / factor:.{digits}g}"
+        if "e" not in text and len(text) + len(prefix) <= width:
+            return text + prefix
+    return f"{value / factor:.0f}{prefix}"[:width]
 
 
 def layout_for(width: int, height: int) -> ChartLayout:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import UNKNOWN, format_duration, format_elapsed
+from mlbench_tui.results.table import value_text
 from mlbench_tui.tui.goal import GoalStatus
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.status_line import StatusLine
@@ -30,19 +31,19 @@ def goal_text(
         text.append_text(progress_bar(status.fraction, width, style=bar_style))
         if status.best is not None:
             text.append("   best ", style="grey50")
-            text.append(f"{status.best:.4g}", style="bold")
+            text.append(value_text(status.best), style="bold")
         if status.latest is not None:
             text.append("  latest ", style="grey50")
-            text.append(f"{status.latest:.4g}")
+            text.append(value_text(status.latest))
         if status.reached:
             text.append("   ✔ reached", style="bold green")
             if time_to_goal_s is not None:
-                text.append(f" in {format_duration(time_to_goal_s)} training", style="green")
+                text.append(f" in {format_duration(time_to_goal_s, unknown=UNKNOWN)} training", style="green")
     text.append("   elapsed ", style="grey50")
-    text.append(format_duration(elapsed_s))
+    text.append(format_elapsed(elapsed_s))
     if status is not None and not status.reached and state in ("running", "pending"):
         text.append("   ETA ", style="grey50")
-        text.append("—" if status.eta_s is None else f"~{format_duration(status.eta_s)}")
+        text.append("—" if status.eta_s is None else f"~{format_elapsed(status.eta_s)}")
     return text
 
 

@@ -17,6 +17,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from mlbench_tui.formatting import format_metric
 from mlbench_tui.tui.widgets.braille import Run, draw_chart
 from mlbench_tui.tui.widgets.series import MinMaxSeries
 
@@ -46,6 +47,7 @@ class MetricChart(Widget):
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.border_title = title
+        self.metric_name = title  # the legend shows each series' latest value in this metric's unit
         self.goal = goal
         self.x_label = x_label
         self.log_x = log_x
@@ -99,7 +101,7 @@ class MetricChart(Widget):
         legend = []
         for key, s in self._series.items():
             last = s.last
-            value = f" {last[1]:.4g}" if last else ""
+            value = f" {format_metric(self.metric_name, last[1])}" if last else ""
             legend.append(f"{self._labels[key]}{value}")
         x_label = f"log10 {self.x_label}" if self.log_x else self.x_label
         rows = draw_chart(series, width, height, goal=self.goal, x_label=x_label, legend=legend)

@@ -24,6 +24,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
+from mlbench_tui.formatting import format_step
 from mlbench_tui.ranksets import EXAMPLE, RankSet, RankSetError, parse_ranks
 from mlbench_tui.results.ranks import (
     STRAGGLER_FACTOR,
@@ -84,7 +85,7 @@ def legend() -> Text:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
+    return format_step(seconds)
 
 
 def _pct(fraction: float) -> str:

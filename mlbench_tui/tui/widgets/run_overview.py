@@ -7,15 +7,16 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from mlbench_worker import wire
 from pydantic import ValidationError
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_money
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.results.table import allreduce_text, checks_lines, telemetry_lines
+from mlbench_tui.results.table import allreduce_text, checks_lines, telemetry_lines, value_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -93,7 +94,7 @@ def ran_hyperparameters(plan: RunPlan) -> list[tuple[str, Text]]:
     return rows
 
 
-def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict[str, Any] | None) -> Group:
+def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wire.RunStop | None) -> Group:
     result = run.result
     parts: list[Any] = [Text("")]
     if result is None:
@@ -105,20 +106,24 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
         split = result.time_split
         rows: list[tuple[str, Any]] = [
             ("reached goal", {True: "yes", False: "no", None: "—"}[result.reached]),
-            ("time to accuracy", format_duration(result.time_to_accuracy_s)),
-            ("validation time", format_duration(result.validation_time_s)),
+            ("implementation", result.variant),
+            ("time to accuracy", format_duration(result.time_to_accuracy_s, unknown="—")),
+            ("validation time", format_duration(result.validation_time_s, unknown="—")),
             ("epochs / steps", f"{result.epochs_to_goal or '—'} / {result.steps_to_goal or '—'}"),
             ("best / last", f"{_num(result.best_value)} / {_num(result.last_value)}"),
-            ("wall time", format_duration(result.wall_time_s)),
+            ("wall time", format_duration(result.wall_time_s, unknown="—")),
         ]
+        if result.graph_capture_s is not None:
+            capture = format_duration(result.graph_capture_s)
+            rows.append(("graph capture", f"{capture} (not in the time to accuracy)"))
         if split is not None:
             rows.append(
                 ("compute / comm", f"{_pct(split.compute_fraction)} / {_pct(split.communication_fraction)}")
             )
         if result.cost_to_target is not None:
-            rows.append(("cost to target", f"${result.cost_to_target:.2f}"))
+            rows.append(("cost to target", format_money(result.cost_to_target, result.currency)))
         if result.telemetry is not None:
-            rows += telemetry_lines(result.telemetry)
+            rows += telemetry_lines(result.telemetry, result.currency or DEFAULT_CURRENCY)
         for dtype, entry in (result.allreduce or {}).items():
             text = allreduce_text(dtype, entry).removeprefix(f"{dtype} ")
             if entry.peak_busbw_size is not None:
@@ -129,17 +134,16 @@ def result_renderable(run: RunDetail, failures: list[dict[str, Any]], stop: dict
         rows += checks_lines(result)
         parts.append(_kv_table(rows, "Result"))
     # a failure is said once: the stop reason and the run's error repeat a rank's failure
-    failed = [f"rank {failure.get('rank')} failed: {failure.get('exception', '')}" for failure in failures]
+    failed = [f"rank {failure.rank} failed: {failure.exception}" for failure in failures]
     said = {*failed, *([run.error] if run.error else [])}
     if stop:
-        reason = str(stop.get("reason") or "")
-        reason = "" if reason in said else reason
-        parts.append(Text(f"stopped: {stop.get('status', '')} {reason}".rstrip(), style="grey62"))
+        reason = "" if stop.reason in said else stop.reason or ""
+        parts.append(Text(f"stopped: {stop.status} {reason}".rstrip(), style="grey62"))
     if run.error and run.error not in failed:
         parts.append(Text(f"error: {run.error}", style="bold red"))
-    for failure, line in zip(failures, failed, strict=True):
-        parts.append(Text(line, style="bold red"))
-        tb = str(failure.get("traceback") or "").strip()
+    for failure, failure_line in zip(failures, failed, strict=True):
+        parts.append(Text(failure_line, style="bold red"))
+        tb = failure.traceback.strip()
         if tb:
             parts.append(Text(tb, style="red"))
     return Group(*parts)
@@ -155,7 +159,7 @@ def environment_renderable(env: dict[str, Any]) -> Group:
 
 
 def _num(value: float | None) -> str:
-    return f"{value:.4g}" if value is not None and math.isfinite(value) else "—"
+    return value_text(value) if value is not None and math.isfinite(value) else "—"
 
 
 def _pct(value: float | None) -> str:

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from mlbench_tui.formatting import format_duration
+from mlbench_tui.formatting import format_duration, format_elapsed
+from mlbench_tui.results.table import value_text
 from mlbench_tui.tui.rows import RunRow, format_age
 from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
@@ -19,14 +20,14 @@ def _best(row: RunRow) -> Text:
     if row.best is None:
         return Text("—", style="grey50")
     short = row.metric.removeprefix("val_global_")
-    return Text.assemble(f"{row.best:.4g} ", (short, "grey50"))
+    return Text.assemble(f"{value_text(row.best)} ", (short, "grey50"))
 
 
 def _time_to_goal(row: RunRow) -> Text:
     if row.time_to_goal_s is not None:
         return Text(format_duration(row.time_to_goal_s), style="bold")
     if row.eta_s is not None:
-        return Text(f"~{format_duration(row.eta_s)} left", style="grey50")
+        return Text(f"~{format_elapsed(row.eta_s)} left", style="grey50")
     return Text("—", style="grey50")
 
 

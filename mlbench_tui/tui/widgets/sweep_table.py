@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
+from mlbench_tui.formatting import format_latency, format_number
 from mlbench_tui.results.allreduce import SizePoint, run_curves
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.store.api_models import RunInfo
@@ -21,8 +22,8 @@ def size_cell(point: SizePoint | None) -> str:
     """``30.4 us · 1.52 GB/s``; ``—`` for a figure the run did not measure."""
     if point is None:
         return "—"
-    latency = "—" if point.latency_p50_s is None else f"{point.latency_p50_s * 1e6:,.1f} us"
-    busbw = "—" if point.busbw_gbps is None else f"{point.busbw_gbps:,.2f} GB/s"
+    latency = format_latency(point.latency_p50_s, unknown="—")
+    busbw = "—" if point.busbw_gbps is None else f"{format_number(point.busbw_gbps)} GB/s"
     return f"{latency} · {busbw}"
 
 

@@ -8,10 +8,13 @@ last-layer output) and temporal activation regularisation (TAR, on its raw outpu
 ``ar_tar_penalty`` computes both.
 
 Weight drop does not use the original code's trick of deleting the LSTM's parameter and
-monkey-patching ``flatten_parameters`` (which newer PyTorch warns about or rejects): the dropped
-matrix is passed for one call with ``torch.func.functional_call``, so the module keeps its real
-parameters. Embedding dropout masks only the looked-up rows (``mask[words]``), which is
-mathematically the reference's full-matrix masking without a vocabulary-sized multiply.
+monkey-patching ``flatten_parameters`` (which newer PyTorch warns about or rejects), nor a swap
+of the module's parameter for the call: a changed weight makes ``nn.LSTM`` re-flatten its weights
+for cuDNN into a fresh buffer and move every other parameter of the layer there, at each step.
+The layer calls the functional ``torch.lstm`` with its own weights and the dropped matrix, so its
+parameters never move (CUDA graphs replay on their addresses). Embedding dropout masks only the
+looked-up rows (``mask[words]``), which is mathematically the reference's full-matrix masking
+without a vocabulary-sized multiply.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 Hidden = list[tuple[torch.Tensor, torch.Tensor]]
+WEIGHTS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")  # torch.lstm's order, one layer
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -54,18 +58,19 @@ class WeightDropLSTM(nn.Module):
     def forward(
         self, x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        if not self.training or self.weight_dropout <= 0.0:
-            result: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = self.lstm(x, hx)
-            return result
-        dropped = F.dropout(self.lstm.get_parameter("weight_hh_l0"), p=self.weight_dropout, training=True)
+        lstm = self.lstm
+        if hx is None:
+            zeros = x.new_zeros(1, x.size(1), lstm.hidden_size)
+            hx = (zeros, zeros)
+        weights: list[torch.Tensor] = [lstm.get_parameter(name) for name in WEIGHTS]
+        if self.training and self.weight_dropout > 0.0:
+            weights[1] = F.dropout(weights[1], p=self.weight_dropout, training=True)
         with warnings.catch_warnings():
-            # cuDNN notes that a freshly dropped matrix is not in its packed weight buffer;
-            # that copy is inherent to weight drop (a new matrix every step), not a bug.
+            # cuDNN notes that the weights are not in its packed buffer; with a freshly dropped
+            # matrix every step that copy is inherent to weight drop, not a bug.
             warnings.filterwarnings("ignore", message="RNN module weights are not part of single")
-            out: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = torch.func.functional_call(
-                self.lstm, {"weight_hh_l0": dropped}, (x, hx), strict=False
-            )
-        return out
+            out, h, c = torch.lstm(x, hx, weights, True, 1, 0.0, self.training, False, False)
+        return out, (h, c)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from mlbench_worker.comm import Comm
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault
 from mlbench_worker.tasks.base import Outcome
+from mlbench_worker.wire import AllreduceSweep, RunStart, allreduce_metric, emit
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -179,19 +180,19 @@ def run(ctx: RunContext) -> Outcome:
     moves_data = ctx.world_size > 1
     ceiling = device_ceiling(ctx.device)
     if ctx.is_main:
-        ctx.reporter.event(
-            "allreduce_sweep",
-            {
-                "world_size": ctx.world_size,
-                "latency_only": not moves_data,
-                "note": None if moves_data else ONE_RANK_NOTE,
-                "busbw_ceiling_gbps": ceiling.gbps,
-                "ceiling_basis": ceiling.basis,
-            },
+        sweep = AllreduceSweep(
+            world_size=ctx.world_size,
+            latency_only=not moves_data,
+            note=None if moves_data else ONE_RANK_NOTE,
+            busbw_ceiling_gbps=ceiling.gbps,
+            ceiling_basis=ceiling.basis,
         )
+        emit(ctx.reporter, sweep)
     measurable = sum(ctx.comm.supports_dtype(DTYPES[d]) for d in dtype_names)
     # MLPerf's sample counts for a sweep: every timed all-reduce, and the repetitions behind each point
-    ctx.mark_run_start({"train_samples": len(sizes) * measurable * repetitions, "eval_samples": repetitions})
+    ctx.mark_run_start(
+        RunStart(train_samples=len(sizes) * measurable * repetitions, eval_samples=repetitions)
+    )
     maybe_inject_fault(ctx.rank, 0)
     ctx.log(
         f"all-reduce sweep: {len(sizes)} sizes from {sizes[0]} to {sizes[-1]} elements, "
@@ -216,14 +217,17 @@ def run(ctx: RunContext) -> Outcome:
             result = measure(ctx.comm, dtype_name, buffer, size, repetitions, warmup, sync)
             measured += 1
             if ctx.is_main:
-                prefix = f"allreduce_{dtype_name}"
-                ctx.reporter.metric(f"{prefix}_latency_p50", result.latency_p50, step=size)
-                ctx.reporter.metric(f"{prefix}_latency_p99", result.latency_p99, step=size)
+                ctx.reporter.metric(
+                    allreduce_metric(dtype_name, "latency_p50"), result.latency_p50, step=size
+                )
+                ctx.reporter.metric(
+                    allreduce_metric(dtype_name, "latency_p99"), result.latency_p99, step=size
+                )
                 if moves_data:
-                    ctx.reporter.metric(f"{prefix}_algbw", result.algbw, step=size)
-                    ctx.reporter.metric(f"{prefix}_busbw", result.busbw, step=size)
+                    ctx.reporter.metric(allreduce_metric(dtype_name, "algbw"), result.algbw, step=size)
+                    ctx.reporter.metric(allreduce_metric(dtype_name, "busbw"), result.busbw, step=size)
             ctx.log(format_row(result, moves_data, ceiling))
         del buffer
     if measured == 0:
         raise ValueError(f"none of the dtypes {dtype_names} can be all-reduced on {ctx.config.backend}")
-    return Outcome("success", f"measured {measured} (dtype, size) points", {"points": measured})
+    return Outcome("success", f"measured {measured} (dtype, size) points", points=measured)

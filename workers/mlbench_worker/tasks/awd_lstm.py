@@ -21,7 +21,7 @@ prepare wikitext2``) or ``download``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,11 @@ from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.training import PhasedTrainer, Step, StepResult, run_autocast, run_training
+from mlbench_worker.tasks.steps import PhasedTrainer, Step, StepResult, run_autocast
+from mlbench_worker.tasks.training import run_training
 
 EVAL_BATCH_SIZE = 10
+GRAPH_BAND = 0.08  # CUDA graphs for BPTT lengths within this share of bptt (at least 2) of it
 _MODEL_KEYS = ("emb_size", "hidden_size", "num_layers")
 
 
@@ -92,6 +94,7 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         self.bptt = int(smoke.get("bptt", ctx.hp("bptt", 70)))
         if self.batch_size < 1 or self.bptt < 2:
             raise ValueError(f"batch_size must be >= 1 and bptt >= 2, got {self.batch_size} and {self.bptt}")
+        self.graph_band = max(2, round(GRAPH_BAND * self.bptt))
         self.grad_clip = float(ctx.hp("clip", 0.25))
         self.alpha = float(ctx.hp("alpha", 2.0))
         self.beta = float(ctx.hp("beta", 1.0))
@@ -197,6 +200,14 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
 
     def idle_phases(self) -> set[str]:
         return {*super().idle_phases(), "comp_metrics"}
+
+    def graph_key(self, step: LMStep) -> Hashable | None:
+        """Graphs for the common window lengths only (``bptt`` +- ``graph_band``: 13 lengths and
+        about three steps in four at bptt 70); the rare short and long windows run eagerly, so the
+        graphs kept, and their memory, stay bounded."""
+        if abs(int(step.inputs[0].shape[0]) - self.bptt) > self.graph_band:
+            return None
+        return super().graph_key(step)
 
     def end_step(self, step: LMStep) -> StepResult:
         self.hidden = step.hidden

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
-Status = Literal["success", "aborted", "failed"]
+from mlbench_worker.wire import Progress, RunStop, Status
 
 
 @dataclass(frozen=True)
@@ -15,8 +15,12 @@ class Outcome:
 
     status: Status
     reason: str
-    details: dict[str, Any] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)
+    points: int | None = None  # task 0a: the (dtype, size) points measured
 
-    def payload(self) -> dict[str, Any]:
-        """The ``run_stop`` event payload."""
-        return {"status": self.status, "reason": self.reason, **self.details}
+    def stop(self, exit_code: int) -> RunStop:
+        """This rank's ``run_stop`` payload, with the exit status it returns."""
+        figures = {f.name: getattr(self.progress, f.name) for f in dataclasses.fields(Progress)}
+        return RunStop(
+            status=self.status, reason=self.reason, exit_code=exit_code, points=self.points, **figures
+        )

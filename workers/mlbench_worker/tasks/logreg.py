@@ -31,7 +31,8 @@ from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.training import ClassificationTrainer, WarmupPlateauHooks, run_training
+from mlbench_worker.tasks.steps import ClassificationTrainer, WarmupPlateauHooks
+from mlbench_worker.tasks.training import run_training
 
 
 class RegularizedBCE(nn.Module):

@@ -30,7 +30,8 @@ from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.training import ClassificationTrainer, WarmupPlateauHooks, run_training
+from mlbench_worker.tasks.steps import ClassificationTrainer, WarmupPlateauHooks
+from mlbench_worker.tasks.training import run_training
 
 
 def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:

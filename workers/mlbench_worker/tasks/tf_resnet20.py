@@ -25,30 +25,23 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlbench_worker import wire
 from mlbench_worker.allocator import tune_host_allocator
-from mlbench_worker.config import ConfigError, WorkerConfig
+from mlbench_worker.tasks.base import Outcome
+from mlbench_worker.tracker import Tracker
+from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
     from mlbench_worker.context import Rendezvous, ReporterLike
 
 MEAN = np.array([125.3, 123.0, 113.9], dtype=np.float32)
 STD = np.array([63.0, 62.1, 66.7], dtype=np.float32)
-PHASES = ("batch_load", "fwd_pass", "comp_loss", "backprop", "agg", "opt_step", "comp_metrics")
-CATEGORIES = {
-    "batch_load": "preprocess",
-    "fwd_pass": "compute",
-    "comp_loss": "compute",
-    "backprop": "compute",
-    "opt_step": "compute",
-    "agg": "communication",
-    "comp_metrics": "metrics",
-}
 
 
 # --------------------------------------------------------------------------- cluster
@@ -192,33 +185,6 @@ class Schedule:
         return self.lr
 
 
-class PhaseTimer:
-    """Per-rank phase totals with MLBench's names (perf_counter; TensorFlow here runs on CPU or is
-    synchronised by the host reading results)."""
-
-    def __init__(self) -> None:
-        self.phase = dict.fromkeys(PHASES, 0.0)
-        self.last = 0.0
-        self.train_s = 0.0
-        self.val_s = 0.0
-
-    def start(self) -> None:
-        self.last = time.perf_counter()
-
-    def record(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phase[name] += now - self.last
-        self.last = now
-
-    def totals(self) -> dict[str, float]:
-        out = {f"phase_{k}": v for k, v in self.phase.items()}
-        for category in ("compute", "communication", "preprocess", "metrics"):
-            out[f"time_{category}"] = sum(v for k, v in self.phase.items() if CATEGORIES[k] == category)
-        out["time_train"] = self.train_s
-        out["time_validation"] = self.val_s
-        return out
-
-
 # --------------------------------------------------------------------------- model
 
 
@@ -310,7 +276,9 @@ class TensorFlowRun:
             int(hp.get("plateau_patience", 2)),
             float(hp.get("plateau_factor", 0.5)),
         )
-        self.timer = PhaseTimer()
+        # the shared tracker on its CPU clock (TensorFlow's steps are synchronised by the host
+        # reading their results): the same phases, sampling and train/validation times as torch's
+        self.tracker = Tracker(seed=config.seed * 1009 + self.rank)
 
     def _compile(self) -> None:
         tf = self.tf
@@ -367,6 +335,13 @@ class TensorFlowRun:
 
         self.grads_step, self.aggregate, self.apply, self.eval_step = grads_step, aggregate, apply, eval_step
 
+    def _batches(self, order: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[Any, Any, int, bool]]:
+        """An epoch's augmented batches as tensors: ``(x, y, size, last)``."""
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            x = self.tf.constant(self._augment(self.train_x[idx], rng))
+            yield x, self.tf.constant(self.train_y[idx]), len(idx), start + self.batch_size >= len(order)
+
     def _augment(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Random 4-pixel-padded crop and horizontal flip (the PyTorch task's augmentation)."""
         n = len(x)
@@ -396,108 +371,107 @@ class TensorFlowRun:
             sums += self.eval_step(self.tf.constant(x), self.tf.constant(y)).numpy()
         loss_sum, correct, count = self.global_sum(list(sums))
         return {
-            "val_global_loss": loss_sum / max(count, 1.0),
-            "val_global_Prec@1": 100.0 * correct / max(count, 1.0),
+            wire.VAL_GLOBAL_LOSS: loss_sum / max(count, 1.0),
+            wire.VAL_GLOBAL_PREC1: 100.0 * correct / max(count, 1.0),
         }
 
-    def train(self) -> tuple[str, str, dict[str, Any]]:
-        config, reporter, timer = self.config, self.reporter, self.timer
+    def train(self) -> Outcome:
+        config, reporter, tracker = self.config, self.reporter, self.tracker
         goal = config.goal
         max_epochs = int(config.hyperparameters.get("max_epochs", 164))
         report_every = max(1, int(config.hyperparameters.get("report_every_steps", 10)))
         started = time.time()
         if self.is_main:
-            facts = {"train_samples": self.train_samples, "eval_samples": self.eval_samples}
-            reporter.event("run_start", {**facts, "comm_precision": "fp32"})  # the flat fp32 buffer
+            facts = wire.RunStart(
+                train_samples=self.train_samples,
+                eval_samples=self.eval_samples,
+                comm_precision="fp32",  # the flat fp32 buffer
+            )
+            wire.emit(reporter, facts)
         step = 0
         for epoch in range(1, max_epochs + 1):
             if self.is_main:
-                reporter.event("epoch_start", {"epoch": epoch})
-            t_epoch = time.perf_counter()
+                wire.emit(reporter, wire.EpochStart(epoch=epoch))
+            tracker.train()
             rng = np.random.default_rng((config.seed, self.rank, epoch))
             order = np.random.default_rng((config.seed, epoch, self.rank)).permutation(len(self.train_y))
             window_loss = window_correct = 0.0
             window_n = window_steps = 0
             window_t = time.perf_counter()
-            for start in range(0, len(order), self.batch_size):
-                timer.start()
-                idx = order[start : start + self.batch_size]
-                x = self.tf.constant(self._augment(self.train_x[idx], rng))
-                y = self.tf.constant(self.train_y[idx])
+            for (x, y, n, last), record in tracker.each_batch(self._batches(order, rng)):
                 self.lr.assign(self.schedule.on_step(step))
-                timer.record("batch_load")
+                if record:
+                    record("batch_load")
                 loss, correct, grads = self.grads_step(x, y)
                 loss_value = float(loss)  # waits for the fused forward/backward
-                timer.record("backprop")
+                if record:
+                    record("backprop")
                 reduced = self.aggregate(grads)  # tf.functions run synchronously on the CPU
-                timer.record("agg")
+                if record:
+                    record("agg")
                 self.apply(reduced)
-                timer.record("opt_step")
+                if record:
+                    record("opt_step")
                 step += 1
-                window_loss += loss_value * len(idx)
+                window_loss += loss_value * n
                 window_correct += float(correct)
-                window_n += len(idx)
+                window_n += n
                 window_steps += 1
-                timer.record("comp_metrics")
-                if step % report_every == 0 or start + self.batch_size >= len(order):
+                if record:
+                    record("comp_metrics")
+                if step % report_every == 0 or last:
                     now = time.perf_counter()
-                    reporter.metric("train_loss", window_loss / window_n, step=step, epoch=epoch)
-                    reporter.metric("train_Prec@1", 100.0 * window_correct / window_n, step=step, epoch=epoch)
-                    reporter.metric("lr", self.schedule.lr, step=step, epoch=epoch)
-                    reporter.metric("step_time", (now - window_t) / window_steps, step=step, epoch=epoch)
+                    reporter.metric(wire.TRAIN_LOSS, window_loss / window_n, step=step, epoch=epoch)
+                    reporter.metric(
+                        wire.TRAIN_PREC1, 100.0 * window_correct / window_n, step=step, epoch=epoch
+                    )
+                    reporter.metric(wire.LR, self.schedule.lr, step=step, epoch=epoch)
+                    reporter.metric(wire.STEP_TIME, (now - window_t) / window_steps, step=step, epoch=epoch)
                     window_loss = window_correct = 0.0
                     window_n = window_steps = 0
                     window_t = now
-            timer.train_s += time.perf_counter() - t_epoch
             if self.is_main:  # epoch_end marks the end of this validation
-                reporter.event("eval_start", {"epoch": epoch})
-            t_val = time.perf_counter()
+                wire.emit(reporter, wire.EvalStart(epoch=epoch))
+            tracker.validation()
             metrics = self.validate()
-            timer.val_s += time.perf_counter() - t_val
-            for name, value in timer.totals().items():
+            tracker.pause()
+            train_s, val_s = tracker.train_time, tracker.validation_time
+            for name, value in tracker.totals().items():
                 reporter.metric(name, value, step=step, epoch=epoch)
             if self.is_main:
                 for name, value in metrics.items():
                     reporter.metric(name, value, step=step, epoch=epoch)
-                reporter.event(
-                    "epoch_end", {"epoch": epoch, "train_time_s": timer.train_s, "val_time_s": timer.val_s}
-                )
+                ended = wire.EpochEnd(epoch=epoch, step=step, train_time_s=train_s, val_time_s=val_s)
+                wire.emit(reporter, ended)
             print(
                 f"[rank {self.rank}] epoch {epoch}: "
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-                + f", lr={self.schedule.lr:.4g}, train {timer.train_s:.1f}s",
+                + f", lr={self.schedule.lr:.4g}, train {train_s:.1f}s",
                 flush=True,
             )
-            details = {"epoch": epoch, "step": step, "train_time_s": timer.train_s, "val_time_s": timer.val_s}
+            details = wire.Progress(epoch=epoch, step=step, train_time_s=train_s, val_time_s=val_s)
             if goal is not None and goal.reached(metrics.get(goal.metric, math.nan)):
+                value = metrics[goal.metric]
                 if self.is_main:
-                    reporter.event(
-                        "goal_reached",
-                        {
-                            "metric": goal.metric,
-                            "value": metrics[goal.metric],
-                            "target": goal.target,
-                            **details,
-                        },
+                    reached = wire.GoalReached(
+                        metric=goal.metric, value=value, target=goal.target, **vars(details)
                     )
-                return (
-                    "success",
-                    f"goal reached: {goal.metric}={metrics[goal.metric]:.4g} (target {goal.target})",
-                    details,
+                    wire.emit(reporter, reached)
+                return Outcome(
+                    "success", f"goal reached: {goal.metric}={value:.4g} (target {goal.target})", details
                 )
             over = config.max_time_s is not None and time.time() - started > config.max_time_s
             if self.global_sum([1.0 if over else 0.0])[0] > 0:  # every worker stops at the same epoch
-                return "aborted", f"max_time_s ({config.max_time_s:g}) passed before the goal", details
-            self.schedule.on_validation(metrics["val_global_loss"], step)
-        details = {
-            "epoch": max_epochs,
-            "step": step,
-            "train_time_s": timer.train_s,
-            "val_time_s": timer.val_s,
-        }
+                return Outcome(
+                    "aborted", f"max_time_s ({config.max_time_s:g}) passed before the goal", details
+                )
+            self.schedule.on_validation(metrics[wire.VAL_GLOBAL_LOSS], step)
+        details = wire.Progress(
+            epoch=max_epochs, step=step, train_time_s=tracker.train_time, val_time_s=tracker.validation_time
+        )
         if goal is None:
-            return "success", f"completed {max_epochs} epochs", details
-        return "aborted", f"max_epochs ({max_epochs}) reached before the goal", details
+            return Outcome("success", f"completed {max_epochs} epochs", details)
+        return Outcome("aborted", f"max_epochs ({max_epochs}) reached before the goal", details)
 
 
 def fingerprint(config: WorkerConfig, rdv: Rendezvous) -> dict[str, Any]:
@@ -535,7 +509,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     """The TensorFlow counterpart of ``mlbench_worker.__main__.run_rank``: same events, same exits."""
     rank = rdv.rank
     if rank == 0:
-        reporter.event("init_start", {})
+        wire.emit(reporter, wire.InitStart())
     try:
         if config.task != "1a":
             raise ConfigError(f"task {config.task!r} has no tensorflow implementation (only 1a)")
@@ -554,28 +528,32 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         if config.device == "cpu":
             tf.config.set_visible_devices([], "GPU")
         if rank == 0:
-            reporter.event("environment", {**fingerprint(config, rdv), "host_allocator": allocator})
+            wire.emit(
+                reporter, wire.Environment(facts={**fingerprint(config, rdv), "host_allocator": allocator})
+            )
         run = TensorFlowRun(config, rdv, reporter)
         print(
             f"[rank {rank}] training 1a (tensorflow) on {config.world_size} worker(s), "
             f"{run.steps_per_epoch} steps/epoch, batch {run.batch_size}",
             flush=True,
         )
-        status, reason, details = run.train()
-        if rank == 0:
-            reporter.event("run_stop", {"status": status, "reason": reason, **details})
-        print(f"[rank {rank}] run stopped: {status} ({reason})", flush=True)
+        outcome = run.train()
+        wire.emit(reporter, outcome.stop(exit_code=0))  # every rank, as in mlbench_worker.__main__
+        print(f"[rank {rank}] run stopped: {outcome.status} ({outcome.reason})", flush=True)
         reporter.close(timeout=30.0)
         return 0
     except KeyboardInterrupt:
-        reporter.event("run_stop", {"status": "aborted", "reason": f"rank {rank} interrupted"})
+        wire.emit(reporter, wire.RunStop(status="aborted", reason=f"rank {rank} interrupted", exit_code=130))
         reporter.close(timeout=5.0)
         return 130
     except BaseException as exc:
         tb = traceback.format_exc()
         summary = f"{type(exc).__name__}: {exc}"
-        reporter.event("rank_failed", {"rank": rank, "exception": summary, "traceback": tb})
-        reporter.event("run_stop", {"status": "failed", "reason": f"rank {rank} failed: {summary}"})
+        code = 2 if isinstance(exc, ConfigError) else 1
+        wire.emit(reporter, wire.RankFailed(rank=rank, exception=summary, traceback=tb))
+        wire.emit(
+            reporter, wire.RunStop(status="failed", reason=f"rank {rank} failed: {summary}", exit_code=code)
+        )
         reporter.close(timeout=10.0)
         print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return code
