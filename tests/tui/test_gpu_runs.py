@@ -74,6 +74,9 @@ async def test_gpu_run_opens_with_gpu_charts(holdout_server: EmbeddedServer) -> 
         assert titles[-3:] == ["GPU utilisation (%)", "GPU power (W)", "GPU memory used (GiB)"]
         memory = screen._charts[sm.GPU_MEM_USED_MIB].series["r0"]
         assert memory.last is not None and 0 < memory.last[1] < 141  # GiB of a 141 GB H200, not MiB
+        gpu_memory = screen._charts[sm.GPU_MEM_USED_MIB]
+        total = await wait_for(pilot, lambda: gpu_memory.border_subtitle, what="the GPU's total")
+        assert total == "of 140 GiB per GPU"  # the H200's 143,771 MiB
         power = screen._charts[sm.GPU_POWER_W].series["r0"]
         assert power.last is not None and power.last[0] >= 0  # seconds since the run started
 

@@ -20,6 +20,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from mlbench_tui.formatting import format_number
 from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
 from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
@@ -300,6 +301,18 @@ class RunDetailScreen(RunLogsActions):
                 self._chart_points(d.name, d.rank, d)
         if band_x is not None and self._wide:
             self._live_band(float(band_x))
+        if not charts_only:
+            self._label_gpu_memory()
+
+    def _label_gpu_memory(self) -> None:
+        """The GPU memory chart's subtitle: the GPU's total, which a rank reports once."""
+        chart = self._charts.get(sm.GPU_MEM_USED_MIB)
+        if chart is None or chart.border_subtitle:
+            return
+        totals = [v.telemetry.gpu_mem_total_mib for v in self.ranks.values()]
+        known = [t for t in totals if t is not None]
+        if known:
+            chart.border_subtitle = f"of {format_number(max(known) / 1024)} GiB per GPU"
 
     @property
     def _wide(self) -> bool:
