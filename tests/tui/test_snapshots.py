@@ -218,3 +218,23 @@ def test_gpu_run_overview(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -
 def test_gpu_run_charts(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
     run_before = _open("g-energy-nccl-1w", "3", ready=_charts_filled)
     assert snap_compare(_app(fixed_gpu_server), terminal_size=(140, 60), run_before=run_before)
+
+
+def test_one_rank_allreduce_run_charts(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    run_before = _open("g-race-nccl-1w-r7", "3", ready=_charts_filled)
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_compare_one_rank_allreduce_runs(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await _until(pilot, lambda: getattr(app.screen, "loaded", False))
+        for name in ("g-race-nccl-1w-r7", "g-race-nccl-1w-r6"):
+            names = [r.name for r in app.screen.rows]
+            app.screen.query_one("#runs").move_cursor(row=names.index(name))
+            await pilot.press("space")
+        await pilot.press("c")
+        await _until(pilot, lambda: type(app.screen).__name__ == "CompareScreen" and app.screen.charted)
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=(140, 50), run_before=run_before)

@@ -418,8 +418,11 @@ class RunDetailScreen(RunLogsActions):
             chart = old.pop(name, None)
             if chart is None:
                 sweep = sweep_of(name)
+                look = run_charts.look(name)
                 chart = MetricChart(
-                    run_charts.look(name).title,
+                    look.title,
+                    metric=name,
+                    scale=look.scale,
                     goal=goal.target if goal is not None and goal.metric == name else None,
                     x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
