@@ -145,5 +145,7 @@ async def test_a_failure_is_shown_once(holdout_server: EmbeddedServer) -> None:
         text = await wait_for(
             pilot, lambda: "rank 0 failed" in (t := _overview(screen)) and t, what="failure"
         )
-        assert text.count("but the spec asks for A100") == 2  # the failure line and its traceback's last
+        flat = " ".join(text.split())
+        assert flat.count("but the spec asks for A100") == 2  # the failure line and its traceback's last
+        assert "error: rank 0 failed" not in flat  # the run's error repeats the rank's failure
         assert "stopped: failed" in text
