@@ -13,6 +13,8 @@ BENCHMARKS: dict[str, str] = {
     "resnet20_step": "benchmarks.resnet20_step",
     "gpu_step": "benchmarks.gpu_step",
     "gpu_suite": "benchmarks.gpu_suite",
+    "gpu_check": "benchmarks.gpu_check",
+    "graph_losses": "benchmarks.graph_losses",
     "cpu_suite": "benchmarks.cpu_suite",
     "tracker_overhead": "benchmarks.tracker_overhead",
     "telemetry_overhead": "benchmarks.telemetry_overhead",

@@ -6,7 +6,7 @@ under half a core. At 4,096 ranks: nothing lost, figures reported. Every size is
 losses.
 
 The server runs as users start it (``mlbench server --port 0`` on a fresh ``MLBENCH_HOME``, bound
-to 127.0.0.1; the admin token comes from its ``server.json``); the run is registered from a real
+to 127.0.0.1; the admin token comes from its state file); the run is registered from a real
 1,024-GPU spec and its write token goes to the ranks. The ranks are simulated by a few load
 processes (``scale_load.py``, asyncio), each rank like the worker reporter: one keep-alive
 connection, a batch per second with its training metrics, phase totals and telemetry

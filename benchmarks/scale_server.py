@@ -56,7 +56,7 @@ class Server:
 
 def start_ours(home: Path, db: Path | None = None) -> Server:
     """``mlbench server --port 0`` on a fresh ``MLBENCH_HOME`` (127.0.0.1, the default host), over
-    its default store or ``db``; the admin token comes from the ``server.json`` it writes."""
+    its default store or ``db``; the admin token comes from the state file it writes."""
     home.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLBENCH_")}
     env["MLBENCH_HOME"] = str(home)
@@ -74,11 +74,12 @@ def start_ours(home: Path, db: Path | None = None) -> Server:
     if not url.startswith("http://127.0.0.1:"):
         proc.kill()
         raise RuntimeError(f"mlbench server did not start: {(home / 'server.log').read_text()[-2000:]}")
-    from mlbench_tui.server.serve import read_state
+    from mlbench_tui.server.daemon import read_state
 
-    info = read_state(home / "state" / "server.json")
+    recorded = sorted((home / "state" / "servers").glob("*.json"))
+    info = read_state(recorded[0]) if recorded else None
     if info is None:
-        raise RuntimeError(f"no server.json under {home / 'state'}")
+        raise RuntimeError(f"no server state file under {home / 'state' / 'servers'}")
     port = int(url.rsplit(":", 1)[1])
     return Server(proc, url, "127.0.0.1", port, info.admin_token, Path(info.store), group=False)
 

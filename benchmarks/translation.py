@@ -126,10 +126,9 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     peer_model = task.build_model(ours.corpus.vocab_size, sizes)
     peer_model.load_state_dict(ours.model.state_dict())
     peer = DistributedDataParallel(peer_model)
-    betas = tuple(hp.get("adam_betas", (0.9, 0.999) if task_id == "4a" else (0.9, 0.98)))
-    peer_opt = torch.optim.Adam(peer.parameters(), lr=1e-3, betas=betas)
+    peer_opt = torch.optim.Adam(peer.parameters(), lr=1e-3, betas=ours.hp.adam_betas)
     autocast = autocast_for(args.precision, torch.device("cpu"))
-    clip = task.default_clip
+    clip = ours.grad_clip
     steps = [step for epoch in (1, 2) for step in ours.plan.steps(ours.train_data, epoch)]
     from mlbench_worker.translation.batching import collate
 

@@ -1,6 +1,6 @@
 """Start a command in the background: in its own session (Ctrl-C in this terminal does not reach
 it), its output appended to a log file, and wait until it is ready, so a failure at start is
-reported to the user instead of hidden in the log. ``apply --detach`` and the TUI's local
+reported to the user instead of hidden in the log. ``apply --detach`` and the local metrics
 server start this way.
 """
 
@@ -35,13 +35,20 @@ def start_detached(
     *,
     timeout: float,
     poll_s: float = 0.05,
+    env: dict[str, str] | None = None,
 ) -> tuple[Detached, bool]:
     """Start ``argv`` detached and wait until ``ready`` says so, it exits, or ``timeout``
-    passes; returns it with whether it is ready (False: it exited, or is still not ready)."""
+    passes; returns it with whether it is ready (False: it exited, or is still not ready).
+    ``env``: its environment (default: this process's)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
     detached = Detached(proc, log_path)
     deadline = time.monotonic() + timeout

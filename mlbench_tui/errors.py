@@ -83,5 +83,8 @@ class RunFailedError(MlbenchError):
     """One or more benchmark runs ended in a failed state."""
 
 
-class NotFound(StoreError):
-    """The run does not exist (the HTTP API answers 404)."""
+class NotFound(MlbenchError):
+    """A run (or what was asked of it) does not exist: the store raises it, the HTTP API answers
+    it as 404, the HTTP client raises it again from that 404, and the CLI prints it."""
+
+    status = 404

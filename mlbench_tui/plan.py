@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from mlbench_worker import wire
+from mlbench_worker.hyperparams import parse_hyperparameters
 from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, ImplementationConfig, WorkerConfig
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
@@ -25,6 +26,8 @@ ImplementationPlan = ImplementationConfig
 """How the worker executes steps (the spec's ``implementation``): the wire's type, one declaration."""
 
 if TYPE_CHECKING:
+    from mlbench_worker.hyperparams import AnyHyperparameters
+
     from mlbench_tui.spec.models import BenchmarkSpec
 
 
@@ -104,6 +107,13 @@ class RunPlan(_Frozen):
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
     currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
 
+    def typed_hyperparameters(self) -> AnyHyperparameters:
+        """The recorded hyperparameters as the task's dataclass (what its ranks parse); a field an
+        older plan lacks takes its official default."""
+        from mlbench_tui.spec.hyperparameters import of_plan
+
+        return of_plan(self.task, self.hyperparameters)
+
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
         """Unset options stay out of the plan's JSON (the ConfigMap, the store), as in the spec."""
@@ -131,7 +141,7 @@ def worker_settings(plan: RunPlan, run_id: str) -> WorkerConfig:
         gpu_type_strict=plan.resources.gpu_type_strict,
         threads_per_rank=plan.resources.threads_per_rank,
         data=wire.DataConfig(plan.data.source, plan.data.path, dict(plan.data.options)),
-        hyperparameters=dict(plan.hyperparameters),
+        hyperparameters=parse_hyperparameters(plan.task, plan.hyperparameters),
         implementation=plan.implementation,
         telemetry_interval_s=plan.telemetry_interval_s,
     )
@@ -177,15 +187,9 @@ def _goal_plan(spec: BenchmarkSpec) -> GoalPlan | None:
 
 
 def _effective_hyperparameters(spec: BenchmarkSpec, backend: str, workers: int) -> dict[str, Any]:
-    from mlbench_tui.spec.tasks import get_task, scaled_hyperparameters
+    from mlbench_tui.spec.hyperparameters import planned_values
 
-    task = get_task(spec.spec.task)
-    assert task is not None
-    hp = scaled_hyperparameters(task, workers, spec.spec.hyperparameters)
-    if task.id == "0a" and backend == "mpi":
-        # Open MPI has no fp16 reduction; an explicit fp16 request on mpi is refused by the policy.
-        hp["dtypes"] = [d for d in hp["dtypes"] if d != "fp16"]
-    return hp
+    return planned_values(spec.spec.task, spec.spec.hyperparameters, workers, backend)
 
 
 def expand(spec: BenchmarkSpec) -> list[RunPlan]:
@@ -217,8 +221,8 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     implementation = ImplementationPlan(
         cuda_graphs=body.implementation.cuda_graphs, host_allocator=body.implementation.host_allocator
     )
-    if task.id == "0a" and "data" not in body.model_fields_set:
-        data = DataPlan(source="synthetic")  # all-reduce measures generated tensors, nothing to download
+    if not task.reads_data and "data" not in body.model_fields_set:
+        data = DataPlan(source="synthetic")  # e.g. all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
     plans: list[RunPlan] = []
     for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,13 +18,39 @@ if TYPE_CHECKING:
     from mlbench_tui.server.serve import EmbeddedServer
 
 
+@functools.cache
+def _no_cuda() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else f"needs an NVIDIA GPU (torch {torch.__version__} sees none)"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA device."""
+    if item.get_closest_marker("gpu") is not None:
+        reason = _no_cuda()
+        if reason is not None:
+            pytest.skip(reason)
+
+
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A fresh MLBENCH_HOME; the detached servers commands started in it are stopped after, and
+    those a test starts under a home of its own exit 2 minutes after their last use."""
+    from mlbench_tui.server.daemon import IDLE_TIMEOUT_ENV, recorded_servers, stop_server
+
     home = tmp_path_factory.mktemp("mlbench-home")
     monkeypatch.setenv("MLBENCH_HOME", str(home))
+    monkeypatch.setenv(IDLE_TIMEOUT_ENV, "120")
     for var in ("MLBENCH_DB", "MLBENCH_SERVER_URL", "MLBENCH_TOKEN", "MLBENCH_READ_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    return home
+    yield home
+    monkeypatch.setenv("MLBENCH_HOME", str(home))  # a test may have pointed it elsewhere
+    for info in recorded_servers():
+        if info.idle_timeout is not None:
+            stop_server(info)
 
 
 @pytest.fixture(scope="session")

@@ -72,7 +72,13 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     assert proc.returncode == 0, proc.stderr
     roots_line, worker_line = proc.stdout.splitlines()
     roots = set(roots_line.split())
-    assert set(worker_line.split()) == {"mlbench_worker", "mlbench_worker.wire"}
+    # the worker's stdlib-only wire and the hyperparameter declarations it shares with the engine
+    assert set(worker_line.split()) == {
+        "mlbench_worker",
+        "mlbench_worker.wire",
+        "mlbench_worker.hyperparams",
+        "mlbench_worker.knobs",
+    }
     # private roots are interpreter/installer plumbing (editable finder, sysconfig data)
     ours = {"mlbench_tui", "mlbench_worker"}
     third_party = {r for r in roots - set(sys.stdlib_module_names) if not r.startswith("_")} - ours

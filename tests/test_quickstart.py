@@ -49,32 +49,25 @@ def test_quickstart_reaches_its_goal_through_the_cli(
     ), result.stdout + result.stderr
     assert "epoch 1/" in result.stderr  # live progress
 
-    from mlbench_tui.server.serve import stop_embedded
+    assert main(["results", "quickstart-gloo-2w", "-o", "json"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)["runs"]
+    assert summary["reached"] is True and summary["best_value"] >= 70.0
+    assert 0 < summary["time_to_accuracy_s"] < summary["wall_time_s"]
+    assert (
+        summary["validation_time_s"] > 0 and summary["epochs_to_goal"] >= 1 and summary["steps_to_goal"] >= 1
+    )
+    assert summary["time_split"]["compute"] > 0 and summary["time_split"]["communication"] > 0
+    assert summary["fingerprint"]["torch"] and summary["fingerprint"]["threads_per_rank"] == 1
 
-    try:
-        assert main(["results", "quickstart-gloo-2w", "-o", "json"]) == 0
-        (summary,) = json.loads(capsys.readouterr().out)["runs"]
-        assert summary["reached"] is True and summary["best_value"] >= 70.0
-        assert 0 < summary["time_to_accuracy_s"] < summary["wall_time_s"]
-        assert (
-            summary["validation_time_s"] > 0
-            and summary["epochs_to_goal"] >= 1
-            and summary["steps_to_goal"] >= 1
+    assert main(["status", "quickstart-gloo-2w"]) == 0
+    assert "state:    succeeded" in capsys.readouterr().out
+    assert main(["logs", "quickstart-gloo-2w", "--grep", "goal reached"]) == 0
+    assert "goal reached" in capsys.readouterr().out
+    assert main(["export", "quickstart-gloo-2w", "-o", str(tmp_path / "qs.zip")]) == 0
+    with zipfile.ZipFile(tmp_path / "qs.zip") as archive:
+        official = json.loads(archive.read("official_result.json"))
+        assert official["reached"] is True and official["task"] == "1a"
+        assert "quickstart" in archive.read("spec.yaml").decode()
+        assert any(
+            '"key": "eval_accuracy"' in line for line in archive.read("mllog.txt").decode().splitlines()
         )
-        assert summary["time_split"]["compute"] > 0 and summary["time_split"]["communication"] > 0
-        assert summary["fingerprint"]["torch"] and summary["fingerprint"]["threads_per_rank"] == 1
-
-        assert main(["status", "quickstart-gloo-2w"]) == 0
-        assert "state:    succeeded" in capsys.readouterr().out
-        assert main(["logs", "quickstart-gloo-2w", "--grep", "goal reached"]) == 0
-        assert "goal reached" in capsys.readouterr().out
-        assert main(["export", "quickstart-gloo-2w", "-o", str(tmp_path / "qs.zip")]) == 0
-        with zipfile.ZipFile(tmp_path / "qs.zip") as archive:
-            official = json.loads(archive.read("official_result.json"))
-            assert official["reached"] is True and official["task"] == "1a"
-            assert "quickstart" in archive.read("spec.yaml").decode()
-            assert any(
-                '"key": "eval_accuracy"' in line for line in archive.read("mllog.txt").decode().splitlines()
-            )
-    finally:
-        stop_embedded()

@@ -64,7 +64,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     with Renderer() as renderer:
         from mlbench_tui.report.build import write_figures, write_report
         from mlbench_tui.runs.results import report_run_ids
-        from mlbench_tui.server.serve import run_reader
+        from mlbench_tui.server.daemon import run_reader
 
         with closing(run_reader()) as reader:
             run_ids = report_run_ids(reader, args.refs)

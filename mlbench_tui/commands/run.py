@@ -133,7 +133,7 @@ def _rank(text: str) -> int:
 
 
 def _client() -> MlbenchClient:
-    from mlbench_tui.server.serve import ensure_server
+    from mlbench_tui.server.daemon import ensure_server
 
     return ensure_server().client()
 
@@ -192,7 +192,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from mlbench_tui.runs.control import cancel_run
 
-    print(cancel_run(_client(), args.run, reconnect=_client), file=sys.stderr)
+    print(cancel_run(_client(), args.run), file=sys.stderr)
     return 0
 
 

@@ -12,8 +12,9 @@ def register(sub: Any) -> None:
         "server",
         help="run the metrics server (HTTP API for workers, CLI and TUI)",
         description=(
-            "Serve the metric store over HTTP until interrupted. The server records its URL and tokens "
-            "in server.json (mode 0600) in the state directory so other mlbench commands find it."
+            "Serve the metric store over HTTP until interrupted (or, with --idle-timeout, until unused "
+            "that long). The server records its URL and tokens in a state file (mode 0600) under the "
+            "state directory, so other mlbench commands find and use it instead of starting their own."
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -24,6 +25,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="require the read token for reads even on loopback (always required on other addresses)",
     )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="exit after this long without a request, an open stream or a run going (commands start "
+        "their server this way; default: serve until interrupted)",
+    )
     parser.set_defaults(handler=_run)
 
 
@@ -31,12 +40,15 @@ def _run(args: argparse.Namespace) -> int:
     import os
 
     from mlbench_tui.errors import UsageError
-    from mlbench_tui.server.serve import ServerInfo, serve_foreground
+    from mlbench_tui.server.daemon import ServerInfo
+    from mlbench_tui.server.serve import serve_foreground
     from mlbench_tui.settings import DEFAULT_SERVER_PORT
 
     port = DEFAULT_SERVER_PORT if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {port}")
+    if args.idle_timeout is not None and not args.idle_timeout > 0:
+        raise UsageError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
 
     def ready(info: ServerInfo) -> None:
         reads = "open (loopback)" if info.open_reads else "read token required"
@@ -51,4 +63,5 @@ def _run(args: argparse.Namespace) -> int:
         admin_token=os.environ.get("MLBENCH_TOKEN") or None,
         read_token=os.environ.get("MLBENCH_READ_TOKEN") or None,
         on_ready=ready,
+        idle_timeout=args.idle_timeout,
     )

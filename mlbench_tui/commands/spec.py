@@ -279,6 +279,7 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
         "defaults": dict(task.defaults),
         "overridable": sorted(task.overridable),
         "choices": {k: list(v) for k, v in task.choices.items()},
+        "descriptions": {k: task.knobs[k].description for k in task.defaults},
         "notes": task.notes,
     }
 
@@ -337,19 +338,26 @@ def _task_detail(task: TaskInfo) -> str:
         "",
     ]
     rows = []
+    knobs = task.knobs
     for key, value in task.defaults.items():
+        knob = knobs[key]
         choices = task.choices.get(key)
+        bounds = [
+            f"{op} {v:g}"
+            for op, v in ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
+            if v is not None
+        ]
         rows.append(
             [
                 key,
                 json.dumps(value),
                 "yes" if key in task.overridable else "no",
-                ", ".join(map(str, choices)) if choices else "",
+                ", ".join(map(str, choices)) if choices else ", ".join(bounds),
+                knob.description,
             ]
         )
-    return (
-        "\n".join(lines) + "\n" + render_table(["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES"], rows)
-    )
+    headers = ["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES/BOUNDS", "DESCRIPTION"]
+    return "\n".join(lines) + "\n" + render_table(headers, rows)
 
 
 # --------------------------------------------------------------------------- init

@@ -9,8 +9,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "tui",
         help="watch, launch and compare runs in a terminal UI",
-        description="Open the terminal UI. With no options it shows the default local store, starting an "
-        "embedded server when none runs. --server watches any mlbench server (e.g. one in a cluster).",
+        description="Open the terminal UI. With no options it shows the default local store through its "
+        "server, starting one in the background when none runs (it exits once unused). --server "
+        "watches any mlbench server (e.g. one in a cluster).",
     )
     p.add_argument(
         "--server", metavar="URL", help="mlbench server URL (default: MLBENCH_SERVER_URL or local)"
@@ -25,7 +26,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     import os
-    import sys
     from pathlib import Path
 
     from mlbench_tui.errors import UsageError
@@ -42,27 +42,17 @@ def cmd_tui(args: argparse.Namespace) -> int:
     if specs is not None and not specs.exists():
         raise UsageError(f"--specs: {specs} does not exist")
 
-    from mlbench_tui.tui.server_process import LocalServer, find_or_start, release
-
-    local: LocalServer | None = None
-    started: list[LocalServer] = []
-    relocate = None
     if args.server:
         url = args.server.rstrip("/")
         token = args.token or os.environ.get("MLBENCH_READ_TOKEN") or os.environ.get("MLBENCH_TOKEN")
         admin = os.environ.get("MLBENCH_TOKEN")
-    else:
-        local = find_or_start(args.db)
-        started.append(local)
-        url = local.info.url
-        token = args.token or local.info.read_token or None
-        admin = local.info.admin_token or None
+    else:  # the store's server, shared with apply, status and cancel (started detached if none runs)
+        from mlbench_tui.server.daemon import ensure_server
 
-        def relocate() -> tuple[str, str | None, str | None]:
-            """The local server went away (the apply that embedded it ended): find or start one."""
-            found = find_or_start(args.db)
-            started.append(found)
-            return found.info.url, args.token or found.info.read_token or None, found.info.admin_token or None
+        local = ensure_server(args.db)
+        url = local.url
+        token = args.token or local.read_token or None
+        admin = local.admin_token or None
 
     from mlbench_tui.tui.app import MlbenchApp
 
@@ -73,16 +63,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
         keymap=settings.keymap,
         spec_path=specs,
         error_log=settings.paths.state_dir / "tui-errors.log",
-        relocate=relocate,
     )
-    try:
-        app.run()
-    finally:
-        for server in started:
-            note = release(server)
-            if note:
-                print(note, file=sys.stderr)
-    if app.fatal_message:
-        print(app.fatal_message, file=sys.stderr)
-        return 1
-    return 0
+    app.run()
+    return app.return_code or 0

@@ -24,6 +24,7 @@ from mlbench_tui.report.gpu import few_samples_note, gpu_panels
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.ranks import RANK_METRICS, STRAGGLER_FACTOR, RankFigures, against_others
+from mlbench_tui.results.telemetry import gpu_util_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
@@ -172,6 +173,9 @@ def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
         notes.insert(0, f"{result.name}: {why}")
     if (few := few_samples_note(record)) is not None:
         notes.append(few)
+    util = gpu_util_text(result.telemetry) if result.telemetry is not None else None
+    if util is not None:
+        notes.append(f"{result.name}: GPU utilisation {util} (mean over ranks while the run was timed)")
     panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *gpu_panels(record))
     head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
     state = (

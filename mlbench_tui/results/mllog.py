@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlbench_worker import wire
+from mlbench_worker.hyperparams import AllReduce
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
@@ -63,11 +64,9 @@ MLPERF_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 _BATCH_KEYS = frozenset({"batch_size", "global_batch_size", "global_batch_tokens", "update_freq"})
 _PRECISIONS = {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16", "amp": "fp16"}
-_ATTENTION_TASKS = _ADAM_TASKS = frozenset({"4a", "4b"})  # the translation tasks
+_ATTENTION_TASKS = frozenset({"4a", "4b"})  # the translation tasks
 # Hyperparameters a synthetic run of a task takes from its data options (tasks/awd_lstm.py).
 _SMOKE_SIZES: Mapping[str, tuple[str, ...]] = {"3a": ("bptt", "emb_size", "hidden_size", "num_layers")}
-# What task 0a's closed division measures: MLBench's sweep, not a smaller one.
-OFFICIAL_SWEEP = ("sizes_min_exp", "sizes_max_exp", "num_sizes", "repetitions")
 
 
 class MllogUnavailable(MlbenchError):
@@ -103,15 +102,14 @@ def division(plan: RunPlan, suspects: Sequence[Suspect] = ()) -> Literal["closed
     if plan.goal is not None and plan.goal.kind != "full":
         return "open"
     fixed = fixed_hyperparameters(task)
-    hp = plan.hyperparameters
-    return "closed" if all(hp.get(key) == value for key, value in fixed.items()) else "open"
+    hp = {**task.defaults, **plan.hyperparameters}
+    return "closed" if all(hp[key] == value for key, value in fixed.items()) else "open"
 
 
 def fixed_hyperparameters(task: TaskInfo) -> dict[str, Any]:
     """The hyperparameters the closed division fixes: those the spec may not override, and for task
-    0a the sweep itself."""
-    keys = OFFICIAL_SWEEP if task.id == "0a" else [k for k in task.defaults if k not in task.overridable]
-    return {key: task.defaults[key] for key in keys}
+    0a the sweep itself (the catalog's ``closed_division``)."""
+    return dict(task.closed_division)
 
 
 def submission_platform(plan: RunPlan, environment: wire.Environment) -> str:
@@ -215,8 +213,9 @@ def _config(
         for key, item in zip(keys, values, strict=True):
             yield key, item, {}
     if task.goal is not None:
-        optimizer = hp.get("optimizer", "centralized_adam" if task.id in _ADAM_TASKS else "centralized_sgd")
-        yield "opt_name", "adam" if optimizer == "centralized_adam" else "sgd", {}
+        typed = plan.typed_hyperparameters()
+        if not isinstance(typed, AllReduce):  # the only task without an optimizer (and without a goal)
+            yield "opt_name", "adam" if typed.optimizer == "centralized_adam" else "sgd", {}
     yield "train_samples", facts.train_samples, {}
     yield "eval_samples", facts.eval_samples, {}
     compute = _PRECISIONS[plan.resources.precision]
@@ -248,7 +247,7 @@ def _batch_entries(
         total, unit = int(hp["global_batch_size"]), "sentences"
         micro = max(1, math.ceil(total / (workers * accumulation)))
     elif "batch_size" in hp:
-        micro, unit = int(hp["batch_size"]), "sequences" if task.id == "3a" else "samples"
+        micro, unit = int(hp["batch_size"]), task.batch_unit
         total = micro * workers
     else:  # task 0a: one tensor per all-reduce
         yield "micro_batch_size", 1, {"unit": "tensors"}
@@ -314,7 +313,8 @@ def _sweep(plan: RunPlan, metrics: Sequence[MetricPoint], *, start: float) -> li
     """Task 0a: each (dtype, size) point is a block of ``repetitions`` timed all-reduces (samples);
     its eval_accuracy is its bus bandwidth in GB/s, with the latencies in the metadata. One rank
     moves no data and reports no bandwidth: its points' eval_accuracy is the p50 latency in s."""
-    repetitions = int(plan.hyperparameters.get("repetitions", 1))
+    hp = plan.typed_hyperparameters()
+    repetitions = hp.repetitions if isinstance(hp, AllReduce) else 1
     figure_of, unit = ("busbw", "GB/s") if plan.workers > 1 else ("latency_p50", "s")
     points: dict[tuple[str, int], dict[str, MetricPoint]] = {}  # (dtype, size) -> figure -> point
     for p in metrics:

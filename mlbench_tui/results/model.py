@@ -86,7 +86,13 @@ class RankTelemetryFigures(_Loose):
     peak_gpu_mem_mib: float | None = Field(
         default=None, description="The framework's peak allocated GPU memory (else NVML's peak in use)."
     )
-    mean_gpu_util: float | None = Field(default=None, description="Mean GPU utilisation (%) while timed.")
+    mean_gpu_util: float | None = Field(
+        default=None, description="Mean GPU utilisation (%) while timed; None below 60 readings."
+    )
+    gpu_util_readings: int | None = Field(default=None, description="NVML readings taken while timed.")
+    gpu_util_note: str | None = Field(
+        default=None, description="Why there is no utilisation figure ('n/a: 1 reading in 1.3 s')."
+    )
     energy_j: float | None = Field(default=None, description="GPU energy from run_start to run_stop.")
     energy_to_accuracy_j: float | None = Field(default=None, description="GPU energy to the goal.")
     energy_source: Literal["counter", "power"] | None = Field(
@@ -100,7 +106,12 @@ class TelemetryFigures(_Loose):
 
     peak_rss_mib: float | None = None
     peak_gpu_mem_mib: float | None = None
-    mean_gpu_util: float | None = Field(default=None, description="Percent, between run_start and run_stop.")
+    mean_gpu_util: float | None = Field(
+        default=None,
+        description="Percent, between run_start and run_stop; over ranks with 60 readings or more.",
+    )
+    gpu_util_readings: int | None = Field(default=None, description="The fewest readings of any GPU rank.")
+    gpu_util_note: str | None = Field(default=None, description="Why there is no utilisation figure.")
     energy_j: float | None = Field(default=None, description="All GPUs, run_start to run_stop.")
     energy_to_accuracy_j: float | None = Field(default=None, description="All GPUs, run_start to the goal.")
     energy_to_accuracy_kwh: float | None = None

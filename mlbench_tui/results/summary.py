@@ -18,6 +18,7 @@ from importlib import metadata
 from typing import Any
 
 from mlbench_worker import wire
+from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
@@ -204,5 +205,5 @@ def median_step_time(metrics: Iterable[MetricPoint]) -> float | None:
 
 def _batch_size(plan: RunPlan) -> int | None:
     """Samples per rank per step, where the task batches by samples."""
-    value = plan.hyperparameters.get("batch_size")
-    return value if isinstance(value, int) else None
+    hp = plan.typed_hyperparameters()
+    return hp.batch_size if isinstance(hp, ResNet20 | LogReg | AwdLstm) else None

@@ -38,6 +38,7 @@ from mlbench_tui.results.scoring import (
     reached_time,
     score_configs,
 )
+from mlbench_tui.results.telemetry import gpu_util_text
 
 REASON_WIDTH = 100
 """A failed run's reason in a table row is its first line, cut to this many characters."""
@@ -124,8 +125,9 @@ def telemetry_lines(figures: TelemetryFigures, currency: str = DEFAULT_CURRENCY)
         lines.append(("memory", text + ")"))
     if figures.peak_gpu_mem_mib is not None:
         lines.append(("gpu memory", f"peak {format_mebibytes(figures.peak_gpu_mem_mib)} allocated"))
-    if figures.mean_gpu_util is not None:
-        lines.append(("gpu util", f"{figures.mean_gpu_util:.0f}% mean over ranks while the run was timed"))
+    util = gpu_util_text(figures)
+    if util is not None:
+        lines.append(("gpu util", f"{util} mean over ranks while the run was timed"))
     source = {"counter": "NVML energy counter", "power": "integrated NVML power"}.get(
         figures.energy_source or ""
     )
@@ -150,8 +152,9 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
         parts.append(f"rss {format_mebibytes(figures.peak_rss_mib)}{limit}")
     if figures.peak_gpu_mem_mib is not None:
         parts.append(f"gpu mem {format_mebibytes(figures.peak_gpu_mem_mib)}")
-    if figures.mean_gpu_util is not None:
-        parts.append(f"util {figures.mean_gpu_util:.0f}%")
+    util = gpu_util_text(figures)
+    if util is not None:
+        parts.append(f"util {util}")
     if figures.energy_j is not None:
         parts.append(format_energy(figures.energy_j))
     return "  ".join(parts)
@@ -244,7 +247,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "COST": format_money(result.cost_to_target, currency),
                 "PEAK MEM": format_mebibytes(hw.peak_rss_mib),
                 "GPU MEM": format_mebibytes(hw.peak_gpu_mem_mib),
-                "GPU UTIL": format_figure(None if hw.mean_gpu_util is None else hw.mean_gpu_util / 100, "%"),
+                "GPU UTIL": gpu_util_text(hw) or "-",
                 "ENERGY TO ACC": format_energy(hw.energy_to_accuracy_j),
                 "ENERGY COST": format_money(hw.energy_cost, currency),
                 "WALL": format_duration(result.wall_time_s),

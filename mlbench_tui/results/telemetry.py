@@ -6,6 +6,12 @@ the GPU's energy counter (NVML's total energy, in joules); an interval in which 
 down (a driver reload reset it, or it wrapped) is filled from the integrated power draw, and a
 rank without a counter (older boards) integrates its power samples instead. Energy to accuracy
 runs from ``run_start`` to ``goal_reached`` (validation included: the GPUs draw power during it).
+
+GPU utilisation is the mean of the NVML readings taken while the run was timed: each ``sys/gpu_util``
+value is the mean of the ``sys/gpu_readings`` readings behind it (a worker that sent no count
+took one reading per value). Below ``MIN_READINGS`` readings (MLPerf's minimum for power) the
+figure is not given; its note says what it would rest on ("n/a: 1 reading in 1.3 s").
+``gpu_util_text`` is the one text every view (status, results, the TUI, the report) shows.
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ from mlbench_tui.results.model import RankTelemetryFigures, TelemetryFigures
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 
 JOULES_PER_KWH = 3.6e6
+MIN_READINGS = 60  # MLPerf's power rules: at least 60 readings per run
 Samples = Sequence[tuple[float, float]]
 EnergySource = Literal["counter", "power"]
 
 # The series a result reads (the rest are for charts and the live view).
 RESULT_SERIES = (
     sm.RSS_MIB, sm.MEM_LIMIT_MIB, sm.GPU_MEM_PEAK_MIB, sm.GPU_MEM_USED_MIB, sm.GPU_UTIL, sm.GPU_ENERGY_J,
-    sm.GPU_POWER_W,
+    sm.GPU_POWER_W, sm.GPU_READINGS,
 )  # fmt: skip
 
 
@@ -97,6 +104,36 @@ def mean_in(samples: Samples, start: float | None, end: float | None) -> float |
     return sum(values) / len(values) if values else None
 
 
+def util_in(
+    util: Samples, readings: Samples, start: float | None, end: float | None
+) -> tuple[float | None, int]:
+    """Mean GPU utilisation over the readings taken within ``(start, end]``, and how many there
+    were: each value weighs as many readings as were sent with it (one when none were), and a
+    value counts when the period it ends fell in the window."""
+    counts = dict(readings)
+    total = n = 0.0
+    for t, value in util:
+        if (start is None or t > start) and (end is None or t <= end):
+            k = counts.get(t, 1.0)
+            total += value * k
+            n += k
+    return (total / n if n else None), int(n)
+
+
+def util_note(readings: int, seconds: float | None) -> str:
+    """Why a utilisation figure is not given: what it would rest on."""
+    what = f"{readings} reading{'' if readings == 1 else 's'}"
+    return f"n/a: {what}" + ("" if seconds is None else f" in {seconds:.1f} s")
+
+
+def gpu_util_text(figures: TelemetryFigures | RankTelemetryFigures) -> str | None:
+    """The GPU utilisation as every view shows it: ``51%``, or the note saying why not; None
+    when the run has no GPU utilisation series."""
+    if figures.mean_gpu_util is not None:
+        return f"{figures.mean_gpu_util:.0f}%"
+    return figures.gpu_util_note
+
+
 def _event_time(
     events: Sequence[EventRecord], kind: type[wire.Payload], *, last: bool = False
 ) -> float | None:
@@ -129,6 +166,8 @@ def run_figures(
     goal = _event_time(events, wire.GoalReached)
     ranks = [_rank_figures(rank, series[rank], start, stop, goal) for rank in sorted(series)]
     utils = [r.mean_gpu_util for r in ranks if r.mean_gpu_util is not None]
+    counted = [r for r in ranks if r.gpu_util_readings is not None]
+    fewest = min(counted, key=lambda r: r.gpu_util_readings or 0, default=None)
     sources = {r.energy_source for r in ranks if r.energy_source is not None}
     to_goal = _total(r.energy_to_accuracy_j for r in ranks)
     kwh = None if to_goal is None else to_goal / JOULES_PER_KWH
@@ -138,6 +177,8 @@ def run_figures(
             (r.peak_gpu_mem_mib for r in ranks if r.peak_gpu_mem_mib is not None), default=None
         ),
         mean_gpu_util=sum(utils) / len(utils) if utils else None,
+        gpu_util_readings=None if fewest is None else fewest.gpu_util_readings,
+        gpu_util_note=None if utils or fewest is None else fewest.gpu_util_note,
         energy_j=_total(r.energy_j for r in ranks),
         energy_to_accuracy_j=to_goal,
         energy_to_accuracy_kwh=kwh,
@@ -159,12 +200,20 @@ def _rank_figures(
     counter, power = got.get(sm.GPU_ENERGY_J, []), got.get(sm.GPU_POWER_W, [])
     whole = rank_energy(counter, power, start, stop) if start is not None and stop is not None else None
     to_goal = rank_energy(counter, power, start, goal) if start is not None and goal is not None else None
+    util, readings = got.get(sm.GPU_UTIL, []), 0
+    mean_util: float | None = None
+    if util:
+        mean_util, readings = util_in(util, got.get(sm.GPU_READINGS, []), start, stop)
+    enough = readings >= MIN_READINGS
+    seconds = stop - start if start is not None and stop is not None else None
     return RankTelemetryFigures(
         rank=rank,
         peak_rss_mib=_peak(got.get(sm.RSS_MIB, [])),
         mem_limit_mib=_peak(got.get(sm.MEM_LIMIT_MIB, [])),
         peak_gpu_mem_mib=_peak(got.get(sm.GPU_MEM_PEAK_MIB) or got.get(sm.GPU_MEM_USED_MIB, [])),
-        mean_gpu_util=mean_in(got.get(sm.GPU_UTIL, []), start, stop),
+        mean_gpu_util=mean_util if enough else None,
+        gpu_util_readings=readings if util else None,
+        gpu_util_note=None if enough or not util else util_note(readings, seconds),
         energy_j=whole[0] if whole else None,
         energy_to_accuracy_j=to_goal[0] if to_goal else None,
         energy_source=(to_goal or whole or (None, None))[1],

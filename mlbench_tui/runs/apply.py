@@ -99,7 +99,7 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
 @contextlib.contextmanager
 def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
     """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
-    targets, otherwise the local one (reused, or started embedded in this process)."""
+    targets, otherwise the local one (found or started detached by ``server.daemon``)."""
     if any(item.plan.target.kind == "kubernetes" for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
         from mlbench_tui.server.client import MlbenchClient
@@ -108,7 +108,7 @@ def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClie
             if endpoint is not None:
                 yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url
                 return
-    from mlbench_tui.server.serve import ensure_server
+    from mlbench_tui.server.daemon import ensure_server
 
     server = ensure_server()
     yield server.client(), server.url

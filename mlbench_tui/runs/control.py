@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -16,15 +15,8 @@ if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
 
 
-def cancel_run(client: MlbenchClient, ref: str, reconnect: Callable[[], MlbenchClient] | None = None) -> str:
-    """Stop every rank of a run and mark it cancelled; a finished run is left as it is.
-
-    The server may belong to the ``apply`` that launched the run, which records the run's end
-    and exits as soon as the ranks are stopped: if it is gone before the run is marked,
-    ``reconnect`` gives a client of a server over the same store, and the run is marked there
-    unless that ``apply`` already recorded its end."""
-    from mlbench_tui.server.client import ServerUnreachable
-
+def cancel_run(client: MlbenchClient, ref: str) -> str:
+    """Stop every rank of a run and mark it cancelled; a finished run is left as it is."""
     run = resolve_run(client, ref)
     if run.state.is_terminal():
         return f"{run.name} ({run.id}) already {run.state}; nothing to cancel"
@@ -32,14 +24,7 @@ def cancel_run(client: MlbenchClient, ref: str, reconnect: Callable[[], MlbenchC
         handle = RunHandle.parse(run.handle)
         executor_for_handle(handle).cancel(handle)
     update = RunUpdate(state=RunState.CANCELLED, finished=datetime.now(UTC), error="cancelled by user")
-    try:
-        client.update_run(run.id, update)
-    except ServerUnreachable:
-        if reconnect is None:
-            raise
-        client = reconnect()
-        if not client.get_run(run.id).state.is_terminal():
-            client.update_run(run.id, update)
+    client.update_run(run.id, update)
     return f"cancelled {run.name} ({run.id})"
 
 

@@ -28,24 +28,16 @@ RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
 RECONCILED = ("local", "slurm")
 
 
-class RunNotFound(MlbenchError):
-    exit_code = 1
-
-
 def resolve_run(client: RunReader, ref: str) -> RunDetail:
     """The run with id ``ref``, or the latest run named ``ref``."""
-    from mlbench_tui.server.client import ServerHTTPError
-
     if RUN_ID.fullmatch(ref):
         try:
             return client.get_run(ref)
-        except (NotFound, ServerHTTPError) as exc:  # a StoreReader's, an HTTP client's
-            if isinstance(exc, NotFound) or exc.status == 404:
-                raise RunNotFound(f"no run {ref}", hint="list runs with: mlbench status") from None
-            raise
+        except NotFound:
+            raise NotFound(f"no run {ref}", hint="list runs with: mlbench status") from None
     matches = [run for run in client.list_runs() if run.name == ref]
     if not matches:
-        raise RunNotFound(f"no run named {ref!r}", hint="list runs with: mlbench status")
+        raise NotFound(f"no run named {ref!r}", hint="list runs with: mlbench status")
     latest = max(matches, key=lambda run: run.created)
     return client.get_run(latest.id)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlbench_tui.errors import UsageError
+from mlbench_tui.errors import NotFound, UsageError
 from mlbench_tui.results.allreduce import PREFIX as ALLREDUCE_PREFIX
 from mlbench_tui.results.allreduce import (
     SweepCurve,
@@ -26,7 +26,7 @@ from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import RankFigures
 from mlbench_tui.results.scoring import is_sweep, left_out_reason, score_configs
 from mlbench_tui.results.table import render_results
-from mlbench_tui.runs.lookup import RUN_ID, RunNotFound, resolve_run
+from mlbench_tui.runs.lookup import RUN_ID, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
 from mlbench_tui.runs.reads import read_metrics
 
@@ -51,7 +51,7 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     else:
         runs = client.list_runs(spec_name=ref) or [r for r in client.list_runs() if r.name == ref]
     if ref is not None and not runs:
-        raise RunNotFound(f"no runs for {ref!r}", hint="list runs with: mlbench status")
+        raise NotFound(f"no runs for {ref!r}", hint="list runs with: mlbench status")
     latest: dict[str, RunInfo] = {}
     for run in sorted(runs, key=lambda r: r.created):
         latest[run.name if ref is not None else run.id] = run

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
 from mlbench_worker.wire import parse_event
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
@@ -56,16 +57,15 @@ class ActiveRun:
 
 def _gone(exc: MlbenchError) -> bool:
     """The server answered 404: the run was deleted while it ran."""
-    return getattr(exc, "status", None) == 404
+    return isinstance(exc, NotFound)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _max_epochs(plan: RunPlan) -> float | None:
-    value = plan.hyperparameters.get("max_epochs")
-    return float(value) if isinstance(value, (int, float)) else None
+def _max_epochs(hp: AnyHyperparameters) -> float | None:
+    return None if isinstance(hp, AllReduce) else float(hp.max_epochs)
 
 
 class Runner:
@@ -98,11 +98,12 @@ class Runner:
         run_id, token = created.run.id, created.write_token
         task = get_task(plan.task)
         sweep = task.sweep if task is not None else None
+        hp = plan.typed_hyperparameters()
         progress = RunProgress(
             name=plan.name,
             goal=plan.goal,
-            max_epochs=_max_epochs(plan),
-            total_steps=sweep.total(plan.hyperparameters) if sweep is not None else None,
+            max_epochs=_max_epochs(hp),
+            total_steps=sweep.total(hp) if sweep is not None else None,
             sweep=sweep,
             state="pending",
         )

@@ -2,7 +2,8 @@
 
 Synchronous (httpx) and thread-safe, so the Textual TUI calls it from thread workers. Answers
 are the wire models of ``mlbench_tui.store.api_models``; failures raise ``ServerError`` with a
-message fit for the user (connection refused, unknown run, bad token, invalid request).
+message fit for the user (connection refused, bad token, invalid request), and ``NotFound`` for
+an unknown run, as the store itself does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, TypeAdapter
 
-from mlbench_tui.errors import ServerError
+from mlbench_tui.errors import NotFound, ServerError
 from mlbench_tui.store.api_models import (
     BatchAck,
     EventsPage,
@@ -336,13 +337,16 @@ class MlbenchClient:
         events_since: int | None = None,
         coalesce: float | None = None,
         names: Sequence[str] = (),
+        keepalive: float | None = None,
     ) -> Generator[StreamEvent, None, None]:
         """Iterate Server-Sent Events of one run (or of the run list when ``run_id`` is None).
 
         Blocks between events; close the generator (or break) to disconnect. Run streams begin
         with a ``run`` event; with ``*_since`` cursors they replay what was stored after them.
         With ``coalesce`` (seconds) metrics come as one ``metrics_summary`` per interval, of
-        ``names`` only when given.
+        ``names`` only when given. With ``keepalive`` (seconds, run streams) the server sends a
+        keepalive that often when idle, yielded as a ``keepalive`` event: a reader on another
+        thread than its owner looks at least that often whether it is still wanted.
         """
         path = "/v1/stream" if run_id is None else f"/v1/runs/{run_id}/stream"
         params: dict[str, float | None] = {
@@ -350,6 +354,7 @@ class MlbenchClient:
             "logs_since": logs_since,
             "events_since": events_since,
             "coalesce": coalesce,
+            "keepalive": keepalive,
         }
         clean: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
         if names:
@@ -359,12 +364,17 @@ class MlbenchClient:
                 if resp.status_code >= 400:
                     resp.read()
                     raise _error(resp)
-                yield from _parse_sse(resp.iter_lines())
+                yield from parse_sse(resp.iter_lines(), keepalives=keepalive is not None)
         except httpx.HTTPError as exc:
             raise ServerError(f"stream from {self.url} failed: {exc}") from None
 
 
-def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
+KEEPALIVE = "keepalive"
+
+
+def parse_sse(lines: Iterable[str], *, keepalives: bool = False) -> Iterator[StreamEvent]:
+    """Server-Sent Events from the lines of a ``text/event-stream`` body (JSON ``data``);
+    comment lines are skipped, or yielded as ``keepalive`` events with ``keepalives``."""
     kind: str = "message"
     event_id: str | None = None
     data: list[str] = []
@@ -375,6 +385,8 @@ def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
             kind, event_id, data = "message", None, []
             continue
         if line.startswith(":"):
+            if keepalives:
+                yield StreamEvent(KEEPALIVE, None)
             continue
         field, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
@@ -386,7 +398,7 @@ def _parse_sse(lines: Iterable[str]) -> Iterator[StreamEvent]:
             event_id = value
 
 
-def _error(resp: httpx.Response) -> ServerHTTPError:
+def _error(resp: httpx.Response) -> ServerHTTPError | NotFound:
     try:
         body = resp.json()
         reason = str(body.get("error", "error"))
@@ -406,6 +418,8 @@ def _error(resp: httpx.Response) -> ServerHTTPError:
         hint = "pass the server's token (MLBENCH_TOKEN, or the run token for worker writes)"
     elif status == 403:
         hint = "this token is not allowed to do that"
+    if status == 404:
+        return NotFound(str(detail or "not found"), hint="list runs with: mlbench status")
     message = f"server answered {status} ({reason})"
     if detail:
         message += f": {detail}"

@@ -83,6 +83,7 @@ async def _respond(_request: Request, exc: Exception) -> Response:
 HANDLED = (
     ApiError,
     AuthError,
+    NotFound,
     StoreError,
     UsageError,
     RequestValidationError,

@@ -35,6 +35,8 @@ log = logging.getLogger("mlbench.server")
 
 QUEUE_MAX = 2048
 KEEPALIVE_S = 15.0
+MIN_KEEPALIVE_S = 0.2  # a run stream's client may ask for keepalives this often, at most
+MAX_KEEPALIVE_S = 60.0
 MIN_COALESCE_S = 0.05
 MAX_COALESCE_S = 60.0
 

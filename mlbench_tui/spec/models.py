@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from mlbench_tui.spec.base import DNS1123_LABEL, LABEL_KEY, StrictModel, with_short_form
 from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
+from mlbench_tui.spec.hyperparameters import select_by_task
 from mlbench_tui.spec.limits import (
     MAX_GPUS_PER_RANK,
     MAX_PRICE,
@@ -447,8 +448,17 @@ TaskKey = Annotated[
 ]
 
 
+HyperparameterOverrides = Annotated[dict[str, Any], WithJsonSchema({"type": "object"})]
+"""As written (the spec hash covers them so); the task's declarations check them (``spec.policy``)
+and the body's schema gives each task's model (``select_by_task``)."""
+
+
 class BenchmarkBody(StrictModel):
     """What to run, on what, where, and until when."""
+
+    model_config = ConfigDict(
+        strict=True, extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=select_by_task
+    )
 
     task: TaskKey = Field(description="Official task id or name: " + ", ".join(TASK_KEYS) + ".")
     framework: FrameworkSweep = Field(
@@ -491,10 +501,11 @@ class BenchmarkBody(StrictModel):
         description="Dataset source: 'synthetic', 'download' (default) or {source: path, path: DIR}.",
         json_schema_extra=with_short_form("synthetic", "download"),
     )
-    hyperparameters: dict[str, Any] = Field(
+    hyperparameters: HyperparameterOverrides = Field(
         default_factory=dict,
         description="Overrides of the task's defaults; only what the task's policy allows (batch size and "
-        "learning-rate schedule, like MLPerf). See `mlbench tasks`.",
+        "learning-rate schedule, like MLPerf), checked against the task's declared types and bounds. "
+        "See `mlbench tasks TASK`.",
     )
     seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Random seed; repeat i uses seed + i.")
     repeats: int = Field(

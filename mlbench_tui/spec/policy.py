@@ -6,20 +6,17 @@ so the loader can point at the exact line. Messages say what to change, not only
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mlbench_tui.spec.diagnostics import did_you_mean
+from mlbench_tui.spec.hyperparameters import overridden, override_problems
 from mlbench_tui.spec.models import BenchmarkSpec
 from mlbench_tui.spec.targets import KubernetesTarget, SlurmTarget
-from mlbench_tui.spec.tasks import AUTO, TaskInfo, get_task
+from mlbench_tui.spec.tasks import TaskInfo, get_task
 
 Loc = tuple[str | int, ...]
-
-# Hyperparameters that must stay >= 0 rather than > 0 (exponents, warm-up lengths, flags).
-_NON_NEGATIVE = frozenset({"sizes_min_exp", "sizes_max_exp", "warmup", "warmup_epochs", "warmup_steps"})
 
 
 @dataclass(frozen=True)
@@ -153,12 +150,8 @@ def _implementation_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[Poli
                 f"({backend} goes through the host)",
                 f"use backend nccl {off}",
             )
-    if body.hyperparameters.get("optimizer") == "power_sgd":
-        yield PolicyIssue(
-            ("spec", "hyperparameters", "optimizer"),
-            "power_sgd cannot run inside a CUDA graph (its QR factorisations take host-side steps)",
-            f"use centralized_sgd or centralized_adam {off}",
-        )
+    for problem in overridden(task.id, body.hyperparameters).graph_problems():
+        yield PolicyIssue(("spec", "hyperparameters", problem.name), problem.message, f"{problem.hint} {off}")
 
 
 MAX_RUN_NAME = 63  # run names become Kubernetes object names and DNS labels
@@ -247,10 +240,10 @@ def _node_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
-    if task.id == "0a" and "data" in spec.spec.model_fields_set and spec.spec.data.source != "synthetic":
+    if not task.reads_data and "data" in spec.spec.model_fields_set and spec.spec.data.source != "synthetic":
         yield PolicyIssue(
             ("spec", "data"),
-            "task 0a measures all-reduce on generated tensors and reads no dataset: "
+            f"task {task.id} ({task.name}) generates its inputs and reads no dataset: "
             "remove spec.data or set it to 'synthetic'",
         )
 
@@ -263,112 +256,21 @@ def _goal_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
         )
 
 
-def _type_name(value: Any) -> str:
-    if value == AUTO:
-        return "'auto', true or false"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
-
-
-def _type_matches(default: Any, value: Any) -> bool:
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if default == AUTO:  # a switch the worker decides unless the spec says true or false
-        return value == AUTO or isinstance(value, bool)
-    if isinstance(default, str):
-        return isinstance(value, str)
-    if isinstance(default, list):
-        return (
-            isinstance(value, list) and all(_type_matches(default[0], v) for v in value) if default else True
-        )
-    return True
-
-
 def hyperparameter_issues(
     task: TaskInfo, hyperparameters: Mapping[str, Any], backends: Sequence[str] = ()
 ) -> Iterator[PolicyIssue]:
-    """Overrides checked against the task's policy: known, overridable, right type and range.
+    """Overrides checked against the task's declared hyperparameters (``spec.hyperparameters``).
 
     Takes plain pieces rather than a whole spec so the loader can check hyperparameters even when
     another part of the document is invalid.
     """
-    overridable = sorted(task.overridable)
-    allowed = ", ".join(overridable)
-    if "mpi" in backends and task.id == "0a" and "fp16" in (hyperparameters.get("dtypes") or []):
-        yield PolicyIssue(
-            ("spec", "hyperparameters", "dtypes"),
-            "fp16 all-reduce is not supported on mpi: remove fp16 from hyperparameters.dtypes "
-            "or use backend gloo or nccl",
-        )
-    for key, value in hyperparameters.items():
-        loc: Loc = ("spec", "hyperparameters", key)
-        if key not in task.defaults:
-            yield PolicyIssue(
-                loc,
-                f"unknown hyperparameter '{key}' for task {task.id}; overridable: {allowed}",
-                did_you_mean(key, overridable),
-                at_key=True,
-            )
-            continue
-        if key not in task.overridable:
-            yield PolicyIssue(
-                loc,
-                f"hyperparameter '{key}' is fixed by task {task.id} (only batch size and the learning-rate "
-                f"schedule may change, so results stay comparable); overridable: {allowed}",
-                at_key=True,
-            )
-            continue
-        default = task.defaults[key]
-        if not _type_matches(default, value):
-            yield PolicyIssue(loc, f"hyperparameter '{key}' must be {_type_name(default)}, got {value!r}")
-            continue
-        choices = task.choices.get(key)
-        if choices is not None:
+    for problem in override_problems(task.id, hyperparameters, backends):
+        value = hyperparameters.get(problem.name)
+        hint = None
+        if problem.at_key:
+            hint = did_you_mean(problem.name, problem.choices)
+        elif problem.choices:
             items = value if isinstance(value, list) else [value]
-            for item in items:
-                if item not in choices:
-                    yield PolicyIssue(
-                        loc,
-                        f"invalid value {item!r} for hyperparameter '{key}': expected one of "
-                        + ", ".join(repr(c) for c in choices),
-                        did_you_mean(str(item), [str(c) for c in choices]),
-                    )
-            if isinstance(value, list) and not value:
-                yield PolicyIssue(loc, f"hyperparameter '{key}' must not be empty")
-            continue
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                yield PolicyIssue(loc, f"hyperparameter '{key}' must be a finite number, got {value}")
-            elif key in _NON_NEGATIVE:
-                if value < 0:
-                    yield PolicyIssue(loc, f"hyperparameter '{key}' must be >= 0, got {value}")
-            elif value <= 0:
-                yield PolicyIssue(loc, f"hyperparameter '{key}' must be > 0, got {value}")
-            elif key.endswith("_factor") and key.startswith(("plateau", "decay")) and value >= 1:
-                yield PolicyIssue(loc, f"hyperparameter '{key}' must be between 0 and 1, got {value}")
-    hp = {**task.defaults, **hyperparameters}
-    lo, hi = hp.get("sizes_min_exp"), hp.get("sizes_max_exp")
-    if task.id == "0a" and isinstance(lo, int) and isinstance(hi, int):
-        if lo > hi:
-            yield PolicyIssue(
-                ("spec", "hyperparameters", "sizes_min_exp"),
-                f"sizes_min_exp ({lo}) must not exceed sizes_max_exp ({hi})",
-            )
-        if hi > 9:
-            yield PolicyIssue(
-                ("spec", "hyperparameters", "sizes_max_exp"),
-                f"sizes_max_exp {hi} means tensors of 10^{hi} elements: use at most 9",
-            )
+            bad = next((str(v) for v in items if v not in problem.choices), str(value))
+            hint = did_you_mean(bad, problem.choices)
+        yield PolicyIssue(("spec", "hyperparameters", problem.name), problem.message, hint, problem.at_key)

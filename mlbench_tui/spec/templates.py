@@ -68,8 +68,8 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         _line("    precision: fp32", f"allowed for this task: {', '.join(task.precisions)}"),
         _line("  target: local", "or {kind: kubernetes, namespace: mlbench, image: IMAGE}"),
     ]
-    if task.id == "0a":
-        lines.append(_line("  data: synthetic", "all-reduce runs on generated tensors"))
+    if not task.reads_data:
+        lines.append(_line("  data: synthetic", "the task generates its inputs"))
     else:
         lines += [
             "  data:",
@@ -81,7 +81,7 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         "  hyperparameters: {}",
     ]
     for key in sorted(task.overridable):
-        lines.append(f"  #   {key}: {_yaml_value(task.defaults[key])}")
+        lines.append(_line(f"  #   {key}: {_yaml_value(task.defaults[key])}", task.knobs[key].description))
     lines += [
         _line("  seed: 42", "repeat i uses seed + i"),
         _line("  repeats: 1", "runs per configuration, scored with an olympic mean"),

@@ -1,9 +1,10 @@
 """``MlbenchApp``: the Textual application behind ``mlbench tui``.
 
-The app owns what every screen shares: the server address, the connection state (the banner
-binds to it), the keymap and the command palette. Screens own their data; their feeds run in
-thread workers (see ``feed.py``). Everything reaches the engine through the HTTP API, except
-launching and cancelling, which run the ``mlbench`` CLI as a subprocess (``launcher.py``).
+The app owns what every screen shares: the one HTTP client of the server, the connection state
+(the banner binds to it), the keymap, the command palette and the one handler of worker errors.
+Screens own their data; their feeds run in thread workers (see ``feed.py``). Everything reaches
+the engine through the HTTP API, except launching and cancelling, which run the ``mlbench`` CLI
+as a subprocess (``launcher.py``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.worker import Worker, WorkerState
 
+from mlbench_tui.errors import MlbenchError
+from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.tui.actions import BY_ID, actions_for, bindings, display_key, resolve_keymap
-from mlbench_tui.tui.feed import ServerAddress
 from mlbench_tui.tui.launcher import Launcher
 from mlbench_tui.tui.messages import CommandFinished, ConnectionChanged
 
@@ -51,25 +54,23 @@ class MlbenchApp(App[None]):
         update_interval: float = 0.25,
         launcher: Launcher | None = None,
         error_log: Path | None = None,
-        relocate: Callable[[], tuple[str, str | None, str | None]] | None = None,
+        timeout: float = 5.0,
     ) -> None:
+        self._theme_copy: dict[str, Theme] | None = None  # get_theme's copy of available_themes
         super().__init__()
-        self._set_server(server_url, token, admin_token)
+        self.server_url = server_url.rstrip("/")
+        # The one client of the server for every feed, screen and command: the admin token when
+        # the TUI has it (it deletes runs), else the read token.
+        self.client = MlbenchClient(self.server_url, admin_token or token, timeout=timeout)
         self.user_keymap = dict(keymap or {})
         self.spec_path = spec_path
         self.clock = clock
         self.runs_interval = runs_interval
         self.update_interval = update_interval
         self.launcher = launcher or Launcher(self.server_url, admin_token or token)
-        self._own_launcher = launcher is None
-        # Local mode: how to find (or start) a server for the same store when ours goes away.
-        self.relocate = relocate
-        self._relocating = False
-        self._relocated_at = 0.0
         self.error_log = error_log
         self.resolved_keymap, self.unknown_keys = resolve_keymap(self.user_keymap)
         self.first_paint: float | None = None  # wall time the runs table was first painted with data
-        self.fatal_message: str | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -85,16 +86,25 @@ class MlbenchApp(App[None]):
             )
         self.push_screen(RunsScreen())
 
-    def _set_server(self, url: str, token: str | None, admin_token: str | None) -> None:
-        self.server_url = url.rstrip("/")
-        self.address = ServerAddress(self.server_url, token)
-        self.admin_address = ServerAddress(self.server_url, admin_token or token)
+    def on_unmount(self) -> None:
+        self.client.close()
 
     def get_theme(self, theme_name: str) -> Theme | None:
-        """Textual's lookup, without its copy of the theme registry per call: it runs for every
-        rendered line (through ``ansi_theme``), about a tenth of the TUI's CPU on a live run."""
-        theme = self._registered_themes.get(theme_name)
+        """Textual's lookup over one copy of ``available_themes`` instead of a copy per call: it
+        runs for every rendered line (through ``ansi_theme``). Registering or unregistering a
+        theme drops the copy."""
+        if self._theme_copy is None:
+            self._theme_copy = self.available_themes
+        theme = self._theme_copy.get(theme_name)
         return theme if theme is not None else super().get_theme(theme_name)
+
+    def register_theme(self, theme: Theme) -> None:
+        super().register_theme(theme)
+        self._theme_copy = None
+
+    def unregister_theme(self, theme_name: str) -> None:
+        super().unregister_theme(theme_name)
+        self._theme_copy = None
 
     # -- connection state -------------------------------------------------------------------
     def on_connection_changed(self, message: ConnectionChanged) -> None:
@@ -107,38 +117,6 @@ class MlbenchApp(App[None]):
             retry = f" (retry in {message.retry_in:g}s)" if message.retry_in else ""
             self.connection_detail = f"{message.detail}{retry}"
             self.connected = False
-            self._maybe_relocate()
-
-    def _maybe_relocate(self) -> None:
-        """Local mode: the server we used is gone (e.g. ``mlbench apply`` ended and took its
-        embedded server with it); find or start another on the same store, at most every 5 s."""
-        if self.relocate is None or self._relocating or time.monotonic() - self._relocated_at < 5.0:
-            return
-        self._relocating = True
-        self._relocated_at = time.monotonic()
-        relocate = self.relocate
-
-        def find() -> None:
-            try:
-                url, token, admin = relocate()
-            except Exception:
-                self.call_from_thread(self._relocated, None)
-                return
-            self.call_from_thread(self._relocated, (url, token, admin))
-
-        self.run_worker(find, thread=True, group="relocate", exit_on_error=False)
-
-    def _relocated(self, found: tuple[str, str | None, str | None] | None) -> None:
-        self._relocating = False
-        if found is None:
-            return
-        url, token, admin = found
-        if url.rstrip("/") != self.server_url:
-            self._set_server(url, token, admin)
-            if self._own_launcher:
-                self.launcher = Launcher(self.server_url, admin or token)
-            self.notify(f"switched to the local server at {self.server_url}", timeout=5)
-        self.action_refresh_now()
 
     def post_status(self, message: Message) -> None:
         """Thread-safe: feeds call this to report the connection state to the app."""
@@ -193,8 +171,22 @@ class MlbenchApp(App[None]):
                 yield command
 
     # -- errors -----------------------------------------------------------------------------
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one handler of worker errors (Harlequin's pattern): every feed, read and command
+        runs in a worker with ``exit_on_error=False``, and what one raises ends here. A failure
+        the user can act on (server unreachable, run gone) is a notification; anything else is
+        a bug: its traceback goes to the error log as well."""
+        worker = event.worker
+        if event.state is not WorkerState.ERROR or worker.error is None:
+            return
+        what = worker.name or worker.group
+        if isinstance(worker.error, MlbenchError):
+            self.notify(f"{what}: {worker.error.message}", severity="error", timeout=8)
+        else:
+            self.report_error(what, worker.error)
+
     def report_error(self, what: str, error: BaseException) -> None:
-        """A handler could not apply some data: keep running, say so once, log the traceback."""
+        """Keep running, say so once, log the traceback."""
         self._log_traceback(error)
         where = f" (details in {self.error_log})" if self.error_log is not None else ""
         self.notify(f"{what}: {type(error).__name__}: {error}{where}", severity="error", timeout=8)
@@ -210,19 +202,3 @@ class MlbenchApp(App[None]):
         except OSError:
             return False
         return True
-
-    def _handle_exception(self, error: Exception) -> None:
-        """Log an unexpected error's traceback to a file and exit with a one-line message.
-
-        Replaces Textual's handler, which prints a full traceback; it keeps what Textual's test
-        pilot relies on (the first exception is recorded and re-raised by ``run_test``).
-        """
-        self._return_code = 1
-        if self._exception is None:
-            self._exception = error
-            self._exception_event.set()
-        where = f" (details in {self.error_log})" if self._log_traceback(error) else ""
-        self.fatal_message = (
-            f"mlbench tui stopped on an internal error: {type(error).__name__}: {error}{where}"
-        )
-        self._close_messages_no_wait()

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from textual.message import Message
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.plan import GoalPlan
+from mlbench_tui.server.client import KEEPALIVE, ServerUnreachable
 from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail, RunInfo
 from mlbench_tui.tui.messages import (
@@ -46,21 +46,21 @@ QUIET_PROBE_S = 20.0  # no stream traffic for this long: probe the server (keepa
 Post = Callable[[Message], object]
 Cancelled = Callable[[], bool]
 HISTORY_TIMEOUT_S = 35.0  # a run screen's first read: the history of its charts (server deadline 30 s)
-AddressSource = Callable[[], "ServerAddress"]  # read at every (re)connect: the server may move
+STREAM_TICK_S = 1.0  # keepalives asked of a run stream when quiet: a closed reader stops this soon
+
+if TYPE_CHECKING:
+    from mlbench_tui.server.client import MlbenchClient
 
 
 @dataclass(frozen=True)
-class ServerAddress:
-    """Where the server is and which token reads it."""
+class StreamParams:
+    """Where a run's stream resumes (cursors) and what it summarises."""
 
-    url: str
-    token: str | None = None
-    timeout: float = 5.0
-
-    def client(self) -> Any:
-        from mlbench_tui.server.client import MlbenchClient
-
-        return MlbenchClient(self.url, self.token, timeout=self.timeout)
+    metrics_since: int
+    logs_since: int
+    events_since: int
+    coalesce: float | None = None
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,14 +100,8 @@ class Backoff:
         self.attempt = 0
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, MlbenchError):
-        return exc.message
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status", None)
+def _describe(exc: MlbenchError) -> str:
+    return exc.message
 
 
 def sleep_until(deadline: float, cancelled: Cancelled, wake: threading.Event | None = None) -> None:
@@ -180,8 +174,8 @@ class RunsFeed:
 
     MAX_GOAL_RUNS = 50
 
-    def __init__(self, address: AddressSource, post: Post, status: Post, *, interval: float = 1.0) -> None:
-        self.address = address
+    def __init__(self, client: MlbenchClient, post: Post, status: Post, *, interval: float = 1.0) -> None:
+        self.client = client
         self.post = post
         self.status = status
         self.interval = interval
@@ -193,41 +187,36 @@ class RunsFeed:
 
     def run(self, cancelled: Cancelled) -> None:
         backoff = Backoff()
-        client = self.address().client()
+        client = self.client
         connected: bool | None = None
-        try:
-            while not cancelled():
-                if self.paused.is_set():
-                    sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
-                    continue
-                try:
-                    runs = client.list_runs()
-                    if connected:  # the first list is painted before any per-run request
-                        self._update_goal_points(client, runs)
-                except Exception as exc:
-                    delay = backoff.next()
-                    connected = False
-                    self.status(ConnectionChanged(False, _describe(exc), delay))
-                    sleep_until(time.monotonic() + delay, cancelled, self.wake)
-                    client.close()
-                    client = self.address().client()
-                    continue
-                backoff.reset()
-                if connected is not True:
-                    connected = True
-                    self.status(ConnectionChanged(True))
-                live = {r.id for r in runs}
-                for gone in [k for k in self._goal_points if k not in live]:
-                    self._goal_points.pop(gone, None)
-                    self._goal_cursor.pop(gone, None)
-                self.post(RunsUpdated(runs, {k: list(v) for k, v in self._goal_points.items()}))
-                if any(run.id not in self._goal_cursor for run, _ in self._pending_goal_runs(runs)):
-                    # Fill in goal progress right after the first paint, then on the normal beat.
-                    sleep_until(time.monotonic() + min(self.interval, 0.05), cancelled, self.wake)
-                else:
-                    sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
-        finally:
-            client.close()
+        while not cancelled():
+            if self.paused.is_set():
+                sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
+                continue
+            try:
+                runs = client.list_runs()
+                if connected:  # the first list is painted before any per-run request
+                    self._update_goal_points(client, runs)
+            except MlbenchError as exc:
+                delay = backoff.next()
+                connected = False
+                self.status(ConnectionChanged(False, _describe(exc), delay))
+                sleep_until(time.monotonic() + delay, cancelled, self.wake)
+                continue
+            backoff.reset()
+            if connected is not True:
+                connected = True
+                self.status(ConnectionChanged(True))
+            live = {r.id for r in runs}
+            for gone in [k for k in self._goal_points if k not in live]:
+                self._goal_points.pop(gone, None)
+                self._goal_cursor.pop(gone, None)
+            self.post(RunsUpdated(runs, {k: list(v) for k, v in self._goal_points.items()}))
+            if any(run.id not in self._goal_cursor for run, _ in self._pending_goal_runs(runs)):
+                # Fill in goal progress right after the first paint, then on the normal beat.
+                sleep_until(time.monotonic() + min(self.interval, 0.05), cancelled, self.wake)
+            else:
+                sleep_until(time.monotonic() + self.interval, cancelled, self.wake)
 
     def _pending_goal_runs(self, runs: list[RunInfo]) -> list[tuple[RunInfo, GoalPlan]]:
         """Runs (with their goal) whose goal progress needs points: unfinished ones, and finished
@@ -260,61 +249,47 @@ class RunsFeed:
 class _StreamReader:
     """Reads one run's SSE stream on a daemon thread into a queue.
 
-    It owns its connection so that ``close()`` can shut the socket down: a blocked read returns
-    at once, the server sees the client leave, and closing a screen or the app never waits for
-    the next keepalive.
+    The server sends it a keepalive every ``STREAM_TICK_S`` when the run is quiet, so after
+    ``close()`` the reader stops within that time and closes its response: the server sees the
+    client leave, and closing a screen or the app never waits for it.
     """
 
     END = object()
 
-    def __init__(self, address: ServerAddress, run_id: str, params: dict[str, Any]) -> None:
-        import httpx
-
-        from mlbench_tui.server.client import needs_tls
-
-        headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
-        self._http = httpx.Client(
-            base_url=address.url,
-            headers=headers,
-            timeout=httpx.Timeout(address.timeout, read=None),
-            verify=needs_tls(address.url),
-        )
-        self._path = f"/v1/runs/{run_id}/stream"
+    def __init__(self, client: MlbenchClient, run_id: str, params: StreamParams) -> None:
+        self._client = client
+        self._run_id = run_id
         self._params = params
-        self._socket: Any = None
         self._closed = threading.Event()
         self.queue: queue.Queue[Any] = queue.Queue()
         self.thread = threading.Thread(target=self._read, name="mlbench-tui-stream", daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
-        from mlbench_tui.server.client import ServerHTTPError, _parse_sse
-
+        p = self._params
+        events = self._client.stream(
+            self._run_id,
+            metrics_since=p.metrics_since,
+            logs_since=p.logs_since,
+            events_since=p.events_since,
+            coalesce=p.coalesce,
+            names=p.names,
+            keepalive=STREAM_TICK_S,
+        )
         try:
-            with self._http.stream("GET", self._path, params=self._params) as resp:
-                stream = resp.extensions.get("network_stream")
-                self._socket = stream.get_extra_info("socket") if stream is not None else None
-                if self._closed.is_set():
-                    return
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise ServerHTTPError(resp.status_code, "error", f"server answered {resp.status_code}")
-                for event in _parse_sse(resp.iter_lines()):
-                    self.queue.put(event)
+            with contextlib.closing(events):
+                for event in events:
+                    if self._closed.is_set():
+                        return
+                    if event.kind != KEEPALIVE:
+                        self.queue.put(event)
             self.queue.put(self.END)
-        except BaseException as exc:
+        except MlbenchError as exc:
             if not self._closed.is_set():
                 self.queue.put(exc)
-        finally:
-            with contextlib.suppress(Exception):
-                self._http.close()
 
     def close(self) -> None:
         self._closed.set()
-        sock = self._socket
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Resync(Exception):
@@ -326,7 +301,7 @@ class RunFeed:
 
     def __init__(
         self,
-        address: AddressSource,
+        client: MlbenchClient,
         run_id: str,
         post: Post,
         status: Post,
@@ -336,7 +311,7 @@ class RunFeed:
         coalesce: bool = True,
         history: Callable[[RunDetail], HistoryPlan] | None = None,
     ) -> None:
-        self.address = address
+        self.client = client
         self.run_id = run_id
         self.post = post
         self.status = status
@@ -344,7 +319,6 @@ class RunFeed:
         self.chart_points = chart_points
         self.history = history  # what the screen shows of the run's history (None: every metric)
         self.names: list[str] | None = None  # the metrics the stream summarises (None: all)
-        self._client: Any = None  # the feed's client while it follows the stream
         self._exact_after = 0  # cursor of the sweep points read exactly so far
         self._restart = threading.Event()
         self.coalesce = coalesce and interval >= MIN_COALESCE_S  # metric summaries, not every point
@@ -357,24 +331,22 @@ class RunFeed:
         backoff = Backoff()
         was_down = False
         while not cancelled():
-            address = self.address()
-            client = address.client()
             try:
-                self._load(client)
+                self._load(self.client)
                 if was_down:
                     self.status(ConnectionChanged(True))
                     was_down = False
                 backoff.reset()
-                self._follow(address, client, cancelled)
+                self._follow(cancelled)
                 return
             except _Resync:
                 continue
-            except Exception as exc:
-                if _status(exc) == 404:
-                    self.post(RunGone(self.run_id))
-                    return
+            except NotFound:
+                self.post(RunGone(self.run_id))
+                return
+            except MlbenchError as exc:
                 delay = backoff.next()
-                if getattr(exc, "timed_out", False) or (_status(exc) or 0) >= 500:
+                if getattr(exc, "timed_out", False) or getattr(exc, "status", 0) >= 500:
                     # The server is up but slow (a big run under ingest) or failing this read:
                     # the screen shows a loading state; the connection banner is for "gone".
                     self.post(RunSlow(self.run_id, _describe(exc), delay))
@@ -382,10 +354,8 @@ class RunFeed:
                     was_down = True
                     self.status(ConnectionChanged(False, _describe(exc), delay))
                 sleep_until(time.monotonic() + delay, cancelled, self.wake)
-            finally:
-                client.close()
 
-    def _load(self, client: Any) -> None:
+    def _load(self, client: MlbenchClient) -> None:
         """The run first, posted alone (the screen paints it at once), then what the screen
         shows of its history (``HistoryPlan``): the latest log lines and every rank's latest
         figures, then charts downsampled by the server and percentile bands across ranks. After
@@ -425,19 +395,19 @@ class RunFeed:
             self.names = list(names)
             self._restart.set()
 
-    def _follow(self, address: ServerAddress, client: Any, cancelled: Cancelled) -> None:
-        params: dict[str, Any] = {f"{kind}_since": cursor for kind, cursor in self.cursors.items()}
-        if self.coalesce:
-            params["coalesce"] = self.interval
-            if self.names:
-                params["name"] = list(self.names)
+    def _follow(self, cancelled: Cancelled) -> None:
+        params = StreamParams(
+            metrics_since=self.cursors["metrics"],
+            logs_since=self.cursors["logs"],
+            events_since=self.cursors["events"],
+            coalesce=self.interval if self.coalesce else None,
+            names=tuple(self.names or ()) if self.coalesce else (),
+        )
         self._restart.clear()
-        reader = _StreamReader(address, self.run_id, params)
-        self._client = client
+        reader = _StreamReader(self.client, self.run_id, params)
         try:
-            self._drain(reader, client, cancelled)
+            self._drain(reader, self.client, cancelled)
         finally:
-            self._client = None
             reader.close()
 
     def _exact_points(self, batch: RunBatch, series: Any, before: int) -> set[str]:
@@ -449,11 +419,11 @@ class RunFeed:
             for s in series
             if sweep_of(s["name"]) is not None and int(s.get("count") or 0) > len(s["t"])
         }
-        if not names or self._client is None:
+        if not names:
             return set()
         try:
-            page = self._client.metrics(self.run_id, sorted(names), since=max(before, self._exact_after))
-        except Exception:
+            page = self.client.metrics(self.run_id, sorted(names), since=max(before, self._exact_after))
+        except MlbenchError:
             return set()
         self._exact_after = max(self._exact_after, page.cursor)
         for m in page.series:
@@ -462,7 +432,7 @@ class RunFeed:
                 add_bucket(delta, step, epoch, t, value, value, value)
         return names
 
-    def _drain(self, reader: _StreamReader, client: Any, cancelled: Cancelled) -> None:
+    def _drain(self, reader: _StreamReader, client: MlbenchClient, cancelled: Cancelled) -> None:
         last_traffic = time.monotonic()
         while not cancelled():
             if self._restart.is_set():  # the screen shows other metrics: reopen for them
@@ -482,7 +452,7 @@ class RunFeed:
                         continue
                     last_traffic = time.monotonic()
                     if item is _StreamReader.END:
-                        raise ConnectionError("the server closed the stream")
+                        raise ServerUnreachable("the server closed the stream")
                     if isinstance(item, BaseException):
                         raise item
                     if self._apply(item, batch):
@@ -577,11 +547,7 @@ def read_charts(
 
 
 def fetch_history(
-    address: ServerAddress, run_id: str, plan: HistoryPlan, points: int = CHART_POINTS
+    client: MlbenchClient, run_id: str, plan: HistoryPlan, points: int = CHART_POINTS
 ) -> RunBatch:
     """Every point so far of what ``plan`` charts, downsampled (new charts, a rank on demand)."""
-    client = address.client()
-    try:
-        return read_charts(client, run_id, plan, points)[0]
-    finally:
-        client.close()
+    return read_charts(client, run_id, plan, points)[0]

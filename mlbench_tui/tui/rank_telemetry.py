@@ -3,7 +3,8 @@
 Pure (no Textual): the run screen folds each ``sys/`` sample into the rank's ``RankTelemetry``
 and the rank table asks it for its cells, so another rank view (a distribution of 1,024 ranks,
 worst first) can carry the same columns. Memory reads against the pod's limit when the rank
-reported one, GPU memory against the GPU's total.
+reported one, GPU memory against the GPU's total. Once the run has its result, the GPU column shows
+the rank's utilisation over the timed run, the figure status and results show.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from mlbench_worker import sysmetrics as sm
 
 from mlbench_tui.formatting import format_mib
+from mlbench_tui.results.model import RankTelemetryFigures
+from mlbench_tui.results.telemetry import gpu_util_text
 
 UNKNOWN = "—"
 COLUMNS = ("CPU", "mem", "GPU", "GPU mem", "power")
@@ -29,6 +32,12 @@ class RankTelemetry:
     gpu_mem_mib: float | None = None
     gpu_mem_total_mib: float | None = None
     gpu_power_w: float | None = None
+    timed_gpu_util: str | None = None  # the rank's figure over the timed run, once its result is known
+
+    def finished(self, figures: RankTelemetryFigures) -> None:
+        """The run's result is known: the GPU column shows the rank's utilisation over the timed
+        run (``results.telemetry``, as status and results show it) instead of the last sample."""
+        self.timed_gpu_util = gpu_util_text(figures)
 
     def update(self, name: str, value: float) -> bool:
         """Take one sample of series ``name``; False when the table shows no such series."""
@@ -43,7 +52,7 @@ class RankTelemetry:
         return (
             UNKNOWN if self.cpu_percent is None else f"{self.cpu_percent:.0f}%",
             _against(self.rss_mib, self.mem_limit_mib),
-            UNKNOWN if self.gpu_util is None else f"{self.gpu_util:.0f}%",
+            self.timed_gpu_util or (UNKNOWN if self.gpu_util is None else f"{self.gpu_util:.0f}%"),
             _against(self.gpu_mem_mib, self.gpu_mem_total_mib),
             UNKNOWN if self.gpu_power_w is None else f"{self.gpu_power_w:.0f} W",
         )

@@ -87,10 +87,9 @@ class Result:
 
 @pytest.fixture
 def mlbench(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[..., Result]]:
-    """``mlbench ARGS`` through the CLI entry point in this process (the embedded server it
-    starts lives in this process and is stopped afterwards); ranks are real subprocesses."""
+    """``mlbench ARGS`` through the CLI entry point in this process (the server it starts is a
+    detached process of its own, stopped after the test); ranks are real subprocesses."""
     from mlbench_tui.cli import main
-    from mlbench_tui.server.serve import stop_embedded
 
     def run(*args: str) -> Result:
         code = main(list(args))
@@ -98,7 +97,6 @@ def mlbench(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[..., Result
         return Result(code, out, err)
 
     yield run
-    stop_embedded()
 
 
 def test_dry_run_prints_exact_commands_without_running(
@@ -287,7 +285,7 @@ def test_a_run_whose_apply_was_killed_ends_as_its_ranks_said(
 ) -> None:
     """apply dies with SIGKILL while its ranks run on and finish normally: nobody holds the
     launcher's exit status, so ``mlbench status`` settles the run from every rank's run_stop."""
-    assert mlbench("status").returncode == 0  # the server lives in this process and outlives apply
+    assert mlbench("status").returncode == 0  # the server is a process of its own and outlives apply
     spec = _spec(tmp_path, "lost", repetitions=20, max_exp=3, num_sizes=4)
     run_id = _apply_then_kill_it(spec)
     assert len(processes.marked_pids(run_id)) >= 3  # the ranks outlived their apply

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from mlbench_worker import wire
+from mlbench_worker.hyperparams import ResNet20
 from mlbench_worker.wire import ConfigError, config_document, parse_config
 
 from mlbench_tui.plan import ImplementationPlan, RunPlan, worker_settings
@@ -119,7 +120,11 @@ def test_the_worker_config_survives_its_json_form() -> None:
 def test_an_absent_key_takes_the_one_declared_default() -> None:
     required = {"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1}
     minimal = parse_config(required)
-    assert minimal == wire.WorkerConfig(run_id="r", task="1a", backend="gloo", world_size=1)
+    # the task's own typed hyperparameters, every one its declared default
+    expected = wire.WorkerConfig(
+        run_id="r", task="1a", backend="gloo", world_size=1, hyperparameters=ResNet20()
+    )
+    assert minimal == expected
     assert minimal.implementation == ImplementationPlan() == wire.ImplementationConfig()
     with pytest.raises(ConfigError, match="telemetry_interval_s"):
         parse_config(

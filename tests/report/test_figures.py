@@ -469,3 +469,29 @@ def test_a_spec_run_two_ways_scales_each_way_on_its_own_line() -> None:
         ("gloo bf16 graphs", (1.0, pytest.approx(40 / 30))),
         ("gloo fp32", (1.0, pytest.approx(100 / 60))),
     ]
+
+
+def test_a_runs_figure_notes_its_gpu_utilisation_as_status_and_results_show_it() -> None:
+    from mlbench_tui.report.training import run_figure
+    from mlbench_tui.results.model import TelemetryFigures
+    from mlbench_tui.results.table import results_rows, telemetry_lines
+
+    for telemetry, shown in (
+        (
+            TelemetryFigures(gpu_util_readings=26, gpu_util_note="n/a: 26 readings in 1.3 s"),
+            "n/a: 26 readings in 1.3 s",
+        ),
+        (TelemetryFigures(mean_gpu_util=51.4, gpu_util_readings=300), "51%"),
+    ):
+        result = RunResult(
+            name="short-1w",
+            task="1a",
+            backend="nccl",
+            state=RunState.SUCCEEDED,
+            goal=GOAL,
+            telemetry=telemetry,
+        )
+        figure = run_figure(RunRecord(result, "", {}), {})
+        assert f"short-1w: GPU utilisation {shown} (mean over ranks while the run was timed)" in figure.notes
+        assert dict(telemetry_lines(telemetry))["gpu util"].startswith(f"{shown} mean")  # status, the TUI
+        assert results_rows([result])[0]["GPU UTIL"] == shown  # mlbench results

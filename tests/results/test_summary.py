@@ -253,6 +253,7 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
             metrics += [
                 MetricPoint(sm.GPU_ENERGY_J, 9e5 + 360.0 * t, rank=rank, t=float(t)),  # 360 W
                 MetricPoint(sm.GPU_UTIL, 80.0 + 10 * rank, rank=rank, t=float(t)),
+                MetricPoint(sm.GPU_READINGS, 20.0, rank=rank, t=float(t)),
                 MetricPoint(sm.RSS_MIB, 1000.0 + 800 * rank, rank=rank, t=float(t)),
                 MetricPoint(sm.GPU_MEM_PEAK_MIB, 12288.0, rank=rank, t=float(t)),
             ]
@@ -268,6 +269,7 @@ def test_telemetry_figures_in_the_result_the_table_and_the_status_lines() -> Non
     assert (row["PEAK MEM"], row["GPU MEM"], row["GPU UTIL"]) == ("1.76 GiB", "12.0 GiB", "85%")
     assert (row["ENERGY TO ACC"], row["ENERGY COST"]) == ("14.4 kJ", "0.00200 USD")
     lines = dict(telemetry_lines(hw))
+    assert lines["gpu util"] == "85% mean over ranks while the run was timed"  # the table's figure
     assert lines["memory"] == "peak 1.76 GiB resident (rank 1 of 2, limit 4.00 GiB)"
     assert (
         lines["energy"] == "14.4 kJ to accuracy (all GPUs, NVML energy counter), 0.00200 USD at 0.500 USD/kWh"

@@ -9,10 +9,12 @@ from mlbench_worker import sysmetrics as sm
 from mlbench_tui.results.telemetry import (
     JOULES_PER_KWH,
     counter_energy,
+    gpu_util_text,
     mean_in,
     power_energy,
     rank_energy,
     run_figures,
+    util_in,
 )
 from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
 
@@ -87,6 +89,7 @@ def test_run_figures_from_two_gpu_ranks() -> None:
         metrics += _points(
             rank, sm.GPU_UTIL, [(t, 90.0 - 40 * rank if 10 <= t <= 21 else 0.0) for t in seconds]
         )
+        metrics += _points(rank, sm.GPU_READINGS, [(t, 20.0) for t in seconds])  # polled every 50 ms
         metrics += _points(rank, sm.GPU_MEM_PEAK_MIB, [(t, 1000.0 * (1 + rank) + t) for t in seconds])
         metrics += _points(rank, sm.RSS_MIB, [(t, 500.0 + 10 * rank + (t == 12) * 300) for t in seconds])
     metrics += _points(1, sm.MEM_LIMIT_MIB, [(0.0, 4096.0)])
@@ -105,6 +108,8 @@ def test_run_figures_from_two_gpu_ranks() -> None:
     unpriced = run_figures(metrics, events)
     assert unpriced is not None and unpriced.energy_cost is None
     assert (r0.mean_gpu_util, r1.mean_gpu_util, figures.mean_gpu_util) == (90.0, 50.0, 70.0)
+    assert (r0.gpu_util_readings, figures.gpu_util_readings) == (11 * 20, 11 * 20)
+    assert gpu_util_text(figures) == "70%" and gpu_util_text(r1) == "50%"
     assert (r0.peak_rss_mib, r1.peak_rss_mib, figures.peak_rss_mib) == (800.0, 810.0, 810.0)
     assert (r0.mem_limit_mib, r1.mem_limit_mib) == (None, 4096.0)
     assert (r0.peak_gpu_mem_mib, figures.peak_gpu_mem_mib) == (1024.0, 2024.0)
@@ -129,3 +134,35 @@ def test_a_cpu_run_has_memory_but_no_energy() -> None:
 
 def test_no_telemetry_no_figures() -> None:
     assert run_figures([MetricPoint("train_loss", 1.0, t=1.0)], []) is None
+
+
+def test_utilisation_weighs_each_value_by_its_readings_and_counts_only_the_timed_window() -> None:
+    # aggregates at the end of their periods: (t, mean) with (t, readings); the first period
+    # ended at run_start (t=10, its readings were before the run) and the last at run_stop (t=12)
+    util = [(9.0, 0.0), (10.0, 0.0), (11.0, 60.0), (11.5, 90.0), (12.0, 30.0), (13.0, 0.0)]
+    readings = [(9.0, 20.0), (10.0, 20.0), (11.0, 20.0), (11.5, 10.0), (12.0, 10.0), (13.0, 20.0)]
+    mean, n = util_in(util, readings, 10.0, 12.0)
+    assert n == 40 and mean == pytest.approx((60 * 20 + 90 * 10 + 30 * 10) / 40)
+    # values sent without a count (workers from before the poller) weigh one reading each
+    assert util_in(util, [], 10.0, 12.0) == (pytest.approx(60.0), 3)
+
+
+def test_a_short_timed_window_says_what_its_utilisation_would_rest_on() -> None:
+    events = [
+        EventRecord("run_start", {}, 0, 100.0),
+        EventRecord("run_stop", {"status": "success"}, 0, 101.3),
+    ]
+    one = _points(0, sm.GPU_UTIL, [(99.0, 0.0), (101.0, 51.0), (102.0, 0.0)])  # 1 s sampling, 1 inside
+    figures = run_figures(one, events)
+    assert figures is not None and figures.mean_gpu_util is None
+    assert gpu_util_text(figures) == "n/a: 1 reading in 1.3 s" == gpu_util_text(figures.ranks[0])
+    # polled: 26 readings inside, still under MLPerf's 60
+    polled = one[:1] + _points(0, sm.GPU_UTIL, [(101.3, 51.0)]) + _points(0, sm.GPU_READINGS, [(101.3, 26.0)])
+    figures = run_figures(polled, events)
+    assert figures is not None and gpu_util_text(figures) == "n/a: 26 readings in 1.3 s"
+    # 60 readings make a figure
+    enough = _points(0, sm.GPU_UTIL, [(100.6, 40.0), (101.3, 60.0)])
+    enough += _points(0, sm.GPU_READINGS, [(100.6, 30.0), (101.3, 30.0)])
+    figures = run_figures(enough, events)
+    assert figures is not None and figures.mean_gpu_util == pytest.approx(50.0)
+    assert gpu_util_text(figures) == "50%" and figures.gpu_util_readings == 60

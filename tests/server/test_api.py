@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from mlbench_tui.errors import ServerError
+from mlbench_tui.errors import NotFound, ServerError
 from mlbench_tui.server.client import MlbenchClient, ServerHTTPError
 from mlbench_tui.store.api_models import MAX_BATCH_ITEMS, MAX_BODY_BYTES, RunCreate
 
@@ -58,9 +58,8 @@ def test_full_flow_ingest_and_reads(server: ServerProcess) -> None:
     assert detail.state.value == "running" and detail.ranks[1].host == "node"
     assert run_id in [r.id for r in admin.list_runs(state="running")]
     admin.delete_run(run_id)
-    with pytest.raises(ServerHTTPError) as err:
+    with pytest.raises(NotFound, match=f"run {run_id} not found"):
         admin.get_run(run_id)
-    assert err.value.status == 404
 
 
 def test_retried_batch_is_stored_once(server: ServerProcess) -> None:
@@ -193,10 +192,10 @@ def test_connection_failure_is_a_clear_server_error() -> None:
 
 
 def test_sigterm_stops_cleanly_and_removes_state(server_factory: Callable[..., ServerProcess]) -> None:
-    from mlbench_tui.server.serve import read_state
+    from mlbench_tui.server.daemon import read_state, state_path
 
     server = server_factory()
-    info = read_state()
+    info = read_state(state_path(server.db))
     assert info is not None and info.url == server.url and info.admin_token == ADMIN
     assert server.stop() == 0
-    assert read_state() is None
+    assert read_state(state_path(server.db)) is None

@@ -136,3 +136,18 @@ def test_coalesce_interval_is_validated_and_documented(server: ServerProcess) ->
     doc = MlbenchClient(server.url)._http.get("/openapi.json").json()
     params = {p["name"] for p in doc["paths"]["/v1/runs/{run_id}/stream"]["get"]["parameters"]}
     assert "coalesce" in params and "MetricsSummary" in doc["components"]["schemas"]
+
+
+@pytest.mark.slow
+def test_a_quiet_run_stream_sends_keepalives_as_often_as_asked(server: ServerProcess) -> None:
+    """The TUI's stream reader looks whether it is still wanted at each keepalive: a quiet run's
+    stream sends them at the asked interval (bounded), as ``keepalive`` events of the client."""
+    run_id = server.admin().create_run(RunCreate(name="quiet", workers=1, task="1a")).run.id
+    with MlbenchClient(server.url) as client:
+        events = client.stream(run_id, keepalive=0.2)
+        kinds = [next(events).kind for _ in range(3)]
+        events.close()
+        assert kinds[0] == "run" and kinds[1:] == ["keepalive", "keepalive"]
+        with pytest.raises(ServerHTTPError) as err:
+            next(client.stream(run_id, keepalive=0.01))
+        assert err.value.status == 422

@@ -41,3 +41,20 @@ def test_schema_rejects_unknown_keys() -> None:
     assert not validator.is_valid(doc)
     doc["spec"] = {"task": "1a", "workers": 2}
     assert validator.is_valid(doc)
+
+
+def test_the_task_selects_what_the_schema_accepts_as_hyperparameters() -> None:
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+
+    def valid(task: str, hyperparameters: dict[str, object]) -> bool:
+        spec = {"task": task, "hyperparameters": hyperparameters}
+        return validator.is_valid(
+            {"apiVersion": "mlbench/v1", "kind": "Benchmark", "metadata": {"name": "x"}, "spec": spec}
+        )
+
+    assert valid("0a", {"sizes_max_exp": 3, "dtypes": ["fp32"]})
+    assert not valid("1a", {"sizes_max_exp": 3})  # another task's key
+    assert valid("resnet20-cifar10", {"batch_size": 64, "channels_last": "auto"})
+    assert not valid("1a", {"momentum": 0.5})  # fixed by the task
+    assert not valid("1a", {"plateau_factor": 1.5})  # out of its bounds
+    assert not valid("4b", {"global_batch_tokens": "many"})

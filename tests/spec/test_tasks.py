@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from mlbench_worker.hyperparams import AllReduce, ResNet20
 
 from mlbench_tui.spec.loader import load_text
 from mlbench_tui.spec.tasks import TASKS, default_charts, get_task, sweep_of
@@ -124,8 +125,8 @@ def test_the_allreduce_sweep_is_described_by_the_catalog() -> None:
     sweep = TASKS["0a"].sweep
     assert sweep is not None and all(t.sweep is None for t in TASKS.values() if t.goal is not None)
     # progress: one point of the p50 latency per size and dtype
-    assert sweep.total({"num_sizes": 80, "dtypes": ["fp32", "fp16"]}) == 160
-    assert sweep.total({"num_sizes": 5}) == 5 and sweep.total({}) is None
+    assert sweep.total(AllReduce()) == 160 and sweep.total(AllReduce(num_sizes=5, dtypes=("fp32",))) == 5
+    assert sweep.total(ResNet20()) is None
     assert sweep.counts("allreduce_fp16_latency_p50") and not sweep.counts("allreduce_fp16_busbw")
     assert not sweep.counts("val_latency_p50")
     # the metric names the TUI and feeds treat as size curves

@@ -16,7 +16,7 @@ from textual.message import Message
 from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
-from mlbench_tui.tui.feed import HistoryPlan, RunFeed, RunsFeed, ServerAddress
+from mlbench_tui.tui.feed import HistoryPlan, RunFeed, RunsFeed
 from mlbench_tui.tui.messages import ConnectionChanged, RunChanged, RunSlow, RunsUpdated
 
 GOAL = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
@@ -45,8 +45,8 @@ def _live_run_feed(srv: EmbeddedServer) -> Iterator[tuple[str, str, list[Message
     token, the messages posted so far, a writer client) once its history is read and posted."""
     run_id, token = _running_goal_run(srv)
     posted: list[Message] = []
-    address = ServerAddress(srv.info.url, srv.info.read_token)
-    feed = RunFeed(lambda: address, run_id, posted.append, lambda _m: None, interval=0.25)
+    client = MlbenchClient(srv.info.url, srv.info.read_token)
+    feed = RunFeed(client, run_id, posted.append, lambda _m: None, interval=0.25)
     stop = threading.Event()
     thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
     thread.start()
@@ -67,8 +67,8 @@ def test_runs_feed_polls_on_its_beat_while_a_goal_run_is_going(empty_server: Emb
     writer = empty_server.info.client()
     writer.post_metrics(run_id, [{"name": "val_global_Prec@1", "value": 42.0, "step": 1}], token=token)
     posted: list[Message] = []
-    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
-    feed = RunsFeed(lambda: address, posted.append, lambda _m: None, interval=0.5)
+    client = MlbenchClient(empty_server.info.url, empty_server.info.read_token)
+    feed = RunsFeed(client, posted.append, lambda _m: None, interval=0.5)
     _follow(feed, 1.6)
     updates = [m for m in posted if isinstance(m, RunsUpdated)]
     # the first list, its goal points right after, then one per 0.5 s: not a poll every 50 ms
@@ -105,8 +105,8 @@ def test_run_feed_reports_a_slow_server_as_loading_and_retries() -> None:
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     posted: list[Message] = []
     status: list[Message] = []
-    address = ServerAddress(url, "token", timeout=0.3)
-    feed = RunFeed(lambda: address, "r-000000000000", posted.append, status.append)
+    client = MlbenchClient(url, "token", timeout=0.3)
+    feed = RunFeed(client, "r-000000000000", posted.append, status.append)
     _follow(feed, 1.4)
     slow = [m for m in posted if isinstance(m, RunSlow)]
     assert len(slow) >= 2, posted  # retried after the backoff
@@ -121,9 +121,9 @@ def test_run_feed_stream_carries_only_the_metrics_shown(empty_server: EmbeddedSe
     """The run screen's stream summarises the metrics it shows; showing another one reopens it."""
     run_id, token = _running_goal_run(empty_server)
     posted: list[Message] = []
-    address = ServerAddress(empty_server.info.url, empty_server.info.read_token)
+    client = MlbenchClient(empty_server.info.url, empty_server.info.read_token)
     feed = RunFeed(
-        lambda: address,
+        client,
         run_id,
         posted.append,
         lambda _m: None,
@@ -211,10 +211,10 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
     proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHistory)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
-        address = ServerAddress(f"http://127.0.0.1:{proxy.server_address[1]}", None, timeout=0.3)
+        client = MlbenchClient(f"http://127.0.0.1:{proxy.server_address[1]}", None, timeout=0.3)
         posted: list[Message] = []
         feed = RunFeed(
-            lambda: address,
+            client,
             run_id,
             posted.append,
             lambda _m: None,
@@ -231,3 +231,22 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
         proxy.shutdown()
     assert posted and isinstance(posted[0], RunChanged) and posted[0].batch.run is not None
     assert not [m for m in posted if isinstance(m, RunSlow)] and feed.loads == 1
+
+
+def test_a_stopped_run_feed_lets_go_of_its_stream(empty_server: EmbeddedServer) -> None:
+    """Leaving a run screen ends its stream reader on its own (it checks at each keepalive the
+    server sends a second when the run is quiet): no socket is shut down under httpx."""
+
+    def readers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "mlbench-tui-stream"]
+
+    with _live_run_feed(empty_server) as (_run_id, _token, posted, _writer):
+        deadline = time.monotonic() + 60  # hang guard only
+        while not readers():
+            assert time.monotonic() < deadline, "the feed never opened its stream"
+            time.sleep(0.02)
+        assert posted
+    deadline = time.monotonic() + 60  # hang guard only: it ends at the next keepalive
+    while readers():
+        assert time.monotonic() < deadline, "the stream reader outlived its feed"
+        time.sleep(0.05)

@@ -381,24 +381,39 @@ async def test_help_palette_and_keymap(server: EmbeddedServer) -> None:
         assert isinstance(app.screen, RunsScreen)
 
 
-async def test_local_mode_moves_to_a_new_server_when_its_server_ends(store_copy: Path) -> None:
-    first = EmbeddedServer(store_copy, record=False).start()
-    second: list[EmbeddedServer] = []
+class NotingApp(MlbenchApp):
+    """The app, keeping every notification it shows."""
 
-    def relocate() -> tuple[str, str | None, str | None]:
-        srv = EmbeddedServer(store_copy, record=False).start()
-        second.append(srv)
-        return srv.url, srv.info.read_token, srv.info.admin_token
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.notes: list[str] = []
 
-    app = make_app(first, runs_interval=0.2, relocate=relocate)
-    try:
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _runs_loaded(pilot, app)
-            before = _names(app)
-            first.stop()  # e.g. the `mlbench apply` that embedded it finished
-            await wait_for(pilot, lambda: second and app.server_url == second[0].url, what="relocated")
-            await wait_for(pilot, lambda: app.connected, what="connected to the new server")
-            assert _names(app) == before
-    finally:
-        for srv in second:
-            srv.stop()
+    def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
+        self.notes.append(message)
+        super().notify(message, **kw)
+
+
+async def test_one_handler_reports_worker_errors_and_the_app_keeps_running(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A worker's failure the user can act on (an unknown run: the server's 404 as NotFound) is a
+    notification; a bug is one too, with its traceback in the error log; the app runs on."""
+    log = tmp_path / "tui-errors.log"
+    app = NotingApp(server.url, token=server.info.read_token, clock=lambda: FIXED_NOW, error_log=log)
+
+    def bug() -> None:
+        raise ValueError("a bug in a worker")
+
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await _runs_loaded(pilot, app)
+        app.run_worker(
+            lambda: app.client.get_run("r-000000000000"), name="open", thread=True, exit_on_error=False
+        )
+        await wait_for(pilot, lambda: "open: run r-000000000000 not found" in app.notes, what="the 404")
+        assert not log.exists()  # nothing to debug: no traceback logged
+        app.run_worker(bug, name="probe", thread=True, exit_on_error=False)
+        await wait_for(
+            pilot, lambda: any(n.startswith("probe: ValueError: a bug") for n in app.notes), what="bug"
+        )
+        assert "ValueError: a bug in a worker" in log.read_text() and "Traceback" in log.read_text()
+        assert app.is_running and app.screen is screen and screen.loaded

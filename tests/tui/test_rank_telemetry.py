@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from mlbench_worker import sysmetrics as sm
 
+from mlbench_tui.results.model import RankTelemetryFigures
+from mlbench_tui.results.telemetry import gpu_util_text
 from mlbench_tui.tui.goal import find_underused
 from mlbench_tui.tui.rank_telemetry import COLUMNS, SERIES, RankTelemetry
 
@@ -40,3 +42,16 @@ def test_idle_gpus_are_far_below_the_median() -> None:
     assert find_underused({0: 90.0, 1: 0.0, 2: 85.0}) == {1}
     assert find_underused({0: 0.0, 1: 0.0}) == set()  # all idle: no rank stands out
     assert find_underused({0: 50.0}) == set()
+
+
+def test_a_finished_runs_gpu_column_is_the_results_figure_not_the_last_sample() -> None:
+    telemetry = RankTelemetry()
+    telemetry.update(sm.GPU_UTIL, 51.0)  # the last sample, taken after training
+    assert telemetry.cells()[2] == "51%"
+    timed = RankTelemetryFigures(rank=0, gpu_util_readings=1, gpu_util_note="n/a: 1 reading in 1.3 s")
+    telemetry.finished(timed)
+    assert telemetry.cells()[2] == gpu_util_text(timed) == "n/a: 1 reading in 1.3 s"
+    measured = RankTelemetryFigures(rank=0, mean_gpu_util=87.6, gpu_util_readings=400)
+    telemetry.finished(measured)
+    telemetry.update(sm.GPU_UTIL, 3.0)  # a late sample does not replace the run's figure
+    assert telemetry.cells()[2] == "88%" == gpu_util_text(measured)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from mlbench_worker.comm import Comm, MpiComm, TorchComm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim import build_optimizer
 
 STEPS = 4
@@ -33,7 +34,7 @@ CASES: dict[str, dict[str, Any]] = {
     "adam_by_layer": {
         "optimizer": "centralized_adam",
         "lr": 0.01,
-        "adam_betas": [0.8, 0.99],
+        "adam_betas": (0.8, 0.99),
         "aggregation": "by_layer",
     },
     "powersgd_full": {"optimizer": "power_sgd", "lr": 0.1, "momentum": 0.9, "powersgd_rank": 8},
@@ -57,7 +58,7 @@ def train(case: dict[str, Any], comm: Comm) -> list[float]:
     """Run the case on this rank's shard; returns the flattened final parameters."""
     model = make_model()
     hp = dict(case)
-    opt = build_optimizer(hp.pop("optimizer"), model.parameters(), comm, hp)
+    opt = build_optimizer(hp.pop("optimizer"), model.parameters(), comm, OptimizerSettings(**hp))
     xs, ys = global_batch()
     per = GLOBAL_BATCH // comm.world_size
     lo, hi = comm.rank * per, (comm.rank + 1) * per

@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim import OPTIMIZERS, build_optimizer
 from mlbench_worker.optim.aggregation import ByModelAllReduce
 from mlbench_worker.optim.schedules import WarmupPlateau
@@ -18,7 +19,7 @@ def test_gradients_accumulate_into_one_flat_buffer_and_match_plain_sgd() -> None
     reference = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     reference.load_state_dict(model.state_dict())
     hp = {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}
-    opt = build_optimizer("centralized_sgd", model.parameters(), SingleComm(), hp)
+    opt = build_optimizer("centralized_sgd", model.parameters(), SingleComm(), OptimizerSettings(**hp))
     ref = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
     agg = opt.aggregator
     assert isinstance(agg, ByModelAllReduce) and agg.flat is not None and len(agg.flat.flats) == 1
@@ -45,7 +46,7 @@ def test_gradients_accumulate_into_one_flat_buffer_and_match_plain_sgd() -> None
 
 def test_grads_replaced_by_someone_else_are_rebound() -> None:
     model = torch.nn.Linear(3, 1)
-    opt = build_optimizer("centralized_sgd", model.parameters(), SingleComm(), {"lr": 0.1})
+    opt = build_optimizer("centralized_sgd", model.parameters(), SingleComm(), OptimizerSettings(lr=0.1))
     model.zero_grad(set_to_none=True)  # torch's default elsewhere
     model(torch.ones(1, 3)).sum().backward()
     opt.aggregate()
@@ -58,7 +59,7 @@ def test_grads_replaced_by_someone_else_are_rebound() -> None:
 def test_unknown_optimizer_is_a_clear_error() -> None:
     assert "centralized_sgd" in OPTIMIZERS
     with pytest.raises(ValueError, match="unknown optimizer 'adamw'"):
-        build_optimizer("adamw", torch.nn.Linear(1, 1).parameters(), SingleComm(), {"lr": 1.0})
+        build_optimizer("adamw", torch.nn.Linear(1, 1).parameters(), SingleComm(), OptimizerSettings(lr=1.0))
 
 
 def test_warmup_is_linear_per_step_from_base_to_scaled_lr() -> None:
@@ -84,7 +85,7 @@ def test_plateau_halves_after_more_than_patience_bad_epochs() -> None:
 
 def test_channels_last_weights_get_gradients_with_their_own_layout() -> None:
     conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    opt = build_optimizer("centralized_sgd", conv.parameters(), SingleComm(), {"lr": 0.1})
+    opt = build_optimizer("centralized_sgd", conv.parameters(), SingleComm(), OptimizerSettings(lr=0.1))
     x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
     conv(x).sum().backward()
     opt.aggregate()

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.powersgd import PowerSGDAggregator
 
@@ -96,7 +97,7 @@ def _single_powersgd(case: dict[str, Any]) -> list[float]:
     """PowerSGD in one process on the whole global batch."""
     model = optim_ranks.make_model()
     hp = dict(case)
-    opt = build_optimizer(hp.pop("optimizer"), model.parameters(), SingleComm(), hp)
+    opt = build_optimizer(hp.pop("optimizer"), model.parameters(), SingleComm(), OptimizerSettings(**hp))
     xs, ys = optim_ranks.global_batch()
     for step in range(optim_ranks.STEPS):
         torch.nn.functional.cross_entropy(model(xs[step]), ys[step]).backward()
@@ -178,6 +179,8 @@ def test_powersgd_error_feedback_recovers_a_constant_gradient_over_steps() -> No
 def test_unknown_optimizer_and_bad_rank_are_clear_errors() -> None:
     model = torch.nn.Linear(3, 2)
     with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
-        build_optimizer("lamb", model.parameters(), SingleComm(), {"lr": 0.1})
+        build_optimizer("lamb", model.parameters(), SingleComm(), OptimizerSettings(lr=0.1))
     with pytest.raises(ValueError, match="powersgd_rank must be >= 1"):
-        build_optimizer("power_sgd", model.parameters(), SingleComm(), {"lr": 0.1, "powersgd_rank": 0})
+        build_optimizer(
+            "power_sgd", model.parameters(), SingleComm(), OptimizerSettings(lr=0.1, powersgd_rank=0)
+        )

@@ -223,7 +223,13 @@ def test_max_time_stops_every_rank_at_the_same_step(server: EmbeddedServer, tmp_
     plan = _plan(
         "1a",
         "gloo",
-        {"batch_size": 16, "max_epochs": 50, "report_every_steps": 1, "stop_check_every_steps": 1},
+        {
+            "batch_size": 16,
+            "lr": 0.04,
+            "max_epochs": 50,
+            "report_every_steps": 1,
+            "stop_check_every_steps": 1,
+        },
         goal=GoalPlan(kind="custom", metric="val_global_Prec@1", target=100.0, direction="max"),
         max_time_s=2.0,
         data=DataPlan(source="synthetic", options={"train_samples": 1024, "val_samples": 32}),

@@ -121,6 +121,7 @@ def test_nvml_without_a_driver_is_one_not_available_line(
     assert recorder.names() >= set(HOST)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _nvml_starts(), reason="needs an NVIDIA GPU and driver (NVML)")
 def test_gpu_series_from_nvml_and_torch(tmp_path: Path) -> None:
     import torch
@@ -134,9 +135,13 @@ def test_gpu_series_from_nvml_and_torch(tmp_path: Path) -> None:
     sampler.setup()
     values = dict(sampler.sample())
     values.update(sampler.sample())
+    assert sampler.poller is not None  # the GPU was found: its fast values are polled
+    sampler.poller.stop()  # reports its last period
+    values.update((name, value) for name, value, _ in recorder.metrics)
     del block
     for name in (sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_MEM_TOTAL_MIB, sm.GPU_POWER_W, sm.GPU_SM_CLOCK_MHZ):
         assert name in values, name
+    assert values[sm.GPU_READINGS] >= 1 and values[sm.GPU_ENERGY_J] > 0
     assert (
         values[sm.GPU_MEM_PEAK_MIB] >= 256 and values[sm.GPU_MEM_TOTAL_MIB] > values[sm.GPU_MEM_USED_MIB] > 0
     )

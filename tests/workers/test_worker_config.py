@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mlbench_worker.config import load_config
 from mlbench_worker.context import detect_rendezvous
+from mlbench_worker.hyperparams import ResNet20
 from mlbench_worker.wire import ConfigError, parse_config
 
 from mlbench_tui.plan import DataPlan, GoalPlan, ImplementationPlan, ResourcesPlan, RunPlan, worker_config
@@ -42,7 +43,7 @@ def test_engine_worker_config_parses_into_the_worker_dataclasses() -> None:
     assert config.goal is not None and config.goal.reached(70.0) and not config.goal.reached(69.9)
     assert config.precision == "bf16" and config.max_time_s == 600.0
     assert config.data.options == {"train_samples": 256}
-    assert config.hp("batch_size", 128) == 32 and config.hp("missing", 3) == 3
+    assert config.hyperparameters == ResNet20(batch_size=32, lr=0.04)  # typed, the rest official
     assert (config.device, config.gpu_type, config.gpu_type_strict) == ("cpu", None, True)
     assert config.implementation.cuda_graphs is False
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker import wire
 from mlbench_worker.config import load_config
+from mlbench_worker.knobs import HyperparameterError
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
@@ -123,7 +124,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         failure = wire.RankFailed(rank=rank, exception=summary, traceback=tb, peer_failure=peer)
         wire.emit(reporter, failure)
         what = "lost a peer" if peer else "failed"
-        user_error = isinstance(exc, (ConfigError, UnknownTaskError))
+        user_error = isinstance(exc, (ConfigError, HyperparameterError, UnknownTaskError))
         code = 2 if user_error else 1
         wire.emit(
             reporter, wire.RunStop(status="failed", reason=f"rank {rank} {what}: {summary}", exit_code=code)
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         config = load_config(path)
-    except ConfigError as exc:
+    except (ConfigError, HyperparameterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from mlbench_worker.context import detect_rendezvous

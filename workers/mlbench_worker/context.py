@@ -16,14 +16,17 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
+from mlbench_worker.hyperparams import TaskHyperparameters
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
+
+H = TypeVar("H", bound=TaskHyperparameters)
 
 
 class ReporterLike(Protocol):
@@ -219,9 +222,14 @@ class RunContext:
         """Rank 0 reports the run-wide facts (global metrics, run events) once."""
         return self.comm.rank == 0
 
-    def hp(self, key: str, default: Any) -> Any:
-        """A hyperparameter with a default (see ``WorkerConfig.hp``)."""
-        return self.config.hp(key, default)
+    def hyperparameters(self, kind: type[H]) -> H:
+        """The run's typed hyperparameters, as the task's own class ``kind`` (parsed once, from the
+        config); a config for another task is a ``ConfigError``."""
+        hp = self.config.hyperparameters
+        if not isinstance(hp, kind):
+            got, expected = type(hp).__name__, kind.__name__
+            raise ConfigError(f"task {self.config.task} got hyperparameters of {got}, expected {expected}")
+        return hp
 
     def log(self, text: str, *, all_ranks: bool = False) -> None:
         """A progress line on stdout (the executor captures it per rank); rank 0 only by default."""

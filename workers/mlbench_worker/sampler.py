@@ -2,13 +2,17 @@
 
 Every ``interval`` seconds the sampler reads the rank's process and host (psutil) and the rank's
 GPU (NVIDIA's NVML bindings, ``pynvml`` from ``nvidia-ml-py``; the framework's peak allocated
-memory) and hands the values to the reporter, whose own thread ships them. The training thread
-never waits on it. Each library is imported lazily, in the sampler's thread; when one is missing
-or cannot start (no driver), its series are "not available": one log line, and the rest goes on.
+memory) and hands the values to the reporter, whose own thread ships them. The GPU's utilisation,
+power and energy counter change faster than that: once the rank's GPU is found, a
+``gpu_poll.GpuPoller`` reads them every 50 ms on a thread of its own and sends one aggregate per
+second at most. The training thread never waits on either. Each library is imported lazily, in
+the sampler's thread; when one is missing or cannot start (no driver), its series are "not
+available": one log line, and the rest goes on.
 The series and their units are listed in ``mlbench_worker.sysmetrics``.
 
 ``attach(reporter, config, rdv)`` is the runtime's hook: it starts the sampler and returns a
-reporter whose ``close()`` takes a last sample and stops the sampler before closing the real one.
+reporter whose ``close()`` takes a last sample and stops the sampler before closing the real one,
+and whose ``run_start``, ``goal_reached`` and ``run_stop`` events end the poller's period there.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 from mlbench_worker.cgroup import cgroup_limits
+from mlbench_worker.gpu_device import DeviceError, GpuDevice, NotSupported, NvmlDevice
+from mlbench_worker.gpu_poll import PERIOD_S, GpuPoller
 
 if TYPE_CHECKING:
     from mlbench_worker.context import Rendezvous, ReporterLike
@@ -33,6 +40,8 @@ if TYPE_CHECKING:
 
 MIB = float(2**20)
 Sample = list[tuple[str, float]]
+# where a poller period ends: the timed run's boundaries
+BOUNDARY_EVENTS = frozenset({wire.RunStart.KIND, wire.GoalReached.KIND, wire.RunStop.KIND})
 
 
 def optional_import(name: str, what: str, log: Callable[[str], None]) -> ModuleType | None:
@@ -75,28 +84,32 @@ class HostProbe:
 
 
 class GpuProbe:
-    """The rank's GPU through NVML, and the framework's peak allocated memory on it.
+    """The rank's GPU (a ``GpuDevice``), and the framework's peak allocated memory on it.
 
     The GPU is the one the runtime placed the rank on (``mlbench_worker.devices``: GPU
     ``LOCAL_RANK`` of the visible ones), found in NVML by torch's UUID of it once torch has
     initialised CUDA, else as the ``LOCAL_RANK``-th entry of ``CUDA_VISIBLE_DEVICES`` (TensorFlow
-    ranks), else as NVML's device ``LOCAL_RANK``. A field the GPU does not support (MIG, older
-    boards) is dropped for the rest of the run.
+    ranks), else as NVML's device ``LOCAL_RANK``. The probe reads the slowly changing values at
+    the sampler's interval (the poller reads the rest); a field the GPU does not support (MIG,
+    older boards) is dropped for the rest of the run.
     """
 
-    FIELDS: tuple[str, ...] = (
-        sm.GPU_UTIL, sm.GPU_MEM_USED_MIB, sm.GPU_POWER_W, sm.GPU_ENERGY_J, sm.GPU_SM_CLOCK_MHZ, sm.GPU_TEMP_C,
-    )  # fmt: skip
+    FIELDS: tuple[str, ...] = (sm.GPU_MEM_USED_MIB, sm.GPU_SM_CLOCK_MHZ, sm.GPU_TEMP_C)
 
     def __init__(
-        self, nvml: ModuleType, local_rank: int, env: Mapping[str, str], log: Callable[[str], None]
+        self,
+        nvml: ModuleType | None,
+        local_rank: int,
+        env: Mapping[str, str],
+        log: Callable[[str], None],
+        device: GpuDevice | None = None,
     ) -> None:
         self.nvml = nvml
         self.local_rank = local_rank
         self.env = env
         self.log = log
-        self.handle: Any = None
-        self.torch_index: int | None = None
+        self.device = device
+        self.torch_index: int | None = local_rank if device is not None else None
         self.fields = list(self.FIELDS)
         self._failed = False
         self._sample_failed = False
@@ -107,80 +120,76 @@ class GpuProbe:
         if torch is not None and not cuda_up and "tensorflow" not in sys.modules:
             return False  # a torch rank: wait until the runtime has picked its device
         nvml = self.nvml
+        assert nvml is not None
         if cuda_up:
             assert torch is not None
             self.torch_index = self.local_rank
             uuid = str(torch.cuda.get_device_properties(self.local_rank).uuid)
             with contextlib.suppress(nvml.NVMLError):
                 name = uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}"
-                self.handle = nvml.nvmlDeviceGetHandleByUUID(name)
+                self.device = NvmlDevice(nvml, nvml.nvmlDeviceGetHandleByUUID(name))
                 return True
         visible = [v.strip() for v in self.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         if not visible:
-            self.handle = nvml.nvmlDeviceGetHandleByIndex(self.local_rank)
+            handle = nvml.nvmlDeviceGetHandleByIndex(self.local_rank)
         elif self.local_rank >= len(visible):
             raise nvml.NVMLError(nvml.NVML_ERROR_NOT_FOUND)  # placement refuses such a rank too
         elif visible[self.local_rank].isdigit():
-            self.handle = nvml.nvmlDeviceGetHandleByIndex(int(visible[self.local_rank]))
+            handle = nvml.nvmlDeviceGetHandleByIndex(int(visible[self.local_rank]))
         else:
-            self.handle = nvml.nvmlDeviceGetHandleByUUID(visible[self.local_rank])
+            handle = nvml.nvmlDeviceGetHandleByUUID(visible[self.local_rank])
+        self.device = NvmlDevice(nvml, handle)
         return True
+
+    def find(self) -> bool:
+        """Whether the GPU was found just now (then send ``once`` and start polling)."""
+        if self.device is not None or self._failed or self.nvml is None:
+            return False
+        try:
+            return self._resolve()
+        except self.nvml.NVMLError as exc:
+            self._failed = True
+            self.log(f"GPU series not available: NVML cannot find this rank's GPU ({exc})")
+            return False
 
     def once(self) -> Sample:
         """The GPU's total memory (sent once), when the GPU is known."""
-        if self.handle is None:
+        if self.device is None:
             return []
-        return [(sm.GPU_MEM_TOTAL_MIB, self.nvml.nvmlDeviceGetMemoryInfo(self.handle).total / MIB)]
+        with contextlib.suppress(NotSupported, DeviceError):
+            return [(sm.GPU_MEM_TOTAL_MIB, self.device.memory_total_mib())]
+        return []
 
-    def read(self) -> tuple[Sample, bool]:
-        """This sample's GPU values, and whether the GPU was found just now (send ``once``)."""
-        found = False
-        if self.handle is None:
-            if self._failed:
-                return [], False
-            try:
-                found = self._resolve()
-            except self.nvml.NVMLError as exc:
-                self._failed = True
-                self.log(f"GPU series not available: NVML cannot find this rank's GPU ({exc})")
-                return [], False
-            if not found:
-                return [], False
+    def read(self) -> Sample:
+        """This sample's slowly changing GPU values (none until the GPU is known)."""
+        device = self.device
+        if device is None:
+            return []
+        reads = {
+            sm.GPU_MEM_USED_MIB: device.memory_used_mib,
+            sm.GPU_SM_CLOCK_MHZ: device.sm_clock_mhz,
+            sm.GPU_TEMP_C: device.temperature_c,
+        }
         out: Sample = []
         for name in list(self.fields):
             try:
-                out.append((name, self._field(name)))
-            except self.nvml.NVMLError_NotSupported:
+                out.append((name, reads[name]()))
+            except NotSupported:
                 self.fields.remove(name)
-            except self.nvml.NVMLError as exc:  # e.g. the GPU fell off the bus: skip this sample
+            except DeviceError as exc:  # e.g. the GPU fell off the bus: skip this sample
                 if not self._sample_failed:
                     self._sample_failed = True
                     self.log(f"GPU sample failed: {exc} (skipped; said once)")
-                return out, found
+                return out
         peak = self._framework_peak()
         if peak is not None:
             out.append((sm.GPU_MEM_PEAK_MIB, peak / MIB))
-        return out, found
-
-    def _field(self, name: str) -> float:
-        nvml, h = self.nvml, self.handle
-        if name == sm.GPU_UTIL:
-            return float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
-        if name == sm.GPU_MEM_USED_MIB:
-            return nvml.nvmlDeviceGetMemoryInfo(h).used / MIB
-        if name == sm.GPU_POWER_W:
-            return nvml.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts
-        if name == sm.GPU_ENERGY_J:
-            return nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0  # millijoules
-        if name == sm.GPU_SM_CLOCK_MHZ:
-            return float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-        assert name == sm.GPU_TEMP_C
-        return float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
+        return out
 
     def _framework_peak(self) -> float | None:
         """Peak bytes the framework allocated on the GPU (torch or TensorFlow), if one runs on it."""
         torch = sys.modules.get("torch")
-        if torch is not None and self.torch_index is not None:
+        if torch is not None and self.torch_index is not None and torch.cuda.is_initialized():
             return float(torch.cuda.max_memory_allocated(self.torch_index))
         tf = sys.modules.get("tensorflow")
         if tf is not None:
@@ -202,6 +211,7 @@ class Sampler:
         rank: int = 0,
         env: Mapping[str, str] | None = None,
         cgroup_root: Path = Path("/sys/fs/cgroup"),
+        gpu_device: GpuDevice | None = None,
     ) -> None:
         self.reporter = reporter
         self.interval = interval
@@ -212,6 +222,9 @@ class Sampler:
         self.cgroup_root = cgroup_root
         self.host: HostProbe | None = None
         self.gpu: GpuProbe | None = None
+        self.gpu_device = gpu_device  # the rank's GPU given, instead of found through NVML
+        self.poller: GpuPoller | None = None
+        self._poller_lock = threading.Lock()
         self.ready = threading.Event()  # set once setup is done (the libraries are loaded)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"mlbench-telemetry-{rank}", daemon=True)
@@ -226,7 +239,9 @@ class Sampler:
         psutil = optional_import("psutil", "CPU, memory and network series (psutil)", self.log)
         if psutil is not None:
             self.host = HostProbe(psutil)
-        if self.want_gpu:
+        if self.gpu_device is not None:
+            self.gpu = GpuProbe(None, self.local_rank, self.env, self.log, device=self.gpu_device)
+        elif self.want_gpu:
             nvml = optional_import("pynvml", "GPU series (NVIDIA's nvidia-ml-py)", self.log)
             if nvml is not None:
                 try:
@@ -249,12 +264,40 @@ class Sampler:
         if self.host is not None:
             out.extend(self.host.read())
         if self.gpu is not None:
-            values, found = self.gpu.read()
-            if found:
+            if self._start_polling():
                 out.extend(self.gpu.once())
-            out.extend(values)
+            out.extend(self.gpu.read())
         self._report(out, now)
         return out
+
+    def _start_polling(self) -> bool:
+        """Find the rank's GPU and start its poller, once; True when it started just now."""
+        with self._poller_lock:
+            if self.gpu is None or self.poller is not None:
+                return False
+            self.gpu.find()
+            if self.gpu.device is None:
+                return False
+            self.poller = GpuPoller(
+                self.gpu.device,
+                lambda name, value, t: self.reporter.metric(name, value, t=t),
+                period_s=min(PERIOD_S, self.interval),
+                log=self.log,
+            ).start(name=f"mlbench-gpu-poll-{self.rank}")
+            return True
+
+    def mark(self) -> None:
+        """A boundary of the timed run (``run_start``, ``goal_reached``, ``run_stop``): the GPU
+        poller's period ends here, so the window's figures rest on readings taken inside it. At
+        ``run_start`` the GPU may not have been looked for yet (the sampler looks once per
+        interval): it is looked for now, so polling covers the whole timed run."""
+        if not self.ready.is_set():
+            return  # the libraries are still loading on the sampler's thread
+        with contextlib.suppress(Exception):
+            if self.poller is None and self._start_polling() and self.gpu is not None:
+                self._report(self.gpu.once(), time.time())
+            if self.poller is not None:
+                self.poller.mark()
 
     def _report(self, values: Sample, t: float) -> None:
         for name, value in values:
@@ -282,6 +325,8 @@ class Sampler:
         while True:
             deadline += self.interval
             stopping = self._stop.wait(max(0.0, deadline - time.monotonic()))
+            if stopping and self.poller is not None:
+                self.poller.stop()  # its last period goes out before the last sample
             try:
                 self.sample()
             except Exception as exc:
@@ -292,22 +337,27 @@ class Sampler:
                 break
             if time.monotonic() > deadline + self.interval:  # fell behind (a suspended process)
                 deadline = time.monotonic()
-        if self.gpu is not None:
+        if self.gpu is not None and self.gpu.nvml is not None:
             with contextlib.suppress(Exception):
                 self.gpu.nvml.nvmlShutdown()
 
 
 class SampledReporter:
-    """A reporter that closes its sampler first, so the last sample still goes out. Everything
-    else is the inner reporter's own bound methods: the training thread's calls pay no extra hop."""
+    """A reporter that closes its sampler first, so the last sample still goes out, and ends the
+    GPU poller's period at the timed run's boundaries. ``metric``, ``log`` and ``flush`` are the
+    inner reporter's own bound methods: the training thread's calls pay no extra hop."""
 
     def __init__(self, inner: ReporterLike, sampler: Sampler) -> None:
         self.inner = inner
         self.sampler = sampler
         self.metric = inner.metric
         self.log = inner.log
-        self.event = inner.event
         self.flush = inner.flush
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind in BOUNDARY_EVENTS:
+            self.sampler.mark()
+        self.inner.event(kind, payload)
 
     def close(self, timeout: float = 10.0) -> None:
         self.sampler.stop(min(timeout, 5.0))

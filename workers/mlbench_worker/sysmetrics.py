@@ -31,6 +31,7 @@ GPU_POWER_W = "sys/gpu_power_w"
 GPU_ENERGY_J = "sys/gpu_energy_j"
 GPU_SM_CLOCK_MHZ = "sys/gpu_sm_clock_mhz"
 GPU_TEMP_C = "sys/gpu_temp_c"
+GPU_READINGS = "sys/gpu_readings"
 
 Source = Literal["psutil", "cgroup", "nvml", "framework"]
 
@@ -84,7 +85,13 @@ SERIES: tuple[SysSeries, ...] = (
         "included: local ranks talk over it) over the last interval",
     ),
     SysSeries(NET_RECV_MIB_S, "MiB/s", "psutil", "bytes received by the host over the last interval"),
-    SysSeries(GPU_UTIL, "%", "nvml", "share of the last sample period in which a kernel ran on the GPU"),
+    SysSeries(
+        GPU_UTIL,
+        "%",
+        "nvml",
+        "share of time a kernel ran on the GPU: the mean of NVML's readings (every 50 ms) since the "
+        "previous value",
+    ),
     SysSeries(GPU_MEM_USED_MIB, "MiB", "nvml", "GPU memory in use (every process on the GPU)"),
     SysSeries(GPU_MEM_TOTAL_MIB, "MiB", "nvml", "GPU memory in all", once=True),
     SysSeries(
@@ -94,12 +101,20 @@ SERIES: tuple[SysSeries, ...] = (
         "the framework's peak allocated GPU memory so far "
         "(torch.cuda.max_memory_allocated; TensorFlow's memory info 'peak')",
     ),
-    SysSeries(GPU_POWER_W, "W", "nvml", "power draw of the GPU"),
+    SysSeries(
+        GPU_POWER_W, "W", "nvml", "power draw of the GPU: the mean of the readings since the previous value"
+    ),
     SysSeries(
         GPU_ENERGY_J,
         "J",
         "nvml",
         "the GPU's energy counter (joules since the driver loaded); energy is its increase",
+    ),
+    SysSeries(
+        GPU_READINGS,
+        "readings",
+        "nvml",
+        "how many NVML readings the GPU utilisation, power and energy values sent with it rest on",
     ),
     SysSeries(GPU_SM_CLOCK_MHZ, "MHz", "nvml", "SM clock of the GPU"),
     SysSeries(GPU_TEMP_C, "°C", "nvml", "GPU temperature"),

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
+from mlbench_worker.hyperparams import TaskHyperparameters, parse_hyperparameters
+
 # --- event names -------------------------------------------------------------------------------
 
 INIT_START = "init_start"
@@ -400,14 +402,9 @@ class WorkerConfig:
     gpu_type_strict: bool = True  # a rank on another model fails the run (else it only says so)
     threads_per_rank: int = 1
     data: DataConfig = field(default_factory=DataConfig)
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: TaskHyperparameters = field(default_factory=TaskHyperparameters)
     implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
     telemetry_interval_s: float | None = DEFAULT_TELEMETRY_INTERVAL_S  # None: telemetry off
-
-    def hp(self, key: str, default: Any) -> Any:
-        """A hyperparameter, or ``default`` when the plan did not set it."""
-        value = self.hyperparameters.get(key, default)
-        return default if value is None else value
 
 
 def config_document(config: WorkerConfig) -> dict[str, Any]:
@@ -518,7 +515,7 @@ def parse_config(doc: Any) -> WorkerConfig:
         gpu_type_strict=_optional(doc, "gpu_type_strict", bool, defaults.gpu_type_strict),
         threads_per_rank=threads,
         data=data,
-        hyperparameters=dict(_object(doc, "hyperparameters")),
+        hyperparameters=parse_hyperparameters(doc["task"], dict(_object(doc, "hyperparameters"))),
         implementation=implementation,
         telemetry_interval_s=_telemetry_interval(doc),
     )

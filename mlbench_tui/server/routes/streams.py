@@ -11,8 +11,11 @@ from fastapi.responses import StreamingResponse
 from mlbench_tui.errors import NotFound
 from mlbench_tui.server.routes.context import Api, OptionalCursor, RunId
 from mlbench_tui.server.stream import (
+    KEEPALIVE_S,
     MAX_COALESCE_S,
+    MAX_KEEPALIVE_S,
     MIN_COALESCE_S,
+    MIN_KEEPALIVE_S,
     encode_change,
     encode_summary,
     follow,
@@ -55,6 +58,14 @@ def router(api: Api) -> APIRouter:
                 description="With coalesce: summarise only these metrics (what the client shows).",
             ),
         ] = None,
+        keepalive: Annotated[
+            float,
+            Query(
+                ge=MIN_KEEPALIVE_S,
+                le=MAX_KEEPALIVE_S,
+                description="Seconds without an event after which a keepalive comment is sent.",
+            ),
+        ] = KEEPALIVE_S,
     ) -> StreamingResponse:
         """Live stream of one run: ``run``, ``rank``, ``metrics``, ``logs``, ``events``, ``run_deleted``.
 
@@ -84,7 +95,9 @@ def router(api: Api) -> APIRouter:
         if coalesce is not None:
             hub.start_summaries(sub, cursors["metrics"])
         return StreamingResponse(
-            follow(hub, sub, backlog, cursors), media_type="text/event-stream", headers=_SSE_HEADERS
+            follow(hub, sub, backlog, cursors, keepalive),
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
         )
 
     @routes.get("/v1/stream", response_class=StreamingResponse, responses=_SSE_RESPONSES)

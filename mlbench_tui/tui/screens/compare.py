@@ -214,32 +214,27 @@ class CompareScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="compare-feed", exit_on_error=False)
     def _poll(self) -> None:
         worker = get_current_worker()
-        client = self.mlbench.address.client()
+        client = self.mlbench.client
         backoff = Backoff()
-        try:
-            while not worker.is_cancelled:
-                try:
-                    runs = client.list_runs(limit=10_000)
-                except Exception as exc:
-                    delay = backoff.next()
-                    self.mlbench.post_status(ConnectionChanged(False, str(exc), delay))
-                    sleep_until(time.monotonic() + delay, lambda: worker.is_cancelled)
-                    client.close()
-                    client = self.mlbench.address.client()  # the app may have found another server
-                    continue
-                if backoff.attempt:
-                    self.mlbench.post_status(ConnectionChanged(True))
-                backoff.reset()
-                wanted = [r for r in runs if r.id in set(self.run_ids)]
-                sweeps = dict(self.sweeps)
-                for run in wanted:  # a finished sweep's curves do not change: fetch them once
-                    if run.id not in sweeps and run.goal is None and run.state.is_terminal():
-                        sweeps[run.id] = read_series(client, run.id, rank=0, points=None)
-                self.post_message(CompareData(wanted, sweeps))
-                going = any(r.state.value in ("running", "pending") for r in wanted)
-                sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
-        finally:
-            client.close()
+        while not worker.is_cancelled:
+            try:
+                runs = client.list_runs(limit=10_000)
+            except MlbenchError as exc:
+                delay = backoff.next()
+                self.mlbench.post_status(ConnectionChanged(False, exc.message, delay))
+                sleep_until(time.monotonic() + delay, lambda: worker.is_cancelled)
+                continue
+            if backoff.attempt:
+                self.mlbench.post_status(ConnectionChanged(True))
+            backoff.reset()
+            wanted = [r for r in runs if r.id in set(self.run_ids)]
+            sweeps = dict(self.sweeps)
+            for run in wanted:  # a finished sweep's curves do not change: fetch them once
+                if run.id not in sweeps and run.goal is None and run.state.is_terminal():
+                    sweeps[run.id] = read_series(client, run.id, rank=0, points=None)
+            self.post_message(CompareData(wanted, sweeps))
+            going = any(r.state.value in ("running", "pending") for r in wanted)
+            sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
 
     def on_compare_data(self, message: CompareData) -> None:
         message.stop()
@@ -313,8 +308,7 @@ class CompareScreen(Screen[None]):
 
         self.app.call_from_thread(self.notify, f"writing the report of {len(run_ids)} runs…")
         try:
-            with self.mlbench.address.client() as client:
-                written = write_report(client, run_ids, path)
+            written = write_report(self.mlbench.client, run_ids, path)
         except (MlbenchError, OSError) as exc:
             self.app.call_from_thread(self.notify, f"report failed: {exc}", severity="error")
             return

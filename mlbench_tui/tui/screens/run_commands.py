@@ -22,19 +22,15 @@ ACTIVE = ("running", "pending")
 
 
 def in_background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
-    """Run ``job`` in a thread worker; its message (or its error) becomes a notification, then
-    the screens refresh."""
+    """Run ``job`` in a thread worker; its message becomes a notification, then the screens
+    refresh (its error goes to the app's worker-error handler)."""
 
     def run() -> None:
-        try:
-            message = job()
-        except Exception as exc:
-            app.post_message(CommandFinished(what, "", error=str(exc)))
-            return
+        message = job()
         app.post_message(CommandFinished(what, message))
         app.call_from_thread(app.action_refresh_now)
 
-    app.run_worker(run, thread=True, group="commands", exit_on_error=False)
+    app.run_worker(run, name=what, thread=True, group="commands", exit_on_error=False)
 
 
 def launch(app: MlbenchApp, path: Path) -> None:
@@ -73,11 +69,7 @@ def delete_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
     def job() -> str:
         if state in ACTIVE:
             app.launcher.cancel(run_id)
-        client = app.admin_address.client()
-        try:
-            client.delete_run(run_id)
-        finally:
-            client.close()
+        app.client.delete_run(run_id)
         return f"deleted {name}"
 
     def answer(yes: bool | None) -> None:
@@ -90,11 +82,7 @@ def delete_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
 def _rerun_job(app: MlbenchApp, run_id: str, name: str) -> str:
     from mlbench_tui.settings import Paths
 
-    client = app.address.client()
-    try:
-        detail = client.get_run(run_id)
-    finally:
-        client.close()
+    detail = app.client.get_run(run_id)
     app.launcher.rerun(name, detail.spec_text, Paths.from_env().state_dir / "tui")
     return f"launched the spec of {name} again"
 

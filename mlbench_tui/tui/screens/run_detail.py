@@ -20,6 +20,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_number
 from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
 from mlbench_tui.spec.tasks import sweep_of
@@ -153,7 +154,7 @@ class RunDetailScreen(RunLogsActions):
         self.query_one(LogView).set_live(False)  # the overview is shown first
         self.query_one("#loading", StatusLine).show(Text("loading run…", style="grey50"))
         self.feed = RunFeed(
-            lambda: self.mlbench.address,
+            self.mlbench.client,
             self.run_id,
             self.post_message,
             self.mlbench.post_status,
@@ -188,12 +189,6 @@ class RunDetailScreen(RunLogsActions):
         loading.show(text)
 
     def on_run_changed(self, message: RunChanged) -> None:
-        try:
-            self._apply_batch(message)
-        except Exception as exc:  # bad data from a server must not take the UI down
-            self.mlbench.report_error("could not show an update of this run", exc)
-
-    def _apply_batch(self, message: RunChanged) -> None:
         batch = message.batch
         if batch.run is not None:
             loading = self.query_one("#loading", StatusLine)
@@ -234,6 +229,10 @@ class RunDetailScreen(RunLogsActions):
             view.host = rank.host or rank.pod or view.host
         for r in range(run.workers):
             self.ranks.setdefault(r, RankView(r))
+        if run.result is not None and run.result.telemetry is not None:
+            for figures in run.result.telemetry.ranks:
+                view = self.ranks.setdefault(figures.rank, RankView(figures.rank))
+                view.telemetry.finished(figures)
         if first:
             logs = self.query_one(LogView)
             logs.origin_t = _ts(run.started) or _ts(run.created)
@@ -445,15 +444,11 @@ class RunDetailScreen(RunLogsActions):
                 self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=self.rank_on_chart), replace=False)
         self._charts_built = True
 
-    @work(thread=True, group="chart-history", exit_on_error=False)
+    @work(thread=True, name="chart history", group="chart-history", exit_on_error=False)
     def _load_history(self, plan: HistoryPlan, replace: bool = True) -> None:
         """New charts (or a rank charted on demand) start with the run's whole history,
         downsampled by the server."""
-        try:
-            batch = fetch_history(self.mlbench.address, self.run_id, plan)
-        except Exception as exc:
-            self.app.call_from_thread(self.notify, f"cannot load chart history: {exc}", severity="warning")
-            return
+        batch = fetch_history(self.mlbench.client, self.run_id, plan)
         self.app.call_from_thread(self._show_history, plan, batch, replace)
 
     def _show_history(self, plan: HistoryPlan, batch: RunBatch, replace: bool) -> None:
@@ -570,12 +565,8 @@ class RunDetailScreen(RunLogsActions):
     def _fetch_metric_names(self) -> None:
         error = None
         try:
-            client = self.mlbench.address.client()
-            try:
-                names = client.metric_names(self.run_id)
-            finally:
-                client.close()
-        except Exception as exc:
+            names = self.mlbench.client.metric_names(self.run_id)
+        except MlbenchError as exc:
             names, error = None, exc
         self.app.call_from_thread(self._open_picker, names, error)
 

@@ -104,20 +104,10 @@ class RunLogsActions(Screen[None]):
         if message.ranks is not None:
             self._fetch_log_tail(message.ranks)
 
-    @work(thread=True, exclusive=True, group="log-tail", exit_on_error=False)
+    @work(thread=True, exclusive=True, name="logs of a rank set", group="log-tail", exit_on_error=False)
     def _fetch_log_tail(self, ranks: RankSet) -> None:
         """The set's latest lines from the server (the view's buffer holds all ranks' latest)."""
-        try:
-            client = self.mlbench.address.client()
-            try:
-                page = client.logs(self.run_id, ranks=str(ranks), limit=LOG_LINES, tail=True)
-            finally:
-                client.close()
-        except Exception as exc:
-            self.app.call_from_thread(
-                self.notify, f"cannot read the logs of ranks {ranks}: {exc}", severity="warning"
-            )
-            return
+        page = self.mlbench.client.logs(self.run_id, ranks=str(ranks), limit=LOG_LINES, tail=True)
         lines = [LogEntry(ln.rank, ln.stream, ln.t, ln.text, ln.id) for ln in page.lines]
         self.app.call_from_thread(self._logs().show_tail, ranks, lines)
 

@@ -66,9 +66,7 @@ class RunsScreen(Screen[None]):
     # -- data -------------------------------------------------------------------------------
     def start_feed(self) -> None:
         app = self.mlbench
-        self.feed = RunsFeed(
-            lambda: app.address, self.post_message, app.post_status, interval=app.runs_interval
-        )
+        self.feed = RunsFeed(app.client, self.post_message, app.post_status, interval=app.runs_interval)
         self._run_feed(self.feed)
 
     @work(thread=True, exclusive=True, group="runs-feed", exit_on_error=False)
@@ -93,12 +91,6 @@ class RunsScreen(Screen[None]):
             self.feed.wake.set()
 
     def on_runs_updated(self, message: RunsUpdated) -> None:
-        try:
-            self._apply_runs(message)
-        except Exception as exc:  # bad data from a server must not take the UI down
-            self.mlbench.report_error("could not show the run list", exc)
-
-    def _apply_runs(self, message: RunsUpdated) -> None:
         self.runs = {r.id: r for r in message.runs}
         self.goal_points = message.goal_points
         self.marked &= set(self.runs)

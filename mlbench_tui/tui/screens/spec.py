@@ -169,8 +169,6 @@ class SpecScreen(Screen[None]):
             text = Text(result.stdout + (result.stderr if result.stderr.strip() else ""))
         except LaunchError as exc:
             text = Text(f"mlbench apply --dry-run failed:\n{exc.message}", style="red")
-        except Exception as exc:
-            text = Text(f"dry run failed: {exc}", style="red")
         self.app.call_from_thread(self.query_one("#dryrun-text", Static).update, text)
 
     def _show_report(self, report: SpecReport) -> None:

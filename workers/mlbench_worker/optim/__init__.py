@@ -1,7 +1,7 @@
 """Distributed optimizers, by name: a lazy registry like the task registry.
 
 An entry maps the ``optimizer`` hyperparameter to ``"module:function"``; the function has the
-signature ``(params, comm, hyperparameters) -> CentralizedOptimizer`` (or an object with the same
+signature ``(params, comm, OptimizerSettings) -> CentralizedOptimizer`` (or an object with the same
 ``aggregate/step/zero_grad/lr/set_lr`` methods). Adding an optimizer is one module plus one line.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 
 from mlbench_worker.comm import Comm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.centralized import CentralizedOptimizer
 
 OPTIMIZERS: dict[str, str] = {
@@ -24,16 +24,16 @@ OPTIMIZERS: dict[str, str] = {
 
 
 def build_optimizer(
-    name: str, params: Iterable[torch.nn.Parameter], comm: Comm, hp: dict[str, Any]
+    name: str, params: Iterable[torch.nn.Parameter], comm: Comm, settings: OptimizerSettings
 ) -> CentralizedOptimizer:
-    """Build the optimizer registered as ``name`` from the task's hyperparameters."""
+    """Build the optimizer registered as ``name`` with the task's ``settings``."""
     try:
         target = OPTIMIZERS[name]
     except KeyError:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OPTIMIZERS))}") from None
     module, _, func = target.partition(":")
     builder = getattr(importlib.import_module(module), func)
-    return builder(params, comm, hp)
+    return builder(params, comm, settings)
 
 
 __all__ = ["OPTIMIZERS", "CentralizedOptimizer", "build_optimizer"]

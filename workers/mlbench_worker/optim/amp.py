@@ -16,12 +16,13 @@ skips the step alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from mlbench_worker.comm import Comm
+from mlbench_worker.hyperparams import TaskHyperparameters
 from mlbench_worker.optim.aggregation import Aggregator
 from mlbench_worker.optim.flat import FlatGradients
 
@@ -45,19 +46,18 @@ class CappedGradScaler(torch.amp.GradScaler):
             self._scale.clamp_(max=self.max_scale)
 
 
-def make_scaler(hp: Mapping[str, Any], precision: str, device: torch.device) -> CappedGradScaler:
+def make_scaler(hp: TaskHyperparameters, precision: str, device: torch.device) -> CappedGradScaler:
     """A scaler configured with the task's loss scaling (enabled for fp16/amp only)."""
-    factor = float(hp.get("loss_scale_factor", 2.0))
-    if factor <= 1.0:
-        raise ValueError(f"loss_scale_factor must be > 1, got {factor}")
-    cap = hp.get("loss_scale_max")
+    scaling = hp.loss_scaling()
+    if scaling.factor <= 1.0:
+        raise ValueError(f"loss_scale_factor must be > 1, got {scaling.factor}")
     return CappedGradScaler(
         device.type,
-        max_scale=float(cap) if cap is not None else None,
-        init_scale=float(hp.get("loss_scale_init", 2.0**16)),
-        growth_factor=factor,
-        backoff_factor=1.0 / factor,
-        growth_interval=int(hp.get("loss_scale_window", 2000)),
+        max_scale=scaling.max_scale,
+        init_scale=scaling.init_scale,
+        growth_factor=scaling.factor,
+        backoff_factor=1.0 / scaling.factor,
+        growth_interval=scaling.window,
         enabled=precision in ("fp16", "amp"),
     )
 

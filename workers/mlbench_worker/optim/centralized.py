@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from mlbench_worker.comm import Comm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.aggregation import AGGREGATORS, Aggregator
 
 
@@ -88,25 +89,28 @@ def make_aggregator(name: str, comm: Comm, params: list[torch.nn.Parameter], **o
     return cls(comm, params, **options)
 
 
+def aggregator_options(settings: OptimizerSettings) -> dict[str, Any]:
+    """The aggregator's keyword options: bucket size, and overlap (by_model, one backward per step)."""
+    options: dict[str, Any] = {}
+    if settings.bucket_mb:
+        options["bucket_mb"] = settings.bucket_mb
+    if settings.aggregation == "by_model" and settings.overlap_comm:
+        options["overlap"] = True  # one backward per step only (see ByModelAllReduce)
+    return options
+
+
 def centralized_sgd(
-    params: Iterable[torch.nn.Parameter], comm: Comm, hp: dict[str, Any]
+    params: Iterable[torch.nn.Parameter], comm: Comm, settings: OptimizerSettings
 ) -> CentralizedOptimizer:
-    """SGD (momentum, nesterov, weight decay from ``hp``) with all-reduce gradient averaging."""
+    """SGD (momentum, nesterov, weight decay from ``settings``) with all-reduce gradient averaging."""
     plist = [p for p in params if p.requires_grad]
-    momentum = float(hp.get("momentum", 0.0) or 0.0)
     sgd = torch.optim.SGD(
         plist,
-        lr=float(hp["lr"]),
-        momentum=momentum,
-        nesterov=bool(hp.get("nesterov", False)) and momentum > 0,
-        weight_decay=float(hp.get("weight_decay", 0.0) or 0.0),
+        lr=settings.lr,
+        momentum=settings.momentum,
+        nesterov=settings.nesterov and settings.momentum > 0,
+        weight_decay=settings.weight_decay,
         fused=True,
     )
-    options: dict[str, Any] = {}
-    if hp.get("bucket_mb"):
-        options["bucket_mb"] = float(hp["bucket_mb"])
-    aggregation = str(hp.get("aggregation", "by_model"))
-    if aggregation == "by_model" and hp.get("overlap_comm"):
-        options["overlap"] = True  # one backward per step only (see ByModelAllReduce)
-    aggregator = make_aggregator(aggregation, comm, plist, **options)
+    aggregator = make_aggregator(settings.aggregation, comm, plist, **aggregator_options(settings))
     return CentralizedOptimizer(sgd, aggregator)

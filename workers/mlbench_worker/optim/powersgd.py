@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from mlbench_worker.comm import Comm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.aggregation import Aggregator
 from mlbench_worker.optim.centralized import CentralizedOptimizer
 
@@ -164,21 +164,22 @@ def _orthonormal(p: torch.Tensor) -> torch.Tensor:
     return torch.linalg.qr(p, mode="reduced").Q
 
 
-def power_sgd(params: Iterable[torch.nn.Parameter], comm: Comm, hp: dict[str, Any]) -> CentralizedOptimizer:
-    """SGD (``momentum``, ``nesterov``, ``weight_decay`` from ``hp``) on PowerSGD-averaged gradients.
+def power_sgd(
+    params: Iterable[torch.nn.Parameter], comm: Comm, settings: OptimizerSettings
+) -> CentralizedOptimizer:
+    """SGD (``momentum``, ``nesterov``, ``weight_decay`` from ``settings``) on PowerSGD-averaged gradients.
 
     ``powersgd_rank`` (1) sets the rank; momentum is applied to the decompressed average, as in
     the paper's experiments.
     """
     plist = [p for p in params if p.requires_grad]
-    momentum = float(hp.get("momentum", 0.0) or 0.0)
     sgd = torch.optim.SGD(
         plist,
-        lr=float(hp["lr"]),
-        momentum=momentum,
-        nesterov=bool(hp.get("nesterov", False)) and momentum > 0,
-        weight_decay=float(hp.get("weight_decay", 0.0) or 0.0),
+        lr=settings.lr,
+        momentum=settings.momentum,
+        nesterov=settings.nesterov and settings.momentum > 0,
+        weight_decay=settings.weight_decay,
         fused=True,
     )
-    aggregator = PowerSGDAggregator(comm, plist, rank=int(hp.get("powersgd_rank", 1)))
+    aggregator = PowerSGDAggregator(comm, plist, rank=settings.powersgd_rank)
     return CentralizedOptimizer(sgd, aggregator)

@@ -12,8 +12,8 @@ exception into ``rank_failed`` + ``run_stop`` failed + a non-zero exit, so a tas
 What a task uses from ``ctx`` (``mlbench_worker.context.RunContext``):
 
 - ``ctx.config`` (``WorkerConfig``): ``task``, ``goal``, ``max_time_s``, ``precision``,
-  ``data`` (``source``/``path``/``options``), ``seed``; ``ctx.hp(key, default)`` for
-  hyperparameters (names as in ``mlbench_tui/spec/tasks.py``).
+  ``data`` (``source``/``path``/``options``), ``seed``; ``ctx.hyperparameters(hps.ResNet20)``
+  for the task's typed hyperparameters (``mlbench_worker.hyperparams``, parsed once from the config).
 - ``ctx.comm`` (``mlbench_worker.comm.Comm``): ``all_reduce(t, "sum"|"avg"|"max"|"min")``,
   ``broadcast``, ``barrier``, ``allgather_object``; the same code runs on gloo, nccl and MPI.
 - ``ctx.rank``, ``ctx.world_size``, ``ctx.is_main``, ``ctx.device``, ``ctx.log(text)``.

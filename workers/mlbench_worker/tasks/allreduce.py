@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.comm import Comm
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault
@@ -165,17 +166,10 @@ def format_row(result: SizeResult, moves_data: bool, ceiling: Ceiling) -> str:
 
 def run(ctx: RunContext) -> Outcome:
     """Run the sweep on every rank; rank 0 reports the metrics."""
-    sizes = sweep_sizes(
-        float(ctx.hp("sizes_min_exp", 0)), float(ctx.hp("sizes_max_exp", 8)), int(ctx.hp("num_sizes", 80))
-    )
-    repetitions = int(ctx.hp("repetitions", 100))
-    warmup = int(ctx.hp("warmup", 10))
-    if repetitions < 1:
-        raise ValueError(f"repetitions must be >= 1, got {repetitions}")
-    dtype_names = list(ctx.hp("dtypes", ["fp32", "fp16"]))
-    unknown = [d for d in dtype_names if d not in DTYPES]
-    if unknown:
-        raise ValueError(f"unknown dtype(s) {unknown}; known: {', '.join(DTYPES)}")
+    hp = ctx.hyperparameters(hps.AllReduce)
+    sizes = sweep_sizes(float(hp.sizes_min_exp), float(hp.sizes_max_exp), hp.num_sizes)
+    repetitions, warmup = hp.repetitions, hp.warmup
+    dtype_names = list(hp.dtypes)
     sync = _synchronizer(ctx.device)
     moves_data = ctx.world_size > 1
     ceiling = device_ceiling(ctx.device)

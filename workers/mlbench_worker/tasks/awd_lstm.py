@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import wikitext2
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
@@ -42,7 +43,6 @@ from mlbench_worker.tasks.training import run_training
 
 EVAL_BATCH_SIZE = 10
 GRAPH_BAND = 0.08  # CUDA graphs for BPTT lengths within this share of bptt (at least 2) of it
-_MODEL_KEYS = ("emb_size", "hidden_size", "num_layers")
 
 
 def load_wikitext2(ctx: RunContext) -> wikitext2.Corpus:
@@ -90,15 +90,16 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         self.scaler = make_scaler(config.hyperparameters, config.precision, ctx.device)
         data = config.data
         smoke: dict[str, Any] = dict(data.options) if data.source == "synthetic" else {}
-        self.batch_size = int(ctx.hp("batch_size", 80))
-        self.bptt = int(smoke.get("bptt", ctx.hp("bptt", 70)))
-        if self.batch_size < 1 or self.bptt < 2:
-            raise ValueError(f"batch_size must be >= 1 and bptt >= 2, got {self.batch_size} and {self.bptt}")
+        hp = ctx.hyperparameters(hps.AwdLstm)
+        self.batch_size = hp.batch_size
+        self.bptt = int(smoke.get("bptt", hp.bptt))
+        if self.bptt < 2:
+            raise ValueError(f"bptt must be >= 2, got {self.bptt}")
         self.graph_band = max(2, round(GRAPH_BAND * self.bptt))
-        self.grad_clip = float(ctx.hp("clip", 0.25))
-        self.alpha = float(ctx.hp("alpha", 2.0))
-        self.beta = float(ctx.hp("beta", 1.0))
-        self.nonmono = int(ctx.hp("nonmono", 5))
+        self.grad_clip = hp.clip
+        self.alpha = hp.alpha
+        self.beta = hp.beta
+        self.nonmono = hp.nonmono
         corpus = load_wikitext2(ctx)
         CLOCK.mark("data")
         self.train_samples = len(corpus.splits["train"])  # tokens: the unit AWD-LSTM trains on
@@ -107,38 +108,28 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         val_ids = wikitext2.rank_slice(corpus.splits["valid"], ctx.rank, ctx.world_size)
         self.train_data = torch.from_numpy(wikitext2.batchify(train_ids, self.batch_size)).to(self.device)
         self.val_data = torch.from_numpy(wikitext2.batchify(val_ids, EVAL_BATCH_SIZE)).to(self.device)
-        sizes = {
-            key: int(smoke.get(key, ctx.hp(key, default)))
-            for key, default in zip(_MODEL_KEYS, (400, 1150, 3), strict=True)
-        }
         cfg = AWDLSTMConfig(
             vocab_size=corpus.vocab_size,
-            emb_size=sizes["emb_size"],
-            hidden_size=sizes["hidden_size"],
-            num_layers=sizes["num_layers"],
-            dropout=float(ctx.hp("dropout", 0.4)),
-            dropouth=float(ctx.hp("dropouth", 0.3)),
-            dropouti=float(ctx.hp("dropouti", 0.65)),
-            dropoute=float(ctx.hp("dropoute", 0.1)),
-            wdrop=float(ctx.hp("wdrop", 0.5)),
+            emb_size=int(smoke.get("emb_size", hp.emb_size)),
+            hidden_size=int(smoke.get("hidden_size", hp.hidden_size)),
+            num_layers=int(smoke.get("num_layers", hp.num_layers)),
+            dropout=hp.dropout,
+            dropouth=hp.dropouth,
+            dropouti=hp.dropouti,
+            dropoute=hp.dropoute,
+            wdrop=hp.wdrop,
         )
         model = self.lm = AWDLSTM(cfg).to(self.device)
         for tensor in model.state_dict().values():  # identical start on every rank
             ctx.comm.broadcast(tensor, src=0)
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
-        hp = dict(config.hyperparameters)
-        self.target_lr = float(hp.get("lr", 30.0 * math.sqrt(ctx.world_size)))
-        self.base_lr = float(hp.get("base_lr", self.target_lr))
-        hp["lr"] = self.target_lr
-        hp.setdefault("weight_decay", 1.2e-6)
-        hp["momentum"] = 0.0  # AWD-LSTM's plain SGD / ASGD
-        self.optimizer = build_optimizer(
-            str(hp.get("optimizer", "centralized_sgd")), self.params, ctx.comm, hp
-        )
+        self.target_lr = hp.lr
+        self.base_lr = hp.base_lr if hp.base_lr is not None else self.target_lr
+        self.optimizer = build_optimizer(hp.optimizer, self.params, ctx.comm, hp.optimizer_settings())
         rows = self.train_data.shape[0]
         self.expected_steps = max(1, round((rows - 1) / (self.bptt * 0.975)))  # mean window length
-        self.warmup_steps = round(float(hp.get("warmup_epochs", 0.0)) * self.expected_steps)
+        self.warmup_steps = round(hp.warmup_epochs * self.expected_steps)
         self.current_lr = self.base_lr if self.warmup_steps > 0 else self.target_lr
         self.hidden: Hidden = self.lm.init_hidden(self.batch_size)
         self.val_history: list[float] = []
@@ -147,7 +138,8 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         ctx.log(
             f"WikiText-2 ({data.source}): vocab {corpus.vocab_size}, {len(train_ids)} train / "
             f"{len(val_ids)} val tokens per rank, ~{self.expected_steps} steps/epoch, batch "
-            f"{self.batch_size}, bptt {self.bptt}, model {sizes}, lr {self.base_lr:g} -> "
+            f"{self.batch_size}, bptt {self.bptt}, model {cfg.emb_size}/{cfg.hidden_size}/{cfg.num_layers} "
+            f"(emb/hidden/layers), lr {self.base_lr:g} -> "
             f"{self.target_lr:g} over {self.warmup_steps} steps"
         )
 
@@ -276,4 +268,4 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
 def run(ctx: RunContext) -> Outcome:
     """Train AWD-LSTM until the goal, ``max_time`` or ``max_epochs``."""
     trainer = AWDLSTMTrainer(ctx)
-    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 750)))
+    return run_training(ctx, trainer, max_epochs=ctx.hyperparameters(hps.AwdLstm).max_epochs)

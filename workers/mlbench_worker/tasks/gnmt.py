@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.models.gnmt import GNMT, GNMTConfig
 from mlbench_worker.tasks.base import Outcome
@@ -44,32 +45,28 @@ def build_model(vocab_size: int, sizes: Mapping[str, Any]) -> GNMT:
     )
 
 
-def make_schedule(hp: Mapping[str, Any], total_steps: int) -> Schedule:
+def make_schedule(hp: hps.Gnmt, total_steps: int) -> Schedule:
     return GNMTSchedule(
-        lr=float(hp.get("lr", 2e-3)),
+        lr=hp.lr,
         total_steps=total_steps,
-        warmup_steps=int(hp.get("warmup_steps", 200)),
-        decay_start=float(hp.get("decay_start", 0.4)),
-        decay_interval=float(hp.get("decay_interval", 0.05)),
-        decay_steps=int(hp.get("decay_steps", 4)),
-        decay_factor=float(hp.get("decay_factor", 0.5)),
+        warmup_steps=hp.warmup_steps,
+        decay_start=hp.decay_start,
+        decay_interval=hp.decay_interval,
+        decay_steps=hp.decay_steps,
+        decay_factor=hp.decay_factor,
     )
 
 
 TASK = TranslationTask(
     dataset="wmt16",
+    hyperparameters=hps.Gnmt,
     build_model=build_model,
     make_schedule=make_schedule,
-    batch_unit="sentences",
-    max_len_keys=("max_len_train", "max_len_test"),
-    max_len_defaults=(75, 150),
     model_keys=("hidden_size", "num_layers", "dropout", "init_weight", "embedding_init_std"),
-    default_beam=5,
-    default_clip=5.0,
 )
 
 
 def run(ctx: RunContext) -> Outcome:
     """Train GNMT until the BLEU goal, ``max_time`` or ``max_epochs``."""
     trainer = TranslationTrainer(ctx, TASK)
-    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 8)))
+    return run_training(ctx, trainer, max_epochs=trainer.hp.max_epochs)

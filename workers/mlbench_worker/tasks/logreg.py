@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import epsilon
 from mlbench_worker.data.device import to_device
@@ -81,9 +82,8 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         config = ctx.config
-        self.batch_size = int(ctx.hp("batch_size", 128))
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        hp = ctx.hyperparameters(hps.LogReg)
+        self.batch_size = hp.batch_size
         splits = load_epsilon(ctx)
         CLOCK.mark("data")
         train, val = splits["train"], splits["val"]
@@ -104,23 +104,16 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
         for tensor in model.state_dict().values():
             ctx.comm.broadcast(tensor, src=0)
         self.model = model
-        l2 = float(ctx.hp("l2", 2.5e-6))
-        self.loss_fn = RegularizedBCE(model, l2)
-        hp = dict(config.hyperparameters)
-        hp.setdefault("lr", 4.0 * ctx.world_size)
-        hp["momentum"] = 0.0  # plain SGD, as MLBench's task 2a
-        hp["weight_decay"] = l2
-        self.optimizer = build_optimizer(
-            str(hp.get("optimizer", "centralized_sgd")), model.parameters(), ctx.comm, hp
-        )
-        target_lr = float(hp["lr"])
+        self.loss_fn = RegularizedBCE(model, hp.l2)
+        self.optimizer = build_optimizer(hp.optimizer, model.parameters(), ctx.comm, hp.optimizer_settings())
+        target_lr = hp.lr
         self.schedule = WarmupPlateau(
-            base_lr=float(hp.get("base_lr", target_lr / ctx.world_size)),
+            base_lr=hp.base_lr if hp.base_lr is not None else target_lr / ctx.world_size,
             target_lr=target_lr,
-            warmup_epochs=float(hp.get("warmup_epochs", 0.0)),
+            warmup_epochs=0.0,  # task 2a starts at its scaled rate
             steps_per_epoch=len(self.train_loader),
-            patience=int(hp.get("plateau_patience", 2)),
-            factor=float(hp.get("plateau_factor", 0.5)),
+            patience=hp.plateau_patience,
+            factor=hp.plateau_factor,
         )
         self.optimizer.set_lr(self.schedule.lr)
         ctx.log(
@@ -152,4 +145,4 @@ class LogRegTrainer(WarmupPlateauHooks, ClassificationTrainer):
 def run(ctx: RunContext) -> Outcome:
     """Train logistic regression until the goal, ``max_time`` or ``max_epochs``."""
     trainer = LogRegTrainer(ctx)
-    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 164)))
+    return run_training(ctx, trainer, max_epochs=ctx.hyperparameters(hps.LogReg).max_epochs)

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import cifar10
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
@@ -77,10 +78,9 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         config = ctx.config
-        self.batch_size = int(ctx.hp("batch_size", 128))
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        channels_last = use_channels_last(ctx.hp("channels_last", "auto"), self.device)
+        hp = ctx.hyperparameters(hps.ResNet20)
+        self.batch_size = hp.batch_size
+        channels_last = use_channels_last(hp.channels_last, self.device)
         train_full, val_full = load_cifar10(ctx)
         CLOCK.mark("data")
         self.train_samples, self.eval_samples = len(train_full), len(val_full)
@@ -97,29 +97,22 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
             ctx.comm.broadcast(tensor, src=0)
         self.model = model
         self.loss_fn = nn.CrossEntropyLoss()
-        hp = dict(config.hyperparameters)
-        hp.setdefault("lr", 0.02 * ctx.world_size)
-        hp.setdefault("momentum", 0.9)
-        hp.setdefault("nesterov", True)
-        hp.setdefault("weight_decay", 1e-4)
-        self.optimizer = build_optimizer(
-            str(hp.get("optimizer", "centralized_sgd")), model.parameters(), ctx.comm, hp
-        )
-        target_lr = float(hp["lr"])
+        self.optimizer = build_optimizer(hp.optimizer, model.parameters(), ctx.comm, hp.optimizer_settings())
+        target_lr = hp.lr
         steps = cifar10.steps_per_epoch(len(self.train_set), self.batch_size)
         self.schedule = WarmupPlateau(
-            base_lr=float(hp.get("base_lr", target_lr / ctx.world_size)),
+            base_lr=hp.base_lr if hp.base_lr is not None else target_lr / ctx.world_size,
             target_lr=target_lr,
-            warmup_epochs=float(hp.get("warmup_epochs", 0.0)),
+            warmup_epochs=hp.warmup_epochs,
             steps_per_epoch=steps,
-            patience=int(hp.get("plateau_patience", 2)),
-            factor=float(hp.get("plateau_factor", 0.5)),
+            patience=hp.plateau_patience,
+            factor=hp.plateau_factor,
         )
         self.optimizer.set_lr(self.schedule.lr)
         ctx.log(
             f"CIFAR-10 ({config.data.source}): {len(train_full)} train / {len(val_full)} val images, "
             f"shard {len(self.train_set)} per rank, {steps} steps/epoch, batch {self.batch_size}, "
-            f"lr {self.schedule.base_lr:g} -> {target_lr:g} over {hp.get('warmup_epochs', 0)} epoch(s), "
+            f"lr {self.schedule.base_lr:g} -> {target_lr:g} over {hp.warmup_epochs:g} epoch(s), "
             f"{'channels_last' if channels_last else 'NCHW'} layout"
         )
 
@@ -135,4 +128,4 @@ class ResNet20Trainer(WarmupPlateauHooks, ClassificationTrainer):
 def run(ctx: RunContext) -> Outcome:
     """Train ResNet-20 until the goal, ``max_time`` or ``max_epochs``."""
     trainer = ResNet20Trainer(ctx)
-    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 164)))
+    return run_training(ctx, trainer, max_epochs=ctx.hyperparameters(hps.ResNet20).max_epochs)

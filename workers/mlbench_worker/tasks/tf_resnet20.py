@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker import wire
 from mlbench_worker.allocator import tune_host_allocator
 from mlbench_worker.tasks.base import Outcome
@@ -231,10 +232,13 @@ class TensorFlowRun:
         self.rank, self.world = rdv.rank, config.world_size
         self.is_main = self.rank == 0
         hp = config.hyperparameters
-        self.batch_size = int(hp.get("batch_size", 128))
-        self.momentum = float(hp.get("momentum", 0.9))
-        self.nesterov = bool(hp.get("nesterov", True))
-        self.weight_decay = float(hp.get("weight_decay", 1e-4))
+        if not isinstance(hp, hps.ResNet20):
+            raise ConfigError(f"task {config.task} is not 1a: tensorflow runs ResNet-20 only")
+        self.hp = hp
+        self.batch_size = hp.batch_size
+        self.momentum = hp.momentum
+        self.nesterov = hp.nesterov
+        self.weight_decay = hp.weight_decay
         implementation = tf.distribute.experimental.CommunicationImplementation
         comm = implementation.NCCL if config.backend == "nccl" else implementation.RING
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
@@ -268,13 +272,13 @@ class TensorFlowRun:
             self.flat = tf.Variable(tf.zeros([total]), trainable=False)  # where the all-reduce lands
         self.lr = tf.Variable(0.0, trainable=False, dtype=tf.float32)
         self._compile()
-        target = float(hp.get("lr", 0.02 * self.world))
+        target = hp.lr
         self.schedule = Schedule(
-            float(hp.get("base_lr", target / self.world)),
+            hp.base_lr if hp.base_lr is not None else target / self.world,
             target,
-            round(float(hp.get("warmup_epochs", 0.0)) * self.steps_per_epoch),
-            int(hp.get("plateau_patience", 2)),
-            float(hp.get("plateau_factor", 0.5)),
+            round(hp.warmup_epochs * self.steps_per_epoch),
+            hp.plateau_patience,
+            hp.plateau_factor,
         )
         # the shared tracker on its CPU clock (TensorFlow's steps are synchronised by the host
         # reading their results): the same phases, sampling and train/validation times as torch's
@@ -378,8 +382,8 @@ class TensorFlowRun:
     def train(self) -> Outcome:
         config, reporter, tracker = self.config, self.reporter, self.tracker
         goal = config.goal
-        max_epochs = int(config.hyperparameters.get("max_epochs", 164))
-        report_every = max(1, int(config.hyperparameters.get("report_every_steps", 10)))
+        max_epochs = self.hp.max_epochs
+        report_every = self.hp.report_every_steps
         started = time.time()
         if self.is_main:
             facts = wire.RunStart(

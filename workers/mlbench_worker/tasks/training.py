@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
 from mlbench_worker.goals import Stop, StopController
@@ -77,8 +78,9 @@ class TrainingLoop:
         self.ctx = ctx
         self.trainer = trainer
         self.tracker = tracker
-        self.report_every = max(1, int(ctx.hp("report_every_steps", 10)))
-        self.check_every = max(1, int(ctx.hp("stop_check_every_steps", 20)))
+        loop = ctx.hyperparameters(hps.TrainingHyperparameters)
+        self.report_every = loop.report_every_steps
+        self.check_every = loop.stop_check_every_steps
         slow_compute(ctx, trainer)
         self.graphs = graphed_step(ctx, trainer, tracker) if config.implementation.cuda_graphs else None
         self.train_step = self.graphs.train_step if self.graphs is not None else trainer.train_step

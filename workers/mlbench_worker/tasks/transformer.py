@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.models.transformer import Transformer, TransformerConfig
 from mlbench_worker.tasks.base import Outcome
@@ -40,25 +41,20 @@ def build_model(vocab_size: int, sizes: Mapping[str, Any]) -> Transformer:
     )
 
 
-def make_schedule(hp: Mapping[str, Any], total_steps: int) -> Schedule:
-    return InverseSqrtSchedule(
-        lr=float(hp.get("lr", 1.976e-3)), warmup_steps=int(hp.get("warmup_steps", 1000))
-    )
+def make_schedule(hp: hps.Transformer, total_steps: int) -> Schedule:
+    return InverseSqrtSchedule(lr=hp.lr, warmup_steps=hp.warmup_steps)
 
 
 TASK = TranslationTask(
     dataset="wmt17",
+    hyperparameters=hps.Transformer,
     build_model=build_model,
     make_schedule=make_schedule,
-    batch_unit="tokens",
-    max_len_keys=("max_len", "max_len"),
-    max_len_defaults=(80, 80),
     model_keys=("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "dropout"),
-    default_beam=4,
 )
 
 
 def run(ctx: RunContext) -> Outcome:
     """Train the Transformer until the BLEU goal, ``max_time`` or ``max_epochs``."""
     trainer = TranslationTrainer(ctx, TASK)
-    return run_training(ctx, trainer, max_epochs=int(ctx.hp("max_epochs", 10)))
+    return run_training(ctx, trainer, max_epochs=trainer.hp.max_epochs)

@@ -15,16 +15,18 @@ corpus BLEU of the whole test set.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
@@ -40,27 +42,23 @@ from mlbench_worker.translation.bleu import STATS, bleu_from_stats, bleu_stats
 from mlbench_worker.translation.loss import label_smoothed_loss
 
 Schedule = Callable[[int], float]
+H = TypeVar("H", hps.Gnmt, hps.Transformer)
 
 
 @dataclass(frozen=True)
-class TranslationTask:
+class TranslationTask(Generic[H]):
     """What differs between 4a and 4b.
 
-    ``build_model(vocab_size, sizes)`` gets the model-size overrides of a synthetic smoke run
-    (``data.options``; empty for real data); ``make_schedule(hp, total_steps)`` the LR schedule;
-    ``batch_unit`` is ``"sentences"`` (``global_batch_size``) or ``"tokens"``
-    (``global_batch_tokens``); ``max_len_keys`` name the train/test length hyperparameters.
+    ``hyperparameters`` is the task's class of typed hyperparameters; ``build_model(vocab_size,
+    sizes)`` gets the model-size overrides of a synthetic smoke run (``data.options``; empty for real
+    data); ``make_schedule(hp, total_steps)`` the LR schedule.
     """
 
     dataset: str
+    hyperparameters: type[H]
     build_model: Callable[[int, Mapping[str, Any]], nn.Module]
-    make_schedule: Callable[[Mapping[str, Any], int], Schedule]
-    batch_unit: str
-    max_len_keys: tuple[str, str]
-    max_len_defaults: tuple[int, int]
+    make_schedule: Callable[[H, int], Schedule]
     model_keys: tuple[str, ...]
-    default_beam: int
-    default_clip: float = 0.0
 
 
 def load_corpus(ctx: RunContext, dataset: str) -> wmt.Corpus:
@@ -87,26 +85,24 @@ def load_corpus(ctx: RunContext, dataset: str) -> wmt.Corpus:
 class TranslationTrainer(Trainer):
     """Sequence-to-sequence training with accumulation, ``torch.amp`` and global BLEU validation."""
 
-    def __init__(self, ctx: RunContext, task: TranslationTask) -> None:
+    def __init__(self, ctx: RunContext, task: TranslationTask[Any]) -> None:
         self.ctx = ctx
         self.task = task
         config = ctx.config
         self.device = ctx.device
         self.precision = config.precision
         self.autocast = run_autocast(ctx)
-        hp: dict[str, Any] = dict(config.hyperparameters)
+        hp: hps.Gnmt | hps.Transformer = ctx.hyperparameters(task.hyperparameters)
         self.hp = hp
         corpus = self.corpus = load_corpus(ctx, task.dataset)
         CLOCK.mark("data")
-        train_key, test_key = task.max_len_keys
-        self.max_len_train = int(ctx.hp(train_key, task.max_len_defaults[0]))
-        self.max_len_test = int(ctx.hp(test_key, task.max_len_defaults[1]))
+        self.max_len_train, self.max_len_test = hp.length_limits()
         self.train_data = corpus.length_filtered("train", self.max_len_train)
         self.test_data = corpus.length_filtered("test", self.max_len_test)
         if len(self.train_data) == 0 or len(self.test_data) == 0:
             raise DatasetError(
                 "no pair is within the length limits "
-                f"({train_key}={self.max_len_train}, {test_key}={self.max_len_test})"
+                f"(train {self.max_len_train}, test {self.max_len_test} tokens)"
             )
         self.test_refs = [corpus.references[int(i)] for i in self.test_data.index]
         self.train_samples, self.eval_samples = len(self.train_data), len(self.test_data)  # sentence pairs
@@ -120,10 +116,10 @@ class TranslationTrainer(Trainer):
             ctx.comm.broadcast(tensor, src=0)
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.update_freq = max(1, int(ctx.hp("update_freq", 1)))
+        self.update_freq = hp.update_freq
         per = ctx.world_size * self.update_freq
-        if task.batch_unit == "tokens":
-            global_tokens = int(ctx.hp("global_batch_tokens", 131072))
+        if isinstance(hp, hps.Transformer):
+            global_tokens = hp.global_batch_tokens
             self.plan = BatchPlan(
                 ctx.world_size,
                 ctx.rank,
@@ -133,7 +129,7 @@ class TranslationTrainer(Trainer):
             )
             batch_desc = f"{global_tokens} tokens/step ({self.plan.max_tokens} per micro-batch)"
         else:
-            global_sentences = int(ctx.hp("global_batch_size", 2048))
+            global_sentences = hp.global_batch_size
             self.plan = BatchPlan(
                 ctx.world_size,
                 ctx.rank,
@@ -143,15 +139,14 @@ class TranslationTrainer(Trainer):
             )
             batch_desc = f"{global_sentences} sentences/step ({self.plan.sentences} per micro-batch)"
         self.steps_per_epoch = len(self.plan.steps(self.train_data, 1))
-        max_epochs = int(ctx.hp("max_epochs", 10))
-        self.schedule = task.make_schedule(hp, self.steps_per_epoch * max_epochs)
+        self.schedule = task.make_schedule(hp, self.steps_per_epoch * hp.max_epochs)
         self.optimizer = self._build_optimizer(hp)
         self.optimizer.set_lr(self.schedule(0))
         self.scaler = make_scaler(hp, self.precision, self.device)
-        self.grad_clip = float(ctx.hp("clip", task.default_clip))
-        self.label_smoothing = float(ctx.hp("label_smoothing", 0.1))
-        self.beam_size = int(ctx.hp("beam_size", task.default_beam))
-        self.eval_batch_size = int(ctx.hp("eval_batch_size", 64))
+        self.grad_clip = hp.clip
+        self.label_smoothing = hp.label_smoothing
+        self.beam_size = hp.beam_size
+        self.eval_batch_size = hp.eval_batch_size
         n_params = sum(p.numel() for p in self.params)
         ctx.log(
             f"{corpus.name}: vocab {corpus.vocab_size}, {len(self.train_data)} train / {len(self.test_data)} "
@@ -160,7 +155,7 @@ class TranslationTrainer(Trainer):
             f"gradients all-reduced in {str(self.comm_dtype).replace('torch.', '')}"
         )
 
-    def _build_optimizer(self, hp: dict[str, Any]) -> CentralizedOptimizer:
+    def _build_optimizer(self, hp: hps.Gnmt | hps.Transformer) -> CentralizedOptimizer:
         """Adam on averaged gradients, all-reduced in fp16/bf16 where the run and backend allow.
 
         fp32 gradients on GPU go in 25 MB buckets started during backward (one backward per step,
@@ -169,12 +164,13 @@ class TranslationTrainer(Trainer):
         """
         self.comm_dtype = comm_dtype(self.ctx.comm, self.precision)
         self.comm_precision = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(self.comm_dtype, "fp32")
-        wanted = bool(hp.get("overlap_comm", self.device.type == "cuda"))
+        wanted = hp.overlap_comm if hp.overlap_comm is not None else self.device.type == "cuda"
         overlap = self.comm_dtype is torch.float32 and self.update_freq == 1 and wanted
-        hp = {**hp, "lr": self.schedule(0), "overlap_comm": overlap}
-        if overlap:
-            hp.setdefault("bucket_mb", 25.0)
-        base = build_optimizer(str(hp.get("optimizer", "centralized_adam")), self.params, self.ctx.comm, hp)
+        bucket_mb = hp.bucket_mb if hp.bucket_mb is not None else (25.0 if overlap else None)
+        settings = dataclasses.replace(
+            hp.optimizer_settings(), lr=self.schedule(0), overlap_comm=overlap, bucket_mb=bucket_mb
+        )
+        base = build_optimizer(hp.optimizer, self.params, self.ctx.comm, settings)
         if self.comm_dtype is torch.float32:
             return base
         aggregator = ReducedPrecisionAllReduce(self.ctx.comm, self.params, dtype=self.comm_dtype)

@@ -1,0 +1,52 @@
+"""Runs recorded before typed hyperparameters still read, hash and plan the same: an unchanged spec
+keeps its hash (so `apply` does not re-run what succeeded) and its runs' hyperparameters."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlbench_worker.hyperparams import plan_values
+
+from mlbench_tui.plan import RunPlan, expand, spec_hash
+from mlbench_tui.results.mllog import division
+from mlbench_tui.spec.loader import load_text
+from mlbench_tui.store.api_models import RunDetail
+from mlbench_tui.store.reader import StoreReader
+
+RECORDED = Path("shared") / "fixtures" / "h200-2026-11-27"  # beside the checkout (read-only)
+STORES = ("suite", "holdout")
+
+
+def _runs(tmp_path: Path, store: str) -> Iterator[RunDetail]:
+    here = Path(__file__).resolve().parents
+    source = next((p / RECORDED / store for p in here if (p / RECORDED / store).is_dir()), None)
+    if source is None:
+        pytest.skip(f"no {RECORDED / store} above this checkout")
+    copy = tmp_path / store
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("state"))
+    for path in copy.rglob("*"):
+        path.chmod(0o644 if path.is_file() else 0o755)
+    reader = StoreReader.open(copy / "mlbench.db")
+    assert reader is not None, "the recorded store opens without a migration"
+    with reader:
+        runs = reader.list_runs()
+        assert runs
+        for run in runs:
+            yield reader.get_run(run.id)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_recorded_specs_keep_their_hash_and_their_hyperparameters(tmp_path: Path, store: str) -> None:
+    for run in _runs(tmp_path, store):
+        assert run.spec_text, run.name
+        (loaded,) = load_text(run.spec_text, f"{run.name}.yaml", environ={})
+        assert spec_hash(loaded.spec) == run.spec_hash, run.name
+        stored = RunPlan.model_validate(run.plan)
+        (replanned,) = [p for p in expand(loaded.spec) if p.name == stored.name]
+        assert replanned.hyperparameters == stored.hyperparameters, run.name
+        typed = stored.typed_hyperparameters()
+        assert plan_values(typed) == stored.hyperparameters, run.name  # every recorded key is declared
+        assert division(stored) == "open"  # synthetic data or the light goal, as recorded

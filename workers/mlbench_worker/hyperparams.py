@@ -1,0 +1,430 @@
+"""Each official task's hyperparameters, declared once: type, official default, bounds and policy.
+
+Stdlib only. The worker parses its config into these frozen dataclasses (``parse_hyperparameters``)
+and reads attributes; the engine derives the task catalog's defaults, the spec's checks and the
+JSON Schema from the same declarations (``mlbench_tui.spec.hyperparameters``). A field's
+``metadata["knob"]`` is its ``Knob`` (``mlbench_worker.knobs``): description, policy and bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal, Self
+
+from mlbench_worker.knobs import (
+    ALL_POLICIES,
+    HyperparameterError,
+    HyperparameterProblem,
+    Policy,
+    check_values,
+    knob,
+    knobs,
+)
+
+Optimizer = Literal["centralized_sgd", "centralized_adam", "power_sgd"]
+Aggregation = Literal["by_model", "by_layer"]
+AllReduceDtype = Literal["fp32", "fp16", "bf16"]
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """What a distributed optimizer reads (``mlbench_worker.optim``); each task builds its own."""
+
+    lr: float
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    aggregation: Aggregation = "by_model"
+    overlap_comm: bool = False
+    bucket_mb: float | None = None
+    powersgd_rank: int = 1
+
+
+@dataclass(frozen=True)
+class LossScaling:
+    """fp16 loss scaling (``optim.amp.make_scaler``): PyTorch's defaults unless the task sets its own."""
+
+    init_scale: float = 2.0**16
+    factor: float = 2.0
+    window: int = 2000
+    max_scale: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskHyperparameters:
+    """Base of every task's hyperparameters: the task's id and its per-task hooks."""
+
+    TASK: ClassVar[str]
+
+    def problems(self) -> Iterator[HyperparameterProblem]:
+        """Rules across fields (none by default)."""
+        return iter(())
+
+    def backend_problems(self, backend: str, given: frozenset[str]) -> Iterator[HyperparameterProblem]:
+        """Values the spec set (``given``) that ``backend`` cannot run (none by default)."""
+        return iter(())
+
+    def graph_problems(self) -> Iterator[HyperparameterProblem]:
+        """Values that cannot run inside CUDA graphs (none by default)."""
+        return iter(())
+
+    def loss_scaling(self) -> LossScaling:
+        """The task's fp16 loss scaling (PyTorch's defaults unless the task fixes its own)."""
+        return LossScaling()
+
+    def sweep_points(self) -> int | None:
+        """How many points a measurement sweep records (None: the task trains, it does not sweep)."""
+        return None
+
+    def on_backend(self, backend: str) -> Self:
+        """The values a run on ``backend`` uses (unchanged by default)."""
+        return self
+
+    def for_workers(self, workers: int, given: frozenset[str]) -> Self:
+        """The values a run of ``workers`` ranks uses: the task's scaling rule, where it has one,
+        applied to what the spec did not set (``given``) (unchanged by default)."""
+        return self
+
+
+@dataclass(frozen=True)
+class TrainingHyperparameters(TaskHyperparameters):
+    """What every training task's loop reads: its epoch limit and how often it reports."""
+
+    report_every_steps: int = knob(10, "Steps between training-metric reports.", "tuning", ge=1)
+    stop_check_every_steps: int = knob(20, "Steps between the ranks' agreement on stopping.", "tuning", ge=1)
+    overlap_comm: bool | None = knob(
+        None, "All-reduce gradient buckets during backward; None: the task's choice.", "tuning"
+    )
+    bucket_mb: float | None = knob(None, "Gradient bucket size in MB; None: one flat buffer.", "tuning", gt=0)
+
+
+def _optimizer_graph_problems(optimizer: Optimizer) -> Iterator[HyperparameterProblem]:
+    if optimizer == "power_sgd":
+        yield HyperparameterProblem(
+            "optimizer",
+            "power_sgd cannot run inside a CUDA graph (its QR factorisations take host-side steps)",
+            hint="use centralized_sgd or centralized_adam",
+        )
+
+
+@dataclass(frozen=True)
+class AllReduce(TaskHyperparameters):
+    """Task 0a: all-reduce latency and bandwidth over a sweep of message sizes."""
+
+    TASK: ClassVar[str] = "0a"
+
+    sizes_min_exp: int = knob(
+        0, "Smallest message: 10^sizes_min_exp elements.", "override", ge=0, closed=True
+    )
+    sizes_max_exp: int = knob(
+        8, "Largest message: 10^sizes_max_exp elements.", "override", ge=0, le=9, closed=True
+    )
+    num_sizes: int = knob(
+        80, "Sizes in np.logspace(sizes_min_exp, sizes_max_exp).", "override", ge=1, closed=True
+    )
+    repetitions: int = knob(100, "Timed all-reduces per size.", "override", ge=1, closed=True)
+    warmup: int = knob(10, "Untimed all-reduces per size before the timed ones.", "override", ge=0)
+    dtypes: tuple[AllReduceDtype, ...] = knob(
+        ("fp32", "fp16"), "Element types swept; fp16 is dropped on mpi (no fp16 reduction).", "override"
+    )
+
+    def problems(self) -> Iterator[HyperparameterProblem]:
+        if self.sizes_min_exp > self.sizes_max_exp:
+            yield HyperparameterProblem(
+                "sizes_min_exp",
+                f"sizes_min_exp ({self.sizes_min_exp}) must not exceed sizes_max_exp ({self.sizes_max_exp})",
+            )
+        if not self.dtypes:
+            yield HyperparameterProblem("dtypes", "hyperparameter 'dtypes' must not be empty")
+
+    def backend_problems(self, backend: str, given: frozenset[str]) -> Iterator[HyperparameterProblem]:
+        if backend == "mpi" and "dtypes" in given and "fp16" in self.dtypes:
+            yield HyperparameterProblem(
+                "dtypes",
+                "fp16 all-reduce is not supported on mpi: remove fp16 from hyperparameters.dtypes "
+                "or use backend gloo or nccl",
+            )
+
+    def sweep_points(self) -> int | None:
+        """One point per size and dtype."""
+        return self.num_sizes * len(self.dtypes)
+
+    def on_backend(self, backend: str) -> Self:
+        if backend != "mpi":
+            return self
+        return dataclasses.replace(self, dtypes=tuple(d for d in self.dtypes if d != "fp16"))
+
+
+@dataclass(frozen=True)
+class ResNet20(TrainingHyperparameters):
+    """Task 1a: ResNet-20 on CIFAR-10, SGD with Nesterov momentum, LR scaled linearly with workers."""
+
+    TASK: ClassVar[str] = "1a"
+
+    batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1)
+    max_epochs: int = knob(164, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    lr: float = knob(0.02, "Learning rate per worker; the run uses lr x workers.", "override", gt=0)
+    warmup_epochs: float = knob(0.0, "Linear warm-up epochs; default log2(workers).", "override", ge=0)
+    plateau_patience: int = knob(2, "Epochs without val-loss improvement before a decay.", "override", gt=0)
+    plateau_factor: float = knob(0.5, "LR factor on a plateau.", "override", gt=0, lt=1)
+    momentum: float = knob(0.9, "SGD momentum.", ge=0)
+    nesterov: bool = knob(True, "Nesterov momentum.")
+    weight_decay: float = knob(1e-4, "L2 weight decay.", ge=0)
+    optimizer: Optimizer = knob("centralized_sgd", "Distributed optimizer.", "override")
+    aggregation: Aggregation = knob(
+        "by_model", "Gradient all-reduce: one flat buffer or per layer.", "override"
+    )
+    powersgd_rank: int = knob(1, "Rank of power_sgd's low-rank gradients.", "override", gt=0)
+    channels_last: Literal["auto"] | bool = knob(
+        "auto", "Memory layout: auto is channels_last on CPU, NCHW on GPU.", "override"
+    )
+    base_lr: float | None = knob(None, "Unscaled learning rate (the warm-up's start).", "derived", gt=0)
+
+    def graph_problems(self) -> Iterator[HyperparameterProblem]:
+        return _optimizer_graph_problems(self.optimizer)
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        """SGD with Nesterov momentum and weight decay, as MLBench's task 1a."""
+        return OptimizerSettings(
+            lr=self.lr,
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            weight_decay=self.weight_decay,
+            aggregation=self.aggregation,
+            overlap_comm=bool(self.overlap_comm),
+            bucket_mb=self.bucket_mb,
+            powersgd_rank=self.powersgd_rank,
+        )
+
+    def for_workers(self, workers: int, given: frozenset[str]) -> Self:
+        """MLBench's linear rule: lr x k, warmed up from lr over log2(k) epochs."""
+        k = max(1, workers)
+        warmup = self.warmup_epochs if "warmup_epochs" in given else float(math.log2(k))
+        return dataclasses.replace(self, lr=round(self.lr * k, 12), base_lr=self.lr, warmup_epochs=warmup)
+
+
+@dataclass(frozen=True)
+class LogReg(TrainingHyperparameters):
+    """Task 2a: L2-regularised logistic regression on epsilon, plain SGD, LR scaled linearly."""
+
+    TASK: ClassVar[str] = "2a"
+
+    batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1)
+    max_epochs: int = knob(164, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    lr: float = knob(4.0, "Learning rate per worker; the run uses lr x workers.", "override", gt=0)
+    plateau_patience: int = knob(2, "Epochs without val-loss improvement before a decay.", "override", gt=0)
+    plateau_factor: float = knob(0.5, "LR factor on a plateau.", "override", gt=0, lt=1)
+    l2: float = knob(2.5e-6, "L2 regularisation of the loss.", ge=0)
+    optimizer: Optimizer = knob("centralized_sgd", "Distributed optimizer.", "override")
+    aggregation: Aggregation = knob(
+        "by_model", "Gradient all-reduce: one flat buffer or per layer.", "override"
+    )
+    powersgd_rank: int = knob(1, "Rank of power_sgd's low-rank gradients.", "override", gt=0)
+    base_lr: float | None = knob(None, "Unscaled learning rate.", "derived", gt=0)
+
+    def graph_problems(self) -> Iterator[HyperparameterProblem]:
+        return _optimizer_graph_problems(self.optimizer)
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        """Plain SGD (no momentum) with the L2 term as weight decay, as MLBench's task 2a."""
+        return OptimizerSettings(
+            lr=self.lr,
+            weight_decay=self.l2,
+            aggregation=self.aggregation,
+            overlap_comm=bool(self.overlap_comm),
+            bucket_mb=self.bucket_mb,
+            powersgd_rank=self.powersgd_rank,
+        )
+
+    def for_workers(self, workers: int, given: frozenset[str]) -> Self:
+        """MLBench's linear rule: lr x k."""
+        return dataclasses.replace(self, lr=round(self.lr * max(1, workers), 12), base_lr=self.lr)
+
+
+@dataclass(frozen=True)
+class AwdLstm(TrainingHyperparameters):
+    """Task 3a: AWD-LSTM on WikiText-2, SGD then averaged SGD, LR scaled by sqrt(workers)."""
+
+    TASK: ClassVar[str] = "3a"
+    optimizer: ClassVar[Optimizer] = "centralized_sgd"
+
+    batch_size: int = knob(80, "Sentences per worker per step.", "override", ge=1)
+    bptt: int = knob(70, "Mean back-propagation-through-time length.", ge=1)
+    lr: float = knob(
+        30.0, "Learning rate per worker; the run warms up to lr x sqrt(workers).", "override", gt=0
+    )
+    warmup_epochs: float = knob(0.0, "Warm-up epochs; default 3 x workers.", "override", ge=0)
+    weight_decay: float = knob(1.2e-6, "L2 weight decay.", ge=0)
+    clip: float = knob(0.25, "Gradient norm clip.", gt=0)
+    nonmono: int = knob(5, "Epochs without improvement before averaged SGD.", gt=0)
+    alpha: float = knob(2.0, "Activation regularisation (AR).", ge=0)
+    beta: float = knob(1.0, "Temporal activation regularisation (TAR).", ge=0)
+    max_epochs: int = knob(750, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    emb_size: int = knob(400, "Embedding size.", ge=1)
+    hidden_size: int = knob(1150, "LSTM hidden size.", ge=1)
+    num_layers: int = knob(3, "LSTM layers.", ge=1)
+    dropout: float = knob(0.4, "Output dropout.", ge=0, lt=1)
+    dropouth: float = knob(0.3, "Dropout between LSTM layers.", ge=0, lt=1)
+    dropouti: float = knob(0.65, "Input embedding dropout.", ge=0, lt=1)
+    dropoute: float = knob(0.1, "Embedding (word) dropout.", ge=0, lt=1)
+    wdrop: float = knob(0.5, "DropConnect on the hidden-to-hidden weights.", ge=0, lt=1)
+    base_lr: float | None = knob(None, "Unscaled learning rate (the warm-up's start).", "derived", gt=0)
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        """Plain SGD (averaged SGD later, in the task), weight decay as AWD-LSTM."""
+        return OptimizerSettings(
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            overlap_comm=bool(self.overlap_comm),
+            bucket_mb=self.bucket_mb,
+        )
+
+    def for_workers(self, workers: int, given: frozenset[str]) -> Self:
+        """AWD-LSTM's rule: warm up from lr to lr x sqrt(k) over 3k epochs (none on one rank)."""
+        k = max(1, workers)
+        warmup = self.warmup_epochs if "warmup_epochs" in given else float(3 * k if k > 1 else 0)
+        return dataclasses.replace(
+            self, lr=round(self.lr * math.sqrt(k), 12), base_lr=self.lr, warmup_epochs=warmup
+        )
+
+
+@dataclass(frozen=True)
+class Translation(TrainingHyperparameters):
+    """What both translation tasks share beyond their own fields: Adam and beam-search batches."""
+
+    optimizer: ClassVar[Optimizer] = "centralized_adam"
+
+    eval_batch_size: int = knob(64, "Sentences per beam-search batch.", "tuning", ge=1)
+
+
+def _adam(hp: Gnmt | Transformer) -> OptimizerSettings:
+    return OptimizerSettings(
+        lr=hp.lr,
+        adam_betas=hp.adam_betas,
+        adam_eps=hp.adam_eps,
+        overlap_comm=bool(hp.overlap_comm),
+        bucket_mb=hp.bucket_mb,
+    )
+
+
+@dataclass(frozen=True)
+class Gnmt(Translation):
+    """Task 4a: GNMT on WMT16 EN-DE, exponential warm-up then step decay."""
+
+    TASK: ClassVar[str] = "4a"
+
+    global_batch_size: int = knob(2048, "Sentences per update, over all workers.", "override", ge=1)
+    update_freq: int = knob(1, "Gradient accumulation steps per update.", "override", ge=1)
+    lr: float = knob(2e-3, "Peak learning rate.", "override", gt=0)
+    adam_betas: tuple[float, float] = knob((0.9, 0.999), "Adam's beta1 and beta2.")
+    adam_eps: float = knob(1e-8, "Adam's epsilon.", gt=0)
+    warmup_steps: int = knob(200, "Exponential warm-up steps from 0 to lr.", "override", ge=0)
+    decay_start: float = knob(0.4, "Fraction of training when the decay starts.", "override", gt=0)
+    decay_interval: float = knob(0.05, "Fraction of training between decays.", "override", gt=0)
+    decay_steps: int = knob(4, "Most decays.", "override", gt=0)
+    decay_factor: float = knob(0.5, "LR factor at each decay.", "override", gt=0, lt=1)
+    label_smoothing: float = knob(0.1, "Label smoothing of the loss.", ge=0, lt=1)
+    clip: float = knob(5.0, "Gradient norm clip.", gt=0)
+    loss_scale_init: float = knob(1024, "Initial fp16 loss scale.", gt=0)
+    loss_scale_factor: float = knob(2, "Loss-scale growth and back-off factor.", gt=1)
+    loss_scale_max: float | None = knob(8192, "Largest loss scale.", gt=0)
+    loss_scale_window: int = knob(128, "Steps without overflow before the scale grows.", ge=1)
+    max_epochs: int = knob(8, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    max_len_train: int = knob(75, "Longest training sentence in tokens.", ge=1)
+    max_len_test: int = knob(150, "Longest test sentence in tokens.", ge=1)
+    beam_size: int = knob(5, "Beam width of the BLEU decoding.", ge=1)
+
+    def length_limits(self) -> tuple[int, int]:
+        """Longest train and test sentences."""
+        return self.max_len_train, self.max_len_test
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        """Adam, as MLBench's task 4a."""
+        return _adam(self)
+
+    def loss_scaling(self) -> LossScaling:
+        return LossScaling(
+            self.loss_scale_init, self.loss_scale_factor, self.loss_scale_window, self.loss_scale_max
+        )
+
+
+@dataclass(frozen=True)
+class Transformer(Translation):
+    """Task 4b: Transformer base on WMT17 EN-DE, linear warm-up then inverse-sqrt decay."""
+
+    TASK: ClassVar[str] = "4b"
+
+    global_batch_tokens: int = knob(131072, "Tokens per update, over all workers.", "override", ge=1)
+    update_freq: int = knob(1, "Gradient accumulation steps per update.", "override", ge=1)
+    lr: float = knob(1.976e-3, "Peak learning rate.", "override", gt=0)
+    adam_betas: tuple[float, float] = knob((0.9, 0.98), "Adam's beta1 and beta2.")
+    adam_eps: float = knob(1e-9, "Adam's epsilon.", gt=0)
+    warmup_steps: int = knob(1000, "Linear warm-up steps to lr.", "override", ge=0)
+    label_smoothing: float = knob(0.1, "Label smoothing of the loss.", ge=0, lt=1)
+    loss_scale_init: float = knob(128, "Initial fp16 loss scale.", gt=0)
+    loss_scale_factor: float = knob(2, "Loss-scale growth and back-off factor.", gt=1)
+    loss_scale_window: int = knob(2000, "Steps without overflow before the scale grows.", ge=1)
+    max_epochs: int = knob(10, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    max_len: int = knob(80, "Longest sentence in tokens.", ge=1)
+    beam_size: int = knob(4, "Beam width of the BLEU decoding.", ge=1)
+    clip: float = knob(0.0, "Gradient norm clip; 0: none (MLBench's 4b does not clip).", "tuning", ge=0)
+
+    def length_limits(self) -> tuple[int, int]:
+        """Longest train and test sentences (one limit for both)."""
+        return self.max_len, self.max_len
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        """Adam, as MLBench's task 4b."""
+        return _adam(self)
+
+    def loss_scaling(self) -> LossScaling:
+        return LossScaling(self.loss_scale_init, self.loss_scale_factor, self.loss_scale_window)
+
+
+HYPERPARAMETERS: Mapping[str, type[TaskHyperparameters]] = MappingProxyType(
+    {cls.TASK: cls for cls in (AllReduce, ResNet20, LogReg, AwdLstm, Gnmt, Transformer)}
+)
+"""Task id -> its hyperparameters."""
+
+AnyHyperparameters = AllReduce | ResNet20 | LogReg | AwdLstm | Gnmt | Transformer
+
+
+def check_hyperparameters(
+    task: str, values: Mapping[str, Any], policies: frozenset[Policy]
+) -> tuple[dict[str, Any], list[HyperparameterProblem]]:
+    """``values`` checked against task ``task``'s declarations (see ``knobs.check_values``)."""
+    return check_values(HYPERPARAMETERS[task], task, values, policies)
+
+
+def parse_hyperparameters(task: str, values: Mapping[str, Any]) -> TaskHyperparameters:
+    """The task's typed hyperparameters from a plan's values (any policy; the rest default).
+
+    Raises ``HyperparameterError`` naming every unknown key, wrong type and out-of-range value; a task
+    this worker does not know has none (its registry says so when the run starts)."""
+    if task not in HYPERPARAMETERS:
+        return TaskHyperparameters()
+    typed, problems = check_hyperparameters(task, values, ALL_POLICIES)
+    if problems:
+        raise HyperparameterError(task, problems)
+    made = HYPERPARAMETERS[task](**typed)
+    problems = list(made.problems())
+    if problems:
+        raise HyperparameterError(task, problems)
+    return made
+
+
+def plan_values(hp: TaskHyperparameters) -> dict[str, Any]:
+    """The values a plan records (JSON data, tuning knobs and unset derived values left out)."""
+    out: dict[str, Any] = {}
+    for name, spec in knobs(type(hp)).items():
+        value = getattr(hp, name)
+        if spec.policy == "tuning" or (spec.policy == "derived" and value is None):
+            continue
+        out[name] = list(value) if isinstance(value, tuple) else value
+    return out
