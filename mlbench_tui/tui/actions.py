@@ -76,7 +76,13 @@ ACTIONS: tuple[Action, ...] = (
     Action("runs.rerun", "r", "Rerun", "Launch the selected run's spec again", "rerun"),
     Action("runs.clear", "escape", "Clear", "Clear the filters and marks", "clear_filters", show=False),
     # Run detail
-    Action("run.back", "escape", "Back", "Back to the runs table", "app.pop_screen"),
+    Action(
+        "run.back",
+        "escape",
+        "Back",
+        "Close the log search (or clear its highlight), else back to the runs",
+        "back",
+    ),
     Action(
         "run.overview",
         "1",
@@ -110,9 +116,15 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "logs.grep", "g", "Only matches", "Show only lines matching the search", "toggle_grep", show=False
     ),
-    Action("logs.rank", "n", "Rank", "Cycle the rank filter: all, r0, r1, ...", "cycle_rank"),
+    Action("logs.next", "n", "Next", "Move to the next line matching the search", "next_match"),
     Action(
-        "logs.ranks", "N", "Ranks", "Show the logs of a rank set (0-7,512; empty: all ranks)", "filter_ranks"
+        "logs.previous", "N", "Previous", "Move to the previous line matching the search", "previous_match"
+    ),
+    Action(
+        "logs.rank", "right_square_bracket", "Rank", "Cycle the rank filter: all, r0, r1, ...", "cycle_rank"
+    ),
+    Action(
+        "logs.ranks", "R", "Ranks", "Show the logs of a rank set (0-7,512; empty: all ranks)", "filter_ranks"
     ),
     Action("logs.follow", "f", "Follow", "Follow new lines or pause", "toggle_follow"),
     Action("logs.wrap", "w", "Wrap", "Wrap long lines", "toggle_wrap", show=False),

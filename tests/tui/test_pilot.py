@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, Input, SelectionList
+from textual.widgets import DataTable, Input, RichLog, SelectionList
 
 from mlbench_tui.ranksets import parse_ranks
+from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.tui.app import MlbenchApp
@@ -130,9 +131,9 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
 
         await pilot.press("3")
         charts = {c.border_title: c for c in screen.query(MetricChart)}
-        assert set(charts) == {"train_loss", "val_global_Prec@1", "step_time"}
+        assert set(charts) == {"train_loss", "val_global_Prec@1", "step time (ms)"}
         assert charts["val_global_Prec@1"].goal == 70.0
-        assert len(charts["step_time"].series) == 2  # one series per rank
+        assert len(charts["step time (ms)"].series) == 2  # one series per rank
         assert len(charts["train_loss"].series["r0"]) > 0
         assert "lr" not in screen._metric_ranks  # only the shown metrics' history was loaded
 
@@ -150,20 +151,56 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         await pilot.press(*"epoch", "enter")
         logs = screen.query_one(LogView)
         assert logs.pattern is not None and logs.pattern.pattern == "epoch"
+        assert logs.match is not None and not logs.follow  # moved to the first match
         await pilot.press("g")
         assert logs.only_matches and all("epoch" in e.text for e in logs.visible_entries())
-        await pilot.press("g", "n")
+        await pilot.press("g", "right_square_bracket")
         assert logs.ranks == parse_ranks("0") and {e.rank for e in logs.visible_entries()} == {0}
-        await pilot.press("n")  # rank 1 printed nothing in this run: an empty view, not an error
+        await pilot.press("right_square_bracket")  # rank 1 printed nothing here: an empty view
         assert logs.ranks == parse_ranks("1") and logs.visible_entries() == []
-        await pilot.press("n")
+        await pilot.press("right_square_bracket")
         assert logs.ranks is None
         await pilot.press("f", "w")
-        assert not logs.follow and logs.wrap
+        assert logs.follow and logs.wrap
         await pilot.press("ctrl+s")
         saved = screen.saved_path
         assert saved is not None and saved.read_text().startswith("[r")
         assert len(saved.read_text().splitlines()) == len(logs.visible_entries())
+
+
+async def test_log_search_moves_between_matches_and_esc_closes_it_first(server: EmbeddedServer) -> None:
+    with MlbenchClient(server.url, server.info.admin_token) as client:
+        (run,) = [r for r in client.list_runs() if r.name == SWEEP_2W]
+        client.post_logs(run.id, [f"step {i}: loss {1 / (i + 1):.3f}" for i in range(120)], rank=1)
+    app = make_app(server)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await _runs_loaded(pilot, app)
+        await _select(pilot, app, SWEEP_2W)
+        await pilot.press("enter")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, RunDetailScreen) and app.screen)
+        logs = screen.query_one(LogView)
+        await wait_for(pilot, lambda: len(logs.entries) == 130, what="logs")
+        await pilot.press("4", "slash", *"loss=", "enter")  # the six epoch lines
+        lines = logs.match_lines()
+        log = logs.query_one(RichLog)
+        texts = [strip.text for strip in log.lines]
+        assert len(lines) == 6 and all("epoch" in texts[i] for i in lines)  # not the goal line
+        assert logs.match == lines[0]  # the first match, in view
+        await pilot.pause()
+        assert log.scroll_y <= lines[0] < log.scroll_y + log.scrollable_content_region.height
+        assert f"(match 1/{len(lines)})" in str(logs.query_one("#log-status").render())
+        await pilot.press("n")
+        assert logs.match == lines[1 % len(lines)]
+        await pilot.press("N", "N")  # back to the first, then around to the last
+        assert logs.match == lines[-1]
+        await pilot.press("slash")
+        assert screen.query_one("#log-search", Input).display
+        await pilot.press("escape")  # closes the search box
+        assert not screen.query_one("#log-search", Input).display and app.screen is screen
+        await pilot.press("escape")  # clears the highlight
+        assert logs.pattern is None and app.screen is screen
+        await pilot.press("escape")  # then leaves the run
+        assert isinstance(app.screen, RunsScreen)
 
 
 async def test_compare_marked_runs(server: EmbeddedServer) -> None:

@@ -195,3 +195,46 @@ def test_first_run_screen(snap_compare: Any, fixed_empty_server: EmbeddedServer)
         await pilot.pause(0.2)
 
     assert snap_compare(_app(fixed_empty_server), terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.fixture
+def fixed_gpu_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """The real H200 holdout store on the fixed port: a bf16 ResNet-20 GPU run with NVML telemetry."""
+    from tests.tui.conftest import gpu_store_copy
+
+    if not _port_free(PORT):
+        pytest.skip(f"port {PORT} is taken: snapshots need a fixed server URL")
+    srv = EmbeddedServer(gpu_store_copy(tmp_path, "holdout"), port=PORT, record=False).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_gpu_run_overview(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=SIZE, run_before=_open("g-energy-nccl-1w"))
+
+
+def test_gpu_run_charts(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    run_before = _open("g-energy-nccl-1w", "3", ready=_charts_filled)
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=(140, 60), run_before=run_before)
+
+
+def test_one_rank_allreduce_run_charts(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    run_before = _open("g-race-nccl-1w-r7", "3", ready=_charts_filled)
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=SIZE, run_before=run_before)
+
+
+def test_compare_one_rank_allreduce_runs(snap_compare: Any, fixed_gpu_server: EmbeddedServer) -> None:
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await _until(pilot, lambda: getattr(app.screen, "loaded", False))
+        for name in ("g-race-nccl-1w-r7", "g-race-nccl-1w-r6"):
+            names = [r.name for r in app.screen.rows]
+            app.screen.query_one("#runs").move_cursor(row=names.index(name))
+            await pilot.press("space")
+        await pilot.press("c")
+        await _until(pilot, lambda: type(app.screen).__name__ == "CompareScreen" and app.screen.charted)
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(fixed_gpu_server), terminal_size=(140, 50), run_before=run_before)

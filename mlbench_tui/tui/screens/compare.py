@@ -41,6 +41,7 @@ from mlbench_tui.tui.rows import CompareRow, compare_rows
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
+from mlbench_tui.tui.widgets.sweep_table import sweep_table
 from mlbench_tui.tui.widgets.table import FittedTable
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
 
 SPEEDUP_TITLE = "speedup vs workers"
 BUSBW_TITLE = "all-reduce bus bandwidth (GB/s)"
+LATENCY_TITLE = "all-reduce latency p50 (us): one rank moves no data, so no bandwidth"
 
 
 def chart_lines(figures: list[Figure], panel_title: str) -> list[tuple[str, list[tuple[float, float]]]]:
@@ -265,7 +267,9 @@ class CompareScreen(Screen[None]):
         note = Text(f"sorted by {self.sort}", style="grey50")
         if missing:
             note.append(f"   {missing} run(s) no longer in the store", style="yellow")
-        self.query_one("#configs", Static).update(_stack(note, config_table(ordered)))
+        sweep = sweep_table(ordered, self.sweeps)
+        parts = (note, sweep) if sweep is not None else (note, config_table(ordered))
+        self.query_one("#configs", Static).update(_stack(*parts))
 
     def _chart(self) -> None:
         """Draw the report's speedup and bus bandwidth lines of the compared runs."""
@@ -282,6 +286,9 @@ class CompareScreen(Screen[None]):
             chart = self.query_one(chart_id, MetricChart)
             chart.clear()
             lines = chart_lines(figures, panel)
+            if not lines and panel == "Bus bandwidth":  # one-rank sweeps: latency only
+                lines = chart_lines(figures, "Latency p50")
+                title = LATENCY_TITLE if lines else title
             for label, points in lines:
                 chart.add_points(label, points, label)
             chart.border_title = title if lines else f"{title}: {empty}"

@@ -21,10 +21,11 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.formatting import format_number
 from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
-from mlbench_tui.spec.tasks import default_charts, sweep_of
+from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
-from mlbench_tui.tui import rank_telemetry
+from mlbench_tui.tui import rank_telemetry, run_charts
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import HistoryPlan, RunFeed, fetch_history
 from mlbench_tui.tui.goal import find_underused, goal_status
@@ -83,11 +84,11 @@ def per_rank(name: str) -> bool:
 
 def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan:
     """What a run screen reads when it opens, and its stream summarises: its charts (by default
-    those of ``default_charts``), the goal metric (goal progress) and every rank's step time and
+    those of ``run_charts.opening_charts``), the goal metric (goal progress) and every rank's step time and
     tracker totals (rank table): their history on a run of a few ranks, each rank's latest
     value on a wide one."""
     goal = run.goal.metric if run.goal is not None else None
-    names = list(charts) if charts is not None else default_charts(run.task, goal)
+    names = list(charts) if charts is not None else run_charts.opening_charts(run)
     if goal and goal not in names:
         names.append(goal)
     if not wide(run):
@@ -236,7 +237,7 @@ class RunDetailScreen(RunLogsActions):
             logs = self.query_one(LogView)
             logs.origin_t = _ts(run.started) or _ts(run.created)
             logs.ranks_seen.update(range(run.workers))
-            self.chart_metrics = default_charts(run.task, run.goal.metric if run.goal is not None else None)
+            self.chart_metrics = run_charts.opening_charts(run)
             self._build_charts()
         self._update_title()
 
@@ -261,8 +262,10 @@ class RunDetailScreen(RunLogsActions):
             if chart is None:
                 continue
             xs = [float(s) if s is not None else t for s, t in zip(band.step, band.t, strict=True)]
+            scale = run_charts.look(band.name).scale
             for key, label in BANDS:
-                chart.add_points(key, list(zip(xs, getattr(band, key), strict=True)), label=label)
+                ys = [y * scale for y in getattr(band, key)]
+                chart.add_points(key, list(zip(xs, ys, strict=True)), label=label)
             if xs:
                 self._band_x = max(self._band_x, xs[-1])
 
@@ -297,6 +300,18 @@ class RunDetailScreen(RunLogsActions):
                 self._chart_points(d.name, d.rank, d)
         if band_x is not None and self._wide:
             self._live_band(float(band_x))
+        if not charts_only:
+            self._label_gpu_memory()
+
+    def _label_gpu_memory(self) -> None:
+        """The GPU memory chart's subtitle: the GPU's total, which a rank reports once."""
+        chart = self._charts.get(sm.GPU_MEM_USED_MIB)
+        if chart is None or chart.border_subtitle:
+            return
+        totals = [v.telemetry.gpu_mem_total_mib for v in self.ranks.values()]
+        known = [t for t in totals if t is not None]
+        if known:
+            chart.border_subtitle = f"of {format_number(max(known) / 1024)} GiB per GPU"
 
     @property
     def _wide(self) -> bool:
@@ -313,7 +328,8 @@ class RunDetailScreen(RunLogsActions):
             return
         if not per_rank(name):
             if rank == self._chart_rank(name):
-                chart.add_points(f"r{rank}", delta.xy(), label=name)
+                scale = run_charts.look(name).scale
+                chart.add_points(f"r{rank}", [(x, y * scale) for x, y in delta.xy()], label=name)
             return
         if not self._wide:
             shown = rank < MAX_RANK_SERIES
@@ -323,7 +339,8 @@ class RunDetailScreen(RunLogsActions):
             shown = rank == self._chart_rank(name)
         if not shown:
             return
-        points = delta.xy()
+        scale = run_charts.look(name).scale
+        points = [(x, y * scale) for x, y in delta.xy()]
         label = f"rank {rank}"
         if sm.is_sys(name):  # sampled in time: x is seconds since the run started
             origin = self._time_origin(points)
@@ -353,10 +370,11 @@ class RunDetailScreen(RunLogsActions):
             return
         values = [v for v, _ in pairs]
         self._band_x = x = max(self._band_x, x)
+        scale = run_charts.look(STEP_TIME).scale
         for (key, label), value in zip(
             BANDS, (percentile(values, 50), percentile(values, 90), values[-1]), strict=True
         ):
-            chart.add_points(key, [(x, value)], label=label)
+            chart.add_points(key, [(x, value * scale)], label=label)
 
     def chart_rank(self, rank: int) -> None:
         """Chart one rank's step time beside the bands (a wide run; another rank replaces it)."""
@@ -399,8 +417,11 @@ class RunDetailScreen(RunLogsActions):
             chart = old.pop(name, None)
             if chart is None:
                 sweep = sweep_of(name)
+                look = run_charts.look(name)
                 chart = MetricChart(
-                    name,
+                    look.title,
+                    metric=name,
+                    scale=look.scale,
                     goal=goal.target if goal is not None and goal.metric == name else None,
                     x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
@@ -417,7 +438,7 @@ class RunDetailScreen(RunLogsActions):
             grid.mount_all(added)
         grid.styles.grid_size_rows = max(1, math.ceil(len(self._charts) / 2))
         if self.run is not None and added and self._charts_built:  # the first ones come with the run
-            names = [str(c.border_title) for c in added]
+            names = [name for name, c in self._charts.items() if c in added]
             self._load_history(chart_plan(self.run, names))
             if self.rank_on_chart is not None and STEP_TIME in names:
                 self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=self.rank_on_chart), replace=False)

@@ -51,9 +51,36 @@ class RunLogsActions(Screen[None]):
         if error:
             self.notify(error, severity="error")
             return
-        if not event.value:
-            event.input.display = False
+        event.input.display = False
         self._logs().query_one("RichLog").focus()
+        if event.value and self._logs().goto_match() is None:
+            self.notify(f"no line matches /{event.value}/", severity="warning")
+
+    def action_next_match(self) -> None:
+        self._step_match(1)
+
+    def action_previous_match(self) -> None:
+        self._step_match(-1)
+
+    def _step_match(self, step: int) -> None:
+        self.action_show_tab("logs")
+        logs = self._logs()
+        if logs.pattern is None:
+            self.notify("search first (/): n and N move between its matches", severity="warning")
+        elif logs.goto_match(step) is None:
+            self.notify(f"no line matches /{logs.pattern.pattern}/", severity="warning")
+
+    def action_back(self) -> None:
+        """Esc closes an open search or rank box, then clears the search highlight, then leaves."""
+        boxes = [box for box in self.query(Input) if box.display]
+        if boxes:
+            for box in boxes:
+                box.display = False
+            self._logs().query_one("RichLog").focus()
+        elif self._logs().pattern is not None:
+            self._logs().set_pattern("")
+        else:
+            self.app.pop_screen()
 
     def action_filter_ranks(self) -> None:
         self.action_show_tab("logs")

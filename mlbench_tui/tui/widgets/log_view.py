@@ -78,6 +78,8 @@ class LogView(Vertical):
         self.pattern: re.Pattern[str] | None = None
         self.shown = 0  # lines currently written to the RichLog
         self.live = True  # lines are written as they come (see set_live)
+        self.match: int | None = None  # the log line the search last moved to
+        self._match_note = ""  # where that line is among the matches, for the status line
         self._stale = False  # lines came, or a filter changed, while not live
 
     def compose(self) -> ComposeResult:
@@ -156,6 +158,7 @@ class LogView(Vertical):
             self._update_status()
             return
         self._stale = False
+        self.match, self._match_note = None, ""  # the lines move: a search starts over
         log = self.query_one(RichLog)
         log.clear()
         log.wrap = self.wrap
@@ -175,8 +178,41 @@ class LogView(Vertical):
                 self.pattern = re.compile(pattern)
             except re.error as exc:
                 return f"invalid regex {pattern!r}: {exc}"
+            self.follow = False  # the view stays where the search moves it
         self.redraw()
         return None
+
+    def match_lines(self) -> list[int]:
+        """Lines of the log, as drawn, that match the search pattern."""
+        if self.pattern is None:
+            return []
+        return [i for i, strip in enumerate(self.query_one(RichLog).lines) if self.pattern.search(strip.text)]
+
+    def goto_match(self, step: int = 0) -> int | None:
+        """Move to the first matching line (``step`` 0), or the next (1) or previous (-1) one
+        from the last, wrapping around; following stops so the line stays in view. Returns
+        the line, None when nothing matches."""
+        lines = self.match_lines()
+        if not lines:
+            self.match, self._match_note = None, " (no match)"
+            self._update_status()
+            return None
+        current = self.match
+        if step == 0 or current is None:
+            match = lines[0] if step >= 0 else lines[-1]
+        elif step > 0:
+            match = next((i for i in lines if i > current), lines[0])
+        else:
+            match = next((i for i in reversed(lines) if i < current), lines[-1])
+        self.match, self._match_note = match, f" (match {lines.index(match) + 1}/{len(lines)})"
+        self.follow = False
+        log = self.query_one(RichLog)
+        # after the scroll to the end that writing the lines queued
+        log.scroll_to(
+            y=max(0, match - log.scrollable_content_region.height // 2), animate=False, immediate=False
+        )
+        self._update_status()
+        return match
 
     def cycle_rank(self) -> None:
         """All ranks -> rank 0 -> rank 1 -> ... -> all ranks (from a rank set: its next rank)."""
@@ -225,6 +261,7 @@ class LogView(Vertical):
         status.append(_ranks_label(self.ranks))
         status.append("   search: ", style="bold")
         status.append(f"/{self.pattern.pattern}/" if self.pattern else "—")
+        status.append(self._match_note)
         if self.only_matches:
             status.append(" (matching lines only)")
         status.append("   follow: ", style="bold")

@@ -41,13 +41,16 @@ class MetricChart(Widget):
         goal: float | None = None,
         x_label: str = "step",
         log_x: bool = False,
+        metric: str | None = None,
+        scale: float = 1.0,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.border_title = title
-        self.metric_name = title  # the legend shows each series' latest value in this metric's unit
+        self.metric_name = metric or title  # the legend shows each series' latest value in its unit
+        self.scale = scale  # points are the metric's values times this (us for seconds, GiB for MiB)
         self.goal = goal
         self.x_label = x_label
         self.log_x = log_x
@@ -101,7 +104,7 @@ class MetricChart(Widget):
         legend = []
         for key, s in self._series.items():
             last = s.last
-            value = f" {format_metric(self.metric_name, last[1])}" if last else ""
+            value = f" {format_metric(self.metric_name, last[1] / self.scale)}" if last else ""
             legend.append(f"{self._labels[key]}{value}")
         x_label = f"log10 {self.x_label}" if self.log_x else self.x_label
         rows = draw_chart(series, width, height, goal=self.goal, x_label=x_label, legend=legend)

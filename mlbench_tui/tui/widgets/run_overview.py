@@ -16,7 +16,7 @@ from rich.text import Text
 from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_money
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
-from mlbench_tui.results.table import allreduce_text, telemetry_lines, value_text
+from mlbench_tui.results.table import allreduce_text, checks_lines, telemetry_lines, value_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -71,12 +71,27 @@ def summary_renderable(run: RunDetail) -> Group:
         ("started", _when(run.started)),
         ("finished", _when(run.finished)),
     ]
-    hyper = plan.hyperparameters if plan is not None else {}
+    hyper = ran_hyperparameters(plan) if plan is not None else []
     parts: list[Any] = [_kv_table(rows, "Run")]
     if hyper:
         parts.append(Text(""))
-        parts.append(_kv_table(sorted(hyper.items()), "Hyperparameters"))
+        parts.append(_kv_table(hyper, "Hyperparameters (as run)"))
     return Group(*parts)
+
+
+def ran_hyperparameters(plan: RunPlan) -> list[tuple[str, Text]]:
+    """The plan's hyperparameters as the ranks used them: a synthetic run's ``data.options`` may
+    shrink the model (``bptt``, ``hidden_size``, ...), and the ranks take those over the plan's."""
+    options = plan.data.options if plan.data.source == "synthetic" else {}
+    rows = []
+    for key, value in sorted(plan.hyperparameters.items()):
+        if key in options and options[key] != value:
+            text = Text(str(options[key]), style="bold")
+            text.append(f"  (data.options; plan {value})", style="grey50")
+            rows.append((key, text))
+        else:
+            rows.append((key, Text(str(value))))
+    return rows
 
 
 def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wire.RunStop | None) -> Group:
@@ -116,13 +131,18 @@ def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wir
             rows.append((f"all-reduce {dtype}", text))
             if entry.note:
                 rows.append(("", entry.note))
+        rows += checks_lines(result)
         parts.append(_kv_table(rows, "Result"))
+    # a failure is said once: the stop reason and the run's error repeat a rank's failure
+    failed = [f"rank {failure.rank} failed: {failure.exception}" for failure in failures]
+    said = {*failed, *([run.error] if run.error else [])}
     if stop:
-        parts.append(Text(f"stopped: {stop.status} {stop.reason or ''}", style="grey62"))
-    if run.error:
+        reason = "" if stop.reason in said else stop.reason or ""
+        parts.append(Text(f"stopped: {stop.status} {reason}".rstrip(), style="grey62"))
+    if run.error and run.error not in failed:
         parts.append(Text(f"error: {run.error}", style="bold red"))
-    for failure in failures:
-        parts.append(Text(f"rank {failure.rank} failed: {failure.exception}", style="bold red"))
+    for failure, failure_line in zip(failures, failed, strict=True):
+        parts.append(Text(failure_line, style="bold red"))
         tb = failure.traceback.strip()
         if tb:
             parts.append(Text(tb, style="red"))
