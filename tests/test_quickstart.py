@@ -46,7 +46,8 @@ def test_quickstart_reaches_its_goal_through_the_cli(
     assert result.returncode == 0, result.stderr
     took = r"(?:[\d.]+ s|\d+ m \d\d s)"  # the time to accuracy, however long a busy machine takes
     assert re.search(
-        rf"quickstart-gloo-2w\s+succeeded\s+fp32\s+Prec@1 [\d.]+ \(goal >= 70.0\)\s+yes\s+{took}", result.stdout
+        rf"quickstart-gloo-2w\s+succeeded\s+fp32\s+Prec@1 [\d.]+ \(goal >= 70.0\)\s+yes\s+{took}",
+        result.stdout,
     ), result.stdout + result.stderr
     assert "epoch 1/" in result.stderr  # live progress
 
