@@ -45,6 +45,7 @@ def test_the_shipped_table_has_the_gpu_anchors_and_reads_typed() -> None:
     assert ("H200", "1a", "fp32", "eager", "step_time_ms") in keys
     assert ("H200", "1a", "bf16", "graphs", "step_floor_ms") in keys
     assert ("H100", "1a", "bf16", "eager", "step_time_ms") in keys
+    assert ("cpu: AMD EPYC x2", "1a", "fp32", "eager", "step_time_ms") in keys  # this machine, from cpu_suite
     assert all(r.value > 0 and r.tolerance > 0 and r.measured[:4] == "2026" for r in rows)
     assert len({r.key() for r in rows}) == len(rows)  # one row per key
 
