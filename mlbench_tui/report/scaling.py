@@ -198,8 +198,24 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
             cost_panel(records, colours),
         ),
         section="Scaling",
-        notes=tuple(notes + ref_notes),
+        notes=tuple(notes + score_notes(results) + ref_notes),
     )
+
+
+def score_notes(results: Sequence[RunResult]) -> list[str]:
+    """What each point of a line rests on, where it is not simply one run: the olympic mean of
+    how many repeats, the one-worker runs its speedup rests on, and the runs left out and why."""
+    notes = []
+    for score in score_configs(results):
+        if score.runs <= 1 and not score.left_out:
+            continue
+        text = f"{score.label}: olympic mean of {score.reached} of {score.runs} runs"
+        if score.baseline_runs:
+            text += f", speedup against {score.baseline_runs} one-worker run(s)"
+        if score.left_out:
+            text += "; left out: " + ", ".join(f"{o.name} ({o.reason})" for o in score.left_out)
+        notes.append(text)
+    return notes
 
 
 def _missed(records: Sequence[RunRecord], colours: dict[str, str]) -> tuple[list[Mark], list[str]]:

@@ -139,6 +139,17 @@ def test_failed_and_missed_runs_are_marked_and_named_never_dropped() -> None:
     assert figures["run-spec-gloo-4w-r0"].notes[0] == "spec-gloo-4w-r0: failed: rank 3 exited with code 1"
 
 
+def test_a_point_says_how_many_repeats_it_rests_on_and_names_the_ones_left_out() -> None:
+    records = [
+        trained("gloo", 1, 0, 100.0),
+        trained("gloo", 1, 1, 110.0),
+        trained("gloo", 1, 2, 120.0),
+        trained("gloo", 1, 3, None, state=RunState.CANCELLED, wall=5.0),
+    ]
+    notes = by_key(build_figures(records))["scaling-spec"].notes
+    assert "spec gloo fp32 1w: olympic mean of 3 of 4 runs; left out: spec-gloo-1w-r3 (cancelled)" in notes
+
+
 def test_published_baselines_are_drawn_with_source_hardware_and_their_own_goal() -> None:
     figure = by_key(build_figures([trained("gloo", 1, 0, 100.0)]))["scaling-spec"]
     refs = figure.panel("Time to accuracy").refs
