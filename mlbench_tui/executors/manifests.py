@@ -4,13 +4,11 @@
 ``Job``, or the Kubeflow ``MPIJob`` for the mpi backend), then the ``Secret`` with the run's write
 token, the ``ConfigMap`` with the worker config and the plan, and the headless ``Service`` that
 gives rank 0 a stable DNS name. One pod per node: with ``ranks_per_node`` above 1 the pod's torchrun
-starts that node's ranks (one GPU each, rendezvous with pod 0), so ranks on one node talk through
-NVLink and shared memory; a GPU run selects nodes labelled with its GPU model. Objects are one per
-run whatever its size (no per-rank object), so 1,024 ranks render as fast as 2. Every object carries
-the ``app.kubernetes.io/*`` labels and ``mlbench.io/run-id``; the executor sets ``ownerReferences``
-to the owner once the API server has given it a uid, so deleting the Job (cancel, or
-``ttlSecondsAfterFinished``) removes everything. Nothing here talks to a cluster or imports the
-kubernetes client.
+starts that node's ranks (one GPU each), so they share NVLink and memory; a GPU run selects nodes
+labelled with its GPU model. No object per rank, so 1,024 ranks render as fast as 2. Every object
+carries the ``app.kubernetes.io/*`` labels and ``mlbench.io/run-id``; the executor sets
+``ownerReferences`` to the owner once it has a uid, so deleting the Job removes everything.
+Nothing here talks to a cluster or imports the kubernetes client.
 """
 
 from __future__ import annotations
