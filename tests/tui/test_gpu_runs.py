@@ -142,9 +142,13 @@ async def test_a_failure_is_shown_once(holdout_server: EmbeddedServer) -> None:
     app = make_app(holdout_server)
     async with app.run_test(size=(140, 45)) as pilot:
         screen = await _open(pilot, app, "g-model-nccl-1w")
-        text = await wait_for(
-            pilot, lambda: "rank 0 failed" in (t := _overview(screen)) and t, what="failure"
-        )
+        def shown() -> str | None:  # the failure line and its traceback arrive in separate reads
+            text = _overview(screen)
+            flat = " ".join(text.split())
+            done = "rank 0 failed" in text and flat.count("but the spec asks for A100") >= 2
+            return text if done and "stopped: failed" in text else None
+
+        text = await wait_for(pilot, shown, what="the failure and its traceback")
         flat = " ".join(text.split())
         assert flat.count("but the spec asks for A100") == 2  # the failure line and its traceback's last
         assert "error: rank 0 failed" not in flat  # the run's error repeats the rank's failure
