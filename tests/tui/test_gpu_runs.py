@@ -142,6 +142,7 @@ async def test_a_failure_is_shown_once(holdout_server: EmbeddedServer) -> None:
     app = make_app(holdout_server)
     async with app.run_test(size=(140, 45)) as pilot:
         screen = await _open(pilot, app, "g-model-nccl-1w")
+
         def shown() -> str | None:  # the failure line and its traceback arrive in separate reads
             text = _overview(screen)
             flat = " ".join(text.split())
