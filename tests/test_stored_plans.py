@@ -16,15 +16,12 @@ from mlbench_tui.spec.loader import load_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.store.reader import StoreReader
 
-RECORDED = Path("shared") / "fixtures" / "h200-2026-11-27"  # beside the checkout (read-only)
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "stores" / "h200-2026-11-27"  # read-only copies
 STORES = ("suite", "holdout")
 
 
 def _runs(tmp_path: Path, store: str) -> Iterator[RunDetail]:
-    here = Path(__file__).resolve().parents
-    source = next((p / RECORDED / store for p in here if (p / RECORDED / store).is_dir()), None)
-    if source is None:
-        pytest.skip(f"no {RECORDED / store} above this checkout")
+    source = RECORDED / store
     copy = tmp_path / store
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("state"))
     for path in copy.rglob("*"):
