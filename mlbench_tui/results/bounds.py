@@ -17,7 +17,7 @@ from mlbench_worker import sysmetrics as sm
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.results.model import RunResult, Suspect
 from mlbench_tui.results.reference import ReferenceRow, machine_class, table
-from mlbench_tui.results.time_to_accuracy import MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint, last_per_rank
 
 FLOOR = "step_floor_ms"
 """Reference rows of the whole training step in one CUDA graph: the device's fastest step."""
@@ -77,7 +77,7 @@ def _utilisation(result: RunResult) -> list[Suspect]:
 
 def _phases(result: RunResult, metrics: list[MetricPoint]) -> list[Suspect]:
     split = result.time_split
-    train = _last_per_rank(metrics, "time_train")
+    train = last_per_rank(metrics, "time_train")
     if split is None or not train:
         return []
     phases = split.compute + split.communication + split.preprocess + split.metrics
@@ -155,15 +155,3 @@ def _energy(result: RunResult, metrics: list[MetricPoint]) -> list[Suspect]:
                 )
             )
     return found
-
-
-def _last_per_rank(metrics: Iterable[MetricPoint], name: str) -> dict[int, float]:
-    """Each rank's latest value of ``name`` (by step, then time)."""
-    last: dict[int, tuple[tuple[int, float], float]] = {}
-    for point in metrics:
-        if point.name != name:
-            continue
-        order = (point.step or 0, point.t or 0.0)
-        if point.rank not in last or order >= last[point.rank][0]:
-            last[point.rank] = (order, point.value)
-    return {rank: value for rank, (_, value) in last.items()}

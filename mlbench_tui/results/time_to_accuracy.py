@@ -136,18 +136,21 @@ def _epoch_end(events: list[EventRecord], epoch: float | None) -> wire.EpochEnd 
     return next((e.payload for e in ev.of(events, wire.EpochEnd, rank=0) if e.payload.epoch == epoch), None)
 
 
+def last_per_rank(metrics: Iterable[MetricPoint], name: str) -> dict[int, float]:
+    """Each rank's final value of the cumulative metric ``name`` (reports in time order)."""
+    return {point.rank: point.value for point in _ordered(p for p in metrics if p.name == name)}
+
+
 def time_split(metrics: Iterable[MetricPoint]) -> TimeSplit | None:
     """Mean over ranks of each rank's final tracker totals, plus compute and communication
     fractions of their sum; None when the run reported no tracker totals."""
-    last: dict[tuple[str, int], MetricPoint] = {}
-    for point in _ordered(p for p in metrics if p.name in TRACKER_TOTALS):
-        last[(point.name, point.rank)] = point
-    if not last:
+    metrics = list(metrics)
+    finals = {name: last_per_rank(metrics, name) for name in TRACKER_TOTALS}
+    if not any(finals.values()):
         return None
     split: dict[str, float] = {}
-    for name in TRACKER_TOTALS:
-        per_rank = [p.value for (n, _), p in last.items() if n == name]
-        split[name.removeprefix("time_")] = sum(per_rank) / len(per_rank) if per_rank else 0.0
+    for name, per_rank in finals.items():
+        split[name.removeprefix("time_")] = sum(per_rank.values()) / len(per_rank) if per_rank else 0.0
     total = sum(split[key] for key in ("compute", "communication", "preprocess", "metrics"))
     split["compute_fraction"] = split["compute"] / total if total > 0 else 0.0
     split["communication_fraction"] = split["communication"] / total if total > 0 else 0.0
