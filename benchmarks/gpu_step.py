@@ -26,6 +26,7 @@ machine without an NVIDIA GPU it says so and exits 0.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import sys
@@ -54,9 +55,12 @@ def no_gpu_message() -> str | None:
     return None
 
 
-def _sides(precision: str, channels_last: bool, batch: int, smoke: bool) -> dict[str, Callable[[], None]]:
-    """The four sides, built on the GPU, or with ``smoke`` on the CPU with every capture going
-    through ``ReplayCapture`` (the same static buffers, copy-in and replays, run eagerly)."""
+def side_builders(
+    precision: str, channels_last: bool, batch: int, smoke: bool
+) -> dict[str, Callable[[], Callable[[], None]]]:
+    """How to build each of the four sides (one step per call), on the GPU, or with ``smoke`` on
+    the CPU with every capture going through ``ReplayCapture`` (the same static buffers, copy-in
+    and replays, run eagerly). A side is built only when asked for, so one can run alone."""
     import torch
     from mlbench_worker.comm import SingleComm
     from mlbench_worker.data import cifar10
@@ -125,7 +129,8 @@ def _sides(precision: str, channels_last: bool, batch: int, smoke: bool) -> dict
 
     def plain_graph() -> Callable[[], None]:
         """torch's whole-network recipe: warm up, capture forward, backward and step in one graph
-        (gradients made inside it), then refill the static batch before each replay."""
+        (gradients made inside it), then refill the static batch before each replay. The side
+        keeps its model and optimizer: the graph updates their memory but does not own it."""
         model, optimizer, batches = plain_parts()
         static_inputs, static_target = (t.clone() for t in next(batches))
         graphs = capture()
@@ -150,14 +155,20 @@ def _sides(precision: str, channels_last: bool, batch: int, smoke: bool) -> dict
             static_target.copy_(target)
             replay()
 
-        return one
+        return functools.partial(_keeping, one, (model, optimizer))
 
     return {
-        "plain eager": plain_eager(),
-        "plain graph": plain_graph(),
-        "ours eager": ours(False),
-        "ours graphs": ours(True),
+        "plain eager": plain_eager,
+        "plain graph": plain_graph,
+        "ours eager": lambda: ours(False),
+        "ours graphs": lambda: ours(True),
     }
+
+
+def _keeping(step: Callable[[], None], owned: tuple[Any, ...]) -> None:
+    """Run ``step``; bound with ``functools.partial``, the side holds ``owned`` (what its graph
+    writes: a graph holds addresses, not tensors) for as long as it lives."""
+    step()
 
 
 def _busy_share(step: Callable[[], None], steps: int) -> float:
@@ -185,7 +196,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for precision, channels_last in PRECISIONS:
-        sides = _sides(precision, channels_last, args.batch, args.smoke)
+        builders = side_builders(precision, channels_last, args.batch, args.smoke)
+        sides = {name: build() for name, build in builders.items()}
         for fn in sides.values():  # warm-up: cuDNN plans, lazy state, the first capture
             for _ in range(1 if args.smoke else REPORT_EVERY + 2):
                 fn()

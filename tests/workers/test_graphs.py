@@ -9,6 +9,7 @@ fails when it ran other ops, other constants or other pre-existing tensors than 
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -256,9 +257,37 @@ def test_a_static_input_rebound_instead_of_refilled_is_replayed_stale() -> None:
     assert replay is not None
     replay()
     assert out.tolist() == [10.0, 10.0, 10.0]
+    captured = x  # its owner keeps the captured buffer, but binds a new one
     x = torch.full((3,), 7.0)
     replay()
-    assert out.tolist() == [10.0, 10.0, 10.0]
+    assert out.tolist() == [10.0, 10.0, 10.0] and captured.tolist() == [5.0, 5.0, 5.0]
+
+
+def test_a_replay_on_memory_its_owner_freed_fails_on_cpu() -> None:
+    """What gpu_step's whole-step side did: its model and optimizer were reachable only from the
+    capture's closures, so they were freed while the graph still updated them (on a GPU the
+    replays overwrote another side's labels). The stand-in holds pre-existing tensors weakly, as
+    a graph does, and refuses the replay."""
+
+    def captured() -> Any:
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = torch.ones(8, 4)
+
+        def step() -> None:
+            model(x).square().mean().backward()
+            optimizer.step()
+
+        step()  # warm-up: the momentum buffers exist before the capture
+        (replay,) = ReplayCapture().capture([step])
+        assert replay is not None
+        replay()  # the owner still holds the model: fine
+        return replay  # the model and optimizer go with this frame
+
+    replay = captured()
+    gc.collect()
+    with pytest.raises(CaptureError, match="freed after capture"):
+        replay()
 
 
 class _MovesItsWeights(ResNet20Trainer):
