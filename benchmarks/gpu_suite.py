@@ -7,8 +7,9 @@ in a throw-away ``MLBENCH_HOME`` (starting Python, torch and CUDA once per run, 
 processes per case), and their results are read once, typed (``RunResult``), through the
 server. Then graph mode is checked against eager (``benchmarks.graph_losses``: the same losses
 from the same seed). The table gives state, time to accuracy, median step time, the tracker's
-phase sum over the training time, peak GPU memory and CUDA-graph capture time; ``n/a`` marks a
-figure the case has no such thing for (0a has no goal or steps; eager runs capture nothing).
+phase sum over the training time, peak GPU memory, CUDA-graph capture time and the startup
+(run created to the slowest rank's first step; its largest parts summarised below); ``n/a``
+marks a figure the case has no such thing for (0a has no goal or steps; eager runs capture nothing).
 Exits 1 when a run failed or missed its goal, a case did not run within the budget, or graph
 mode's losses left the tolerance. On a machine without an NVIDIA GPU it says so and exits 0.
 
@@ -353,7 +354,7 @@ def table(all_cases: Sequence[Case], header: str) -> str:
     lines = [
         header,
         f"  {'task':<5} {'precision':<9} {'graphs':<6} {'state':<10} {'TTA s':>7} {'step ms':>8} "
-        f"{'phases/wall':>11} {'mem GiB':>8} {'capture s':>9}",
+        f"{'phases/wall':>11} {'mem GiB':>8} {'capture s':>9} {'start s':>7}",
     ]
     for case in all_cases:
         r = case.result
@@ -374,8 +375,39 @@ def table(all_cases: Sequence[Case], header: str) -> str:
             + _cell(memory, ".2f", 8)
             + " "
             + _cell(r.graph_capture_s if r else None, ".1f", 9, case.cuda_graphs)
+            + " "
+            + _cell(startup_s(r), ".1f", 7)
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *startup_summary(all_cases)])
+
+
+def startup_s(result: RunResult | None) -> float | None:
+    """Seconds from the run's creation to the end of its slowest rank's first step."""
+    startup = result.startup if result is not None else None
+    if startup is None or not startup.phases:
+        return None
+    return (startup.launcher_s or 0.0) + startup.rank_s
+
+
+def startup_summary(all_cases: Sequence[Case]) -> list[str]:
+    """Where a case's seconds go besides training: the median startup and its largest phase."""
+    import statistics
+
+    startups = [c.result.startup for c in all_cases if c.result is not None and c.result.startup]
+    totals = [t for t in (startup_s(c.result) for c in all_cases) if t is not None]
+    if not totals:
+        return []
+    phases: dict[str, list[float]] = {}
+    for startup in startups:
+        if startup.launcher_s is not None:
+            phases.setdefault(startup.launcher, []).append(startup.launcher_s)
+        for name, seconds in startup.phases.items():
+            phases.setdefault(name, []).append(seconds)
+    medians = {name: statistics.median(values) for name, values in phases.items()}
+    largest = sorted(medians.items(), key=lambda kv: -kv[1])[:4]
+    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in largest)
+    median = statistics.median(totals)
+    return [f"  startup per case (median of {len(totals)}): {median:.1f} s; largest parts (s): {parts}"]
 
 
 def _header(workers: int, device: str) -> str:

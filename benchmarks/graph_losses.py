@@ -5,9 +5,10 @@ two trainers are built from the same seed and config (dropout off: graphs draw r
 from other offsets than eager), one stepped eagerly and one through ``GraphedStep``, on the same
 batches; their per-step losses must agree within a relative tolerance: 1e-5 in fp32, 2e-2 in
 bf16 and fp16 (reduced precision rounds each op; two orders of kernels may round differently).
-On a GPU the graphs are CUDA graphs; on CPU ``mlbench_worker.replay_capture.ReplayCapture`` replays
-the ops each phase recorded on the captured tensors, so a stale input or a state not carried fails
-there too.
+On a GPU the graphs are CUDA graphs, and both sides run cuDNN's deterministic algorithms (its
+default fp32 convolution backward may accumulate with atomics: the check would measure that, not
+the graphs). On CPU ``mlbench_worker.replay_capture.ReplayCapture`` replays the ops each phase
+recorded on the captured tensors, so a stale input or a state not carried fails there too.
 
     python -m benchmarks graph_losses [--device cpu] [--steps 50] [--tasks 1a,2a,3a]
 """
@@ -70,6 +71,14 @@ class LossCheck:
         return max(abs(g - e) / max(abs(e), 1e-12) for e, g in zip(self.eager, self.graphs, strict=True))
 
     @property
+    def first_over(self) -> int | None:
+        """The first step (1-based) whose losses differ by more than the tolerance."""
+        for i, (e, g) in enumerate(zip(self.eager, self.graphs, strict=False), start=1):
+            if abs(g - e) / max(abs(e), 1e-12) > self.tolerance:
+                return i
+        return None
+
+    @property
     def ok(self) -> bool:
         diff = self.max_rel_diff
         return self.error is None and diff is not None and diff <= self.tolerance
@@ -124,9 +133,12 @@ def _losses(trainer: Any, steps: int, step_fn: Callable[[Any, Any], Any]) -> lis
 
 def check(task: str, precision: str, device: Any, steps: int, seed: int = 7) -> LossCheck:
     """Eager and graphed losses of ``task`` in ``precision`` over its first ``steps`` steps."""
+    import torch
     from mlbench_worker.graphs import CudaCapture, GraphedStep
     from mlbench_worker.replay_capture import ReplayCapture
 
+    deterministic = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True  # the same kernels, the same sums, on both sides
     try:
         eager = _trainer(task, precision, device, seed)
         eager_losses = _losses(eager, steps, eager.train_step)
@@ -137,6 +149,8 @@ def check(task: str, precision: str, device: Any, steps: int, seed: int = 7) -> 
         return LossCheck(task, precision, eager_losses, _losses(graphed, steps, runner.train_step))
     except Exception as exc:  # a crash is this check's verdict, not the caller's traceback
         return LossCheck(task, precision, [], [], error=f"{type(exc).__name__}: {exc}")
+    finally:
+        torch.backends.cudnn.deterministic = deterministic
 
 
 def graphed_cases(tasks: Sequence[str], precisions: Sequence[str]) -> list[tuple[str, str]]:
@@ -159,7 +173,8 @@ def table(checks: Sequence[LossCheck], steps: int) -> str:
     ]
     for c in checks:
         diff = c.max_rel_diff
-        verdict = "ok" if c.ok else (c.error or "MISMATCH")
+        first = c.first_over
+        verdict = "ok" if c.ok else (c.error or (f"MISMATCH from step {first}" if first else "MISMATCH"))
         lines.append(
             f"  {c.task:<5} {c.precision:<9} {len(c.graphs):>5} "
             f"{'-' if diff is None else format(diff, '.2e'):>12} {c.tolerance:>9.0e}  {verdict}"

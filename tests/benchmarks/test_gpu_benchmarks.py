@@ -91,11 +91,13 @@ def test_the_cpu_twin_applies_once_fills_every_column_and_checks_graph_losses(tm
         for line in proc.stdout.splitlines()
         if line.startswith("  2a    fp32      no")
     }
-    # task precision graphs state TTA step phases/wall mem capture
-    assert rows["0a"][3:] == ["succeeded", "n/a", "n/a", "n/a", rows["0a"][7], "n/a"]
+    # task precision graphs state TTA step phases/wall mem capture startup
+    assert rows["0a"][3:] == ["succeeded", "n/a", "n/a", "n/a", rows["0a"][7], "n/a", rows["0a"][9]]
     assert float(rows["0a"][7]) > 0  # peak memory of the rank
-    state, tta, step_ms, share, memory, capture = rows["2a"][3:]
+    state, tta, step_ms, share, memory, capture, startup = rows["2a"][3:]
     assert state == "succeeded" and capture == "n/a"
+    assert float(startup) > 0 and float(rows["0a"][9]) > 0  # run created to the first step's end
+    assert "startup per case (median of 2)" in proc.stdout  # and where those seconds went
     assert float(tta) >= 0 and float(step_ms) > 0 and float(memory) > 0  # TTA: 0.1 s here, 0.0 on a fast one
     assert 0.3 < float(share) <= 1.05  # the phases account for most of the training time
     check = next(line for line in proc.stdout.splitlines() if line.startswith("  2a    fp32          "))
