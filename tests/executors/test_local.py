@@ -31,6 +31,10 @@ print(f"rank {rank} threads {os.environ['OMP_NUM_THREADS']}", flush=True)
 mode = sys.argv[1]
 if mode == "crash" and rank == 1:
     raise RuntimeError("boom on rank 1")
+if mode == "exit3":
+    env = os.environ
+    print("world", env["WORLD_SIZE"], "local", env["LOCAL_RANK"], env["MASTER_ADDR"], flush=True)
+    sys.exit(3)
 time.sleep(60 if mode == "hang" else 0.2)
 """
 
@@ -57,9 +61,11 @@ def _launch(run_id: str) -> LaunchContext:
     return LaunchContext(run_id=run_id, server_url="http://127.0.0.1:9", write_token="secret-token")
 
 
-def _script_dryrun(executor: LocalExecutor, run_id: str, mode: str, backend: str = "gloo") -> DryRun:
+def _script_dryrun(
+    executor: LocalExecutor, run_id: str, mode: str, backend: str = "gloo", workers: int = 2
+) -> DryRun:
     """The executor's real dry run with the worker command swapped for RANK_SCRIPT."""
-    dry = executor.dryrun(_plan(backend), _launch(run_id))
+    dry = executor.dryrun(_plan(backend, workers), _launch(run_id))
     (command,) = dry.commands
     cut = command.index("mlbench_worker") - 2  # drop "-m mlbench_worker --config FILE"
     return dataclasses.replace(dry, commands=((*command[:cut], "-c", RANK_SCRIPT, mode),))
@@ -84,6 +90,25 @@ def test_dryrun_is_pure_and_exact(executor: LocalExecutor) -> None:
     assert dry.env["MLBENCH_RUN_TOKEN"] == "secret-token" and dry.env["MLBENCH_RUN_ID"] == "r-000000000001"
     assert dry.worker_config["world_size"] == 2
     assert not executor.runs_dir.exists()  # nothing written by a dry run
+
+
+def test_one_rank_starts_without_torchrun_as_rank_0_of_1(executor: LocalExecutor) -> None:
+    """torchrun's agent imports torch itself (seconds of every one-rank run on a GPU machine): a
+    run of one rank starts its rank directly, with the environment torchrun would give it, and
+    its exit code is the rank's."""
+    dry = executor.dryrun(_plan("gloo", 1), _launch("r-one"))
+    (command,) = dry.commands
+    assert "torch.distributed.run" not in command
+    assert command[1:3] == ("-m", "mlbench_tui.executors.rank_exec")
+    rendezvous = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
+    assert [dry.env[name] for name in rendezvous] == ["0", "0", "1", "1", "127.0.0.1"]
+    handle = executor.schedule(_script_dryrun(executor, "r-one", "exit3", workers=1))
+    status = executor.wait(handle, timeout=60)
+    assert status.state is RunState.FAILED
+    assert status.message == "rank 0 exited with code 3 (see its log: mlbench logs RUN --rank 0)"
+    log = list(executor.log_iter(handle, rank=0))
+    assert "world 1 local 0 127.0.0.1" in log  # and MASTER_PORT reserved for it, then released
+    assert not list((executor.runs_dir / ".ports").iterdir())
 
 
 def test_mpi_dryrun_flags() -> None:
