@@ -24,8 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+# The documented extension point for ``__torch_dispatch__`` modes ("Extending PyTorch"); torch
+# 2.11-2.13 export it from no public module, and a torch-function mode never sees backward's ops.
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 Replay = Callable[[], None]
 
@@ -70,6 +72,15 @@ def _map(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     if isinstance(value, dict):
         return {k: _map(v, fn) for k, v in value.items()}
     return value
+
+
+def tree_leaves(value: Any) -> list[Any]:
+    """The leaves of ``value`` (an op's args, kwargs or outputs: nested tuples, lists, dicts)."""
+    if isinstance(value, tuple | list):
+        return [leaf for v in value for leaf in tree_leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in tree_leaves(v)]
+    return [value]
 
 
 def _resolve(value: Any, func: Any) -> Any:
