@@ -164,11 +164,16 @@ SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
 
 
 def startup_text(figures: StartupFigures) -> str:
-    """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``."""
+    """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``; the
+    launcher's part with its split where the target reported it (``queued 3.00 s, spawned ...``)."""
     total = figures.rank_s + (figures.launcher_s or 0.0)
     parts = [f"{format_duration(total)} before training"]
     if figures.launcher_s is not None:
-        parts.append(f"{figures.launcher} {format_duration(figures.launcher_s)}")
+        launcher = f"{figures.launcher} {format_duration(figures.launcher_s)}"
+        if figures.launcher_parts:
+            split = ", ".join(f"{name} {format_duration(s)}" for name, s in figures.launcher_parts.items())
+            launcher += f" ({split})"
+        parts.append(launcher)
     phases = ", ".join(f"{name.replace('_', ' ')} {format_duration(s)}" for name, s in figures.phases.items())
     who = f"rank {figures.slowest_rank}" + (f" (slowest of {figures.ranks})" if figures.ranks > 1 else "")
     return "; ".join(parts) + f"; {who}: {phases}"
