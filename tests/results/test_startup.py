@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench_tui.lifecycle import LaunchMilestones
+from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.startup import launcher_parts, startup_figures
-from mlbench_tui.results.table import startup_text
+from mlbench_tui.results.table import render_results, startup_text
 from mlbench_tui.results.time_to_accuracy import EventRecord
 
 
@@ -51,6 +52,11 @@ def test_slurm_splits_the_launcher_part_into_queued_and_spawned() -> None:
     assert figures.launcher_parts["spawned"] == pytest.approx(3.0)  # job start -> first rank
     text = startup_text(figures)
     assert "; queued and spawned 6.80 s (queued 3.80 s, spawned 3.00 s); rank 1 (slowest of 2): " in text
+    table = render_results(
+        [RunResult(name="q-gloo-2w", task="0a", workers=2, state=RunState.SUCCEEDED, startup=figures)]
+    ).splitlines()
+    assert "START" in table[0] and "LAUNCHER" in table[0]
+    assert "7.00 s" in table[1] and "queued 3.80 s, spawned 3.00 s" in table[1]
 
 
 def test_kubernetes_splits_it_into_scheduled_pulled_started_and_spawn() -> None:
