@@ -86,6 +86,7 @@ class TaskInfo:
     no_cuda_graphs: str | None = None  # why the task's step cannot be captured in CUDA graphs
     reads_data: bool = True  # False: the task generates its inputs (0a) and a spec names no dataset
     batch_unit: str = "samples"  # what batch_size counts, as MLPerf's log names it
+    attention: bool = False  # the model has attention (MLPerf's lowest_numerical_precision_in_attn)
 
     @property
     def lr_linearly_scaled(self) -> bool:
@@ -206,6 +207,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             dataset="WMT16 EN-DE (train len <= 75, test <= 150)",
             goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=24.0, light=20.0),
             hyperparameters=hps.Gnmt,
+            attention=True,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
             notes="global_batch_size in sentences is split over workers x update_freq (gradient "
@@ -222,6 +224,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             dataset="WMT17 EN-DE (len <= 80)",
             goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=25.0, light=20.0),
             hyperparameters=hps.Transformer,
+            attention=True,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
             notes="global_batch_tokens (2^17) is split over workers x update_freq; linear warm-up "
