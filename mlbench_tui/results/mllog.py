@@ -64,8 +64,6 @@ MLPERF_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 _BATCH_KEYS = frozenset({"batch_size", "global_batch_size", "global_batch_tokens", "update_freq"})
 _PRECISIONS = {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16", "amp": "fp16"}
-# Hyperparameters a synthetic run of a task takes from its data options (tasks/awd_lstm.py).
-_SMOKE_SIZES: Mapping[str, tuple[str, ...]] = {"3a": ("bptt", "emb_size", "hidden_size", "num_layers")}
 
 
 class MllogUnavailable(MlbenchError):
@@ -202,7 +200,7 @@ def _config(
     yield "data_source", plan.data.source, {"path": plan.data.path, "options": dict(plan.data.options)}
     hp = dict(plan.hyperparameters)
     if plan.data.source == "synthetic":  # smoke sizes the worker takes from the data options
-        hp.update({k: v for k, v in plan.data.options.items() if k in _SMOKE_SIZES.get(plan.task, ())})
+        hp.update({k: v for k, v in plan.data.options.items() if k in task.synthetic_sizes})
     yield from _batch_entries(task, hp, plan.workers)
     for name, value in hp.items():
         if name in _BATCH_KEYS:

@@ -87,6 +87,8 @@ class TaskInfo:
     reads_data: bool = True  # False: the task generates its inputs (0a) and a spec names no dataset
     batch_unit: str = "samples"  # what batch_size counts, as MLPerf's log names it
     attention: bool = False  # the model has attention (MLPerf's lowest_numerical_precision_in_attn)
+    template_max_time: str = "2h"  # the max_time `mlbench spec TASK` writes into a new spec
+    synthetic_sizes: tuple[str, ...] = ()  # hyperparameters a synthetic run takes from its data options
 
     @property
     def lr_linearly_scaled(self) -> bool:
@@ -133,6 +135,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
     {
         "0a": TaskInfo(
             id="0a",
+            template_max_time="30m",
             name="allreduce",
             title="All-reduce bandwidth and latency",
             model="none (collective sweep)",
@@ -185,6 +188,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
         ),
         "3a": TaskInfo(
             id="3a",
+            template_max_time="12h",
+            synthetic_sizes=("bptt", "emb_size", "hidden_size", "num_layers"),
             name="awd-lstm-wikitext2",
             title="Language modelling: AWD-LSTM on WikiText-2",
             model="AWD-LSTM (3 layers, 400 emb, 1150 hidden, tied weights)",
@@ -201,6 +206,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
         ),
         "4a": TaskInfo(
             id="4a",
+            template_max_time="12h",
             name="gnmt-wmt16",
             title="Machine translation: GNMT on WMT16 EN-DE",
             model="GNMT (stacked residual LSTM with attention)",
@@ -218,6 +224,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
         ),
         "4b": TaskInfo(
             id="4b",
+            template_max_time="12h",
             name="transformer-wmt17",
             title="Machine translation: Transformer (base) on WMT17 EN-DE",
             model="Transformer base (Vaswani et al. 2017)",
