@@ -1,8 +1,8 @@
 """One command that checks a GPU machine: gpu_step, the GPU-only tests and gpu_suite in a budget.
 
-The parts run one after the other, each as its own process with its share of the budget
-(at most: gpu_step 16%, the tests marked ``gpu`` 8%; gpu_suite what is left); a part that overruns its
-share is stopped and the summary says so. Their output streams through; then one summary:
+The parts run one after the other, each as its own process with its share of the budget (at
+most: gpu_step 16%, the tests marked ``gpu`` 8%; gpu_suite what is left); a part that overruns
+its share is stopped and the summary says so. Their output streams through; then one summary:
 each part's verdict and time, and the machine's reference row (GPU model, step time per task,
 precision and implementation, 0a latency and bus bandwidth at a few sizes) ready for a
 reference table. The summary is also written to a file (``--out``, default
