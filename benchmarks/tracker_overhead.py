@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 
 from mlbench_worker.comm import Comm, SingleComm, TorchComm
+from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.centralized import centralized_sgd
 from mlbench_worker.tracker import Tracker
 
@@ -43,7 +44,8 @@ def make_steps(tracker: Any, comm: Comm | None = None) -> tuple[Callable[[], Non
     with ``comm``, gradients are averaged over the ranks by the runtime's CentralizedSGD."""
     torch.manual_seed(0)
     model = torch.nn.Linear(2000, 1)
-    opt = centralized_sgd(model.parameters(), comm or SingleComm(), {"lr": 0.1, "weight_decay": 2.5e-6})
+    settings = OptimizerSettings(lr=0.1, weight_decay=2.5e-6)  # task 2a's SGD
+    opt = centralized_sgd(model.parameters(), comm or SingleComm(), settings)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     x = torch.randn(128, 2000)
     y = (torch.rand(128, 1) > 0.5).float()

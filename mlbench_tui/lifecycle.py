@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from mlbench_tui.errors import ExecutorError
 
 
@@ -70,11 +72,45 @@ class RankStatus:
     message: str | None = None
 
 
+class LaunchMilestones(BaseModel):
+    """When the target reached each step of launching a run (UNIX seconds, None where it does
+    not know or has not reached it): what splits the launcher's part of the run's start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    submitted: float | None = Field(
+        default=None, description="The target accepted the run: Slurm's Submit, the first pod's creation."
+    )
+    scheduled: float | None = Field(
+        default=None, description="The first pod was bound to a node (PodScheduled); Kubernetes only."
+    )
+    image_pulled: float | None = Field(
+        default=None, description="The first pod's image was pulled (its Pulled event); Kubernetes only."
+    )
+    started: float | None = Field(
+        default=None, description="The job started (Slurm's Start) or the first container did (startedAt)."
+    )
+
+    def known(self) -> bool:
+        """Whether the target reported any milestone."""
+        return any(value is not None for value in self.model_dump().values())
+
+    def merged(self, newer: LaunchMilestones | None) -> LaunchMilestones:
+        """These milestones with what ``newer`` knows on top (a later poll may know more, or
+        less once the target forgets the run)."""
+        if newer is None:
+            return self
+        known = {name: value for name, value in newer.model_dump().items() if value is not None}
+        return self.model_copy(update=known)
+
+
 @dataclass
 class RunStatus:
-    """What ``Executor.describe`` returns: the run's state, its ranks, and why it ended when it failed."""
+    """What ``Executor.describe`` returns: the run's state, its ranks, why it ended when it
+    failed, and when the target reached each step of launching it."""
 
     handle: RunHandle
     state: RunState
     ranks: list[RankStatus] = field(default_factory=list)
     message: str | None = None
+    milestones: LaunchMilestones | None = None

@@ -22,6 +22,7 @@ from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import manifests, pod_logs
 from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, log_filter
 from mlbench_tui.executors.kube import api_error, apply_object, call_json, make_api_client
+from mlbench_tui.executors.pod_milestones import PULLED_SELECTOR, needs_events, pod_milestones
 from mlbench_tui.executors.pod_status import layout_of, rank_of, run_status
 from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
@@ -110,6 +111,7 @@ class KubernetesExecutor(Executor):
         self._kubeconfig = kubeconfig
         self._timeout = request_timeout
         self._mpi_available: bool | None = None
+        self._pulled: dict[str, list[dict[str, Any]]] = {}  # Pulled events per run handle, once seen
 
     # --- clients ---
     def _client(self, plan: RunPlan | None = None) -> Any:
@@ -230,7 +232,31 @@ class KubernetesExecutor(Executor):
         owner = self._owner(handle)
         if owner is None:
             return None
-        return run_status(handle, owner, self._pods(handle.where, handle.run_id))
+        pods = self._pods(handle.where, handle.run_id)
+        status = run_status(handle, owner, pods)
+        status.milestones = pod_milestones(pods, self._pulled_events(handle, pods))
+        return status
+
+    def _pulled_events(self, handle: RunHandle, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The ``Pulled`` events of the run's pods: asked once a pod is on a node, until one is
+        found (then kept: events expire after an hour); none where they cannot be read."""
+        known = self._pulled.get(str(handle))
+        if known is not None or not needs_events(pods):
+            return known or []
+        try:
+            found = self._call(
+                f"list the Pulled events in {handle.where}",
+                self._core().list_namespaced_event,
+                handle.where,
+                field_selector=PULLED_SELECTOR,
+            )
+        except ExecutorError:  # e.g. no right to list events: the pull joins the next part
+            return []
+        names = {(p.get("metadata") or {}).get("name") for p in pods}
+        events = [e for e in found.get("items") or [] if (e.get("involvedObject") or {}).get("name") in names]
+        if events:
+            self._pulled[str(handle)] = events
+        return events
 
     def _owner(self, handle: RunHandle) -> dict[str, Any] | None:
         """The run's Job (or MPIJob), when it exists and belongs to this run."""

@@ -95,7 +95,7 @@ class SlurmExecutor(Executor):
         try:
             return subprocess.run(
                 argv,
-                env={**cluster.client_env(), **(env or {})},
+                env={**cluster.client_env(), **slurm_state.TIME_ENV, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -264,7 +264,9 @@ class SlurmExecutor(Executor):
             )
             for rank in range(workers)
         ]
-        return RunStatus(handle=resolved, state=state, ranks=ranks, message=message)
+        return RunStatus(
+            handle=resolved, state=state, ranks=ranks, message=message, milestones=info.milestones()
+        )
 
     # -- cancel ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from mlbench_tui.executors.api import RunState
+from mlbench_tui.lifecycle import LaunchMilestones
 
 STATES: dict[str, RunState] = {
     "PENDING": RunState.PENDING,
@@ -92,10 +93,18 @@ class JobInfo:
     nodes: str | None = None  # Slurm hostlist, e.g. n[1-2]
     exit_code: str | None = None  # "code:signal"
     time_limit: str | None = None
+    submitted: float | None = None  # Slurm's Submit, UNIX seconds
+    started: float | None = None  # Slurm's Start (a pending job's is only an estimate)
 
     @property
     def run_state(self) -> RunState:
         return STATES.get(self.state, RunState.UNKNOWN)
+
+    def milestones(self) -> LaunchMilestones:
+        """When Slurm accepted the job and when it started (once it has: a pending job's Start
+        is the scheduler's estimate)."""
+        started = self.started if self.run_state is not RunState.PENDING else None
+        return LaunchMilestones(submitted=self.submitted, started=started)
 
     def message(self) -> str | None:
         """What a user needs to know about this state (None for a plain run or success)."""
@@ -125,7 +134,18 @@ def base_state(text: str) -> str:
     return text.split()[0].rstrip("+") if text.strip() else "UNKNOWN"
 
 
-SQUEUE_FORMAT = "%i|%T|%r|%N|%l"
+TIME_ENV = {"SLURM_TIME_FORMAT": "%s"}
+"""The environment that makes squeue and sacct print times as UNIX seconds (strftime's %s), so
+no time zone of the controller's needs guessing."""
+
+
+def unix_time(text: str) -> float | None:
+    """A time Slurm printed under ``TIME_ENV`` (None for ``N/A``, ``Unknown``, ``None`` or 0)."""
+    text = text.strip()
+    return float(text) if text.isdigit() and int(text) > 0 else None
+
+
+SQUEUE_FORMAT = "%i|%T|%r|%N|%l|%V|%S"
 
 
 def parse_squeue(text: str, job_id: str) -> JobInfo | None:
@@ -139,11 +159,13 @@ def parse_squeue(text: str, job_id: str) -> JobInfo | None:
                 reason=fields[2] or None,
                 nodes=fields[3] or None,
                 time_limit=fields[4] or None,
+                submitted=unix_time(fields[5]) if len(fields) > 5 else None,
+                started=unix_time(fields[6]) if len(fields) > 6 else None,
             )
     return None
 
 
-SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Timelimit"
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Timelimit,Submit,Start"
 
 
 def parse_sacct(text: str, job_id: str) -> JobInfo | None:
@@ -159,6 +181,8 @@ def parse_sacct(text: str, job_id: str) -> JobInfo | None:
                 exit_code=fields[2] or None,
                 nodes=fields[3] if fields[3] not in ("", "None assigned", "(null)") else None,
                 time_limit=fields[4] or None,
+                submitted=unix_time(fields[5]) if len(fields) > 5 else None,
+                started=unix_time(fields[6]) if len(fields) > 6 else None,
             )
     return found
 

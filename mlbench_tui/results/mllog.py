@@ -64,9 +64,6 @@ MLPERF_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 _BATCH_KEYS = frozenset({"batch_size", "global_batch_size", "global_batch_tokens", "update_freq"})
 _PRECISIONS = {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16", "amp": "fp16"}
-_ATTENTION_TASKS = frozenset({"4a", "4b"})  # the translation tasks
-# Hyperparameters a synthetic run of a task takes from its data options (tasks/awd_lstm.py).
-_SMOKE_SIZES: Mapping[str, tuple[str, ...]] = {"3a": ("bptt", "emb_size", "hidden_size", "num_layers")}
 
 
 class MllogUnavailable(MlbenchError):
@@ -203,7 +200,7 @@ def _config(
     yield "data_source", plan.data.source, {"path": plan.data.path, "options": dict(plan.data.options)}
     hp = dict(plan.hyperparameters)
     if plan.data.source == "synthetic":  # smoke sizes the worker takes from the data options
-        hp.update({k: v for k, v in plan.data.options.items() if k in _SMOKE_SIZES.get(plan.task, ())})
+        hp.update({k: v for k, v in plan.data.options.items() if k in task.synthetic_sizes})
     yield from _batch_entries(task, hp, plan.workers)
     for name, value in hp.items():
         if name in _BATCH_KEYS:
@@ -220,7 +217,7 @@ def _config(
     yield "eval_samples", facts.eval_samples, {}
     compute = _PRECISIONS[plan.resources.precision]
     yield "lowest_numerical_precision_in_linear", compute, {}
-    yield "lowest_numerical_precision_in_attn", compute, {"attention": plan.task in _ATTENTION_TASKS}
+    yield "lowest_numerical_precision_in_attn", compute, {"attention": TASKS[plan.task].attention}
     yield "lowest_numerical_precision_in_comm", _comm_precision(plan, facts, metrics), {}
     for kind in ("tensor", "pipeline", "context", "expert"):
         yield f"{kind}_parallelism", 1, {}  # data parallel only
@@ -264,7 +261,7 @@ def _comm_precision(plan: RunPlan, facts: wire.RunStart, metrics: Sequence[Metri
     reported = facts.comm_precision
     if reported in _PRECISIONS:
         return _PRECISIONS[reported]
-    if plan.task == "0a":
+    if TASKS[plan.task].sweep is not None:  # 0a: what its curves measured
         measured = {p.name.split("_")[1] for p in metrics if p.name.startswith("allreduce_")}
         return next((_PRECISIONS[d] for d in ("fp16", "bf16") if d in measured), "fp32")
     return _PRECISIONS[plan.resources.precision]

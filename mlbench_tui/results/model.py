@@ -134,6 +134,11 @@ class StartupFigures(_Loose):
         default=None, description="Run created to the first rank's process start (spawn, scheduling)."
     )
     launcher: str = Field(default="spawn", description="What the launcher's part is on this target.")
+    launcher_parts: dict[str, float] = Field(
+        default_factory=dict,
+        description="The launcher's part split where the target reports its milestones, in order "
+        "(e.g. queued, spawned); the parts sum to launcher_s. Empty: the single figure alone.",
+    )
     phases: dict[str, float] = Field(
         default_factory=dict, description="The slowest rank's seconds per phase, in order."
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.spec.tasks import TASKS
 
 
 def olympic_mean(values: Sequence[float]) -> float:
@@ -124,9 +125,11 @@ def reached_time(result: RunResult) -> float | None:
 
 
 def is_sweep(result: RunResult) -> bool:
-    """A run without a goal that measured all-reduce curves, or any task 0a run (failed ones too):
-    it has no time to accuracy; its repeats are aggregated per message size (``results.allreduce``)."""
-    return result.goal is None and (result.task == "0a" or bool(result.allreduce))
+    """A run without a goal that measured all-reduce curves, or any run of a sweep task such as 0a
+    (failed ones too): it has no time to accuracy; its repeats are aggregated per message size
+    (``results.allreduce``)."""
+    task = TASKS.get(result.task)
+    return result.goal is None and ((task is not None and task.sweep is not None) or bool(result.allreduce))
 
 
 def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:

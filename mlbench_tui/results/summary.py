@@ -20,7 +20,7 @@ from typing import Any
 from mlbench_worker import wire
 from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20
 
-from mlbench_tui.lifecycle import RunState
+from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
@@ -145,9 +145,11 @@ def summarize_run(
     host: Mapping[str, Any] | None = None,
     message: str | None = None,
     launched_at: float | None = None,
+    milestones: LaunchMilestones | None = None,
 ) -> RunResult:
     """The result of one run that ended in ``state`` (stored with the run, shown everywhere);
-    ``launched_at`` (the run's creation) dates the launcher's part of its start."""
+    ``launched_at`` (the run's creation) dates the launcher's part of its start, and the
+    target's ``milestones`` split it."""
     metrics = list(metrics)
     events = list(events)
     outcome = goal_outcome(plan.goal, metrics, events)
@@ -180,7 +182,9 @@ def summarize_run(
         fingerprint=fingerprint(events, host),
         batch_size=_batch_size(plan),
         step_time_s=median_step_time(metrics),
-        startup=startup_figures(events, launched_at=launched_at, target=plan.target.kind),
+        startup=startup_figures(
+            events, launched_at=launched_at, target=plan.target.kind, milestones=milestones
+        ),
     )
     result.suspects = suspects(result, metrics)
     if outcome is None:

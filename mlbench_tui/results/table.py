@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from mlbench_tui.formatting import (
     DEFAULT_CURRENCY,
+    MISSING,
     format_duration,
     format_energy,
     format_figure,
@@ -163,12 +164,26 @@ def rank_figures_text(figures: RankTelemetryFigures) -> str:
 SUSPECTS_SHOWN = 5  # per run in human output; JSON has them all
 
 
+def launcher_text(figures: StartupFigures | None) -> str:
+    """The launcher's part of a start, split where the target reported it: ``queued 3.00 s,
+    spawned 1.30 s``, else ``spawn 0.412 s``; ``-`` when unknown."""
+    if figures is None or figures.launcher_s is None:
+        return MISSING
+    if figures.launcher_parts:
+        return ", ".join(f"{name} {format_duration(s)}" for name, s in figures.launcher_parts.items())
+    return f"{figures.launcher} {format_duration(figures.launcher_s)}"
+
+
 def startup_text(figures: StartupFigures) -> str:
-    """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``."""
+    """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``; the
+    launcher's part with its split where the target reported it (``queued 3.00 s, spawned ...``)."""
     total = figures.rank_s + (figures.launcher_s or 0.0)
     parts = [f"{format_duration(total)} before training"]
     if figures.launcher_s is not None:
-        parts.append(f"{figures.launcher} {format_duration(figures.launcher_s)}")
+        launcher = f"{figures.launcher} {format_duration(figures.launcher_s)}"
+        if figures.launcher_parts:
+            launcher += f" ({launcher_text(figures)})"
+        parts.append(launcher)
     phases = ", ".join(f"{name.replace('_', ' ')} {format_duration(s)}" for name, s in figures.phases.items())
     who = f"rank {figures.slowest_rank}" + (f" (slowest of {figures.ranks})" if figures.ranks > 1 else "")
     return "; ".join(parts) + f"; {who}: {phases}"
@@ -227,7 +242,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
         row = {"RUN": result.name or "-"}
         if several_frameworks:  # PyTorch vs TensorFlow of one spec: say which is which
             row["FRAMEWORK"] = result.framework
-        split, hw = result.time_split, result.telemetry or TelemetryFigures()
+        split, hw, start = result.time_split, result.telemetry or TelemetryFigures(), result.startup
         currency = result.currency or DEFAULT_CURRENCY
         rows.append(
             row
@@ -250,6 +265,8 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "GPU UTIL": gpu_util_text(hw) or "-",
                 "ENERGY TO ACC": format_energy(hw.energy_to_accuracy_j),
                 "ENERGY COST": format_money(hw.energy_cost, currency),
+                "START": format_duration(start.rank_s + (start.launcher_s or 0.0) if start else None),
+                "LAUNCHER": launcher_text(start),
                 "WALL": format_duration(result.wall_time_s),
                 "VS REF": reference_text(result),
             }

@@ -17,7 +17,7 @@ from mlbench_worker.wire import parse_event
 
 from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
-from mlbench_tui.lifecycle import RunHandle, RunState, RunStatus
+from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
@@ -53,6 +53,7 @@ class ActiveRun:
     timed_out: bool = False
     deleted: bool = False
     describe_failures: int = 0
+    milestones: LaunchMilestones | None = None  # what the target said of launching the run
 
 
 def _gone(exc: MlbenchError) -> bool:
@@ -62,6 +63,12 @@ def _gone(exc: MlbenchError) -> bool:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _merged(known: LaunchMilestones | None, status: RunStatus | None) -> LaunchMilestones | None:
+    """The milestones known so far with what ``status`` adds."""
+    new = status.milestones if status is not None else None
+    return new if known is None else known.merged(new)
 
 
 def _max_epochs(hp: AnyHyperparameters) -> float | None:
@@ -140,6 +147,7 @@ class Runner:
             self.printer.note(f"{active.progress.name}: cannot watch the run any more: {exc.message}")
             raise
         active.describe_failures = 0
+        self._record_milestones(active, status)
         self._read_progress(active)
         self._update_ranks(active, status)
         if status is not None and not status.state.is_terminal():
@@ -177,13 +185,21 @@ class Runner:
         except MlbenchError:
             status = None
         self._launched.pop(active.run_id, None)
+        active.milestones = _merged(active.milestones, status)
         # UNKNOWN (the launcher's exit status was lost) is settled by the server from what the
         # ranks reported: a run every rank says ended normally is a success.
         state = status.state if status is not None else RunState.UNKNOWN
         message = status.message if status is not None else "the executor lost track of the run"
         if active.timed_out:
             state, message = RunState.FAILED, "the ranks did not stop at max_time and were stopped"
-        result = self._end(active.planned.plan, active.run_id, state, message, deleted=active.deleted)
+        result = self._end(
+            active.planned.plan,
+            active.run_id,
+            state,
+            message,
+            deleted=active.deleted,
+            milestones=active.milestones,
+        )
         if result is None:
             active.deleted = True
             result = summarize_run(active.planned.plan, state, [], [], message=message)
@@ -199,9 +215,17 @@ class Runner:
         active.executor.cancel(active.handle)
 
     def _end(
-        self, plan: RunPlan, run_id: str, state: RunState, message: str | None, *, deleted: bool = False
+        self,
+        plan: RunPlan,
+        run_id: str,
+        state: RunState,
+        message: str | None,
+        *,
+        deleted: bool = False,
+        milestones: LaunchMilestones | None = None,
     ) -> RunResult | None:
-        """Record that a run ended; its result as the server computed it (None: deleted)."""
+        """Record that a run ended, with what its target said of launching it; its result as
+        the server computed it (None: deleted)."""
         if deleted:
             return None
         update = RunUpdate(
@@ -210,6 +234,8 @@ class Runner:
             error=message if state is not RunState.SUCCEEDED else None,
             host=host_fingerprint(plan.resources.threads_per_rank),
         )
+        if milestones is not None:  # set only when known: a null would clear the stored ones
+            update.launch = milestones
         try:
             detail = self.client.update_run(run_id, update)
         except MlbenchError as exc:
@@ -247,6 +273,19 @@ class Runner:
                     )
                 except MlbenchError as exc:  # logs stay in the run directory; never stop the run for them
                     self.printer.note(f"{active.progress.name}: could not store logs: {exc.message}")
+
+    def _record_milestones(self, active: ActiveRun, status: RunStatus | None) -> None:
+        """Store the target's launch milestones when it tells more than before (a few times a run)."""
+        if status is None or status.milestones is None or active.deleted:
+            return
+        known = _merged(active.milestones, status)
+        if known is None or known == active.milestones or not known.known():
+            return
+        try:
+            self.client.update_run(active.run_id, RunUpdate(launch=known))
+        except MlbenchError:
+            return  # sent again at the next poll, and with the final state
+        active.milestones = known
 
     def _read_progress(self, active: ActiveRun) -> None:
         progress = active.progress

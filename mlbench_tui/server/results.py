@@ -59,8 +59,16 @@ def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) 
             names,
         )
         launched = run.created.timestamp()
+        milestones = update.launch if update.launch is not None else run.launch
         result = summarize_run(
-            plan, state, metrics, events, host=update.host, message=message, launched_at=launched
+            plan,
+            state,
+            metrics,
+            events,
+            host=update.host,
+            message=message,
+            launched_at=launched,
+            milestones=milestones,
         )
     result.run_id = run_id
     _add_speedup(conn, run, result)

@@ -86,6 +86,9 @@ class TaskInfo:
     no_cuda_graphs: str | None = None  # why the task's step cannot be captured in CUDA graphs
     reads_data: bool = True  # False: the task generates its inputs (0a) and a spec names no dataset
     batch_unit: str = "samples"  # what batch_size counts, as MLPerf's log names it
+    attention: bool = False  # the model has attention (MLPerf's lowest_numerical_precision_in_attn)
+    template_max_time: str = "2h"  # the max_time `mlbench spec TASK` writes into a new spec
+    synthetic_sizes: tuple[str, ...] = ()  # hyperparameters a synthetic run takes from its data options
 
     @property
     def lr_linearly_scaled(self) -> bool:
@@ -132,6 +135,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
     {
         "0a": TaskInfo(
             id="0a",
+            template_max_time="30m",
             name="allreduce",
             title="All-reduce bandwidth and latency",
             model="none (collective sweep)",
@@ -184,6 +188,8 @@ TASKS: Mapping[str, TaskInfo] = _ro(
         ),
         "3a": TaskInfo(
             id="3a",
+            template_max_time="12h",
+            synthetic_sizes=("bptt", "emb_size", "hidden_size", "num_layers"),
             name="awd-lstm-wikitext2",
             title="Language modelling: AWD-LSTM on WikiText-2",
             model="AWD-LSTM (3 layers, 400 emb, 1150 hidden, tied weights)",
@@ -200,12 +206,14 @@ TASKS: Mapping[str, TaskInfo] = _ro(
         ),
         "4a": TaskInfo(
             id="4a",
+            template_max_time="12h",
             name="gnmt-wmt16",
             title="Machine translation: GNMT on WMT16 EN-DE",
             model="GNMT (stacked residual LSTM with attention)",
             dataset="WMT16 EN-DE (train len <= 75, test <= 150)",
             goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=24.0, light=20.0),
             hyperparameters=hps.Gnmt,
+            attention=True,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
             notes="global_batch_size in sentences is split over workers x update_freq (gradient "
@@ -216,12 +224,14 @@ TASKS: Mapping[str, TaskInfo] = _ro(
         ),
         "4b": TaskInfo(
             id="4b",
+            template_max_time="12h",
             name="transformer-wmt17",
             title="Machine translation: Transformer (base) on WMT17 EN-DE",
             model="Transformer base (Vaswani et al. 2017)",
             dataset="WMT17 EN-DE (len <= 80)",
             goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=25.0, light=20.0),
             hyperparameters=hps.Transformer,
+            attention=True,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
             notes="global_batch_tokens (2^17) is split over workers x update_freq; linear warm-up "

@@ -10,8 +10,6 @@ import json
 
 from mlbench_tui.spec.tasks import TaskInfo
 
-_MAX_TIME = {"0a": "30m", "1a": "2h", "2a": "2h", "3a": "12h", "4a": "12h", "4b": "12h"}
-
 
 def _yaml_value(value: object) -> str:
     if isinstance(value, bool):
@@ -56,9 +54,7 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
     else:
         lines.append("  # no goal: this task is a measurement sweep")
     lines += [
-        _line(
-            f"  max_time: {_MAX_TIME.get(task.id, '2h')}", "stop a run after this wall time: 30m, 2h, 1h30m"
-        ),
+        _line(f"  max_time: {task.template_max_time}", "stop a run after this wall time: 30m, 2h, 1h30m"),
         _line("  workers: 2", "world size, or a sweep: [1, 2, 4, 8]"),
         _line("  backend: gloo", f"{' | '.join(task.backends)} (nccl needs GPUs), or a sweep: [gloo, mpi]"),
         "  hardware:",

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
-from mlbench_tui.lifecycle import RunState
+from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES
@@ -111,6 +111,11 @@ class RunUpdate(_Wire):
         default=None,
         description="With a final state: the launching host's environment fingerprint, for the result.",
     )
+    launch: LaunchMilestones | None = Field(
+        default=None,
+        description="When the target reached each step of launching the run (what it knows so far); "
+        "they split the launcher's part of the run's start in its result.",
+    )
 
     @field_validator("started", "finished")
     @classmethod
@@ -180,6 +185,9 @@ class RunInfo(BaseModel):
     result: RunResult | None = None
     error: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    launch: LaunchMilestones | None = Field(
+        default=None, description="When the target reached each step of launching the run (None: unknown)."
+    )
 
     def known_result(self) -> RunResult:
         """The stored result; for a run without one (still going, or ended before the server

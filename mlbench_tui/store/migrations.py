@@ -133,6 +133,12 @@ CREATE VIEW metrics_v AS
     FROM metrics AS m JOIN series AS s ON s.id = m.series
 """
 
+# 0004: when the target reached each step of launching a run (LaunchMilestones as JSON); null
+# in a run stored before, which reads as "no milestones".
+_M0004 = """
+ALTER TABLE runs ADD COLUMN launch VARCHAR
+"""
+
 Migration = tuple[str, Callable[[sqlite3.Connection], None]]
 
 
@@ -149,6 +155,7 @@ MIGRATIONS: list[Migration] = [
     ("0001_initial", _script(_M0001)),
     ("0002_ranks_batches_labels", _script(_M0002)),
     ("0003_metric_series", _script(_M0003)),
+    ("0004_run_launch", _script(_M0004)),
 ]
 
 

@@ -31,7 +31,7 @@ from mlbench_tui.store.api_models import (
 
 RUN_INFO_COLUMNS = (
     "id, name, spec_name, spec_hash, task, backend, workers, repeat, goal, state, target_kind, handle, "
-    "created, started, finished, result, error, labels"
+    "created, started, finished, result, error, labels, launch"
 )
 RUN_DETAIL_COLUMNS = RUN_INFO_COLUMNS + ", spec_text, plan"
 RANK_COLUMNS = "rank, state, host, pid, pod, exit_code, message, updated"
@@ -64,6 +64,7 @@ def run_info_dict(row: Sequence[Any]) -> dict[str, Any]:
         "result": _json(row[15]),
         "error": row[16],
         "labels": _json(row[17]) or {},
+        "launch": _json(row[18]),
     }
 
 
@@ -107,8 +108,8 @@ def get_run(conn: Connection, run_id: str) -> RunDetail | None:
     if row is None:
         return None
     data = run_info_dict(row)
-    data["spec_text"] = row[18]
-    data["plan"] = _json(row[19]) or {}
+    data["spec_text"] = row[19]
+    data["plan"] = _json(row[20]) or {}
     ranks = conn.exec_driver_sql(
         f"SELECT {RANK_COLUMNS} FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)
     ).fetchall()

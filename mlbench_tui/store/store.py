@@ -207,6 +207,8 @@ class Store:
             documents["result"] = None if data["result"] is None else dumps_json(data["result"])
         if "labels" in data:  # null clears the labels
             documents["labels"] = dumps_json(data["labels"] or {})
+        if "launch" in data:
+            documents["launch"] = None if data["launch"] is None else dumps_json(data["launch"])
 
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
             current = queries.get_run(conn, run_id)

@@ -52,6 +52,7 @@ class Run(SQLModel, table=True):
     result: str | None = None
     error: str | None = None
     labels: str = _default("{}")
+    launch: str | None = Field(default=None, description="The target's launch milestones (JSON).")
     token_hash: str = Field(description="sha256 of the run's write token; the token itself is never stored.")
     updated: float
 

@@ -58,6 +58,7 @@ def test_a_job_on_a_down_partition_shows_why_it_waits_and_cancel_is_idempotent(
 ) -> None:
     executor = get_executor("slurm")
     assert isinstance(executor, SlurmExecutor)
+    before = time.time()
     handle = executor.submit(slurm_plan(partition="down"), launch("r-down"))
     assert handle.scheme == "slurm" and handle.where.endswith("@test")
     status = wait_for(executor, handle, lambda s: "PartitionDown" in (s.message or ""))
@@ -65,6 +66,10 @@ def test_a_job_on_a_down_partition_shows_why_it_waits_and_cancel_is_idempotent(
     assert status.message == "pending in the Slurm queue: PartitionDown (the partition is down)"
     assert [r.state for r in status.ranks] == [RunState.PENDING] * 2
     assert all(r.message == status.message for r in status.ranks)
+    # Slurm's Submit, and no start for a job that waits (squeue's Start is only an estimate)
+    assert status.milestones is not None and status.milestones.started is None
+    submitted = status.milestones.submitted
+    assert submitted is not None and int(before) <= submitted <= time.time()  # whole UNIX seconds
 
     executor.cancel(handle)
     status = wait_for(executor, handle, lambda s: s.state.is_terminal())

@@ -187,6 +187,14 @@ def test_allreduce_and_logreg_on_two_nodes(
         assert fingerprint["rank_nodes"] == ["n1", "n2"]  # rank 0 on n1, rank 1 on n2
     assert runs["ar-gloo-2w"]["allreduce"]["fp32"]["peak_busbw_gbps"] > 0
     assert runs["lr-gloo-2w"]["reached"] is True
+    # the launcher's part of each start split where Slurm knows it: run created -> job start (from
+    # squeue/sacct's Start) and job start -> the first rank's process
+    for run in runs.values():
+        startup = run["startup"]
+        assert startup["launcher"] == "queued and spawned", startup
+        parts = startup["launcher_parts"]
+        assert list(parts) == ["queued", "spawned"] and min(parts.values()) >= 0, startup
+        assert sum(parts.values()) == pytest.approx(startup["launcher_s"])
 
     # The workers reported to the server through this host's name, not loopback, and that
     # server answers reads only with the read token.
@@ -197,6 +205,9 @@ def test_allreduce_and_logreg_on_two_nodes(
 
     status = mlbench("status", "ar-gloo-2w").stdout
     assert re.search(r"handle:\s+slurm://\d+@test/r-", status)
+    assert re.search(
+        r"(?m)^startup: .* before training; queued and spawned \S+ \S+ \(queued \S+ \S+, spawned ", status
+    )
     # each rank's line: its node, then its hardware figures
     assert re.search(r"\n\s+0\s+succeeded\s+n1  rss [\d.]+ \S+\n\s+1\s+succeeded\s+n2  rss ", status), status
     logs = mlbench("logs", "ar-gloo-2w", "--rank", "0").stdout

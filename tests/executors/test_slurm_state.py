@@ -6,6 +6,7 @@ import pytest
 
 from mlbench_tui.executors.api import RunState
 from mlbench_tui.executors.slurm_state import JobInfo, exit_code_of, parse_sacct, parse_squeue
+from mlbench_tui.lifecycle import LaunchMilestones
 
 
 @pytest.mark.parametrize(
@@ -82,6 +83,21 @@ def test_sacct_skips_steps_and_reads_the_allocation() -> None:
     assert parse_sacct("30|PENDING|0:0|None assigned|UNLIMITED\n", "30") == JobInfo(
         "30", "PENDING", exit_code="0:0", time_limit="UNLIMITED"
     )
+
+
+def test_submit_and_start_times_as_unix_seconds_give_the_launch_milestones() -> None:
+    text = (
+        "12|RUNNING|None|n[1-2]|5:00|1764282001|1764282004\n13|PENDING|Priority||1:00|1764282002|1764290000\n"
+    )
+    running = parse_squeue(text, "12")
+    assert running is not None and (running.submitted, running.started) == (1764282001.0, 1764282004.0)
+    assert running.milestones() == LaunchMilestones(submitted=1764282001.0, started=1764282004.0)
+    pending = parse_squeue(text, "13")  # its Start is the scheduler's estimate, not a start
+    assert pending is not None and pending.milestones() == LaunchMilestones(submitted=1764282002.0)
+    done = parse_sacct("21|COMPLETED|0:0|n[1-2]|00:01:00|1764282001|1764282003\n", "21")
+    assert done is not None and done.milestones().started == 1764282003.0
+    never = parse_sacct("30|CANCELLED by 0|0:0|None assigned|UNLIMITED|1764282001|Unknown\n", "30")
+    assert never is not None and never.milestones() == LaunchMilestones(submitted=1764282001.0)
 
 
 def test_exit_code_from_scontrol() -> None:

@@ -11,7 +11,7 @@ from report.test_figures import sweep, trained
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.report.build import build_figures
 from mlbench_tui.report.page import render_page
-from mlbench_tui.results.model import Suspect
+from mlbench_tui.results.model import StartupFigures, Suspect
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -83,3 +83,20 @@ def test_environment_is_shown_once_readably_with_what_differed() -> None:
     assert "<td>requested tuned; tuned yes</td>" in page and "<td>requested system; tuned no</td>" in page
     assert "{" not in page.split("<h2>Environment</h2>")[1]  # no Python reprs
     assert page.count("cuDNN") == 1
+
+
+def test_a_run_s_start_shows_the_launcher_s_part_split_as_the_target_reported_it() -> None:
+    run = trained("gloo", 2, 0, 10.0)
+    run.result.startup = StartupFigures(
+        launcher_s=6.0,
+        launcher="queued and spawned",
+        launcher_parts={"queued": 4.0, "spawned": 2.0},
+        phases={"interpreter": 0.5, "imports": 1.5},
+        slowest_rank=1,
+        ranks=2,
+    )
+    page = render_page([run], build_figures([run]), {}, title="t")
+    assert (
+        "<pre>startup: 8.00 s before training; queued and spawned 6.00 s (queued 4.00 s, spawned 2.00 s); "
+        "rank 1 (slowest of 2): interpreter 0.500 s, imports 1.50 s"
+    ) in page

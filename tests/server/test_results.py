@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support.results import OLD_STORED, plan
 
-from mlbench_tui.lifecycle import RunState
+from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.server.client import MlbenchClient
 from mlbench_tui.store.api_models import RunCreate
 
@@ -137,3 +137,27 @@ def test_results_stored_by_older_versions_still_load(server: ServerProcess) -> N
     assert result is not None and result.time_to_accuracy_s == 16.0 and result.speedup == 1.8
     assert result.time_split is not None and result.time_split.compute == 7.0
     assert [r.result for r in admin.list_runs(spec_name="old")] == [result]
+
+
+def test_the_targets_launch_milestones_are_stored_and_split_the_launcher_part(server: ServerProcess) -> None:
+    admin = server.admin()
+    created = admin.create_run(
+        RunCreate.from_plan(plan(spec_name="queued", name="queued-2w", target={"kind": "slurm"}))
+    ).run
+    assert created.launch is None  # nothing known of its launch yet
+    t0 = created.created.timestamp()
+    starts = [
+        {
+            "kind": "startup",
+            "payload": {"rank": r, "process_start_t": t0 + 6.0 + r, "phases": {"imports": 1.0}},
+        }
+        for r in (0, 1)
+    ]
+    MlbenchClient(server.url, admin.token).post_events(created.id, starts)
+    milestones = LaunchMilestones(submitted=t0 + 0.5, started=t0 + 4.0)
+    assert admin.update_run(created.id, launch=milestones).launch == milestones
+    result = admin.update_run(created.id, state=RunState.SUCCEEDED).result
+    assert result is not None and result.startup is not None
+    assert result.startup.launcher_s == pytest.approx(6.0)
+    assert result.startup.launcher_parts == pytest.approx({"queued": 4.0, "spawned": 2.0})
+    assert admin.get_run(created.id).launch == milestones

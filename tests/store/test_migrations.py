@@ -70,8 +70,13 @@ def test_older_store_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     _old_store(path)
     with Store(path) as store:
-        assert store.migrations_applied == ["0002_ranks_batches_labels", "0003_metric_series"]
+        assert store.migrations_applied == [
+            "0002_ranks_batches_labels",
+            "0003_metric_series",
+            "0004_run_launch",
+        ]
         run = store.get_run("r-0123456789ab")
+        assert run.launch is None  # stored before launch milestones: none known
         assert (
             run.name == "old-run"
             and run.labels == {}

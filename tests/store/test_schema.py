@@ -22,9 +22,10 @@ def test_a_store_written_before_the_schema_came_from_the_models_opens_and_keeps_
     path = tmp_path / "store.db"
     shutil.copyfile(FIXTURE, path)
     with Store(path) as store:
-        assert store.migrations_applied == []
+        assert store.migrations_applied == ["0004_run_launch"]
         runs = {r.name: r for r in store.read(lambda c: queries.list_runs(c))}
         done, running = runs["fixture-done"], runs["fixture-running"]
+        assert done.launch is None and store.get_run(done.id).launch is None  # no milestones then
         assert (done.state.value, done.labels) == ("succeeded", {"team": "a"})
         assert done.result is not None  # its result document, written before RunResult, reads back
         stored = store.read(

@@ -38,6 +38,7 @@ RESOURCES = (
     "rbac.authorization.k8s.io/v1/roles",
     "rbac.authorization.k8s.io/v1/rolebindings",
     "v1/namespaces",
+    "v1/events",
 )
 MPIJOBS = "kubeflow.org/v2beta1/mpijobs"
 
@@ -196,10 +197,14 @@ class _Emulator(k8s.KubernetesEmulator):
             return aiohttp.web.json_response(raw)
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
-        """kmock's list, narrowed by ``labelSelector`` (equality terms) as the API server does."""
+        """kmock's list, narrowed by ``labelSelector`` and ``fieldSelector`` (equality terms; a
+        field is a dotted path such as ``involvedObject.name``) as the API server does."""
         result: Any = await super()._serve_list(request)
         selector = _selector(request.params.get("labelSelector"))
-        result["items"] = [item for item in result["items"] if _matches(item, selector)]
+        fields = _selector(request.params.get("fieldSelector"))
+        result["items"] = [
+            item for item in result["items"] if _matches(item, selector) and _fields_match(item, fields)
+        ]
         return result
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
@@ -356,6 +361,16 @@ def _selector(text: str | None) -> dict[str, str]:
 def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _fields_match(obj: dict[str, Any], selector: dict[str, str]) -> bool:
+    for path, value in selector.items():
+        found: Any = obj
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if str(found) != value:
+            return False
+    return True
 
 
 def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

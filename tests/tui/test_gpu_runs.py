@@ -128,7 +128,8 @@ async def test_overview_shows_the_result_checks(holdout_server: EmbeddedServer) 
         # this store predates startup figures: a result with them shows results.table's line
         startup = StartupFigures(
             launcher_s=6.76,
-            launcher="spawn",
+            launcher="scheduled, pulled and started",
+            launcher_parts={"scheduled": 1.0, "image pulled": 4.5, "pod started": 1.0, "spawn": 0.26},
             phases={"imports": 5.82, "device": 4.1},
             slowest_rank=0,
             ranks=1,
@@ -136,6 +137,7 @@ async def test_overview_shows_the_result_checks(holdout_server: EmbeddedServer) 
         with_startup = run.model_copy(update={"result": run.result.model_copy(update={"startup": startup})})
         shown = " ".join(_plain(result_renderable(with_startup, [], None)).split())
         assert f"startup {startup_text(startup)}" in shown
+        assert "(scheduled 1.00 s, image pulled 4.50 s, pod started 1.00 s, spawn 0.260 s)" in shown
 
 
 async def test_a_failure_is_shown_once(holdout_server: EmbeddedServer) -> None:

@@ -4,6 +4,9 @@ time comes from /proc."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -51,7 +54,26 @@ def test_the_startup_event_is_sent_once_with_the_process_start() -> None:
     assert payload["process_start_t"] == clock.process_start
 
 
+CHILD = """
+import time
+from mlbench_worker.startup import process_start_time
+print(process_start_time(), time.time())
+"""
+
+
 def test_the_process_start_is_this_process_s() -> None:
     started = process_start_time()
     assert started is not None and started <= time.time()
     assert time.time() - started < 24 * 3600  # a test process, not the machine's boot
+
+
+def test_a_child_started_after_we_asked_for_it_to_the_clock_tick() -> None:
+    """The start is placed on the wall clock to the tick (10 ms), not to the whole second that
+    /proc/stat's btime gives: a process cannot have started before its parent asked for it."""
+    asked = time.time()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, check=True, env=os.environ.copy()
+    ).stdout.split()
+    started, child_now = float(out[0]), float(out[1])
+    # ticks (10 ms) and a scheduler's interruption of the uptime read, far from btime's second
+    assert asked - 0.05 <= started <= child_now
