@@ -353,8 +353,13 @@ async def test_server_gone_shows_banner_and_reconnects(store_copy: Path) -> None
 async def test_empty_store_shows_the_first_run_screen(empty_server: EmbeddedServer) -> None:
     app = make_app(empty_server)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, FirstRunScreen), what="first-run screen")
-        assert "mlbench apply specs/quickstart.yaml" in str(app.screen.query_one("#welcome").render())
+        # pushed first, composed a moment later (a while on a busy machine): wait for its text
+        (welcome,) = await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, FirstRunScreen) and list(app.screen.query("#welcome")),
+            what="first-run screen",
+        )
+        assert "mlbench apply specs/quickstart.yaml" in str(welcome.render())
         client = empty_server.info.client()
         client.create_run(RunCreate(name="first-run", task="0a", backend="gloo", workers=2))
         client.close()
