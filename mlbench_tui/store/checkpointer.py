@@ -12,6 +12,7 @@ Under steady writes a passive checkpoint rarely copies everything, and SQLite st
 only after a complete one. So once the WAL holds ``wal_bytes``, one checkpoint runs with the
 writer paused (``pause``), and the writer's next transaction starts the WAL over. That pause is
 rationed: once per ``restart_every`` seconds, or at once when the WAL reaches ``wal_cap`` bytes.
+Each poll's observation and decision go to ``observe`` (a ``Poll``), if set.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlbench_tui.store.engine import raw_connect
@@ -28,9 +31,23 @@ from mlbench_tui.store.engine import raw_connect
 _FRAME_HEADER = 24  # bytes before each page in a WAL frame
 
 
+@dataclass(frozen=True)
+class Poll:
+    """One poll of the checkpointer: the WAL's bytes of frames after its passive checkpoint, the
+    bytes that checkpoint copied, the seconds since the last start-over, and whether it paused the
+    writer for a complete checkpoint (``paused``) and that one copied everything (``completed``)."""
+
+    wal_size: int
+    copied: int
+    since_restart: float
+    paused: bool
+    completed: bool
+
+
 class Checkpointer:
     """The store's checkpoint thread (see the module doc); ``pause`` is the writer's lock, and
-    ``close`` folds the whole WAL in."""
+    ``close`` folds the whole WAL in. ``observe``, called on the thread after each poll, sees
+    what it decided and why (it must not raise)."""
 
     def __init__(
         self,
@@ -41,6 +58,7 @@ class Checkpointer:
         wal_bytes: int = 64 * 1024 * 1024,
         restart_every: float = 30.0,
         wal_cap: int = 512 * 1024 * 1024,
+        observe: Callable[[Poll], None] | None = None,
     ) -> None:
         self.path = path
         self.interval = interval
@@ -48,10 +66,12 @@ class Checkpointer:
         self.wal_bytes = wal_bytes
         self.restart_every = restart_every
         self.wal_cap = wal_cap
+        self.observe = observe
         self.checkpoints = 0  # checkpoints that copied frames
         self.restarts = 0  # complete checkpoints with the writer paused
         self.most_copied = 0  # the most bytes one checkpoint copied
         self.syncs = 0  # database syncs after checkpoints that copied part of the WAL
+        self.copied_bytes = 0  # bytes all checkpoints copied
         self._frames = self._copied = 0  # the last checkpoint's answer
         self._frame_bytes = 0
         self._last_restart = time.monotonic()
@@ -79,21 +99,30 @@ class Checkpointer:
             if conn is not None:
                 conn.close()
 
-    def restart_due(self, wal_size: int) -> bool:
-        """Whether a WAL of ``wal_size`` bytes is to start over now (with the writer paused)."""
+    def restart_due(self, wal_size: int, since_restart: float | None = None) -> bool:
+        """Whether a WAL of ``wal_size`` bytes is to start over now (with the writer paused),
+        ``since_restart`` seconds (by default: as now) after the last start-over."""
         if wal_size < self.wal_bytes:
             return False
-        return wal_size >= self.wal_cap or time.monotonic() - self._last_restart >= self.restart_every
+        if since_restart is None:
+            since_restart = time.monotonic() - self._last_restart
+        return wal_size >= self.wal_cap or since_restart >= self.restart_every
 
     def _step(self, conn: sqlite3.Connection) -> None:
+        copied_before = self.copied_bytes
         frames, copied = self._checkpoint(conn)
-        if not self.restart_due(frames * self._frame_bytes):
-            return
-        with self.pause:  # no writes meanwhile: this one completes, and the WAL starts over
-            frames, copied = self._checkpoint(conn)
-        self._last_restart = time.monotonic()
-        if copied >= frames:
-            self.restarts += 1
+        wal_size, since_restart = frames * self._frame_bytes, time.monotonic() - self._last_restart
+        copied_now = self.copied_bytes - copied_before
+        paused = completed = False
+        if self.restart_due(wal_size, since_restart):
+            with self.pause:  # no writes meanwhile: this one completes, and the WAL starts over
+                frames, copied = self._checkpoint(conn)
+            self._last_restart = time.monotonic()
+            paused, completed = True, copied >= frames
+            if completed:
+                self.restarts += 1
+        if self.observe is not None:
+            self.observe(Poll(wal_size, copied_now, since_restart, paused, completed))
 
     def _checkpoint(self, conn: sqlite3.Connection) -> tuple[int, int]:
         """One passive checkpoint; ``(frames in the WAL, frames copied)`` after it."""
@@ -105,6 +134,7 @@ class Checkpointer:
         if new > 0:
             self.checkpoints += 1
             self.most_copied = max(self.most_copied, new * self._frame_bytes)
+            self.copied_bytes += new * self._frame_bytes
             if copied < frames:  # SQLite syncs the database itself after a complete checkpoint
                 self._sync_database()
         return frames, copied

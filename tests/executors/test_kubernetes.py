@@ -139,22 +139,22 @@ def _pod(index: int, phase: str, **status: Any) -> tuple[str, str, dict[str, Any
 
 
 def test_watch_follows_pod_phases_to_success(executor: KubernetesExecutor, kube: KubeApi) -> None:
+    """The watch reports the run pending, running and succeeded as its pods go through them; the
+    pods finish only once the watch has seen them running, so no phase is shorter than one of the
+    watch's reads however slow the machine."""
     handle = _schedule(executor)
     complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 2}}
-    thread = _evolve(
-        kube,
-        [
-            _pod(0, "Pending"),
-            _pod(1, "Pending"),
-            _pod(0, "Running"),
-            _pod(1, "Running"),
-            _pod(0, "Succeeded"),
-            _pod(1, "Succeeded"),
-            ("batch/v1/jobs", JOB, complete),
-        ],
-    )
-    states = [status.state for status in executor.watch(handle, timeout=20, poll=0.5)]
-    thread.join()
+    watch = executor.watch(handle, timeout=60, poll=0.5)  # a guard, not a window
+    states = [next(watch).state]
+    started = _evolve(kube, [_pod(0, "Pending"), _pod(1, "Pending"), _pod(0, "Running"), _pod(1, "Running")])
+    for status in watch:
+        states.append(status.state)
+        if status.state is RunState.RUNNING:
+            break
+    started.join()
+    finished = _evolve(kube, [_pod(0, "Succeeded"), _pod(1, "Succeeded"), ("batch/v1/jobs", JOB, complete)])
+    states += [status.state for status in watch]
+    finished.join()
     assert states[0] is RunState.PENDING
     assert RunState.RUNNING in states
     assert states[-1] is RunState.SUCCEEDED

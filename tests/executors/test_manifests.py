@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -313,18 +312,17 @@ MIB = 1 << 20
 
 
 @pytest.mark.parametrize("case", sorted(SCALE_CASES))
-def test_a_thousand_ranks_render_fast_within_the_object_limits_and_nothing_grows_per_rank(case: str) -> None:
+def test_a_thousand_ranks_render_within_the_object_limits_and_nothing_grows_per_rank(case: str) -> None:
     """1,024 ranks: the same objects as 16 (one indexed owner, no object per rank or node), a few
-    more digits in them, the ConfigMap and Secret far under Kubernetes' 1 MiB, rendered in well
-    under a second, and the manifests say 1,024 ranks."""
+    more digits in them, the ConfigMap and Secret far under Kubernetes' 1 MiB, and the manifests
+    say 1,024 ranks. Nothing is rendered per rank, so it takes as long as 16; how long that is
+    depends on the machine and is not asserted."""
     overrides = SCALE_CASES[case]
     small = manifests.render(make_plan(workers=16, **json.loads(json.dumps(overrides))), make_launch())
     plan = make_plan(workers=1024, **json.loads(json.dumps(overrides)))
-    started = time.perf_counter()
     large = manifests.render(plan, make_launch())
     text = manifests.to_yaml(large)
     preview = manifests.plan_yaml([plan])  # what `mlbench plan` prints
-    assert time.perf_counter() - started < 1.0
     assert [o["kind"] for o in large] == [o["kind"] for o in small]
     assert len(text) - len(manifests.to_yaml(small)) <= 32  # digits, nothing per rank
     assert "token omitted" in preview and len(preview) < 2 * len(text)

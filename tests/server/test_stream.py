@@ -104,8 +104,13 @@ def test_coalesced_stream_summarises_while_plain_stream_gets_every_point(server:
             run_id, [{"name": "loss", "value": v, "step": 1 + i} for i, v in enumerate(values)], rank=rank
         )
     writer.post_logs(run_id, ["hello"])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(k == "metrics_summary" for k, _ in got["summary"]) < 2:
+
+    def live_ranks() -> set[int]:  # ranks in the summaries after the replay
+        data = [d for k, d in list(got["summary"]) if k == "metrics_summary"]
+        return {s.rank for d in data[1:] for s in MetricsSummary.model_validate(d).series}
+
+    deadline = time.monotonic() + 60  # each rank's batch lands in one summary, the two maybe apart
+    while time.monotonic() < deadline and live_ranks() != {0, 1}:
         time.sleep(0.05)
     admin.delete_run(run_id)
     for t in threads:
@@ -119,12 +124,14 @@ def test_coalesced_stream_summarises_while_plain_stream_gets_every_point(server:
     kinds = [k for k, _ in got["summary"]]
     assert kinds[0] == "run" and kinds[-1] == "run_deleted" and "metrics" not in kinds and "logs" in kinds
     summaries = [MetricsSummary.model_validate(d) for k, d in got["summary"] if k == "metrics_summary"]
-    replay, live = summaries[0], summaries[1]
+    replay, live = summaries[0], summaries[1:]
     assert [(s.rank, s.value) for s in replay.series] == [(0, [7.0])]
-    by_rank = {s.rank: s for s in live.series}
+    in_live = [s for summary in live for s in summary.series]
+    by_rank = {s.rank: s for s in in_live}
+    assert sorted(s.rank for s in in_live) == [0, 1]  # one bucket per rank's batch
     assert (by_rank[0].min, by_rank[0].max, by_rank[0].value, by_rank[0].step) == ([0.5], [50.0], [0.5], [3])
     assert (by_rank[1].min, by_rank[1].max, by_rank[1].value) == ([-1.0], [2.0], [-1.0])
-    assert live.cursor == max(int(d["cursor"]) for k, d in got["plain"] if k == "metrics")
+    assert live[-1].cursor == max(int(d["cursor"]) for k, d in got["plain"] if k == "metrics")
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from textual.message import Message
@@ -30,13 +30,18 @@ def _running_goal_run(srv: EmbeddedServer) -> tuple[str, str]:
     return created.run.id, created.write_token
 
 
-def _follow(feed: RunsFeed | RunFeed, seconds: float) -> None:
+def _follow(feed: RunsFeed | RunFeed, until: Callable[[], bool], at_least: float = 0.0) -> float:
+    """Run ``feed`` in a thread until ``until()`` holds and ``at_least`` seconds have passed (60 s
+    at most: a guard, not a window); the seconds it ran."""
     stop = threading.Event()
     thread = threading.Thread(target=feed.run, args=(stop.is_set,), daemon=True)
+    started = time.monotonic()
     thread.start()
-    time.sleep(seconds)
+    while time.monotonic() - started < 60 and not (until() and time.monotonic() - started >= at_least):
+        time.sleep(0.02)
     stop.set()
     thread.join(10)
+    return time.monotonic() - started
 
 
 @contextlib.contextmanager
@@ -69,11 +74,19 @@ def test_runs_feed_polls_on_its_beat_while_a_goal_run_is_going(empty_server: Emb
     posted: list[Message] = []
     client = MlbenchClient(empty_server.info.url, empty_server.info.read_token)
     feed = RunsFeed(client, posted.append, lambda _m: None, interval=0.5)
-    _follow(feed, 1.6)
-    updates = [m for m in posted if isinstance(m, RunsUpdated)]
-    # the first list, its goal points right after, then one per 0.5 s: not a poll every 50 ms
-    assert 2 <= len(updates) <= 6, len(updates)
-    assert [v for _, v in updates[-1].goal_points[run_id]] == [42.0]
+
+    def updates() -> list[RunsUpdated]:
+        return [m for m in posted if isinstance(m, RunsUpdated)]
+
+    def beat_seen() -> bool:  # the first list, its goal points right after, then a poll on the beat
+        got = updates()
+        return len(got) >= 3 and run_id in got[-1].goal_points
+
+    ran = _follow(feed, beat_seen, at_least=1.6)
+    got = updates()
+    # one per 0.5 s of the time it ran, whatever the machine's speed: not a poll every 50 ms
+    assert 3 <= len(got) <= 2 + ran / 0.5 + 1, (len(got), ran)
+    assert [v for _, v in got[-1].goal_points[run_id]] == [42.0]
     writer.close()
 
 
@@ -107,7 +120,7 @@ def test_run_feed_reports_a_slow_server_as_loading_and_retries() -> None:
     status: list[Message] = []
     client = MlbenchClient(url, "token", timeout=0.3)
     feed = RunFeed(client, "r-000000000000", posted.append, status.append)
-    _follow(feed, 1.4)
+    _follow(feed, lambda: sum(isinstance(m, RunSlow) for m in posted) >= 2)
     slow = [m for m in posted if isinstance(m, RunSlow)]
     assert len(slow) >= 2, posted  # retried after the backoff
     assert "did not answer within 0.3 s" in slow[0].detail and slow[0].retry_in == 0.5
