@@ -63,34 +63,21 @@ class _Outside:
             return view.set_(storage, self.offset, self.shape, self.stride)
 
 
-def _map(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``value`` (an op's args, kwargs or outputs) with ``fn`` applied to every tensor in it."""
-    if isinstance(value, torch.Tensor):
-        return fn(value)
+def _map(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` (an op's args, kwargs or outputs: nested tuples, lists, dicts) with ``fn``
+    applied to every leaf."""
     if isinstance(value, tuple | list):
         return type(value)(_map(v, fn) for v in value)
     if isinstance(value, dict):
         return {k: _map(v, fn) for k, v in value.items()}
-    return value
+    return fn(value)
 
 
 def tree_leaves(value: Any) -> list[Any]:
-    """The leaves of ``value`` (an op's args, kwargs or outputs: nested tuples, lists, dicts)."""
-    if isinstance(value, tuple | list):
-        return [leaf for v in value for leaf in tree_leaves(v)]
-    if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in tree_leaves(v)]
-    return [value]
-
-
-def _resolve(value: Any, func: Any) -> Any:
-    if isinstance(value, _Outside):
-        return value.resolve(func)
-    if isinstance(value, tuple | list):
-        return type(value)(_resolve(v, func) for v in value)
-    if isinstance(value, dict):
-        return {k: _resolve(v, func) for k, v in value.items()}
-    return value
+    """The leaves of ``value``, in order."""
+    leaves: list[Any] = []
+    _map(value, leaves.append)
+    return leaves
 
 
 def _key(t: torch.Tensor) -> int:
@@ -113,16 +100,20 @@ class _Op:
     def hold_weakly(self, inside: set[int]) -> None:
         """Keep strong references only to tensors whose storage the capture allocated (``inside``)."""
 
-        def weaken(t: torch.Tensor) -> Any:
-            return t if _key(t) in inside or _key(t) == 0 else _Outside(t)
+        def weaken(leaf: Any) -> Any:
+            if not isinstance(leaf, torch.Tensor) or _key(leaf) in inside or _key(leaf) == 0:
+                return leaf
+            return _Outside(leaf)
 
         self.args = _map(self.args, weaken)
         self.kwargs = _map(self.kwargs, weaken)
         self.outputs = _map(self.outputs, weaken)
 
     def replay(self) -> None:
-        args, kwargs = _resolve(self.args, self.func), _resolve(self.kwargs, self.func)
-        outputs = _resolve(self.outputs, self.func)
+        def resolve(leaf: Any) -> Any:
+            return leaf.resolve(self.func) if isinstance(leaf, _Outside) else leaf
+
+        args, kwargs, outputs = (_map(v, resolve) for v in (self.args, self.kwargs, self.outputs))
         with torch.set_grad_enabled(self.grad):
             fresh = tree_leaves(self.func(*args, **kwargs))
         with torch.no_grad():
