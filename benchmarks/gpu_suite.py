@@ -45,7 +45,7 @@ from benchmarks import graph_losses  # noqa: E402
 from benchmarks.gpu_step import no_gpu_message  # noqa: E402
 
 if TYPE_CHECKING:
-    from mlbench_tui.results.model import RunResult
+    from mlbench_tui.results.model import RunResult, StartupFigures
 
 MAX_RUN_S = 75  # max_time of one run: the light goals take seconds on a GPU
 CHECK_S = 40  # what the graph-vs-eager check is left at the end of the budget
@@ -381,33 +381,37 @@ def table(all_cases: Sequence[Case], header: str) -> str:
     return "\n".join([*lines, *startup_summary(all_cases)])
 
 
+def _startup(result: RunResult | None) -> StartupFigures | None:
+    """The run's start when its ranks reported one (a case that never started has none)."""
+    startup = result.startup if result is not None else None
+    return startup if startup is not None and startup.phases else None
+
+
 def startup_s(result: RunResult | None) -> float | None:
     """Seconds from the run's creation to the end of its slowest rank's first step."""
-    startup = result.startup if result is not None else None
-    if startup is None or not startup.phases:
-        return None
-    return (startup.launcher_s or 0.0) + startup.rank_s
+    startup = _startup(result)
+    return None if startup is None else startup.total_s
 
 
 def startup_summary(all_cases: Sequence[Case]) -> list[str]:
-    """Where a case's seconds go besides training: the median startup and its largest phase."""
+    """Where a case's seconds go besides training: the median startup and its largest parts."""
     import statistics
 
-    startups = [c.result.startup for c in all_cases if c.result is not None and c.result.startup]
-    totals = [t for t in (startup_s(c.result) for c in all_cases) if t is not None]
-    if not totals:
+    startups = [s for s in (_startup(c.result) for c in all_cases) if s is not None]
+    if not startups:
         return []
-    phases: dict[str, list[float]] = {}
+    parts: dict[str, list[float]] = {}
     for startup in startups:
         if startup.launcher_s is not None:
-            phases.setdefault(startup.launcher, []).append(startup.launcher_s)
+            parts.setdefault(startup.launcher, []).append(startup.launcher_s)
         for name, seconds in startup.phases.items():
-            phases.setdefault(name, []).append(seconds)
-    medians = {name: statistics.median(values) for name, values in phases.items()}
-    largest = sorted(medians.items(), key=lambda kv: -kv[1])[:4]
-    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in largest)
-    median = statistics.median(totals)
-    return [f"  startup per case (median of {len(totals)}): {median:.1f} s; largest parts (s): {parts}"]
+            parts.setdefault(name, []).append(seconds)
+    medians = {name: statistics.median(values) for name, values in parts.items()}
+    largest = ", ".join(
+        f"{name} {sec:.1f}" for name, sec in sorted(medians.items(), key=lambda kv: -kv[1])[:4]
+    )
+    median = statistics.median([s.total_s for s in startups])
+    return [f"  startup per case (median of {len(startups)}): {median:.1f} s; largest parts (s): {largest}"]
 
 
 def _header(workers: int, device: str) -> str:

@@ -150,6 +150,11 @@ class StartupFigures(_Loose):
         """The slowest rank's seconds from its process start to the end of its first step."""
         return sum(self.phases.values())
 
+    @property
+    def total_s(self) -> float:
+        """The run's seconds before training: the launcher's part (when known) and the rank's."""
+        return self.rank_s + (self.launcher_s or 0.0)
+
 
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and

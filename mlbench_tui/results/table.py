@@ -177,8 +177,7 @@ def launcher_text(figures: StartupFigures | None) -> str:
 def startup_text(figures: StartupFigures) -> str:
     """``24.3 s before training; spawn 6.76 s; rank 0 (slowest of 2): imports 5.82 s, ...``; the
     launcher's part with its split where the target reported it (``queued 3.00 s, spawned ...``)."""
-    total = figures.rank_s + (figures.launcher_s or 0.0)
-    parts = [f"{format_duration(total)} before training"]
+    parts = [f"{format_duration(figures.total_s)} before training"]
     if figures.launcher_s is not None:
         launcher = f"{figures.launcher} {format_duration(figures.launcher_s)}"
         if figures.launcher_parts:
@@ -265,7 +264,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "GPU UTIL": gpu_util_text(hw) or "-",
                 "ENERGY TO ACC": format_energy(hw.energy_to_accuracy_j),
                 "ENERGY COST": format_money(hw.energy_cost, currency),
-                "START": format_duration(start.rank_s + (start.launcher_s or 0.0) if start else None),
+                "START": format_duration(start.total_s if start else None),
                 "LAUNCHER": launcher_text(start),
                 "WALL": format_duration(result.wall_time_s),
                 "VS REF": reference_text(result),
