@@ -12,6 +12,7 @@ names the rank the others wait for. Unset, it costs one dictionary lookup at sta
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -62,7 +63,11 @@ def parse_fault(spec: str | None) -> Fault | None:
     return Fault(rank, step, mode, factor)
 
 
-_FAULT = parse_fault(os.environ.get("MLBENCH_INJECT_FAULT"))
+@functools.cache
+def _fault() -> Fault | None:
+    """This process's fault, read from its environment at first use, not at import (a rank
+    forked by a warm start was imported by a process with another environment)."""
+    return parse_fault(os.environ.get("MLBENCH_INJECT_FAULT"))
 
 
 def _act(fault: Fault, where: str) -> None:
@@ -75,20 +80,23 @@ def _act(fault: Fault, where: str) -> None:
 
 def maybe_inject_fault(rank: int, step: int) -> None:
     """Raise ``InjectedFault`` (or hang) if a fault was requested for this rank at this step."""
-    if _FAULT is not None and _FAULT.mode != "slow" and _FAULT.rank == rank and _FAULT.step == step:
-        _act(_FAULT, f"at step {step}")
+    fault = _fault()
+    if fault is not None and fault.mode != "slow" and fault.rank == rank and fault.step == step:
+        _act(fault, f"at step {step}")
 
 
 def maybe_inject_fault_at_exit(rank: int) -> None:
     """Raise (or hang) if a fault was requested for this rank once it has reported its stop."""
-    if _FAULT is not None and _FAULT.mode != "slow" and _FAULT.rank == rank and _FAULT.step is None:
-        _act(_FAULT, "after its stop was reported")
+    fault = _fault()
+    if fault is not None and fault.mode != "slow" and fault.rank == rank and fault.step is None:
+        _act(fault, "after its stop was reported")
 
 
 def slowdown_for(rank: int) -> float:
     """How many times as long this rank's compute is to take (1.0: not slowed)."""
-    if _FAULT is not None and _FAULT.mode == "slow" and _FAULT.rank == rank:
-        return _FAULT.factor
+    fault = _fault()
+    if fault is not None and fault.mode == "slow" and fault.rank == rank:
+        return fault.factor
     return 1.0
 
 

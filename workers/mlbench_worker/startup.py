@@ -59,6 +59,11 @@ class StartupClock:
     """The ends of a rank's start phases, as seconds since its process started."""
 
     def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        """Count from this process's start again: a rank forked by a warm start
+        (``mlbench_worker.warm``) was imported by the process it was forked from."""
         self.process_start = process_start_time()
         self._origin = self.process_start if self.process_start is not None else time.time()
         self._last = self._origin
