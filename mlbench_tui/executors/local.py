@@ -26,10 +26,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from mlbench_worker.warm import StartRequest
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import processes
+from mlbench_tui.executors import processes, warm_start
 from mlbench_tui.executors.api import (
     DryRun,
     Executor,
@@ -41,6 +43,7 @@ from mlbench_tui.executors.api import (
     log_filter,
 )
 from mlbench_tui.executors.local_gpus import MachineGpus, machine_gpus
+from mlbench_tui.executors.rank_exec import log_path, rank_from_env
 from mlbench_tui.plan import RunPlan, worker_config
 
 SCHEME = "local"
@@ -50,9 +53,20 @@ EXIT_FILE = "exit.json"
 CANCEL_FILE = "cancel.json"
 LAUNCHER_LOG = "launcher.log"
 
+
+class Launcher(Protocol):
+    """What ``schedule`` started: a launcher process, or a rank forked by a warm start."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 # The launchers this process started and has not reaped yet, by run directory. Only a parent can
 # read its child's exit status, so every executor instance in this process reaps through these.
-_CHILDREN: dict[Path, subprocess.Popen[bytes]] = {}
+_CHILDREN: dict[Path, Launcher] = {}
 
 
 def default_runs_dir() -> Path:
@@ -87,6 +101,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _direct(plan: RunPlan) -> bool:
     """Whether the run's one rank starts without a launcher (gloo or nccl, PyTorch, one rank)."""
     return plan.framework != "tensorflow" and plan.backend in ("gloo", "nccl") and plan.workers == 1
+
+
+def _worker_arguments(command: tuple[str, ...]) -> list[str] | None:
+    """The worker's own arguments when ``command`` is the shim starting ``python -u -m
+    mlbench_worker`` with this interpreter; None for any other command."""
+    if "--" not in command:
+        return None
+    worker = command[command.index("--") + 1 :]
+    if tuple(worker[:4]) != (sys.executable, "-u", "-m", "mlbench_worker"):
+        return None
+    return list(worker[4:])
 
 
 def _started_directly(launch: dict[str, Any] | None) -> bool:
@@ -231,19 +256,21 @@ class LocalExecutor(Executor):
         if reserve:
             env["MASTER_PORT"] = str(self._reserve_port(run_dir))
         (command,) = dryrun.commands
-        with open(run_dir / LAUNCHER_LOG, "ab") as launcher_log:
-            try:
-                proc = subprocess.Popen(
-                    list(command),
-                    env=env,
-                    cwd=run_dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=launcher_log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
+        proc: Launcher | None = self._warm_start(dryrun, command, env, run_dir)
+        if proc is None:
+            with open(run_dir / LAUNCHER_LOG, "ab") as launcher_log:
+                try:
+                    proc = subprocess.Popen(
+                        list(command),
+                        env=env,
+                        cwd=run_dir,
+                        stdin=subprocess.DEVNULL,
+                        stdout=launcher_log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
         _CHILDREN[run_dir] = proc
         _write_json(
             run_dir / LAUNCH_FILE,
@@ -258,9 +285,32 @@ class LocalExecutor(Executor):
                 "started_at": time.time(),
                 "watcher_pid": os.getpid(),
                 "master_port": int(env["MASTER_PORT"]) if reserve else None,
+                "warm_start": isinstance(proc, warm_start.WarmProcess),
             },
         )
         return self.handle_for(run_id)
+
+    def _warm_start(
+        self, dryrun: DryRun, command: tuple[str, ...], env: dict[str, str], run_dir: Path
+    ) -> warm_start.WarmProcess | None:
+        """The run's one rank forked by the warm-start server (``warm_start``) when it starts
+        directly (one PyTorch rank); None: start it cold."""
+        worker = _worker_arguments(command)
+        if worker is None or not _direct(dryrun.plan) or not warm_start.enabled(os.environ):
+            return None
+        request = StartRequest(
+            argv=worker,
+            env=env,
+            cwd=str(run_dir),
+            log_path=log_path(str(run_dir / "logs"), 0),
+            status_path=str(run_dir / warm_start.EXIT_FILE),
+        )
+        try:
+            return warm_start.start(request, self.runs_dir)
+        except warm_start.Unavailable as exc:
+            with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
+                log.write(f"mlbench: no warm start ({exc}); starting the rank cold\n")
+            return None
 
     def _reserve_port(self, run_dir: Path) -> int:
         """A free port, also claimed in a file under the runs directory so two runs started at
@@ -293,11 +343,19 @@ class LocalExecutor(Executor):
         """Record the launcher's exit status once it has ended (only its parent can see it)."""
         proc = _CHILDREN.get(run_dir)
         if proc is None:
-            return _read_json(run_dir / EXIT_FILE)
-        code = proc.poll()
-        if code is None:
-            return None
-        del _CHILDREN[run_dir]
+            existing = _read_json(run_dir / EXIT_FILE)
+            exited = warm_start.read_exit(run_dir / warm_start.EXIT_FILE) if existing is None else None
+            if exited is None:  # a warm rank's end is on file even when its executor has gone
+                return existing
+            code: int | None = exited.exit_code
+        else:
+            code = proc.poll()
+            if code is None:
+                if isinstance(proc, warm_start.WarmProcess) and proc.lost:
+                    del _CHILDREN[run_dir]  # its end is unknown: describe says so
+                    self._release_port(run_dir)
+                return None
+            del _CHILDREN[run_dir]
         self._release_port(run_dir)
         existing = _read_json(run_dir / EXIT_FILE)
         if existing is not None:
@@ -351,7 +409,7 @@ class LocalExecutor(Executor):
             message = (
                 f"the launcher ended while its watching process ({watcher}) was gone; exit status unknown"
             )
-        ranks = self._rank_statuses(resolved.run_id, int(launch.get("workers", 0)), state)
+        ranks = self._rank_statuses(resolved.run_id, launch, state)
         return RunStatus(handle=resolved, state=state, ranks=ranks, message=message)
 
     def _watched_elsewhere(self, launch: dict[str, Any]) -> bool:
@@ -365,11 +423,13 @@ class LocalExecutor(Executor):
         age = processes.age_s(watcher)
         return age is None or not isinstance(started, (int, float)) or age >= time.time() - started - 1
 
-    def _rank_statuses(self, run_id: str, workers: int, state: RunState) -> list[RankStatus]:
+    def _rank_statuses(self, run_id: str, launch: dict[str, Any], state: RunState) -> list[RankStatus]:
+        workers = int(launch.get("workers", 0))
         live: dict[int, int] = {}
         if not state.is_terminal():
-            from mlbench_tui.executors.rank_exec import rank_from_env
-
+            launcher = int(launch["pid"])
+            if launch.get("warm_start") and processes.is_alive(launcher, launch.get("start_ticks")):
+                live[0] = launcher  # forked with its environment in memory only: /proc shows no marker
             for pid in processes.marked_pids(run_id):
                 env = processes.read_environ(pid)
                 if any(name in env for name in ("RANK", "OMPI_COMM_WORLD_RANK")):

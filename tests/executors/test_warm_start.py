@@ -1,0 +1,322 @@
+"""Warm starts: one-rank local runs forked from a server that has imported torch and the tasks.
+
+Real processes throughout: the server (``python -m mlbench_worker.warm``), the ranks it forks
+(the real worker runtime), and ``mlbench apply``/``cancel`` in subprocesses against a real
+embedded server and store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlbench_worker.warm import StartRequest
+
+from mlbench_tui.executors import processes, warm_start
+from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = """\
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata:
+  name: {name}
+spec:
+  task: 0a
+  workers: 1
+  backend: gloo
+  target: local
+  data: synthetic
+  repeats: {repeats}
+  hyperparameters: {{sizes_max_exp: 2, num_sizes: 3, repetitions: 3, warmup: 1, dtypes: [fp32]}}
+{extra}"""
+
+
+@pytest.fixture(autouse=True)
+def _close_server() -> Iterator[None]:
+    yield
+    warm_start.shutdown()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _request(tmp_path: Path, name: str, argv: list[str], **env: str) -> StartRequest:
+    (tmp_path / name).mkdir()
+    return StartRequest(
+        argv=argv,
+        env=_env(**env),
+        cwd=str(tmp_path / name),
+        log_path=str(tmp_path / name / "rank-0.log"),
+        status_path=str(tmp_path / name / warm_start.EXIT_FILE),
+    )
+
+
+def _wait_gone(pid: int, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while processes.is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not processes.is_alive(pid)
+
+
+def test_a_forked_rank_gets_its_run_environment_log_and_exit_status(tmp_path: Path) -> None:
+    """The rank reads its own configuration (here: none it can use), writes to its own log and
+    ends with the status a cold start would: 2 for an unusable configuration."""
+    (tmp_path / "bad.json").write_text("{}")
+    request = _request(tmp_path, "a", ["--config", str(tmp_path / "bad.json")])
+    rank = warm_start.start(request, tmp_path)
+    assert rank.wait(timeout=60) == 2
+    assert "error:" in Path(request.log_path).read_text()
+    record = warm_start.read_exit(Path(request.status_path))
+    assert record is not None and record.pid == rank.pid and record.exit_code == 2
+    # MLBENCH_CONFIG from the request's environment, not the server's
+    request_b = _request(tmp_path, "b", [], MLBENCH_CONFIG=str(tmp_path / "missing.json"))
+    rank_b = warm_start.start(request_b, tmp_path)
+    assert rank_b.wait(timeout=60) == 2
+    assert "missing.json" in Path(request_b.log_path).read_text()
+    assert rank_b.server.pid == rank.server.pid  # one server for both
+
+
+def test_a_killed_rank_reads_minus_its_signal_and_the_server_ends_after_its_last_rank(
+    tmp_path: Path,
+) -> None:
+    """The server outlives its input (the executor gone) until the ranks it forked have ended and
+    their statuses are on file: a rank is never left without a record of how it ended."""
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)  # reading the config blocks: a rank that waits like a long run
+    rank = warm_start.start(_request(tmp_path, "k", ["--config", str(fifo)]), tmp_path)
+    server = rank.server
+    warm_start.shutdown()  # its input ends; it keeps reaping
+    assert server.poll() is None and processes.is_alive(rank.pid)
+    os.kill(rank.pid, signal.SIGKILL)
+    assert rank.wait(timeout=60) == -signal.SIGKILL
+    assert server.wait(timeout=60) == 0
+
+
+def test_another_import_environment_gets_another_server(tmp_path: Path) -> None:
+    """Thread counts are read when libraries load: a run with another count is not forked from a
+    server that loaded them with the old one (and the old server goes once idle)."""
+    (tmp_path / "bad.json").write_text("{}")
+    argv = ["--config", str(tmp_path / "bad.json")]
+    one = warm_start.start(_request(tmp_path, "one", argv, OMP_NUM_THREADS="1"), tmp_path)
+    same = warm_start.start(_request(tmp_path, "same", argv, OMP_NUM_THREADS="1", MASTER_PORT="1"), tmp_path)
+    two = warm_start.start(_request(tmp_path, "two", argv, OMP_NUM_THREADS="2"), tmp_path)
+    assert same.server.pid == one.server.pid  # per-run variables do not count
+    assert two.server.pid != one.server.pid
+    assert one.server.wait(timeout=60) == 0  # closed once its ranks had ended
+
+
+def test_a_server_that_cannot_preload_leaves_the_rank_to_a_cold_start(tmp_path: Path) -> None:
+    """A torch that fails to import (here a stand-in that raises) makes the server say so and
+    exit; the rank is then not forked (the executor starts it cold, where it fails visibly)."""
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise RuntimeError('a broken torch build')\n")
+    path = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    request = _request(tmp_path, "x", ["--config", "x"], PYTHONPATH=path)
+    with pytest.raises(warm_start.Unavailable, match="could not preload: RuntimeError: a broken torch build"):
+        warm_start.start(request, tmp_path)
+    assert not Path(request.log_path).exists()  # nothing was forked
+
+
+def _plan() -> RunPlan:
+    return RunPlan(
+        name="w",
+        spec_name="w",
+        spec_hash="0" * 64,
+        task="0a",
+        task_name="allreduce",
+        backend="gloo",
+        workers=1,
+        seed=1,
+        goal=None,
+        resources=ResourcesPlan(threads_per_rank=1),
+        data=DataPlan(source="synthetic"),
+        hyperparameters={"repetitions": 1},
+        target={"kind": "local"},
+    )
+
+
+SCHEDULE_AND_VANISH = """
+import dataclasses, os, sys
+from pathlib import Path
+from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
+plan = RunPlan(name="w", spec_name="w", spec_hash="0" * 64, task="0a", task_name="allreduce",
+    backend="gloo", workers=1, seed=1, goal=None, resources=ResourcesPlan(threads_per_rank=1),
+    data=DataPlan(source="synthetic"), hyperparameters={}, target={"kind": "local"})
+executor = LocalExecutor(Path(sys.argv[1]))
+launch = LaunchContext(run_id="r-vanish", server_url="http://127.0.0.1:9", write_token="t")
+dry = executor.dryrun(plan, launch)
+executor.schedule(dataclasses.replace(dry, worker_config={"task": "0a"}))  # unusable: exit 2
+os._exit(0)  # the watching process is gone before its rank ends
+"""
+
+
+def test_a_warm_ranks_end_is_known_after_its_executor_has_gone(tmp_path: Path) -> None:
+    """A cold launcher's exit status dies with its parent; a warm rank's is on file."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "workers")])}
+    subprocess.run([sys.executable, "-c", SCHEDULE_AND_VANISH, str(runs)], env=env, check=True, cwd=ROOT)
+    launch = json.loads((runs / "r-vanish" / "launch.json").read_text())
+    assert launch["warm_start"] is True
+    status = LocalExecutor(runs).wait("local://x/r-vanish", timeout=60)
+    assert status.state is RunState.FAILED, status
+    assert status.message == "rank 0 exited with code 2 (see its log: mlbench logs RUN --rank 0)"
+
+
+def test_scheduled_runs_are_forked_only_when_the_command_is_the_worker(tmp_path: Path) -> None:
+    """A dry run whose command was replaced (a wrapper, a test script) starts that command cold."""
+    executor = LocalExecutor(tmp_path / "runs")
+    launch = LaunchContext(run_id="r-script", server_url="http://127.0.0.1:9", write_token="t")
+    dry = executor.dryrun(_plan(), launch)
+    (command,) = dry.commands
+    script = (*command[: command.index("-u")], "-c", "print('script ran')")
+    handle = executor.schedule(dataclasses.replace(dry, commands=(script,)))
+    status = executor.wait(handle, timeout=60)
+    assert status.state is RunState.SUCCEEDED
+    assert json.loads((executor.run_dir("r-script") / "launch.json").read_text())["warm_start"] is False
+    assert "script ran" in "\n".join(executor.log_iter(handle, rank=0))
+
+
+# -- through mlbench apply -------------------------------------------------------------------
+
+
+def _mlbench(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mlbench_tui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def _launches() -> list[dict[str, object]]:
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    return [json.loads(path.read_text()) for path in sorted(runs.glob("r-*/launch.json"))]
+
+
+@pytest.mark.slow
+def test_apply_forks_each_one_rank_run_of_a_sweep_and_leaves_no_server_behind(tmp_path: Path) -> None:
+    spec = tmp_path / "warm.yaml"
+    spec.write_text(SPEC.format(name="warm", repeats=3, extra=""))
+    done = _mlbench("apply", "--quiet", str(spec))
+    assert done.returncode == 0, done.stderr
+    launches = _launches()
+    assert len(launches) == 3 and all(launch["warm_start"] for launch in launches)
+    results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
+    assert [r["state"] for r in results] == ["succeeded"] * 3
+    assert all(r["startup"] and r["startup"]["phases"] for r in results)  # each rank said how it started
+    deadline = time.monotonic() + 60
+    while _servers_of_this_home() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _servers_of_this_home()  # apply's server ended with it
+
+
+def _servers_of_this_home() -> list[int]:
+    home = os.environ["MLBENCH_HOME"]
+    return [
+        pid
+        for pid in processes.descendants(1)
+        if "mlbench_worker.warm" in _cmdline(pid) and processes.read_environ(pid).get("MLBENCH_HOME") == home
+    ]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_warm_start_0_starts_cold_and_a_spec_env_reaches_a_forked_rank(tmp_path: Path) -> None:
+    """``MLBENCH_WARM_START=0`` starts every rank cold; a spec's ``env`` is honoured by a forked
+    rank (here a fault that hangs rank 0, which ``mlbench cancel`` then stops)."""
+    spec = tmp_path / "cold.yaml"
+    spec.write_text(SPEC.format(name="cold", repeats=1, extra=""))
+    done = _mlbench("apply", "--quiet", str(spec), env={**os.environ, "MLBENCH_WARM_START": "0"})
+    assert done.returncode == 0, done.stderr
+    assert [launch["warm_start"] for launch in _launches()] == [False]
+
+    hang = tmp_path / "hang.yaml"
+    extra = '  env: {MLBENCH_INJECT_FAULT: "rank=0,step=0,mode=hang"}\n'
+    hang.write_text(SPEC.format(name="hang", repeats=1, extra=extra))
+    apply = subprocess.Popen(
+        [sys.executable, "-m", "mlbench_tui", "apply", "--quiet", str(hang)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+        deadline = time.monotonic() + 120
+        log: Path | None = None
+        while time.monotonic() < deadline:
+            logs = [p for p in runs.glob("r-*/logs/rank-0.log") if "hanging on purpose" in p.read_text()]
+            if logs:
+                log = logs[0]
+                break
+            time.sleep(0.2)
+        assert log is not None, "the forked rank never read its fault from the spec's env"
+        run_id = log.parent.parent.name
+        launch = json.loads((runs / run_id / "launch.json").read_text())
+        assert launch["warm_start"] is True
+        cancelled = _mlbench("cancel", run_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert _wait_gone(int(launch["pid"]))
+        apply.wait(timeout=120)
+    finally:
+        if apply.poll() is None:
+            apply.kill()
+            apply.wait()
+    state = json.loads(_mlbench("results", str(hang), "-o", "json").stdout)["runs"][0]["state"]
+    assert state == "cancelled"
+
+
+GPU_SPEC = """\
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata:
+  name: warm-gpu
+spec:
+  task: 0a
+  workers: 1
+  backend: nccl
+  hardware: {gpu: 1}
+  target: local
+  data: synthetic
+  repeats: 2
+  hyperparameters: {sizes_max_exp: 3, num_sizes: 3, repetitions: 5, warmup: 1}
+"""
+
+
+@pytest.mark.gpu
+def test_forked_ranks_use_cuda_and_nccl(tmp_path: Path) -> None:
+    """The server never touches CUDA, so each rank forked from it creates its own context and
+    NCCL communicator: two nccl runs in a row, both forked, both succeed."""
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text(GPU_SPEC)
+    done = _mlbench("apply", "--quiet", str(spec))
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert [launch["warm_start"] for launch in _launches()] == [True, True]
+    results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
+    assert [r["state"] for r in results] == ["succeeded"] * 2
