@@ -27,4 +27,5 @@ BENCHMARKS: dict[str, str] = {
     "scale": "benchmarks.scale",
     "tui_scale": "benchmarks.tui_scale",
     "report": "benchmarks.report",
+    "warm_start": "benchmarks.warm_start",
 }

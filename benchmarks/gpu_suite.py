@@ -3,9 +3,10 @@
 Each official task runs on synthetic data to its light goal, one rank per GPU (backend nccl),
 once per precision the task allows, and once more with ``implementation: {cuda_graphs: true}``
 where the task takes it (fp32 and bf16). All cases are documents of one spec file applied once
-in a throw-away ``MLBENCH_HOME`` (starting Python, torch and CUDA once per run, not four CLI
-processes per case), and their results are read once, typed (``RunResult``), through the
-server. Then graph mode is checked against eager (``benchmarks.graph_losses``: the same losses
+in a throw-away ``MLBENCH_HOME`` (one CLI process for all cases, not four per case; each case's
+rank is forked from one process that imported torch and the tasks once, so a case pays for its
+CUDA context, not for its imports), and their results are read once, typed (``RunResult``),
+through the server. Then graph mode is checked against eager (``benchmarks.graph_losses``: the same losses
 from the same seed). The table gives state, time to accuracy, median step time, the tracker's
 phase sum over the training time, peak GPU memory, CUDA-graph capture time and the startup
 (run created to the slowest rank's first step; its largest parts summarised below); ``n/a``
