@@ -37,6 +37,7 @@ def test_a_run_shows_where_its_start_went(tmp_path: Path) -> None:
         "imports",
         "device",
         "rendezvous",
+        "environment",
         "data",
         "model",
         "first_step",
@@ -65,6 +66,7 @@ def test_a_run_shows_where_its_start_went(tmp_path: Path) -> None:
     (rank0,) = [e["payload"] for e in events if e["kind"] == "startup" and e["rank"] == 0]
     assert at["init_start"] == pytest.approx(rank0["process_start_t"] * 1000, abs=1)
     before_run = sum(
-        rank0["phases"][p] for p in ("interpreter", "imports", "device", "rendezvous", "data", "model")
+        rank0["phases"][p]
+        for p in ("interpreter", "imports", "device", "rendezvous", "environment", "data", "model")
     )
     assert (at["init_stop"] - at["init_start"]) / 1000 == pytest.approx(before_run, abs=0.1)

@@ -101,6 +101,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         ranks = comm.allgather_object(rank_facts(ctx))  # every rank takes part
         if ctx.is_main:
             wire.emit(reporter, wire.Environment(facts=fingerprint(ctx, ranks)))
+        CLOCK.mark("environment")
         outcome = task(ctx)
         ctx.mark_run_start()
         CLOCK.report(reporter, rank)  # tasks without training steps: their start ends at run_start

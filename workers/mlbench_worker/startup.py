@@ -2,6 +2,7 @@
 
 The rank stamps the end of each phase of its start (``mark``): the interpreter up to the worker's
 own code, the imports (torch, the task), device init, rendezvous and the process group, the
+exchange of every rank's facts and rank 0's environment fingerprint (the first collective), the
 task's setup (data ready, then model ready), CUDA-graph capture and the first step. Once the first
 step is done (or the task's timed part begins, for tasks without steps) ``report`` sends them as
 one ``startup`` event with the process's own start time, so the engine can tell the launcher's
@@ -18,7 +19,17 @@ import time
 from mlbench_worker.wire import STARTUP, EventSink, Startup, emit
 
 STARTUP_EVENT = STARTUP
-PHASES = ("interpreter", "imports", "device", "rendezvous", "data", "model", "graph_capture", "first_step")
+PHASES = (
+    "interpreter",
+    "imports",
+    "device",
+    "rendezvous",
+    "environment",
+    "data",
+    "model",
+    "graph_capture",
+    "first_step",
+)
 """The phases in the order a rank goes through them (a task may skip some: 0a has no model)."""
 
 
