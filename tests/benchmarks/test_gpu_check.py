@@ -72,3 +72,23 @@ def test_smoke_runs_every_part_on_cpu_and_writes_one_summary(tmp_path: Path) -> 
     assert any(",0a,fp32,eager,1,,allreduce_latency_min_size_us," in row for row in rows), summary
     assert any(line.split()[:2] == ["fp32", "1"] for line in summary.splitlines()[-12:])
     assert "graph mode vs eager losses (max relative difference): 2a fp32 ok (0.0e+00)" in summary
+
+
+def test_when_forked_ranks_fail_on_the_gpu_the_suite_starts_its_ranks_cold() -> None:
+    """A failure of the gpu test of warm starts sends gpu_suite cold (the rest of the check still
+    measures the machine) and the summary says so; any other failure leaves the suite warm."""
+    warm_tests = (ROOT / "tests" / "executors" / "test_warm_start.py").read_text()
+    assert f"@pytest.mark.gpu\ndef {gpu_check.WARM_GPU_TEST}(" in warm_tests  # the name it looks for
+    tests = gpu_check.Part("gpu tests", ["-c", "pass"])
+    tests.output = ("FAILED tests/executors/test_warm_start.py::test_forked_ranks_use_cuda_and_nccl - x",)
+    assert gpu_check.forked_ranks_failed(tests)
+    other = gpu_check.Part("gpu tests", ["-c", "pass"])
+    other.output = ("FAILED tests/workers/test_sampler.py::test_gpu_series_from_nvml_and_torch - x",)
+    assert not gpu_check.forked_ranks_failed(other)
+    suite = gpu_check.Part("gpu_suite", ["-c", "import os; print(os.environ['MLBENCH_WARM_START'])"])
+    suite.env = {"MLBENCH_WARM_START": "0"}
+    gpu_check.run_part(suite, timeout_s=600)
+    assert suite.ok and suite.tail == ("0",)
+    step = gpu_check.Part("gpu_step", ["-c", "pass"])
+    text = gpu_check.summary([step, tests, suite], None, budget=100, took=5)
+    assert "gpu_suite started its ranks cold: forked ranks failed in the gpu tests" in text
