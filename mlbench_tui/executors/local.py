@@ -305,12 +305,18 @@ class LocalExecutor(Executor):
             log_path=log_path(str(run_dir / "logs"), 0),
             status_path=str(run_dir / warm_start.EXIT_FILE),
         )
+        rank: warm_start.WarmProcess | None = None
         try:
-            return warm_start.start(request, self.runs_dir)
+            rank = warm_start.start(request, self.runs_dir)
+            note = (
+                f"mlbench: rank 0 (pid {rank.pid}) forked by the warm-start server (pid {rank.server.pid});"
+                f" {warm_start.SWITCH}=0 starts it cold"
+            )
         except warm_start.Unavailable as exc:
-            with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
-                log.write(f"mlbench: no warm start ({exc}); starting the rank cold\n")
-            return None
+            note = f"mlbench: no warm start ({exc}); starting the rank cold"
+        with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
+            log.write(note + "\n")
+        return rank
 
     def _reserve_port(self, run_dir: Path) -> int:
         """A free port, also claimed in a file under the runs directory so two runs started at

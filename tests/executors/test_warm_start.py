@@ -320,3 +320,27 @@ def test_forked_ranks_use_cuda_and_nccl(tmp_path: Path) -> None:
     assert [launch["warm_start"] for launch in _launches()] == [True, True]
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
     assert [r["state"] for r in results] == ["succeeded"] * 2
+
+
+NO_CUDA_PRELOAD = """
+import torch, torch.cuda
+def refuse(*args, **kwargs):
+    raise AssertionError("CUDA asked for while preloading")
+for name in ("is_available", "device_count", "init", "current_device", "set_device", "synchronize",
+             "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info"):
+    setattr(torch.cuda, name, refuse)
+from mlbench_worker import warm
+done = warm.preload()
+print(len(done), "modules")
+"""
+
+
+def test_the_server_preloads_without_asking_cuda_anything() -> None:
+    """A CUDA context does not survive a fork, and asking CUDA whether a GPU is there starts the
+    driver: the CPU twin of the server's promise is that preloading never asks."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "workers")])}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_CUDA_PRELOAD], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[0]) >= 10

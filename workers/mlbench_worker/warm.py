@@ -213,9 +213,6 @@ class Server:
 def become_rank(request: StartRequest) -> int:
     """In a forked child: turn into the rank a cold start would be, run it, return its status."""
     os.setsid()
-    os.chdir(request.cwd)
-    os.environ.clear()
-    os.environ.update(request.env)
     null = os.open(os.devnull, os.O_RDONLY)  # fd 0 when the server's input was closed
     if null != 0:
         os.dup2(null, 0)
@@ -231,6 +228,9 @@ def become_rank(request: StartRequest) -> int:
         io.FileIO(2, "w", closefd=False), write_through=True, line_buffering=True, errors="backslashreplace"
     )
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    os.chdir(request.cwd)  # after the log is in place: a failure here is in the rank's log
+    os.environ.clear()
+    os.environ.update(request.env)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
