@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from support.local_runs import local_plan
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import processes
 from mlbench_tui.executors.api import DryRun, LaunchContext
 from mlbench_tui.executors.local import LocalExecutor, RankLogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState
-from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
 
 RANK_SCRIPT = """
 import os, sys, time
@@ -39,22 +39,7 @@ time.sleep(60 if mode == "hang" else 0.2)
 """
 
 
-def _plan(backend: str = "gloo", workers: int = 2, threads: int = 1) -> RunPlan:
-    return RunPlan(
-        name=f"t-{backend}-{workers}w",
-        spec_name="t",
-        spec_hash="0" * 64,
-        task="0a",
-        task_name="allreduce",
-        backend=backend,
-        workers=workers,
-        seed=1,
-        goal=None,
-        resources=ResourcesPlan(threads_per_rank=threads),
-        data=DataPlan(source="synthetic"),
-        hyperparameters={"repetitions": 1},
-        target={"kind": "local"},
-    )
+_plan = local_plan
 
 
 def _launch(run_id: str) -> LaunchContext:

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 from mlbench_worker.warm import StartRequest
+from support.local_runs import local_plan
 
 from mlbench_tui.executors import processes, warm_start
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.local import LocalExecutor
 from mlbench_tui.lifecycle import RunState
-from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
+from mlbench_tui.plan import RunPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,21 +134,7 @@ def test_a_server_that_cannot_preload_leaves_the_rank_to_a_cold_start(tmp_path: 
 
 
 def _plan() -> RunPlan:
-    return RunPlan(
-        name="w",
-        spec_name="w",
-        spec_hash="0" * 64,
-        task="0a",
-        task_name="allreduce",
-        backend="gloo",
-        workers=1,
-        seed=1,
-        goal=None,
-        resources=ResourcesPlan(threads_per_rank=1),
-        data=DataPlan(source="synthetic"),
-        hyperparameters={"repetitions": 1},
-        target={"kind": "local"},
-    )
+    return local_plan(workers=1)
 
 
 SCHEDULE_AND_VANISH = """
@@ -155,10 +142,8 @@ import dataclasses, os, sys
 from pathlib import Path
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.local import LocalExecutor
-from mlbench_tui.plan import DataPlan, ResourcesPlan, RunPlan
-plan = RunPlan(name="w", spec_name="w", spec_hash="0" * 64, task="0a", task_name="allreduce",
-    backend="gloo", workers=1, seed=1, goal=None, resources=ResourcesPlan(threads_per_rank=1),
-    data=DataPlan(source="synthetic"), hyperparameters={}, target={"kind": "local"})
+from support.local_runs import local_plan
+plan = local_plan(workers=1)
 executor = LocalExecutor(Path(sys.argv[1]))
 launch = LaunchContext(run_id="r-vanish", server_url="http://127.0.0.1:9", write_token="t")
 dry = executor.dryrun(plan, launch)
@@ -170,7 +155,8 @@ os._exit(0)  # the watching process is gone before its rank ends
 def test_a_warm_ranks_end_is_known_after_its_executor_has_gone(tmp_path: Path) -> None:
     """A cold launcher's exit status dies with its parent; a warm rank's is on file."""
     runs = tmp_path / "runs"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "workers")])}
+    paths = [str(ROOT), str(ROOT / "workers"), str(ROOT / "tests")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     subprocess.run([sys.executable, "-c", SCHEDULE_AND_VANISH, str(runs)], env=env, check=True, cwd=ROOT)
     launch = json.loads((runs / "r-vanish" / "launch.json").read_text())
     assert launch["warm_start"] is True
