@@ -24,7 +24,7 @@ from mlbench_tui.results.summary import host_fingerprint, summarize_run
 from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.spec.tasks import get_task
-from mlbench_tui.store.api_models import RankUpdate, RunCreate, RunUpdate
+from mlbench_tui.store.api_models import MAX_TEXT_LEN, LogIn, RankUpdate, RunCreate, RunUpdate, Stream
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -258,10 +258,10 @@ class Runner:
         if not lines:
             return
         now = time.time()
-        by_rank: dict[int, list[dict[str, Any]]] = {}
+        by_rank: dict[int, list[LogIn]] = {}
         for rank, text in lines:
-            stream = "system" if rank < 0 else "stdout"
-            by_rank.setdefault(max(rank, 0), []).append({"text": text[:16_000], "stream": stream, "t": now})
+            stream: Stream = "system" if rank < 0 else "stdout"
+            by_rank.setdefault(max(rank, 0), []).append(LogIn(text=text[:MAX_TEXT_LEN], stream=stream, t=now))
         for rank, batch_lines in by_rank.items():
             for start in range(0, len(batch_lines), LOG_BATCH_LINES):
                 try:

@@ -23,6 +23,7 @@ from mlbench_tui.store.api_models import (
     BatchAck,
     EventsPage,
     Health,
+    LogIn,
     LogsPage,
     MetricBands,
     MetricName,
@@ -35,6 +36,7 @@ from mlbench_tui.store.api_models import (
     RunDetail,
     RunInfo,
     RunUpdate,
+    Stream,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -233,15 +235,16 @@ class MlbenchClient:
     def post_logs(
         self,
         run_id: str,
-        lines: Iterable[str | Mapping[str, Any]],
+        lines: Iterable[str | LogIn],
         *,
         rank: int = 0,
-        stream: str = "stdout",
+        stream: Stream = "stdout",
         seq: int | None = None,
         token: str | None = None,
     ) -> BatchAck:
-        """Store log lines (strings, or dicts ``{text, stream?, seq?, t?}``) of one rank."""
-        items = [{"text": ln, "stream": stream} if isinstance(ln, str) else dict(ln) for ln in lines]
+        """Store log lines of one rank: texts (in ``stream``) or whole ``LogIn`` lines."""
+        typed = (LogIn(text=line, stream=stream) if isinstance(line, str) else line for line in lines)
+        items = [line.model_dump(mode="json", exclude_none=True) for line in typed]
         return self._batch(run_id, "logs", "lines", items, rank, seq, token)
 
     def post_events(

@@ -26,6 +26,7 @@ from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.local import LocalExecutor
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.server.daemon import ensure_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,6 +212,10 @@ def test_apply_forks_each_one_rank_run_of_a_sweep_and_leaves_no_server_behind(tm
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
     assert [r["state"] for r in results] == ["succeeded"] * 3
     assert all(r["startup"] and r["startup"]["phases"] for r in results)  # each rank said how it started
+    stored = ensure_server().client().logs(results[0]["run_id"]).lines  # shipped by apply's watcher
+    system = [line.text for line in stored if line.stream == "system"]
+    assert any("forked by the warm-start server" in text for text in system), system
+    assert any(line.stream == "stdout" and "run stopped: success" in line.text for line in stored)
     deadline = time.monotonic() + 60
     while _servers_of_this_home() and time.monotonic() < deadline:
         time.sleep(0.1)
