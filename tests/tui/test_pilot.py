@@ -284,9 +284,11 @@ async def test_live_updates_are_batched(server: EmbeddedServer) -> None:
         await wait_for(pilot, lambda: screen.goal_points, what="goal metric")
         elapsed = time.monotonic() - start
         # 121 committed batches arrived as a handful of messages: at most one per 0.25 s window
-        # of the feed and one per summary of the server (their phases drift on a busy machine).
-        # Relative to the time taken, so it holds at any speed; the points below pin coalescing.
-        assert len(received) <= 2 * (elapsed / 0.25 + 1), (len(received), elapsed)
+        # of the feed and one per summary of the server (their phases drift on a busy machine),
+        # plus the one each may have had in flight when counting began (a CI run saw 5 in
+        # 0.29 s). Relative to the time taken, so it holds at any speed; the points below pin
+        # coalescing itself.
+        assert len(received) <= 2 * (elapsed / 0.25 + 2), (len(received), elapsed)
         # The stream is coalesced: per update one min/max/last bucket per series and rank, not a
         # point per batch (how many updates that makes depends on the machine's speed)...
         losses = [d for m in received for d in m.batch.series.values() if d.name == "train_loss"]
