@@ -16,7 +16,6 @@ run directory, so ``mlbench status``/``cancel`` work from any shell.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -24,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,10 +39,11 @@ from mlbench_tui.executors.api import (
     RunHandle,
     RunState,
     RunStatus,
-    log_filter,
 )
 from mlbench_tui.executors.local_gpus import MachineGpus, machine_gpus
 from mlbench_tui.executors.rank_exec import log_path, rank_from_env
+from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
+from mlbench_tui.executors.run_files import read_json, write_json
 from mlbench_tui.plan import RunPlan, worker_config
 
 SCHEME = "local"
@@ -82,20 +82,6 @@ def mpiexec_path() -> str | None:
     if beside.exists():
         return str(beside)
     return shutil.which("mpiexec")
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _direct(plan: RunPlan) -> bool:
@@ -250,7 +236,7 @@ class LocalExecutor(Executor):
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         (run_dir / "spool").mkdir(exist_ok=True)
         config_path = Path(dryrun.env.get("MLBENCH_CONFIG") or run_dir / "config.json")
-        _write_json(config_path, dryrun.worker_config)
+        write_json(config_path, dryrun.worker_config)
         env = {**os.environ, **dryrun.env}
         reserve = dryrun.plan.backend == "mpi" or _direct(dryrun.plan)
         if reserve:
@@ -272,7 +258,7 @@ class LocalExecutor(Executor):
                 except OSError as exc:
                     raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
         _CHILDREN[run_dir] = proc
-        _write_json(
+        write_json(
             run_dir / LAUNCH_FILE,
             {
                 "run_id": run_id,
@@ -349,7 +335,7 @@ class LocalExecutor(Executor):
         """Record the launcher's exit status once it has ended (only its parent can see it)."""
         proc = _CHILDREN.get(run_dir)
         if proc is None:
-            existing = _read_json(run_dir / EXIT_FILE)
+            existing = read_json(run_dir / EXIT_FILE)
             exited = warm_start.read_exit(run_dir / warm_start.EXIT_FILE) if existing is None else None
             if exited is None:  # a warm rank's end is on file even when its executor has gone
                 return existing
@@ -363,7 +349,7 @@ class LocalExecutor(Executor):
                 return None
             del _CHILDREN[run_dir]
         self._release_port(run_dir)
-        existing = _read_json(run_dir / EXIT_FILE)
+        existing = read_json(run_dir / EXIT_FILE)
         if existing is not None:
             return existing
         if (run_dir / CANCEL_FILE).exists():
@@ -373,11 +359,11 @@ class LocalExecutor(Executor):
         else:
             state = RunState.FAILED
         record = {"exit_code": code, "state": state.value, "finished_at": time.time()}
-        _write_json(run_dir / EXIT_FILE, record)
+        write_json(run_dir / EXIT_FILE, record)
         return record
 
     def _release_port(self, run_dir: Path) -> None:
-        port = (_read_json(run_dir / LAUNCH_FILE) or {}).get("master_port")
+        port = (read_json(run_dir / LAUNCH_FILE) or {}).get("master_port")
         if isinstance(port, int):
             claim = self.runs_dir / ".ports" / str(port)
             with contextlib.suppress(OSError):
@@ -387,7 +373,7 @@ class LocalExecutor(Executor):
     def describe(self, handle: RunHandle | str) -> RunStatus | None:
         resolved = self._resolve(handle)
         run_dir = self.run_dir(resolved.run_id)
-        launch = _read_json(run_dir / LAUNCH_FILE)
+        launch = read_json(run_dir / LAUNCH_FILE)
         if launch is None:
             return None
         finished = self._reap(run_dir)
@@ -459,7 +445,7 @@ class LocalExecutor(Executor):
         # torchrun's error summary names the first failing rank and its exit code.
         rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
         exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)
-        if rank is None and code is not None and _started_directly(_read_json(run_dir / LAUNCH_FILE)):
+        if rank is None and code is not None and _started_directly(read_json(run_dir / LAUNCH_FILE)):
             rank, exit_code = "0", str(code)  # the launcher was the rank itself
         if rank is not None and exit_code is not None:
             return f"rank {rank} exited with code {exit_code} (see its log: mlbench logs RUN --rank {rank})"
@@ -491,12 +477,12 @@ class LocalExecutor(Executor):
         """Stop every process of the run; a no-op for finished or unknown runs."""
         resolved = self._resolve(handle)
         run_dir = self.run_dir(resolved.run_id)
-        launch = _read_json(run_dir / LAUNCH_FILE)
+        launch = read_json(run_dir / LAUNCH_FILE)
         if launch is None:
             return
-        finished = _read_json(run_dir / EXIT_FILE)
+        finished = read_json(run_dir / EXIT_FILE)
         if finished is None and not (run_dir / CANCEL_FILE).exists():
-            _write_json(run_dir / CANCEL_FILE, {"requested_at": time.time(), "by_pid": os.getpid()})
+            write_json(run_dir / CANCEL_FILE, {"requested_at": time.time(), "by_pid": os.getpid()})
         processes.terminate_run(resolved.run_id, int(launch["pid"]), launch.get("start_ticks"))
         proc = _CHILDREN.get(run_dir)
         if proc is not None:
@@ -504,7 +490,7 @@ class LocalExecutor(Executor):
                 proc.wait(timeout=5)
             self._reap(run_dir)
         elif finished is None:
-            _write_json(
+            write_json(
                 run_dir / EXIT_FILE,
                 {"exit_code": None, "state": RunState.CANCELLED.value, "finished_at": time.time()},
             )
@@ -541,81 +527,3 @@ class LocalExecutor(Executor):
     def _finished(self, handle: RunHandle) -> bool:
         status = self.describe(handle)
         return status is None or status.state.is_terminal() or status.state is RunState.UNKNOWN
-
-
-def follow_rank_logs(
-    tailer: RankLogTailer,
-    finished: Callable[[], bool],
-    *,
-    rank: int | None,
-    follow: bool,
-    since: float | None,
-    regex: str | None,
-) -> Iterator[str]:
-    """``log_iter`` over rank log files: one rank's lines, or every rank's prefixed ``[rank N]``,
-    filtered by ``regex``; ``follow`` reads on until ``finished()``."""
-    pattern = log_filter(regex)
-    while True:
-        done = not follow or finished()
-        for line_rank, line in tailer.poll(final=done, since=since):
-            if pattern is not None and not pattern.search(line):
-                continue
-            yield line if rank is not None else f"[rank {line_rank}] {line}"
-        if done:
-            return
-        time.sleep(0.2)
-
-
-_RANK_FILE = re.compile(r"^rank-(\d+)\.log$")
-
-
-class RankLogTailer:
-    """Reads new complete lines from ``rank-<r>.log`` files as they grow (used to ship logs to
-    the store and to follow them); a partial last line is held back until it is complete or the
-    run is over (``final=True``)."""
-
-    def __init__(
-        self, log_dir: str | Path, ranks: list[int] | None = None, extra: dict[int, Path] | None = None
-    ) -> None:
-        self.log_dir = Path(log_dir)
-        self.ranks = ranks
-        self.extra = dict(extra or {})
-        self._offsets: dict[int, int] = {}
-        self._partial: dict[int, bytes] = {}
-
-    def _files(self) -> list[tuple[int, Path]]:
-        try:
-            entries = list(self.log_dir.iterdir())
-        except OSError:
-            return []
-        found = []
-        for entry in entries:
-            match = _RANK_FILE.fullmatch(entry.name)
-            if match and (self.ranks is None or int(match[1]) in self.ranks):
-                found.append((int(match[1]), entry))
-        found.extend((rank, path) for rank, path in self.extra.items() if path.exists())
-        return sorted(found)
-
-    def poll(self, *, final: bool = False, since: float | None = None) -> list[tuple[int, str]]:
-        """New lines since the last call, as ``(rank, text)``, in rank order."""
-        out: list[tuple[int, str]] = []
-        for rank, path in self._files():
-            try:
-                if since is not None and rank not in self._offsets and path.stat().st_mtime < since:
-                    self._offsets[rank] = path.stat().st_size
-                    continue
-                with open(path, "rb") as fh:
-                    fh.seek(self._offsets.get(rank, 0))
-                    chunk = fh.read()
-            except OSError:
-                continue
-            self._offsets[rank] = self._offsets.get(rank, 0) + len(chunk)
-            data = self._partial.pop(rank, b"") + chunk
-            *complete, rest = data.split(b"\n")
-            if rest:
-                if final:
-                    complete.append(rest)
-                else:
-                    self._partial[rank] = rest
-            out.extend((rank, line.decode(errors="replace").rstrip("\r")) for line in complete)
-        return out

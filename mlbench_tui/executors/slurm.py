@@ -33,7 +33,8 @@ from mlbench_tui.executors.api import (
     RunState,
     RunStatus,
 )
-from mlbench_tui.executors.local import RankLogTailer, _read_json, _write_json, follow_rank_logs
+from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
+from mlbench_tui.executors.run_files import read_json, write_json
 from mlbench_tui.executors.slurm_cluster import DEFAULT_NAME, SlurmCluster, resolve_cluster
 from mlbench_tui.executors.slurm_state import JobInfo
 from mlbench_tui.plan import RunPlan, worker_config
@@ -149,7 +150,7 @@ class SlurmExecutor(Executor):
             self._check_pmix(cluster)
         (run_dir / sbatch.LOG_DIR).mkdir(parents=True, exist_ok=True)
         (run_dir / "spool").mkdir(exist_ok=True)
-        _write_json(run_dir / sbatch.CONFIG_FILE, dryrun.worker_config)
+        write_json(run_dir / sbatch.CONFIG_FILE, dryrun.worker_config)
         for path, text in dryrun.files:
             Path(path).write_text(text)
         (command,) = dryrun.commands
@@ -162,7 +163,7 @@ class SlurmExecutor(Executor):
             )
         job_id = match[1]
         nodes, per_node = target.layout(plan.workers, plan.ranks_per_node)
-        _write_json(
+        write_json(
             run_dir / JOB_FILE,
             {
                 "job_id": job_id,
@@ -243,15 +244,15 @@ class SlurmExecutor(Executor):
         resolved, job_id, cluster_name = parse_handle(handle)
         cluster = self.cluster(cluster_name)
         run_dir = self.run_dir(cluster, resolved.run_id)
-        final = _read_json(run_dir / FINAL_FILE)
+        final = read_json(run_dir / FINAL_FILE)
         info = JobInfo(**final) if final is not None else self._job_now(cluster, job_id)
         if info is None:
             return None
         if final is None and info.run_state.is_terminal():
             with contextlib.suppress(OSError):
-                _write_json(run_dir / FINAL_FILE, dict(info.__dict__))
+                write_json(run_dir / FINAL_FILE, dict(info.__dict__))
         state = info.run_state
-        layout = _read_json(run_dir / JOB_FILE) or {}
+        layout = read_json(run_dir / JOB_FILE) or {}
         workers, per_node = int(layout.get("workers", 0)), int(layout.get("tasks_per_node", 1)) or 1
         nodes = self._node_names(cluster, info.nodes) if info.nodes else []
         message = info.message()

@@ -21,7 +21,8 @@ from support.local_runs import local_plan
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import processes
 from mlbench_tui.executors.api import DryRun, LaunchContext
-from mlbench_tui.executors.local import LocalExecutor, RankLogTailer
+from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.rank_logs import RankLogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState
 
 RANK_SCRIPT = """
