@@ -56,9 +56,13 @@ class Part:
     argv: list[str]
     status: str = "not run"
     seconds: float = 0.0
-    tail: tuple[str, ...] = ()
     output: tuple[str, ...] = ()
     env: dict[str, str] | None = None  # added to this process's environment for the part
+
+    @property
+    def tail(self) -> tuple[str, ...]:
+        """Its last lines (gpu_step's table and ratios, for the summary)."""
+        return self.output[-TAIL_LINES:]
 
     @property
     def ok(self) -> bool:
@@ -106,7 +110,6 @@ def run_part(part: Part, timeout_s: float) -> None:
     # a process the part left behind may hold the pipe open: the part's own exit is what counts
     reader.join(DRAIN_S)
     part.seconds = time.monotonic() - start
-    part.tail = tuple(lines[-TAIL_LINES:])
     part.output = tuple(lines)
     if stopped.is_set():
         part.status = f"STOPPED: overran its {timeout_s:.0f} s"

@@ -105,7 +105,6 @@ def read_exit(path: Path) -> Exited | None:
 class _Server:
     proc: subprocess.Popen[bytes]
     environment: dict[str, str]
-    ready: Ready | None = None
     buffer: bytes = b""
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
 
@@ -139,14 +138,13 @@ class _Server:
 
 _LOCK = threading.Lock()
 _SERVER: _Server | None = None
-_RETIRED: list[subprocess.Popen[bytes]] = []  # closed servers, reaped once they have exited
 
 
 def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
     """The ready server for ``environment``: the running one, or a new one (closing the old)."""
     global _SERVER
     if _SERVER is not None and (_SERVER.environment != environment or _SERVER.proc.poll() is not None):
-        _retire(_SERVER)
+        _SERVER.close()
         _SERVER = None
     if _SERVER is None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,21 +164,15 @@ def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
         server = _Server(proc, environment)
         line = server.line(READY_TIMEOUT_S)
         try:
-            server.ready = None if line is None else Ready.model_validate_json(line)
+            ready = None if line is None else Ready.model_validate_json(line)
         except ValueError:
-            server.ready = None
-        if server.ready is None or server.ready.error is not None:
-            _retire(server)
-            why = "it did not answer" if server.ready is None else server.ready.error
+            ready = None
+        if ready is None or ready.error is not None:
+            server.close()
+            why = "it did not answer" if ready is None else ready.error
             raise Unavailable(f"its server could not preload: {why} (its log: {log_path})")
         _SERVER = server
     return _SERVER
-
-
-def _retire(server: _Server) -> None:
-    server.close()
-    _RETIRED.append(server.proc)
-    _RETIRED[:] = [proc for proc in _RETIRED if proc.poll() is None]
 
 
 def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
@@ -199,7 +191,7 @@ def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
         except (OSError, ValueError) as exc:
             started = Started(error=str(exc))
         if started is None or started.pid is None:
-            _retire(server)
+            server.close()
             _SERVER = None
             why = "no answer" if started is None else started.error
             raise Unavailable(f"its server did not fork the rank: {why}")
@@ -211,5 +203,5 @@ def shutdown() -> None:
     global _SERVER
     with _LOCK:
         if _SERVER is not None:
-            _retire(_SERVER)
+            _SERVER.close()
             _SERVER = None
