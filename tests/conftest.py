@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from support.kube_api import KubeApi, kube_api
 from support.slurm import SlurmCluster, start_cluster, why_unavailable
 
 if TYPE_CHECKING:
@@ -100,3 +101,10 @@ def scale_server(scale_store: ScaleStore) -> Iterator[EmbeddedServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture()
+def kube() -> Iterator[KubeApi]:
+    """The Kubernetes API mock, a real HTTP server on 127.0.0.1, for one test."""
+    with kube_api() as api:
+        yield api

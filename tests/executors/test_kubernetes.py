@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_api import MPIJOBS, KubeApi, kube_api, make_launch, make_plan, pod
+from support.kube_api import MPIJOBS, KubeApi, make_launch, make_plan, pod
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import get_executor, manifests
@@ -24,12 +23,6 @@ from mlbench_tui.lifecycle import RunHandle, RunState
 NS = "bench"
 JOB = "run-0001"
 HANDLE = RunHandle("kubernetes", NS, "run-0001")
-
-
-@pytest.fixture()
-def kube() -> Iterator[KubeApi]:
-    with kube_api() as api:
-        yield api
 
 
 @pytest.fixture()

@@ -4,11 +4,10 @@ and the kubelet's Pulled events), and how they split the launcher's part of the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.kube_api import KubeApi, kube_api, make_launch, make_plan, pod
+from support.kube_api import KubeApi, make_launch, make_plan, pod
 
 from mlbench_tui.executors.kubernetes import KubernetesExecutor
 from mlbench_tui.lifecycle import LaunchMilestones, RunHandle
@@ -62,12 +61,6 @@ def pulled(pod_name: str, at: int, reason: str = "Pulled") -> dict[str, Any]:
         "lastTimestamp": stamp(at),
         "type": "Normal",
     }
-
-
-@pytest.fixture()
-def kube() -> Iterator[KubeApi]:
-    with kube_api() as api:
-        yield api
 
 
 @pytest.fixture()

@@ -10,19 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from support.kube_api import KubeApi, kube_api
+from support.kube_api import KubeApi
 
 from mlbench_tui.errors import InfraError
 from mlbench_tui.infra import incluster
 from mlbench_tui.infra.providers import load_incluster_installer
 
 NS = "mlbench"
-
-
-@pytest.fixture()
-def kube() -> Iterator[KubeApi]:
-    with kube_api() as api:
-        yield api
 
 
 def test_cluster_init_finds_the_installer() -> None:
