@@ -16,6 +16,7 @@ LAUNCH_FILE = "launch.json"
 EXIT_FILE = "exit.json"
 CANCEL_FILE = "cancel.json"
 LAUNCHER_LOG = "launcher.log"
+GROUP_FILE = "group.json"  # a forked run's ranks and root cause (``warm_protocol.GroupRecord``)
 
 
 class LaunchRecord(BaseModel):
@@ -33,11 +34,6 @@ class LaunchRecord(BaseModel):
     started_at: float
     watcher_pid: int
     master_port: int | None = None  # reserved by schedule (claim released when the run ends)
-
-    @property
-    def launcher_is_rank(self) -> bool:
-        """The launcher is rank 0 itself: its exit status is the rank's."""
-        return self.mode in (LaunchMode.FORKED, LaunchMode.DIRECT)
 
 
 class ExitRecord(BaseModel):

@@ -1,14 +1,15 @@
 """Warm starts of local ranks: the executor's side of the fork server (``mlbench_worker.warm``),
 spoken through its protocol (``mlbench_worker.warm_protocol``; the engine never imports the server).
 
-A one-rank local run is forked from a server that has already imported torch and the tasks,
-instead of starting a fresh interpreter that imports them (seconds per run on a GPU machine).
+Every rank of a local PyTorch gloo or nccl run is forked from a server that has already imported
+torch and the tasks, instead of starting fresh interpreters that import them (seconds per rank on
+a GPU machine), under a launcher forked there too that plays torchrun's agent.
 The server is started on first use and kept for the runs that follow; what it imported depends
 only on its environment, so it serves runs whose environment differs from its own in nothing
 but the per-run variables (``rank_env.RUN_VARIABLES``, none of them read at import): a run with other thread
 counts or another spec ``env`` gets a server of its own (the previous one is closed). Every run
 starts cold with ``MLBENCH_WARM_START=0``, and so does any run the server cannot take (it failed
-to preload, died, or did not answer): a warm start is only ever a faster way to the same rank.
+to preload, died, or did not answer): a warm start is only ever a faster way to the same ranks.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlbench_worker import rank_env
-from mlbench_worker.warm_protocol import SERVER_MODULE, SWITCH, Exited, Ready, Started, StartRequest
+from mlbench_worker.warm_protocol import (
+    SERVER_MODULE,
+    SWITCH,
+    Exited,
+    GroupRecord,
+    Ready,
+    Started,
+    StartRequest,
+)
 
 from mlbench_tui.executors.local import processes
 
@@ -49,14 +58,16 @@ def import_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class WarmProcess:
-    """A rank forked by the server, watched like the ``Popen`` of a cold start: its exit status
-    is what the server wrote to ``status_path`` when it reaped it."""
+    """A forked group's launcher, watched like the ``Popen`` of a cold launcher: its exit status
+    is what the server wrote to ``status_path`` when it reaped it, or, when the server is gone,
+    what the launcher's group record says of how the group ended."""
 
     pid: int
     status_path: Path
+    record_path: Path
     server: subprocess.Popen[bytes]
     returncode: int | None = None
-    lost: bool = False  # the server died before it could say how the rank ended
+    lost: bool = False  # the server and the launcher died before either could say how it ended
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -65,7 +76,10 @@ class WarmProcess:
         if exited is not None:
             self.returncode = exited.exit_code
         elif self.server.poll() is not None and not processes.is_alive(self.pid):
-            self.lost = True
+            status = end_of_group(self.record_path)
+            if status is None:
+                self.lost = True
+            self.returncode = status
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -82,6 +96,15 @@ def read_exit(path: Path) -> Exited | None:
         return Exited.model_validate_json(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def end_of_group(record_path: Path) -> int | None:
+    """The exit status a group's record says its launcher ended with; None before it ended."""
+    try:
+        record = GroupRecord.model_validate_json(record_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record.exit_status()
 
 
 @dataclass
@@ -178,7 +201,13 @@ def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
             _SERVER = None
             why = "no answer" if started is None else started.error
             raise Unavailable(f"its server did not fork the rank: {why}")
-        return WarmProcess(started.pid, Path(request.status_path), server.proc)
+        return WarmProcess(started.pid, Path(request.status_path), Path(request.record_path), server.proc)
+
+
+def current_server_pid() -> int | None:
+    """The pid of this process's warm-start server while one runs."""
+    with _LOCK:
+        return _SERVER.proc.pid if _SERVER is not None and _SERVER.proc.poll() is None else None
 
 
 def shutdown() -> None:
