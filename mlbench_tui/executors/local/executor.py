@@ -77,6 +77,11 @@ class Launcher(Protocol):
 _CHILDREN: dict[Path, Launcher] = {}
 
 
+def _fork_environment(env: dict[str, str]) -> dict[str, str]:
+    """Every forked rank's environment: ``env`` with what torchrun adds unless it is set."""
+    return {rank_env.TORCH_NCCL_ASYNC_ERROR_HANDLING: "1", **env}
+
+
 def default_runs_dir() -> Path:
     """The settings' runs directory (``<MLBENCH_HOME>/state/runs`` in tests): one directory per run."""
     from mlbench_tui.settings import load_settings
@@ -230,14 +235,24 @@ class LocalExecutor(Executor[LocalRequest]):
             except OSError as exc:
                 raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
 
+    def prepare(self, plan: RunPlan) -> None:
+        """Start the warm-start server for ``plan``'s forked ranks now, so its imports overlap
+        what ``apply`` does before the first run starts (the metrics server, the store)."""
+        launch = LaunchContext(run_id="r-prepare", server_url="", write_token="")
+        try:
+            request = self.dryrun(plan, launch).request
+        except ExecutorError:
+            return  # the run itself will say why
+        if request.mode is LaunchMode.FORKED:
+            warm_start.prepare(_fork_environment({**os.environ, **request.env}), self.runs_dir)
+
     def _fork(self, request: LocalRequest, env: dict[str, str], run_id: str) -> warm_start.WarmProcess | None:
         """Every rank forked by the warm-start server (``warm_start``), under a launcher forked
         there too; None: start the run cold (the launcher log says why)."""
         run_dir = Path(request.run_dir)
-        env = {rank_env.TORCH_NCCL_ASYNC_ERROR_HANDLING: "1", **env}  # as torchrun: unless set
         start = StartRequest(
             main=request.main,
-            env=env,
+            env=_fork_environment(env),
             cwd=str(run_dir),
             ranks=forked_ranks(request, run_id),
             launcher_log=str(run_dir / LAUNCHER_LOG),

@@ -40,7 +40,8 @@ from mlbench_tui.executors.local import processes
 
 READY_TIMEOUT_S = 300.0  # importing torch from a cold disk can take a minute
 ANSWER_TIMEOUT_S = 30.0  # a fork answers at once
-EXIT_FILE = "warm-exit.json"  # in the run directory: the server's record of the rank's end
+EXIT_FILE = "warm-exit.json"  # in the run directory: the server's record of the launcher's end
+LOG_FILE = "warm-start.log"  # in the runs directory: what the servers say on stderr
 
 
 class Unavailable(Exception):
@@ -111,8 +112,10 @@ def end_of_group(record_path: Path) -> int | None:
 class _Server:
     proc: subprocess.Popen[bytes]
     environment: dict[str, str]
+    log_path: Path
     buffer: bytes = b""
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    ready: bool = False  # its Ready line was read
 
     def __post_init__(self) -> None:
         assert self.proc.stdout is not None
@@ -146,8 +149,9 @@ _LOCK = threading.Lock()
 _SERVER: _Server | None = None
 
 
-def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
-    """The ready server for ``environment``: the running one, or a new one (closing the old)."""
+def _started(environment: dict[str, str], log_path: Path) -> _Server:
+    """The server for ``environment``: the running one, or a new one (closing the old), which
+    may still be importing."""
     global _SERVER
     if _SERVER is not None and (_SERVER.environment != environment or _SERVER.proc.poll() is not None):
         _SERVER.close()
@@ -167,7 +171,15 @@ def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
                 )
             except OSError as exc:
                 raise Unavailable(f"cannot start its server: {exc}") from None
-        server = _Server(proc, environment)
+        _SERVER = _Server(proc, environment, log_path)
+    return _SERVER
+
+
+def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
+    """The ready server for ``environment``: it has said what it preloaded."""
+    global _SERVER
+    server = _started(environment, log_path)
+    if not server.ready:
         line = server.line(READY_TIMEOUT_S)
         try:
             ready = None if line is None else Ready.model_validate_json(line)
@@ -175,10 +187,18 @@ def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
             ready = None
         if ready is None or ready.error is not None:
             server.close()
+            _SERVER = None
             why = "it did not answer" if ready is None else ready.error
-            raise Unavailable(f"its server could not preload: {why} (its log: {log_path})")
-        _SERVER = server
-    return _SERVER
+            raise Unavailable(f"its server could not preload: {why} (its log: {server.log_path})")
+        server.ready = True
+    return server
+
+
+def prepare(env: Mapping[str, str], runs_dir: Path) -> None:
+    """Start the server for ranks with environment ``env`` now, without waiting for its imports
+    (they overlap what the engine does before the first run starts); nothing when one runs."""
+    with _LOCK, contextlib.suppress(Unavailable):
+        _started(import_environment(env), runs_dir / LOG_FILE)
 
 
 def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
@@ -187,7 +207,7 @@ def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
     global _SERVER
     environment = import_environment(request.env)
     with _LOCK:
-        server = _server_for(environment, runs_dir / "warm-start.log")
+        server = _server_for(environment, runs_dir / LOG_FILE)
         assert server.proc.stdin is not None
         try:
             server.proc.stdin.write(request.model_dump_json().encode() + b"\n")
