@@ -9,10 +9,13 @@ called through ctypes. Needs CAP_SYS_ADMIN (root). Stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+from collections.abc import Iterator
 
 CLONE_NEWNET = 0x40000000
+SELF = "/proc/self/ns/net"
 
 
 def join(path: str) -> None:
@@ -35,6 +38,24 @@ def join(path: str) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def entered(path: str | None) -> Iterator[None]:
+    """Run the block inside the network namespace at ``path`` (None: where this process is), then
+    come back: a socket opened in the block stays in that namespace."""
+    if path is None:
+        yield
+        return
+    home = os.open(SELF, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        join(path)
+        try:
+            yield
+        finally:
+            join(f"/proc/self/fd/{home}")
+    finally:
+        os.close(home)
+
+
 def current() -> str:
     """This process's network namespace, as the kernel names it (``net:[4026531833]``)."""
-    return os.readlink("/proc/self/ns/net")
+    return os.readlink(SELF)

@@ -2,16 +2,18 @@
 run's ranks and watches them as torchrun's local agent watches its workers.
 
 The launcher leads a session of its own, and so does each rank (as torchrun's workers: the
-scheduler shares CPU between sessions), appends what it says to the run's launcher log, and when the request names a master
-host holds a free port there for the rendezvous: its socket stays bound (not listening, with
+scheduler shares CPU between sessions). It appends what it says to the run's launcher log and,
+when the request names a master host, holds a free port there for the rendezvous (in rank 0's
+network namespace when it has one): its socket stays bound (not listening, with
 ``SO_REUSEADDR``) until the group ends, so no other process is handed that port while rank 0's
-store binds it (``SO_REUSEADDR`` too). Each rank is forked with torchrun's environment (from the
-request), dies with its launcher (``PR_SET_PDEATHSIG``), joins its node's network namespace if it
-has one, and becomes the rank a cold start would be: the run's whole environment, its own log,
-unbuffered, then the rank's main. When a rank fails the launcher stops the others (SIGTERM, then
-SIGKILL after the grace) and names the root cause as torchrun does: the first failure a rank
-recorded in its error file that was not only a peer's death, else the first rank that failed.
-Its ``GroupRecord`` keeps the ranks' pids and, once it ends, that failure. Stdlib and pydantic.
+store binds it (``SO_REUSEADDR`` too). Each rank is forked with
+torchrun's environment (from the request), dies with its launcher (``PR_SET_PDEATHSIG``), joins
+its node's network namespace if it has one, and becomes the rank a cold start would be: the
+run's whole environment, its own log, unbuffered, then the rank's main. When a rank fails the
+launcher stops the others (SIGTERM, then SIGKILL after the grace) and names the root cause as
+torchrun does: the first failure a rank recorded in its error file that was not only a peer's
+death, else a rank that failed without recording why. Its ``GroupRecord`` keeps the ranks' pids
+and, once it ends, that failure. Stdlib and pydantic.
 """
 
 from __future__ import annotations
@@ -80,7 +82,15 @@ def lead(request: StartRequest) -> int | RankOrder:
     os.setsid()
     _redirect(request.launcher_log)
     os.chdir(request.cwd)
-    held = _hold_port(request.master_host) if request.master_host is not None else None
+    held = None
+    if request.master_host is not None:
+        where = request.ranks[0].netns if request.ranks else None  # rank 0 serves the rendezvous
+        try:
+            with netns.entered(where):
+                held = _hold_port(request.master_host)
+        except OSError as exc:
+            why = f"cannot hold a rendezvous port on {request.master_host}: {exc}"
+            return _finish(_Group(request, GroupRecord(pid=os.getpid(), start_error=why)))
     port = held.getsockname()[1] if held is not None else None
     group = _Group(request, GroupRecord(pid=os.getpid(), master_port=port))
     launcher = os.getpid()
@@ -91,8 +101,7 @@ def lead(request: StartRequest) -> int | RankOrder:
         try:
             pid = os.fork()
         except OSError as exc:
-            group.record.fork_error = f"cannot fork rank {slot.rank}: {exc}"
-            print(f"mlbench: {group.record.fork_error}", flush=True)
+            group.record.start_error = f"cannot fork rank {slot.rank}: {exc}"
             break
         if pid == 0:
             return _rank_order(request, slot, port, held, launcher)
@@ -101,7 +110,7 @@ def lead(request: StartRequest) -> int | RankOrder:
     _save(group)
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        if group.record.fork_error is not None:
+        if group.record.start_error is not None:
             _stop(group)
         _watch(group)
     except _Stop as stop:
@@ -224,6 +233,8 @@ def _finish(group: _Group) -> int:
     if failure is not None:
         cause = f": {failure.cause}" if failure.cause else ""
         print(f"mlbench: root cause: rank {failure.rank} {_ended(failure.exit_code)}{cause}", flush=True)
+    elif record.start_error is not None:
+        print(f"mlbench: {record.start_error}", flush=True)
     status = record.exit_status()
     assert status is not None
     return status

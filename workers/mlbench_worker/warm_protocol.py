@@ -121,14 +121,14 @@ class GroupRecord(BaseModel):
     ended: bool = False
     failure: RankFailure | None = None
     stopped_by: int | None = Field(default=None, description="The signal that stopped the group, if one did.")
-    fork_error: str | None = Field(
-        default=None, description="Why a rank could not be forked, if one could not."
+    start_error: str | None = Field(
+        default=None, description="Why the group's ranks could not all be started, if they could not."
     )
 
     def exit_status(self) -> int | None:
         """The launcher's exit status once the group ended (None before): the root cause's (a
-        signal as 128 + its number), 128 + the signal that stopped the group, 1 when a rank
-        could not be forked, else 0."""
+        signal as 128 + its number), 128 + the signal that stopped the group, 1 when its ranks
+        could not all be started, else 0."""
         if not self.ended:
             return None
         if self.failure is not None:
@@ -136,4 +136,4 @@ class GroupRecord(BaseModel):
             return code if code > 0 else 128 - code
         if self.stopped_by is not None:
             return 128 + self.stopped_by
-        return 1 if self.fork_error is not None else 0
+        return 1 if self.start_error is not None else 0

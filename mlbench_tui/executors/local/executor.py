@@ -1,11 +1,11 @@
 """The local executor: runs ranks as processes on this machine.
 
 How the ranks start is decided once, in the dry run (``launch``: a ``LaunchMode`` and a typed
-``LocalRequest``). The launcher (or a forked rank) leads a new session, so Ctrl-C in the terminal
-does not reach the ranks; the engine stops them through ``cancel``, which finds every process of
-the run (see ``processes``) and leaves none behind. Everything another process needs (launcher
-pid, exit status, cancel request) is kept as typed records in the run directory (``records``),
-so ``mlbench status``/``cancel`` work from any shell.
+``LocalRequest``). The launcher (a cold one, or a forked group's) leads a new session, so Ctrl-C
+in the terminal does not reach the ranks; the engine stops them through ``cancel``, which finds
+every process of the run (see ``processes``) and leaves none behind. Everything another process
+needs (launcher pid, exit status, cancel request) is kept as typed records in the run directory
+(``records``), so ``mlbench status``/``cancel`` work from any shell.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ SCHEME = "local"
 
 
 class Launcher(Protocol):
-    """What ``schedule`` started: a launcher process, or a rank forked by a warm start."""
+    """What ``schedule`` started: a cold launcher process, or a forked group's launcher."""
 
     pid: int
 
@@ -396,6 +396,8 @@ class LocalExecutor(Executor[LocalRequest]):
             how = f"exited with code {failure.exit_code}" if failure.exit_code >= 0 else "was killed"
             cause = f": {failure.cause}" if failure.cause else ""
             return f"rank {failure.rank} {how}{cause} (see its log: mlbench logs RUN --rank {failure.rank})"
+        if group is not None and group.start_error is not None:
+            return f"the ranks were not all started: {group.start_error}"
         tail = self.launcher_log_tail(launch.run_id, lines=60)
         root = [i for i, line in enumerate(tail) if line.startswith("Root Cause")]
         if root:

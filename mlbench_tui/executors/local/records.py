@@ -20,14 +20,15 @@ GROUP_FILE = "group.json"  # a forked run's ranks and root cause (``warm_protoco
 
 
 class LaunchRecord(BaseModel):
-    """What ``schedule`` started: the launcher (a rank itself when it started alone or forked),
-    how, and which process watches it (only a launcher's parent can read its exit status)."""
+    """What ``schedule`` started: the launcher (a forked group's, or a rank itself when it
+    started alone), how, and which process watches it (only a launcher's parent can read its
+    exit status)."""
 
     run_id: str
     pid: int
     start_ticks: int | None  # guards against pid reuse
     mode: LaunchMode
-    argv: list[str]  # the cold command (what a forked rank is the equivalent of)
+    argv: list[str]  # the cold command (what forked ranks are the equivalent of)
     backend: str
     workers: int
     host: str

@@ -72,11 +72,16 @@ def executor(tmp_path: Path) -> Iterator[LocalExecutor]:
 
 
 def _start(
-    executor: LocalExecutor, run_id: str, main: RankMain, workers: int = 2, netns: tuple[str | None, ...] = ()
+    executor: LocalExecutor,
+    run_id: str,
+    main: RankMain,
+    workers: int = 2,
+    netns: tuple[str | None, ...] = (),
+    master_addr: str = "127.0.0.1",
 ) -> RunHandle:
     launch = LaunchContext(run_id=run_id, server_url="http://127.0.0.1:9", write_token="t")
     dry = executor.dryrun(local_plan("gloo", workers), launch)
-    request = dataclasses.replace(dry.request, main=main, rank_netns=netns)
+    request = dataclasses.replace(dry.request, main=main, rank_netns=netns, master_addr=master_addr)
     handle = executor.schedule(dataclasses.replace(dry, request=request))
     launched = executor.files(run_id).launch()
     assert launched is not None and launched.mode.value == "forked"
@@ -206,11 +211,17 @@ def namespace() -> Iterator[str]:
         _ip("netns", "delete", name)
 
 
+def _loopback_up(name: str) -> None:
+    assert _ip("netns", "exec", name, "ip", "link", "set", "lo", "up").returncode == 0
+
+
 def test_a_forked_rank_joins_its_network_namespace_before_it_runs(
     executor: LocalExecutor, namespace: str
 ) -> None:
     """The network dimension's hook: rank 0 joins ``/run/netns/NAME`` (setns, before any socket)
-    and sees only that namespace's interfaces; rank 1, given none, stays in the host's."""
+    and sees only that namespace's interfaces; rank 1, given none, stays in the host's. The
+    rendezvous port is held in rank 0's namespace, where its store will listen."""
+    _loopback_up(namespace)
     path = f"/run/netns/{namespace}"
     inside = _ip("netns", "exec", namespace, "readlink", "/proc/self/ns/net").stdout.strip()
     handle = _start(executor, "r-netns", RankMain(code=NETWORK), netns=(path, None))
@@ -219,13 +230,27 @@ def test_a_forked_rank_joins_its_network_namespace_before_it_runs(
     lines = dict(line.split("] ", 1) for line in _lines(executor, handle))
     assert lines["[rank 0"] == f"rank 0 {inside} ['lo']"
     assert lines["[rank 1"].startswith(f"rank 1 {os.readlink('/proc/self/ns/net')} ")
+    assert _group(executor, "r-netns").master_port is not None
 
 
-def test_a_rank_that_cannot_join_its_namespace_fails_saying_why(executor: LocalExecutor) -> None:
-    handle = _start(executor, "r-nons", RankMain(code=NETWORK), netns=("/run/netns/mlbench-none", None))
+def test_a_group_whose_rendezvous_port_cannot_be_held_fails_saying_why(executor: LocalExecutor) -> None:
+    """A master address this host does not have leaves no port to hold: no rank starts, and the
+    run's status says why."""
+    handle = _start(executor, "r-noaddr", RankMain(code=HANG), master_addr="10.255.255.1")
     status = executor.wait(handle, timeout=120)
     assert status.state is RunState.FAILED
     assert status.message is not None and status.message.startswith(
-        "rank 0 exited with code 1: FileNotFoundError: [Errno 2] No such file or directory: "
+        "the ranks were not all started: cannot hold a rendezvous port on 10.255.255.1: [Errno 99]"
+    )
+    assert not (executor.run_dir("r-noaddr") / "logs" / "rank-0.log").exists()
+
+
+def test_a_rank_that_cannot_join_its_namespace_fails_saying_why(executor: LocalExecutor) -> None:
+    handle = _start(executor, "r-nons", RankMain(code=HANG), netns=(None, "/run/netns/mlbench-none"))
+    status = executor.wait(handle, timeout=120)
+    assert status.state is RunState.FAILED
+    assert status.message is not None and status.message.startswith(
+        "rank 1 exited with code 1: FileNotFoundError: [Errno 2] No such file or directory: "
         "'/run/netns/mlbench-none'"
     )
+    assert not processes.run_pids("r-nons", _group(executor, "r-nons").pid)  # rank 0 was stopped
