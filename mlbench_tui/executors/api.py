@@ -150,6 +150,11 @@ class Executor(abc.ABC, Generic[R]):
     def submit(self, plan: RunPlan, launch: LaunchContext) -> RunHandle:
         return self.schedule(self.dryrun(plan, launch))
 
+    def prepare(self, plan: RunPlan) -> None:
+        """Start, without waiting, what ``plan``'s runs will need before they are created (the
+        local executor's warm-start server imports torch meanwhile); the default needs nothing."""
+        return None
+
     def check_placement(self, plan: RunPlan) -> None:
         """Raise ``ExecutorError`` when this target cannot place ``plan`` (asked before any run
         starts, so a sweep is refused whole); the default places every plan."""

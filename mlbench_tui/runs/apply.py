@@ -94,6 +94,9 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
         printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
         printer.note("watch with: mlbench status   (or mlbench tui)")
         return 0
+    cache: dict[str, Executor[Any]] = {}
+    for item in planned:  # what the runs will need starts now, beside the metrics server
+        executor_for(item.plan, cache).prepare(item.plan)
     with _metrics_server(planned) as (client, server_url):
         return _apply_planned(planned, options, client, server_url, printer, out)
 

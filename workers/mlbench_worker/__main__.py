@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from mlbench_worker import rank_env, wire
+from mlbench_worker import error_file, rank_env, wire
 from mlbench_worker.config import load_config
 from mlbench_worker.knobs import HyperparameterError
 from mlbench_worker.startup import CLOCK
@@ -123,6 +123,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         summary = f"{type(exc).__name__}: {exc}"
         peer = is_peer_failure(exc)
         failure = wire.RankFailed(rank=rank, exception=summary, traceback=tb, peer_failure=peer)
+        error_file.record(exc, tb, peer_failure=peer)  # what its launcher names as the cause
         wire.emit(reporter, failure)
         what = "lost a peer" if peer else "failed"
         user_error = isinstance(exc, (ConfigError, HyperparameterError, UnknownTaskError))
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(path)
     except (ConfigError, HyperparameterError) as exc:
+        error_file.record(exc, traceback.format_exc(), peer_failure=False)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from mlbench_worker.context import detect_rendezvous
@@ -158,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rdv = detect_rendezvous()
     except ConfigError as exc:
+        error_file.record(exc, traceback.format_exc(), peer_failure=False)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from mlbench_worker.sampler import attach

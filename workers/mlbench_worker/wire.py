@@ -239,12 +239,15 @@ STARTUP_PHASES = (
     "rendezvous",
     "environment",
     "data",
+    "lazy_imports",
     "model",
     "graph_capture",
     "first_step",
 )
 """The phases of a rank's start, in the order it goes through them (a task may skip some: 0a has
-no model); ``mlbench_worker.startup`` stamps them."""
+no model); ``mlbench_worker.startup`` stamps them. ``lazy_imports`` is what torch imports the first
+time it is used during setup (its compiler stack, when the first optimizer is built): before it
+had a phase of its own it was nearly all of ``model``."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ import torch
 from mlbench_worker.comm import Comm
 from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.centralized import CentralizedOptimizer
+from mlbench_worker.startup import import_lazy
 
 OPTIMIZERS: dict[str, str] = {
     "centralized_sgd": "mlbench_worker.optim.centralized:centralized_sgd",
@@ -33,6 +34,7 @@ def build_optimizer(
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OPTIMIZERS))}") from None
     module, _, func = target.partition(":")
     builder = getattr(importlib.import_module(module), func)
+    import_lazy()  # torch's first optimizer imports its compiler stack: a startup phase of its own
     return builder(params, comm, settings)
 
 
