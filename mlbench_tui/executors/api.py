@@ -12,6 +12,7 @@ import abc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from mlbench_tui.errors import ExecutorError
@@ -117,6 +118,11 @@ class Executor(abc.ABC):
     def log_tailer(self, handle: RunHandle) -> LogTailer:
         """A tailer of the run's logs while it runs (``apply`` ships its lines into the store)."""
         raise self._unsupported("tailing logs")
+
+    def spool_dir(self, handle: RunHandle) -> Path | None:
+        """The folder, readable on this machine, where the run's ranks keep batches they could
+        not send (the server imports it); None where this machine cannot read it (pods)."""
+        return None
 
     def _unsupported(self, what: str) -> ExecutorError:
         return ExecutorError(f"the {self.name or type(self).__name__} executor does not support {what}")

@@ -40,6 +40,7 @@ from mlbench_tui.executors.api import (
     RunState,
     RunStatus,
 )
+from mlbench_tui.executors.failures import launch_failure
 from mlbench_tui.executors.local_gpus import MachineGpus, machine_gpus
 from mlbench_tui.executors.rank_exec import log_path, rank_from_env
 from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
@@ -439,17 +440,9 @@ class LocalExecutor(Executor):
         if state is RunState.CANCELLED:
             return "cancelled"
         tail = self.launcher_log_tail(run_dir.name, lines=60)
-        root = [i for i, line in enumerate(tail) if line.startswith("Root Cause")]
-        if root:
-            tail = tail[root[-1] :]
-        # torchrun's error summary names the first failing rank and its exit code.
-        rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
-        exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)
-        if rank is None and code is not None and _started_directly(read_json(run_dir / LAUNCH_FILE)):
-            rank, exit_code = "0", str(code)  # the launcher was the rank itself
-        if rank is not None and exit_code is not None:
-            return f"rank {rank} exited with code {exit_code} (see its log: mlbench logs RUN --rank {rank})"
-        return f"launcher exited with code {code}"
+        direct = code is not None and _started_directly(read_json(run_dir / LAUNCH_FILE))
+        started = any((run_dir / "logs").glob("rank-*.log"))
+        return launch_failure(tail, code, direct=direct, ranks_started=started)
 
     def launcher_log_tail(self, run_id: str, lines: int = 20) -> list[str]:
         try:
@@ -482,7 +475,8 @@ class LocalExecutor(Executor):
             return
         finished = read_json(run_dir / EXIT_FILE)
         if finished is None and not (run_dir / CANCEL_FILE).exists():
-            write_json(run_dir / CANCEL_FILE, {"requested_at": time.time(), "by_pid": os.getpid()})
+            with contextlib.suppress(OSError):  # a full disk: stop the ranks all the same
+                write_json(run_dir / CANCEL_FILE, {"requested_at": time.time(), "by_pid": os.getpid()})
         processes.terminate_run(resolved.run_id, int(launch["pid"]), launch.get("start_ticks"))
         proc = _CHILDREN.get(run_dir)
         if proc is not None:
@@ -518,6 +512,9 @@ class LocalExecutor(Executor):
         yield from follow_rank_logs(
             tailer, lambda: self._finished(resolved), rank=rank, follow=follow, since=since, regex=regex
         )
+
+    def spool_dir(self, handle: RunHandle | str) -> Path:
+        return self.run_dir(self._resolve(handle).run_id) / "spool"
 
     def log_tailer(self, handle: RunHandle | str) -> RankLogTailer:
         """A tailer over this run's rank logs plus the launcher's own output (as rank -1)."""

@@ -23,8 +23,8 @@ import msgspec
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlbench_tui.errors import NotFound, StoreError
-from mlbench_tui.server.auth import Authorizer
+from mlbench_tui.errors import NotFound
+from mlbench_tui.server.auth import Access, Authorizer
 from mlbench_tui.server.errors import ApiError, answer, clean_errors
 from mlbench_tui.store.api_models import (
     MAX_BATCH_ITEMS,
@@ -101,29 +101,24 @@ class Ingestor:
 
     async def handle(self, run_id: str, kind: str, token: str | None, body: bytes) -> bytes:
         """Store the batch in ``body``; returns the JSON acknowledgement (after commit)."""
-        if self.authz.write_run_token(token, run_id) is None:
+        access = self.authz.write_run_token(token, run_id)
+        if access is None:
             raise NotFound(f"run {run_id} not found")
-        writer = self.store.writer
-        if writer is None:
-            raise StoreError("store is read-only")
+        writer = self.store.require_writer()
+        by_run = access is Access.RUN
         if kind == "metrics":
             rank, session, seq, params = self._metric_params(writer, run_id, body)
-            accepted, duplicate = await writer.ingest_metrics_async(run_id, rank, session, seq, params)
+            accepted, duplicate = await writer.ingest_metrics_async(
+                run_id, rank, session, seq, params, by_run
+            )
             return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
-        batch: Any = _validate(MODELS[kind], body)
+        batch: Any = validated(kind, body)
         now = time.time()
         rank = batch.rank
-        rows: list[tuple[Any, ...]]
-        if kind == "logs":
-            rows = [
-                (run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text)
-                for ln in batch.lines
-            ]
-        else:
-            rows = [
-                (run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events
-            ]
-        accepted, duplicate = await writer.ingest_async(kind, run_id, rank, batch.session, batch.seq, rows)
+        rows = log_rows(run_id, batch, now) if kind == "logs" else event_rows(run_id, batch, now)
+        accepted, duplicate = await writer.ingest_async(
+            kind, run_id, rank, batch.session, batch.seq, rows, by_run
+        )
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
 
     def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
@@ -132,9 +127,7 @@ class Ingestor:
         A name the store's series catalog knows needs no check, so a steady stream of batches
         costs one dict lookup per metric beyond decoding; a new name is checked once.
         """
-        batch: Any = fast_metric_batch(body)
-        if batch is None:
-            batch = _validate(MetricBatch, body)
+        batch: Any = validated("metrics", body)
         catalog = writer.series
         ids = catalog.ids(run_id)
         now = time.time()
@@ -153,6 +146,38 @@ class Ingestor:
             t = m.t
             add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
         return rank, batch.session, batch.seq, params
+
+
+def log_rows(run_id: str, batch: LogBatch, now: float) -> list[tuple[Any, ...]]:
+    """The ``logs`` rows (without id) of a validated log batch; lines without a time get ``now``."""
+    rank = batch.rank
+    return [(run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text) for ln in batch.lines]
+
+
+def event_rows(run_id: str, batch: EventBatch, now: float) -> list[tuple[Any, ...]]:
+    """The ``events`` rows (without id) of a validated event batch (payloads as JSON text)."""
+    rank = batch.rank
+    return [(run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events]
+
+
+def metric_rows(batch: Any, now: float) -> list[tuple[Any, ...]]:
+    """``(name, step, epoch, t, value)`` of each metric of a decoded metric batch (either
+    decoder's); ApiError 422 for a name the wire model refuses."""
+    rows = []
+    for m in batch.metrics:
+        if not valid_name(m.name):
+            raise ApiError(422, "invalid_request", f"invalid metric name {m.name!r}")
+        rows.append((m.name, m.step, m.epoch, now if m.t is None else m.t, m.value))
+    return rows
+
+
+def validated(kind: str, body: bytes) -> Any:
+    """The batch in ``body`` (a ``metrics:batch``, ``logs:batch`` or ``events:batch`` request
+    body) as the API accepts it; ApiError 422 with pydantic's reasons otherwise."""
+    if kind == "metrics":
+        fast = fast_metric_batch(body)
+        return fast if fast is not None else _validate(MetricBatch, body)
+    return _validate(MODELS[kind], body)
 
 
 def _validate(model: type[BaseModel], body: bytes) -> Any:
