@@ -165,7 +165,7 @@ class EmbeddedServer:
 
         self.store = Store.for_server(db_path, checks=checks)
         try:
-            self.auth = serving_tokens(self.store, remembered=record, open_reads=open_reads)
+            self.auth = serving_tokens(self.store, remembered=True, open_reads=open_reads)
             self._sock = bind_socket(host, port)
             spools = prepare_serving(self.store)
         except BaseException:
