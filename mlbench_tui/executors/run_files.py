@@ -10,10 +10,15 @@ from typing import Any
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` at once: a reader sees the old record or the new one, never half."""
+    """Replace ``path`` at once: a reader sees the old record or the new one, never half; an
+    ``OSError`` (a full disk) names ``path``, and no half-written temporary file stays."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ server when it went away (a restarted server), so watching goes on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -167,6 +168,9 @@ class Runner:
         except Exception as exc:  # whatever it is, the run is recorded failed with why
             reason = _launch_failure(exc)
             self.printer.note(f"{plan.name}: failed to start: {reason}")
+            with contextlib.suppress(MlbenchError):  # no rank started: none stays "pending"
+                never = RankUpdate(state=RunState.FAILED, message="not started")
+                self.client.update_ranks(run_id, [(rank, never) for rank in range(plan.workers)])
             failed = self._end(plan, run_id, RunState.FAILED, f"failed to start: {reason}")
             self._keep(failed or summarize_run(plan, RunState.FAILED, [], [], message=reason))
             return None

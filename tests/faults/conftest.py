@@ -189,15 +189,14 @@ def mounts() -> Iterator[Mounts]:
 def fill(folder: Path) -> Path:
     """Fill the file system of ``folder`` to the last byte (a file of zeros); returns the file."""
     filler = folder / "filler"
-    with open(filler, "wb") as fh, contextlib.suppress(OSError):
-        block = b"\0" * 65536
-        while True:
-            fh.write(block)
-            fh.flush()
-    with open(filler, "ab") as fh, contextlib.suppress(OSError):  # the last partial block
-        while True:
-            fh.write(b"\0")
-            fh.flush()
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 << 16, 1 << 10, 1):  # big blocks, then what is left byte by byte
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size) == size:
+                    pass
+    finally:
+        os.close(fd)
     return filler
 
 
