@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 _TORCHRUN_RANK = re.compile(r"\s*rank\s*:\s*(\d+)")
 _TORCHRUN_CODE = re.compile(r"\s*exitcode\s*:\s*(-?\d+)")
-_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on\s+signal (\d+)")
 _MPI_CODE = re.compile(
     r"process rank (\d+) with PID \d+ on node \S+ exited on status (\d+)|"
     r"Process name: \[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)"
