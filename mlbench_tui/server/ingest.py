@@ -36,6 +36,7 @@ from mlbench_tui.store.api_models import (
     LogBatch,
     MetricBatch,
 )
+from mlbench_tui.store.series import SeriesCatalog
 from mlbench_tui.store.store import Store, dumps_json
 from mlbench_tui.store.writer import Writer
 
@@ -80,6 +81,23 @@ def fast_metric_batch(body: bytes) -> Any | None:
     return batch
 
 
+_FAST_ITEMS = msgspec.json.Decoder(
+    Annotated[list[_FastMetric], msgspec.Meta(min_length=1, max_length=MAX_BATCH_ITEMS)]
+)
+
+
+def fast_metric_parts(rank: int, seq: int, session: str, items: bytes) -> Any | None:
+    """``fast_metric_batch`` for a batch whose rank, seq and session were decoded (and bounded)
+    already and whose metrics are still JSON (a spool line): decoded once, not re-encoded."""
+    if session and _SESSION.fullmatch(session) is None:
+        return None
+    try:
+        metrics = _FAST_ITEMS.decode(items)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return _FastMetricBatch(rank=rank, seq=seq, metrics=metrics, session=session)
+
+
 def valid_name(name: str) -> bool:
     """``api_models.Name``'s pattern (the mirror already checked the length)."""
     return _CONTROL.search(name) is None
@@ -122,30 +140,38 @@ class Ingestor:
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
 
     def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
-        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid.
-
-        A name the store's series catalog knows needs no check, so a steady stream of batches
-        costs one dict lookup per metric beyond decoding; a new name is checked once.
-        """
+        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid."""
         batch: Any = validated("metrics", body)
-        catalog = writer.series
-        ids = catalog.ids(run_id)
-        now = time.time()
-        rank = batch.rank
-        params: list[Any] = []
-        add = params.extend
-        for m in batch.metrics:
-            name = m.name
-            sid = ids.get(name)
-            if sid is None:
-                if not valid_name(name):
+        params = metric_params(writer.series, run_id, batch, time.time(), body)
+        return batch.rank, batch.session, batch.seq, params
+
+
+def metric_params(
+    catalog: SeriesCatalog, run_id: str, batch: Any, now: float, body: bytes | None = None
+) -> list[Any]:
+    """``MetricChunk.params`` of a decoded metric batch (either decoder's); ApiError 422 for a name
+    the wire model refuses (with pydantic's reasons when the request ``body`` is given).
+
+    A name the store's series catalog knows needs no check, so a steady stream of batches
+    costs one dict lookup per metric beyond decoding; a new name is checked once.
+    """
+    ids = catalog.ids(run_id)
+    rank = batch.rank
+    params: list[Any] = []
+    add = params.extend
+    for m in batch.metrics:
+        name = m.name
+        sid = ids.get(name)
+        if sid is None:
+            if not valid_name(name):
+                if body is not None:
                     _validate(MetricBatch, body)  # raises with pydantic's reasons
-                    raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")  # not reached
-                sid = catalog.id(run_id, name)
-                ids = catalog.ids(run_id)
-            t = m.t
-            add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
-        return rank, batch.session, batch.seq, params
+                raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")
+            sid = catalog.id(run_id, name)
+            ids = catalog.ids(run_id)
+        t = m.t
+        add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
+    return params
 
 
 def log_rows(run_id: str, batch: LogBatch, now: float) -> list[tuple[Any, ...]]:
@@ -158,17 +184,6 @@ def event_rows(run_id: str, batch: EventBatch, now: float) -> list[tuple[Any, ..
     """The ``events`` rows (without id) of a validated event batch (payloads as JSON text)."""
     rank = batch.rank
     return [(run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events]
-
-
-def metric_rows(batch: Any, now: float) -> list[tuple[Any, ...]]:
-    """``(name, step, epoch, t, value)`` of each metric of a decoded metric batch (either
-    decoder's); ApiError 422 for a name the wire model refuses."""
-    rows = []
-    for m in batch.metrics:
-        if not valid_name(m.name):
-            raise ApiError(422, "invalid_request", f"invalid metric name {m.name!r}")
-        rows.append((m.name, m.step, m.epoch, now if m.t is None else m.t, m.value))
-    return rows
 
 
 def validated(kind: str, body: bytes) -> Any:

@@ -12,8 +12,8 @@ its executor once they stopped.
 from __future__ import annotations
 
 import logging
-from functools import partial
 from datetime import UTC, datetime
+from functools import partial
 
 from sqlalchemy import Connection
 

@@ -158,12 +158,11 @@ class EmbeddedServer:
         open_reads: bool = False,
         record: bool = True,
         allow_hosts: tuple[str, ...] = (),
-        checks: bool = True,
     ) -> None:
         from mlbench_tui.server.hosts import HostPolicy
         from mlbench_tui.store.store import Store
 
-        self.store = Store.for_server(db_path, checks=checks)
+        self.store = Store.for_server(db_path)
         try:
             self.auth = serving_tokens(self.store, remembered=True, open_reads=open_reads)
             self._sock = bind_socket(host, port)
@@ -239,20 +238,17 @@ def serve_foreground(
     idle_timeout: float | None = None,
     prefer_port: int | None = None,
     allow_hosts: tuple[str, ...] = (),
-    checks: bool = True,
 ) -> int:
     """Run the server in this thread until SIGINT/SIGTERM, or until idle for ``idle_timeout``
     seconds when given; records itself in its store's state file meanwhile. ``prefer_port`` is
-    tried before ``port``; ``allow_hosts`` are names it answers besides its own address;
-    ``checks`` False stores what a valid token sends without the write rules (the ingest
-    benchmark's "before")."""
+    tried before ``port``; ``allow_hosts`` are names it answers besides its own address."""
 
     from mlbench_tui.server.app import create_app
     from mlbench_tui.server.hosts import HostPolicy
     from mlbench_tui.server.idle import IdleWatch
     from mlbench_tui.store.store import Store
 
-    store = Store.for_server(db_path, checks=checks)
+    store = Store.for_server(db_path)
     try:
         auth = serving_tokens(store, remembered=True, admin=admin_token, read=read_token)
         sock = bind_preferred(host, port, prefer_port)

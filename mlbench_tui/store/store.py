@@ -153,7 +153,7 @@ class Store:
             raise
 
     @classmethod
-    def for_server(cls, path: str | Path | None = None, *, checks: bool = True) -> Store:
+    def for_server(cls, path: str | Path | None = None) -> Store:
         """The store as a server opens it: for writing, or for reading only where its folder or
         file cannot be written (a read-only mount): every read works, writes answer why not."""
         resolved = Path(path).expanduser().resolve() if path else default_db_path().resolve()
@@ -161,7 +161,7 @@ class Store:
             store = cls(resolved, write=False)
             store.read_only = read_only_error(resolved)
             return store
-        return cls(resolved, checks=checks)
+        return cls(resolved)
 
     # ---- lifecycle
 

@@ -318,6 +318,15 @@ class Writer:
         self._put(job)
         return fut
 
+    def submit_metrics(
+        self, run_id: str, rank: int, session: str, seq: int, params: list[Any]
+    ) -> concurrent.futures.Future[Any]:
+        """``submit`` for a metric batch already in the ``MetricChunk`` layout (series ids from
+        ``series``, which hands them out only for a run the writer knows)."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(_MetricJob(fut, None, run_id, rank, session, seq, params))
+        return fut
+
     def run_ended(self, run_id: str) -> bool:
         """Whether ``run_id`` has ended (as of the last applied write); False without write rules."""
         return self.rules is not None and self.rules.ended(run_id)
