@@ -111,7 +111,8 @@ def _check_readable(path: Path) -> None:
 
 
 class Store:
-    """A metric store file opened for reading and (by default) writing."""
+    """A metric store file opened for reading and (by default) writing; its writer enforces the
+    write rules (``write_rules``) unless ``checks`` is False (the ingest benchmark's "before")."""
 
     def __init__(
         self,
