@@ -12,8 +12,8 @@ import pytest
 from support.local_runs import local_plan
 
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.failures import launch_failure
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local.executor import LocalExecutor
+from mlbench_tui.executors.local.failures import launch_failure
 
 from .conftest import rank_log, rank_pid, run_dirs, run_mlbench, start_mlbench, wait_for
 

@@ -18,17 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlbench_worker.warm import StartRequest
+from mlbench_worker.warm_protocol import RankMain, StartRequest
 from support.local_runs import local_plan
 
-from mlbench_tui.executors import processes, warm_start
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local import processes, warm_start
+from mlbench_tui.executors.local.executor import LocalExecutor
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.server.daemon import ensure_server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SPEC = """\
 apiVersion: mlbench/v1
@@ -59,7 +59,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _request(tmp_path: Path, name: str, argv: list[str], **env: str) -> StartRequest:
     (tmp_path / name).mkdir()
     return StartRequest(
-        argv=argv,
+        main=RankMain(module="mlbench_worker", args=argv),
         env=_env(**env),
         cwd=str(tmp_path / name),
         log_path=str(tmp_path / name / "rank-0.log"),
@@ -108,6 +108,39 @@ def test_a_killed_rank_reads_minus_its_signal_and_the_server_ends_after_its_last
     assert server.wait(timeout=60) == 0
 
 
+def test_a_forked_rank_keeps_every_descriptor_it_opens_until_it_exits(tmp_path: Path) -> None:
+    """The server's descriptors are closed once, in the child, before the rank runs: none is
+    closed again at the rank's exit, when its number belongs to the rank (gloo's store loop spun
+    forever on a closed epoll that way, and its rank never ended)."""
+    out = tmp_path / "fds.txt"
+    code = f"""
+import atexit, os, sys
+files = [open(os.devnull) for _ in range(8)]
+def check():
+    bad = []
+    for f in files:
+        try:
+            os.fstat(f.fileno())
+        except OSError:
+            bad.append(f.fileno())
+    with open({str(out)!r}, "w") as o:
+        o.write(f"closed under the rank: {{bad}}")
+atexit.register(check)
+sys.exit(3)
+"""
+    (tmp_path / "c").mkdir()
+    request = StartRequest(
+        main=RankMain(code=code),
+        env=_env(),
+        cwd=str(tmp_path / "c"),
+        log_path=str(tmp_path / "c" / "rank-0.log"),
+        status_path=str(tmp_path / "c" / warm_start.EXIT_FILE),
+    )
+    rank = warm_start.start(request, tmp_path)
+    assert rank.wait(timeout=60) == 3, Path(request.log_path).read_text()
+    assert out.read_text() == "closed under the rank: []"
+
+
 def test_another_import_environment_gets_another_server(tmp_path: Path) -> None:
     """Thread counts are read when libraries load: a run with another count is not forked from a
     server that loaded them with the old one (and the old server goes once idle)."""
@@ -141,14 +174,18 @@ def _plan() -> RunPlan:
 SCHEDULE_AND_VANISH = """
 import dataclasses, os, sys
 from pathlib import Path
+from mlbench_worker.warm_protocol import RankMain
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local.executor import LocalExecutor
 from support.local_runs import local_plan
 plan = local_plan(workers=1)
 executor = LocalExecutor(Path(sys.argv[1]))
 launch = LaunchContext(run_id="r-vanish", server_url="http://127.0.0.1:9", write_token="t")
 dry = executor.dryrun(plan, launch)
-executor.schedule(dataclasses.replace(dry, worker_config={"task": "0a"}))  # unusable: exit 2
+bad = Path(sys.argv[1]).parent / "bad.json"
+bad.write_text('{"task": "0a"}')  # unusable: exit 2
+main = RankMain(module="mlbench_worker", args=["--config", str(bad)])
+executor.schedule(dataclasses.replace(dry, request=dataclasses.replace(dry.request, main=main)))
 os._exit(0)  # the watching process is gone before its rank ends
 """
 
@@ -160,24 +197,28 @@ def test_a_warm_ranks_end_is_known_after_its_executor_has_gone(tmp_path: Path) -
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     subprocess.run([sys.executable, "-c", SCHEDULE_AND_VANISH, str(runs)], env=env, check=True, cwd=ROOT)
     launch = json.loads((runs / "r-vanish" / "launch.json").read_text())
-    assert launch["warm_start"] is True
+    assert launch["mode"] == "forked"
     status = LocalExecutor(runs).wait("local://x/r-vanish", timeout=60)
     assert status.state is RunState.FAILED, status
     assert status.message == "rank 0 exited with code 2 (see its log: mlbench logs RUN --rank 0)"
 
 
-def test_scheduled_runs_are_forked_only_when_the_command_is_the_worker(tmp_path: Path) -> None:
-    """A dry run whose command was replaced (a wrapper, a test script) starts that command cold."""
-    executor = LocalExecutor(tmp_path / "runs")
-    launch = LaunchContext(run_id="r-script", server_url="http://127.0.0.1:9", write_token="t")
-    dry = executor.dryrun(_plan(), launch)
-    (command,) = dry.commands
-    script = (*command[: command.index("-u")], "-c", "print('script ran')")
-    handle = executor.schedule(dataclasses.replace(dry, commands=(script,)))
-    status = executor.wait(handle, timeout=60)
-    assert status.state is RunState.SUCCEEDED
-    assert json.loads((executor.run_dir("r-script") / "launch.json").read_text())["warm_start"] is False
-    assert "script ran" in "\n".join(executor.log_iter(handle, rank=0))
+def test_a_forked_rank_runs_any_python_main_and_warm_false_starts_it_cold(tmp_path: Path) -> None:
+    """What a rank runs is typed (a module or code, with arguments): a script is forked like the
+    worker; an executor made with ``warm=False`` starts the same run cold, as its dry run says."""
+    script = RankMain(code="import sys; print('script ran with', sys.argv[1:])", args=["a", "b"])
+    for warm, mode in ((True, "forked"), (False, "direct")):
+        executor = LocalExecutor(tmp_path / "runs", warm=warm)
+        launch = LaunchContext(run_id=f"r-script-{mode}", server_url="http://127.0.0.1:9", write_token="t")
+        dry = executor.dryrun(_plan(), launch)
+        assert dry.request.mode.value == mode and f"# launch: {mode}" in dry.text()
+        handle = executor.schedule(
+            dataclasses.replace(dry, request=dataclasses.replace(dry.request, main=script))
+        )
+        status = executor.wait(handle, timeout=60)
+        assert status.state is RunState.SUCCEEDED, status
+        assert json.loads((executor.run_dir(launch.run_id) / "launch.json").read_text())["mode"] == mode
+        assert "script ran with ['a', 'b']" in "\n".join(executor.log_iter(handle, rank=0))
 
 
 # -- through mlbench apply -------------------------------------------------------------------
@@ -208,7 +249,7 @@ def test_apply_forks_each_one_rank_run_of_a_sweep_and_leaves_no_server_behind(tm
     done = _mlbench("apply", "--quiet", str(spec))
     assert done.returncode == 0, done.stderr
     launches = _launches()
-    assert len(launches) == 3 and all(launch["warm_start"] for launch in launches)
+    assert len(launches) == 3 and all(launch["mode"] == "forked" for launch in launches)
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
     assert [r["state"] for r in results] == ["succeeded"] * 3
     assert all(r["startup"] and r["startup"]["phases"] for r in results)  # each rank said how it started
@@ -246,7 +287,7 @@ def test_warm_start_0_starts_cold_and_a_spec_env_reaches_a_forked_rank(tmp_path:
     spec.write_text(SPEC.format(name="cold", repeats=1, extra=""))
     done = _mlbench("apply", "--quiet", str(spec), env={**os.environ, "MLBENCH_WARM_START": "0"})
     assert done.returncode == 0, done.stderr
-    assert [launch["warm_start"] for launch in _launches()] == [False]
+    assert [launch["mode"] for launch in _launches()] == ["direct"]
 
     hang = tmp_path / "hang.yaml"
     extra = '  env: {MLBENCH_INJECT_FAULT: "rank=0,step=0,mode=hang"}\n'
@@ -270,7 +311,7 @@ def test_warm_start_0_starts_cold_and_a_spec_env_reaches_a_forked_rank(tmp_path:
         assert log is not None, "the forked rank never read its fault from the spec's env"
         run_id = log.parent.parent.name
         launch = json.loads((runs / run_id / "launch.json").read_text())
-        assert launch["warm_start"] is True
+        assert launch["mode"] == "forked"
         cancelled = _mlbench("cancel", run_id)
         assert cancelled.returncode == 0, cancelled.stderr
         assert _wait_gone(int(launch["pid"]))
@@ -308,7 +349,7 @@ def test_forked_ranks_use_cuda_and_nccl(tmp_path: Path) -> None:
     spec.write_text(GPU_SPEC)
     done = _mlbench("apply", "--quiet", str(spec))
     assert done.returncode == 0, done.stderr + done.stdout
-    assert [launch["warm_start"] for launch in _launches()] == [True, True]
+    assert [launch["mode"] for launch in _launches()] == ["forked", "forked"]
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
     assert [r["state"] for r in results] == ["succeeded"] * 2
 
