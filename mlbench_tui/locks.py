@@ -36,8 +36,9 @@ def wait_bound(default: float) -> float:
     return value if value >= 0 else default
 
 
-def holder(path: Path) -> int | None:
-    """The pid of a process holding a ``flock`` on ``path`` (from ``/proc/locks``), if any."""
+def holder(path: Path, kinds: tuple[str, ...] = ("FLOCK",)) -> int | None:
+    """The pid of a process holding a lock of ``kinds`` (``FLOCK``; ``POSIX`` as SQLite takes)
+    on ``path`` (from ``/proc/locks``), if any."""
     try:
         info = os.stat(path)
         text = Path("/proc/locks").read_text()
@@ -47,7 +48,7 @@ def holder(path: Path) -> int | None:
     for line in text.splitlines():
         fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters carry "->")
-        if len(fields) < 6 or "->" in fields[1] or fields[1] != "FLOCK":
+        if len(fields) < 6 or "->" in fields[1] or fields[1] not in kinds:
             continue
         pid = fields[4]
         if fields[5] == where and pid.isdigit() and int(pid) != os.getpid():

@@ -23,6 +23,7 @@ from mlbench_tui.errors import StoreError
 # Statements of every size up to this many stay compiled in a connection's statement cache
 # (the writer's multi-row metric inserts, see ``writer.METRIC_CHUNK``).
 STATEMENT_CACHE = 256
+BUSY_TIMEOUT_MS = 30_000  # the longest any statement waits for another process's lock
 
 
 def default_db_path() -> Path:
@@ -38,7 +39,7 @@ def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys=OFF")
     cur.execute("PRAGMA cache_size=-32000")
     cur.execute("PRAGMA temp_store=MEMORY")
@@ -54,7 +55,7 @@ def _begin(conn: Connection) -> None:
 def _on_connect_read_only(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA cache_size=-32000")
     cur.execute("PRAGMA temp_store=MEMORY")
     cur.close()

@@ -91,3 +91,28 @@ def test_a_live_runs_spool_is_imported_at_start_and_left_for_its_ranks(tmp_path:
     assert _loss_points(server, run.id) == {0: POINTS}
     assert server.client().get_run(run.id).state.value == "running"
     assert len(list(spool.glob("rank0-*.jsonl"))) == 1  # its rank may still resend it: dedup'd
+
+
+def test_a_rank_whose_servers_port_went_to_another_store_keeps_its_batches(tmp_path: Path) -> None:
+    """A dead server's port taken by another store's server, which answers 404 (no such run):
+    the rank keeps the batches in its spool, and its own store imports them."""
+    from mlbench_tui.server.serve import EmbeddedServer
+
+    server = ensure_server()
+    spool = tmp_path / "spool"
+    created = server.client().create_run(RunCreate(name="moved", workers=1))
+    run_id = created.run.id
+    server.client().update_run(run_id, state="running", spool=str(spool))
+    port = int(server.url.rsplit(":", 1)[1])
+    reporter = Reporter(server.url, run_id, created.write_token, 0, spool_dir=str(spool), interval=0.05)
+    reporter.metric("loss", 1.0, step=0)
+    assert reporter.flush(30)
+    assert stop_server(server)
+    with EmbeddedServer(tmp_path / "another.db", port=port, record=False):  # not this run's store
+        for step in range(1, POINTS):
+            reporter.metric("loss", 1.0 / (step + 1), step=step)
+        assert reporter.flush(30) is False  # kept, not sent
+    reporter.close()
+    assert reporter.dropped == 0 and list(spool.glob("rank0-*.jsonl"))
+    server = ensure_server()  # its own store's next server imports them
+    assert _loss_points(server, run_id) == {0: POINTS}
