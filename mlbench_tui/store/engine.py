@@ -164,9 +164,10 @@ _READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def storage_error(exc: BaseException, path: Path) -> StoreError | None:
-    """The ``StoreFull``/``StoreReadOnly`` that ``exc`` (raised writing the store at ``path``)
-    means, or None for any other failure. SQLite says ``SQLITE_FULL`` (13) for a full disk and
-    ``SQLITE_READONLY`` (8) for a file it cannot write; SQLAlchemy wraps them (``orig``)."""
+    """The ``StoreFull``/``StoreReadOnly``/``StoreLocked`` that ``exc`` (raised writing the store
+    at ``path``) means, or None for any other failure. SQLite says ``SQLITE_FULL`` (13) for a full
+    disk, ``SQLITE_READONLY`` (8) for a file it cannot write and ``SQLITE_BUSY`` (5) for a lock
+    another process kept past the wait; SQLAlchemy wraps them (``orig``)."""
     orig = getattr(exc, "orig", None) or exc
     if isinstance(orig, OSError) and orig.errno in _FULL_ERRNOS:
         return full_error(path.parent)
@@ -179,7 +180,21 @@ def storage_error(exc: BaseException, path: Path) -> StoreError | None:
             return full_error(path.parent)
         if (code is not None and code & 0xFF == sqlite3.SQLITE_READONLY) or "readonly database" in text:
             return read_only_error(path, "SQLite cannot write it")
+        if (code is not None and code & 0xFF == sqlite3.SQLITE_BUSY) or "database is locked" in text:
+            return locked_error(path)
     return None
+
+
+def locked_error(path: Path) -> StoreLocked:
+    """Another process held the store's SQLite lock past the wait (``busy_timeout``)."""
+    from mlbench_tui.locks import describe, holder
+
+    shm = path.with_name(path.name + "-shm")  # in WAL mode SQLite locks its shared-memory file
+    who = describe(holder(shm, ("POSIX",)) or holder(path, ("POSIX",)))
+    return StoreLocked(
+        f"store {path} stayed locked by {who} for longer than {BUSY_TIMEOUT_MS // 1000} s",
+        hint="another program holds a transaction open on it (an sqlite3 shell?); end it, then retry",
+    )
 
 
 def writable(path: Path) -> bool:

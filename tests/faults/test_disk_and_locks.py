@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -140,3 +143,47 @@ def test_a_held_server_lock_is_waited_on_with_a_bound_and_its_holder_named(
     assert f"held by pid {holder.pid} (flock {lock} sleep 600)" in result.stderr
     assert "waiting for the server lock" in result.stderr and f"kill {holder.pid}" in result.stderr
     assert run_mlbench("status").returncode == 0  # free again: the command goes on
+
+
+HOLD = """\
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.readline()  # until told
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_store_another_program_keeps_locked_is_waited_on_then_its_holder_named(tmp_path: Path) -> None:
+    from mlbench_tui.store.engine import StoreLocked, storage_error
+
+    server = ensure_server()
+    run = server.client().create_run(RunCreate(name="locked", workers=1))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(store_path())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "held"
+        probe = sqlite3.connect(store_path(), timeout=0.1, isolation_level=None)
+        with pytest.raises(sqlite3.OperationalError) as busy:
+            probe.execute("BEGIN IMMEDIATE")
+        probe.close()
+        known = storage_error(busy.value, store_path())
+        assert isinstance(known, StoreLocked) and f"stayed locked by pid {holder.pid}" in known.message
+        # a write while it holds the lock waits (bounded by busy_timeout) and lands once it lets go
+        writing = threading.Thread(
+            target=lambda: server.client().update_run(run.run.id, state="running"), daemon=True
+        )
+        writing.start()
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        writing.join(60)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert not writing.is_alive() and server.client().get_run(run.run.id).state.value == "running"
