@@ -184,17 +184,13 @@ def remove_state(info: ServerInfo) -> None:
 
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a child of ours that exited is reaped, not counted)."""
+    from mlbench_tui.owners import pid_alive
+
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def probe(info: ServerInfo, store: Path | None = None, timeout: float = 2.0) -> bool:

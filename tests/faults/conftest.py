@@ -21,6 +21,30 @@ from mlbench_tui.server.daemon import ServerInfo, read_state, state_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+SWEEP = """\
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata:
+  name: {name}
+spec:
+  task: 0a
+  workers: 2
+  backend: {backend}
+  target: local
+  data: synthetic
+  hyperparameters: {{sizes_max_exp: 2, num_sizes: 3, repetitions: {repetitions}, warmup: 1, dtypes: [fp32]}}
+{extra}"""
+
+
+def sweep_spec(
+    folder: Path, name: str, *, repetitions: int = 2, backend: str = "gloo", extra: str = ""
+) -> Path:
+    """A small all-reduce sweep of 2 ranks (seconds; ``repetitions`` makes it last), as a spec file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(SWEEP.format(name=name, backend=backend, repetitions=repetitions, extra=extra))
+    return path
+
 
 @dataclass
 class Result:

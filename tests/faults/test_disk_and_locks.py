@@ -19,29 +19,9 @@ from mlbench_tui.server.daemon import ensure_server, state_path
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.reader import StoreReader
 
-from .conftest import Mounts, fill, home, run_mlbench, stop_servers, store_path
+from .conftest import Mounts, fill, home, run_mlbench, stop_servers, store_path, sweep_spec
 
 pytestmark = pytest.mark.slow
-
-SWEEP = """\
-apiVersion: mlbench/v1
-kind: Benchmark
-metadata:
-  name: {name}
-spec:
-  task: 0a
-  workers: 2
-  backend: gloo
-  target: local
-  data: synthetic
-  hyperparameters: {{sizes_max_exp: 2, num_sizes: 3, repetitions: 2, warmup: 1, dtypes: [fp32]}}
-"""
-
-
-def _spec(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(SWEEP.format(name=name))
-    return path
 
 
 def _clean(stderr: str) -> None:
@@ -74,7 +54,7 @@ def test_a_full_store_disk_refuses_writes_clearly_keeps_everything_and_recovers(
     assert str(disk) in refused.json()["detail"] and "free space" in refused.json()["detail"]
     assert admin.get_run(run.run.id).name == "filling"  # reads go on
 
-    applied = run_mlbench("apply", str(_spec(tmp_path, "nospace")))
+    applied = run_mlbench("apply", str(sweep_spec(tmp_path, "nospace")))
     assert applied.returncode == 1 and "507 (disk_full)" in applied.stderr and str(disk) in applied.stderr
     _clean(applied.stderr)
 
@@ -88,7 +68,7 @@ def test_a_full_store_disk_refuses_writes_clearly_keeps_everything_and_recovers(
 def test_a_full_run_folder_records_the_run_failed_saying_so(mounts: Mounts, tmp_path: Path) -> None:
     runs = mounts.tmpfs(home() / "state" / "runs", "256k")
     fill(runs)
-    applied = run_mlbench("apply", str(_spec(tmp_path, "full")))
+    applied = run_mlbench("apply", str(sweep_spec(tmp_path, "full")))
     assert applied.returncode == 1
     _clean(applied.stderr)
     assert "failed to start: no space left on the disk of" in applied.stderr, applied.stderr
@@ -100,7 +80,7 @@ def test_a_full_run_folder_records_the_run_failed_saying_so(mounts: Mounts, tmp_
 def test_a_read_only_store_is_read_by_every_read_command(
     mounts: Mounts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    applied = run_mlbench("apply", str(_spec(tmp_path, "kept")))
+    applied = run_mlbench("apply", str(sweep_spec(tmp_path, "kept")))
     assert applied.returncode == 0, applied.stderr
     stop_servers()
     source = store_path().parent
@@ -121,7 +101,7 @@ def test_a_read_only_store_is_read_by_every_read_command(
     reader = StoreReader.open(view / store_path().name)
     assert reader is not None and [r.name for r in reader.list_runs()] == ["kept-gloo-2w"]
     reader.close()
-    refused = run_mlbench("apply", str(_spec(tmp_path, "more")))
+    refused = run_mlbench("apply", str(sweep_spec(tmp_path, "more")))
     assert refused.returncode == 1 and "open for reading only" in refused.stderr
     _clean(refused.stderr)
 

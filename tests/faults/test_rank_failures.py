@@ -15,7 +15,7 @@ from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.local.executor import LocalExecutor
 from mlbench_tui.executors.local.failures import launch_failure
 
-from .conftest import rank_log, rank_pid, run_dirs, run_mlbench, start_mlbench, wait_for
+from .conftest import rank_log, rank_pid, run_dirs, run_mlbench, start_mlbench, sweep_spec, wait_for
 
 TORCHRUN_SIGKILL = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -97,26 +97,10 @@ def test_a_launcher_that_cannot_start_python_says_why(tmp_path: Path) -> None:
     assert "No module named 'encodings'" in status.message
 
 
-SWEEP = """\
-apiVersion: mlbench/v1
-kind: Benchmark
-metadata:
-  name: sigkill
-spec:
-  task: 0a
-  workers: 2
-  backend: gloo
-  target: local
-  data: synthetic
-  env: {MLBENCH_INJECT_FAULT: "rank=1,step=0,mode=hang"}
-  hyperparameters: {sizes_max_exp: 2, num_sizes: 3, repetitions: 2, warmup: 1, dtypes: [fp32]}
-"""
-
-
 @pytest.mark.slow
 def test_a_rank_killed_by_sigkill_is_named_with_its_signal(tmp_path: Path) -> None:
-    spec = tmp_path / "sigkill.yaml"
-    spec.write_text(SWEEP)
+    hang = '  env: {MLBENCH_INJECT_FAULT: "rank=1,step=0,mode=hang"}\n'
+    spec = sweep_spec(tmp_path, "sigkill", extra=hang)
     apply = start_mlbench("apply", str(spec))
     try:
         found = wait_for(lambda: [d for d in run_dirs() if (d / "launch.json").exists()], "the run to launch")

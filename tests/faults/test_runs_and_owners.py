@@ -22,30 +22,9 @@ from mlbench_tui.server.daemon import IDLE_TIMEOUT_ENV, alive, ensure_server, st
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.reader import StoreReader
 
-from .conftest import run_dirs, run_mlbench, start_mlbench, store_path, wait_for
+from .conftest import run_dirs, run_mlbench, start_mlbench, store_path, sweep_spec, wait_for
 
 pytestmark = pytest.mark.slow
-
-SWEEP = """\
-apiVersion: mlbench/v1
-kind: Benchmark
-metadata:
-  name: {name}
-spec:
-  task: 0a
-  workers: 2
-  backend: gloo
-  target: local
-  data: synthetic
-  hyperparameters: {{sizes_max_exp: 2, num_sizes: 3, repetitions: {repetitions}, warmup: 1, dtypes: [fp32]}}
-"""
-
-
-def _spec(folder: Path, name: str, repetitions: int = 2) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.yaml"
-    path.write_text(SWEEP.format(name=name, repetitions=repetitions))
-    return path
 
 
 def _runs() -> dict[str, list[str]]:
@@ -60,14 +39,14 @@ def _runs() -> dict[str, list[str]]:
 
 
 def test_two_applies_of_one_spec_run_it_once_and_the_second_names_the_first(tmp_path: Path) -> None:
-    long = _spec(tmp_path / "first", "twice", repetitions=3000)
+    long = sweep_spec(tmp_path / "first", "twice", repetitions=3000)
     first = start_mlbench("apply", str(long))
     try:
         wait_for(lambda: [d for d in run_dirs() if (d / "launch.json").exists()], "the first run to launch")
         run_id = run_dirs()[0].name
         # the same run again, from a directory that also holds another spec (that one runs)
-        _spec(tmp_path / "both", "twice", repetitions=3000)
-        _spec(tmp_path / "both", "other")
+        sweep_spec(tmp_path / "both", "twice", repetitions=3000)
+        sweep_spec(tmp_path / "both", "other")
         second = run_mlbench("apply", str(tmp_path / "both"))
         assert second.returncode == 1, second.stderr
         said = f"twice-gloo-2w: not started: twice-gloo-2w is already under way as run {run_id}"
@@ -177,7 +156,7 @@ def test_deferred_interrupts_land_once_the_block_is_done() -> None:
 
 @pytest.mark.parametrize("moment", ["plan", "started"])
 def test_ctrl_c_in_applys_first_moments_leaves_no_run_pending(tmp_path: Path, moment: str) -> None:
-    spec = _spec(tmp_path, "interrupted", repetitions=3000)
+    spec = sweep_spec(tmp_path, "interrupted", repetitions=3000)
     apply = start_mlbench("apply", str(spec))
     assert apply.stderr is not None
     marker = {"plan": "plan: ", "started": "started run"}[moment]
