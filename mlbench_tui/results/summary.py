@@ -121,7 +121,8 @@ def settle_state(
     whatever became of its launcher or of ``apply`` afterwards (cancelled or killed once the work
     was done); ``UNKNOWN`` (the launcher's exit status was lost) is decided by the ranks'
     ``run_stop`` events alone; a worker that stopped with status ``failed`` fails the run even
-    when every process exited 0; a failed run names the first rank that failed and why."""
+    when every process exited 0; a failed run names the first rank that failed and why, not a
+    rank that only lost a peer (the executor's message names a rank killed by a signal)."""
     stops = ev.last_stops(events)
     ranks_state, ranks_message = _ranks_outcome(message, stops, workers)
     if state is RunState.UNKNOWN or ranks_state is RunState.SUCCEEDED:
@@ -130,9 +131,12 @@ def settle_state(
     if state is RunState.SUCCEEDED and failed_stop is not None:
         state, message = RunState.FAILED, str(failed_stop.payload.reason)
     if state is RunState.FAILED:
-        failure = ev.first(events, wire.RankFailed)
-        if failure is not None:
-            message = f"rank {failure.payload.rank} failed: {failure.payload.exception}"
+        failures = ev.of(events, wire.RankFailed)
+        cause = next((f for f in failures if not f.payload.peer_failure), None)
+        if cause is None and message is None and failures:
+            cause = failures[0]  # only ranks that lost a peer, and nothing else says why
+        if cause is not None:  # (a rank killed outright reports nothing: the executor names it)
+            message = f"rank {cause.payload.rank} failed: {cause.payload.exception}"
     return state, message
 
 

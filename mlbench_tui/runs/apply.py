@@ -102,10 +102,11 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
 
 
 @contextlib.contextmanager
-def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
+def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str | None]]:
     """The server the runs report to: the in-cluster one (port-forwarded) for targets whose
     ranks report inside the cluster, otherwise the local one (found or started detached by
-    ``server.daemon``)."""
+    ``server.daemon``; its client re-attaches to the store's server if that one goes away, so
+    the URL ranks get is wherever the server is when they launch: None)."""
     cache: dict[str, Executor[Any]] = {}
     if any(executor_for(item.plan, cache).in_cluster_server for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
@@ -117,15 +118,14 @@ def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClie
                 return
     from mlbench_tui.server.daemon import ensure_server
 
-    server = ensure_server()
-    yield server.client(), server.url
+    yield ensure_server().client(), None
 
 
 def _apply_planned(
     planned: Sequence[PlannedRun],
     options: ApplyOptions,
     client: MlbenchClient,
-    server_url: str,
+    server_url: str | None,
     printer: ProgressPrinter,
     out: Any,
 ) -> int:
@@ -143,10 +143,16 @@ def _apply_planned(
         if runner.results:
             print(render_results(runner.results), file=out)
         raise
-    print(render_results([*earlier, *results]), file=out)
+    shown = [*earlier, *results]
+    if shown:
+        print(render_results(shown), file=out)
     failed = [r for r in results if not r.succeeded]
     if failed:
         names = ", ".join(f"{r.name} ({r.state})" for r in failed)
         printer.note(f"{len(failed)} run(s) did not succeed: {names}")
-        return 1
-    return 0
+    if runner.under_way:
+        printer.note(
+            f"{len(runner.under_way)} run(s) not started here, already under way in another process: "
+            + ", ".join(runner.under_way)
+        )
+    return 1 if failed or runner.under_way else 0

@@ -23,8 +23,8 @@ import msgspec
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlbench_tui.errors import NotFound, StoreError
-from mlbench_tui.server.auth import Authorizer
+from mlbench_tui.errors import NotFound
+from mlbench_tui.server.auth import Access, Authorizer
 from mlbench_tui.server.errors import ApiError, answer, clean_errors
 from mlbench_tui.store.api_models import (
     MAX_BATCH_ITEMS,
@@ -36,6 +36,7 @@ from mlbench_tui.store.api_models import (
     LogBatch,
     MetricBatch,
 )
+from mlbench_tui.store.series import SeriesCatalog
 from mlbench_tui.store.store import Store, dumps_json
 from mlbench_tui.store.writer import Writer
 
@@ -80,6 +81,23 @@ def fast_metric_batch(body: bytes) -> Any | None:
     return batch
 
 
+_FAST_ITEMS = msgspec.json.Decoder(
+    Annotated[list[_FastMetric], msgspec.Meta(min_length=1, max_length=MAX_BATCH_ITEMS)]
+)
+
+
+def fast_metric_parts(rank: int, seq: int, session: str, items: bytes) -> Any | None:
+    """``fast_metric_batch`` for a batch whose rank, seq and session were decoded (and bounded)
+    already and whose metrics are still JSON (a spool line): decoded once, not re-encoded."""
+    if session and _SESSION.fullmatch(session) is None:
+        return None
+    try:
+        metrics = _FAST_ITEMS.decode(items)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return _FastMetricBatch(rank=rank, seq=seq, metrics=metrics, session=session)
+
+
 def valid_name(name: str) -> bool:
     """``api_models.Name``'s pattern (the mirror already checked the length)."""
     return _CONTROL.search(name) is None
@@ -101,58 +119,80 @@ class Ingestor:
 
     async def handle(self, run_id: str, kind: str, token: str | None, body: bytes) -> bytes:
         """Store the batch in ``body``; returns the JSON acknowledgement (after commit)."""
-        if self.authz.write_run_token(token, run_id) is None:
+        access = self.authz.write_run_token(token, run_id)
+        if access is None:
             raise NotFound(f"run {run_id} not found")
-        writer = self.store.writer
-        if writer is None:
-            raise StoreError("store is read-only")
+        writer = self.store.require_writer()
+        by_run = access is Access.RUN
         if kind == "metrics":
             rank, session, seq, params = self._metric_params(writer, run_id, body)
-            accepted, duplicate = await writer.ingest_metrics_async(run_id, rank, session, seq, params)
+            accepted, duplicate = await writer.ingest_metrics_async(
+                run_id, rank, session, seq, params, by_run
+            )
             return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
-        batch: Any = _validate(MODELS[kind], body)
+        batch: Any = validated(kind, body)
         now = time.time()
         rank = batch.rank
-        rows: list[tuple[Any, ...]]
-        if kind == "logs":
-            rows = [
-                (run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text)
-                for ln in batch.lines
-            ]
-        else:
-            rows = [
-                (run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events
-            ]
-        accepted, duplicate = await writer.ingest_async(kind, run_id, rank, batch.session, batch.seq, rows)
+        rows = log_rows(run_id, batch, now) if kind == "logs" else event_rows(run_id, batch, now)
+        accepted, duplicate = await writer.ingest_async(
+            kind, run_id, rank, batch.session, batch.seq, rows, by_run
+        )
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
 
     def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
-        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid.
+        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid."""
+        batch: Any = validated("metrics", body)
+        params = metric_params(writer.series, run_id, batch, time.time(), body)
+        return batch.rank, batch.session, batch.seq, params
 
-        A name the store's series catalog knows needs no check, so a steady stream of batches
-        costs one dict lookup per metric beyond decoding; a new name is checked once.
-        """
-        batch: Any = fast_metric_batch(body)
-        if batch is None:
-            batch = _validate(MetricBatch, body)
-        catalog = writer.series
-        ids = catalog.ids(run_id)
-        now = time.time()
-        rank = batch.rank
-        params: list[Any] = []
-        add = params.extend
-        for m in batch.metrics:
-            name = m.name
-            sid = ids.get(name)
-            if sid is None:
-                if not valid_name(name):
+
+def metric_params(
+    catalog: SeriesCatalog, run_id: str, batch: Any, now: float, body: bytes | None = None
+) -> list[Any]:
+    """``MetricChunk.params`` of a decoded metric batch (either decoder's); ApiError 422 for a name
+    the wire model refuses (with pydantic's reasons when the request ``body`` is given).
+
+    A name the store's series catalog knows needs no check, so a steady stream of batches
+    costs one dict lookup per metric beyond decoding; a new name is checked once.
+    """
+    ids = catalog.ids(run_id)
+    rank = batch.rank
+    params: list[Any] = []
+    add = params.extend
+    for m in batch.metrics:
+        name = m.name
+        sid = ids.get(name)
+        if sid is None:
+            if not valid_name(name):
+                if body is not None:
                     _validate(MetricBatch, body)  # raises with pydantic's reasons
-                    raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")  # not reached
-                sid = catalog.id(run_id, name)
-                ids = catalog.ids(run_id)
-            t = m.t
-            add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
-        return rank, batch.session, batch.seq, params
+                raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")
+            sid = catalog.id(run_id, name)
+            ids = catalog.ids(run_id)
+        t = m.t
+        add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
+    return params
+
+
+def log_rows(run_id: str, batch: LogBatch, now: float) -> list[tuple[Any, ...]]:
+    """The ``logs`` rows (without id) of a validated log batch; lines without a time get ``now``."""
+    rank = batch.rank
+    return [(run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text) for ln in batch.lines]
+
+
+def event_rows(run_id: str, batch: EventBatch, now: float) -> list[tuple[Any, ...]]:
+    """The ``events`` rows (without id) of a validated event batch (payloads as JSON text)."""
+    rank = batch.rank
+    return [(run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events]
+
+
+def validated(kind: str, body: bytes) -> Any:
+    """The batch in ``body`` (a ``metrics:batch``, ``logs:batch`` or ``events:batch`` request
+    body) as the API accepts it; ApiError 422 with pydantic's reasons otherwise."""
+    if kind == "metrics":
+        fast = fast_metric_batch(body)
+        return fast if fast is not None else _validate(MetricBatch, body)
+    return _validate(MODELS[kind], body)
 
 
 def _validate(model: type[BaseModel], body: bytes) -> Any:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.owners import RunOwner
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES
@@ -68,6 +69,14 @@ class RunCreate(_Wire):
     target_kind: str = Field(default="local", max_length=32)
     handle: str | None = Field(default=None, max_length=512)
     labels: dict[str, str] = Field(default_factory=dict)
+    owner: RunOwner | None = Field(
+        default=None, description="The process that launches and watches the run (apply)."
+    )
+    exclusive: bool = Field(
+        default=False,
+        description="Refuse (409 run_under_way) while another run of this name is under way with a live "
+        "owner: two applies of one spec run each run once.",
+    )
 
     @classmethod
     def from_plan(cls, plan: RunPlan, spec_text: str = "") -> RunCreate:
@@ -115,6 +124,12 @@ class RunUpdate(_Wire):
         default=None,
         description="When the target reached each step of launching the run (what it knows so far); "
         "they split the launcher's part of the run's start in its result.",
+    )
+    spool: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Folder (readable by the server) where the run's ranks keep batches they could not "
+        "send; the server imports it when the run ends and whenever it starts.",
     )
 
     @field_validator("started", "finished")
@@ -188,6 +203,7 @@ class RunInfo(BaseModel):
     launch: LaunchMilestones | None = Field(
         default=None, description="When the target reached each step of launching the run (None: unknown)."
     )
+    owner: RunOwner | None = Field(default=None, description="The process that launches and watches it.")
 
     def known_result(self) -> RunResult:
         """The stored result; for a run without one (still going, or ended before the server
@@ -207,6 +223,7 @@ class RunDetail(RunInfo):
     spec_text: str = ""
     plan: dict[str, Any] = Field(default_factory=dict)
     ranks: list[RankInfo] = Field(default_factory=list)
+    spool: str | None = Field(default=None, description="Where its ranks keep batches they could not send.")
 
 
 class RunCreated(BaseModel):

@@ -8,6 +8,7 @@ beside a server that is writing the same store.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from sqlalchemy import Engine
 from mlbench_tui.errors import NotFound
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, EventsPage, MetricsPage, RunDetail, RunInfo
-from mlbench_tui.store.engine import default_db_path, make_engine
+from mlbench_tui.store.engine import default_db_path, make_engine, read_only_uri
 
 
 class RunReader(Protocol):
@@ -65,13 +66,13 @@ class StoreReader:
         if not file.is_file():
             return None
         try:
-            with sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True) as conn:
+            with contextlib.closing(sqlite3.connect(read_only_uri(file), uri=True)) as conn:
                 done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
         except sqlite3.Error:
             return None
         if done != {name for name, _ in MIGRATIONS}:
             return None
-        return cls(make_engine(file.resolve(), pool_size=1))
+        return cls(make_engine(file.resolve(), pool_size=1, read_only=True))
 
     def close(self) -> None:
         self._engine.dispose()

@@ -24,7 +24,7 @@ from textual.theme import Theme
 from textual.worker import Worker, WorkerState
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.server.client import MlbenchClient
+from mlbench_tui.server.client import Attachment, MlbenchClient
 from mlbench_tui.tui.actions import BY_ID, actions_for, bindings, display_key, resolve_keymap
 from mlbench_tui.tui.launcher import Launcher
 from mlbench_tui.tui.messages import CommandFinished, ConnectionChanged
@@ -55,13 +55,15 @@ class MlbenchApp(App[None]):
         launcher: Launcher | None = None,
         error_log: Path | None = None,
         timeout: float = 5.0,
+        reattach: Callable[[], Attachment] | None = None,
     ) -> None:
         self._theme_copy: dict[str, Theme] | None = None  # get_theme's copy of available_themes
         super().__init__()
         self.server_url = server_url.rstrip("/")
         # The one client of the server for every feed, screen and command: the admin token when
         # the TUI has it (it deletes runs), else the read token.
-        self.client = MlbenchClient(self.server_url, admin_token or token, timeout=timeout)
+        # ``reattach`` finds the store's server again when it went away (a local store's server).
+        self.client = MlbenchClient(self.server_url, admin_token or token, timeout=timeout, reattach=reattach)
         self.user_keymap = dict(keymap or {})
         self.spec_path = spec_path
         self.clock = clock

@@ -36,6 +36,7 @@ from mlbench_tui.executors.api import (
     RunStatus,
 )
 from mlbench_tui.executors.local import ports, processes, warm_start
+from mlbench_tui.executors.local.failures import RankEnd, launch_failure
 from mlbench_tui.executors.local.gpus import MachineGpus, machine_gpus
 from mlbench_tui.executors.local.launch import (
     LaunchMode,
@@ -393,23 +394,16 @@ class LocalExecutor(Executor[LocalRequest]):
         group = self._group(launch.run_id) if launch.mode is LaunchMode.FORKED else None
         if group is not None and group.failure is not None:
             failure = group.failure
-            how = f"exited with code {failure.exit_code}" if failure.exit_code >= 0 else "was killed"
-            cause = f": {failure.cause}" if failure.cause else ""
-            return f"rank {failure.rank} {how}{cause} (see its log: mlbench logs RUN --rank {failure.rank})"
+            killed = failure.exit_code < 0
+            ended = RankEnd(failure.rank, signal=-failure.exit_code) if killed else RankEnd(failure.rank, code=failure.exit_code)
+            # The rank's own last error; a signal is named by the sentence already.
+            cause = failure.cause if failure.cause and not failure.cause.startswith("killed by ") else None
+            return ended.sentence(cause)
         if group is not None and group.start_error is not None:
             return f"the ranks were not all started: {group.start_error}"
         tail = self.launcher_log_tail(launch.run_id, lines=60)
-        root = [i for i, line in enumerate(tail) if line.startswith("Root Cause")]
-        if root:
-            tail = tail[root[-1] :]
-        # torchrun's error summary names the first failing rank and its exit code.
-        rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
-        exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)
-        if rank is None and code is not None and launch.mode is LaunchMode.DIRECT:
-            rank, exit_code = "0", str(code)  # the launcher was the rank itself
-        if rank is not None and exit_code is not None:
-            return f"rank {rank} exited with code {exit_code} (see its log: mlbench logs RUN --rank {rank})"
-        return f"launcher exited with code {code}"
+        started = any(self.log_dir(launch.run_id).glob("rank-*.log"))
+        return launch_failure(tail, code, direct=launch.mode is LaunchMode.DIRECT, ranks_started=started)
 
     def launcher_log_tail(self, run_id: str, lines: int = 20) -> list[str]:
         try:
@@ -443,7 +437,8 @@ class LocalExecutor(Executor[LocalRequest]):
             return
         finished = files.exit()
         if finished is None and not files.cancelled():
-            files.write(CancelRecord(requested_at=time.time(), by_pid=os.getpid()))
+            with contextlib.suppress(OSError):  # a full disk: stop the ranks all the same
+                files.write(CancelRecord(requested_at=time.time(), by_pid=os.getpid()))
         processes.terminate_run(resolved.run_id, launch.pid, launch.start_ticks)
         proc = _CHILDREN.get(run_dir)
         if proc is not None:
@@ -476,6 +471,9 @@ class LocalExecutor(Executor[LocalRequest]):
         yield from follow_rank_logs(
             tailer, lambda: self._finished(resolved), rank=rank, follow=follow, since=since, regex=regex
         )
+
+    def spool_dir(self, handle: RunHandle | str) -> Path:
+        return self.run_dir(self._resolve(handle).run_id) / "spool"
 
     def log_tailer(self, handle: RunHandle | str) -> RankLogTailer:
         """A tailer over this run's rank logs plus the launcher's own output (as rank -1)."""
