@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from mlbench_worker.warm_protocol import GroupRecord
 
 from mlbench_tui.executors.local.records import GROUP_FILE

@@ -88,9 +88,7 @@ def own_error(tail: Sequence[str]) -> str | None:
     """The launcher's own error, from its output: its first fatal line and its last error line.
     The executor's own notes in the log (``mlbench: ...``, such as a warm start given up) are not."""
     errors = [
-        line.strip()
-        for line in tail
-        if _ERROR_LINE.search(line) and not line.startswith((" ", "mlbench: "))
+        line.strip() for line in tail if _ERROR_LINE.search(line) and not line.startswith((" ", "mlbench: "))
     ]
     if not errors:
         return None

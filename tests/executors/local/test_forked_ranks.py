@@ -153,7 +153,8 @@ def test_a_rank_killed_takes_the_run_down_and_the_message_names_it(executor: Loc
     os.kill(victim, signal.SIGKILL)
     status = executor.wait(handle, timeout=120)
     assert status.state is RunState.FAILED
-    assert status.message == "rank 1 was killed by SIGKILL (signal 9) (see its log: mlbench logs RUN --rank 1)"
+    said = "rank 1 was killed by SIGKILL (signal 9) (see its log: mlbench logs RUN --rank 1)"
+    assert status.message == said
     launcher_log = (executor.run_dir("r-kill") / "launcher.log").read_text()
     assert "mlbench: rank 1 (pid" in launcher_log and "stopping the other 1 rank(s)" in launcher_log
     assert "mlbench: root cause: rank 1 was killed by SIGKILL" in launcher_log
@@ -167,7 +168,8 @@ def test_a_killed_launcher_takes_its_ranks_with_it(executor: LocalExecutor) -> N
     group = _group(executor, "r-agent")
     os.kill(group.pid, signal.SIGKILL)
     status = executor.wait(handle, timeout=120)
-    assert status.state is RunState.FAILED and status.message == "the launcher was killed by SIGKILL (signal 9)"
+    assert status.state is RunState.FAILED
+    assert status.message == "the launcher was killed by SIGKILL (signal 9)"
     deadline = time.monotonic() + 60
     while [f.pid for f in group.ranks if processes.is_alive(f.pid)] and time.monotonic() < deadline:
         time.sleep(0.05)
