@@ -394,8 +394,8 @@ class LocalExecutor(Executor[LocalRequest]):
         group = self._group(launch.run_id) if launch.mode is LaunchMode.FORKED else None
         if group is not None and group.failure is not None:
             failure = group.failure
-            rank, code = failure.rank, failure.exit_code
-            ended = RankEnd(rank, signal=-code) if code < 0 else RankEnd(rank, code=code)
+            rank, exit_code = failure.rank, failure.exit_code
+            ended = RankEnd(rank, signal=-exit_code) if exit_code < 0 else RankEnd(rank, code=exit_code)
             # The rank's own last error; a signal is named by the sentence already.
             cause = failure.cause if failure.cause and not failure.cause.startswith("killed by ") else None
             return ended.sentence(cause)
