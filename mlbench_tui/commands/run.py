@@ -12,6 +12,8 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from mlbench_tui.commands.spec import max_runs_option
+
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
 
@@ -38,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run several runs at once while cores allow (ranks x threads)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    max_runs_option(p)
     p.set_defaults(handler=cmd_apply)
 
     p = sub.add_parser("status", help="list runs, or show one run in detail")
@@ -160,6 +163,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             force=args.force,
             parallel=args.parallel,
             quiet=args.quiet,
+            max_runs=args.max_runs,
         )
         return apply(args.paths, options)
     finally:

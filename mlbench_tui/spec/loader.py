@@ -10,24 +10,24 @@ Nothing here raises anything but ``SpecError``.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from mlbench_tui.errors import SpecError, SpecIssue
+from mlbench_tui.spec.characters import forbidden_character, foreign_letters, skeleton
+from mlbench_tui.spec.composer import REFUSED_TAG, TooComplex, YamlProblem, composer_for
 from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, issue_from_error
-from mlbench_tui.spec.limits import MAX_ISSUES, MAX_YAML_NODES
+from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS, MAX_YAML_NODES
 from mlbench_tui.spec.models import API_VERSION, KIND, BenchmarkSpec
 from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_issues
 from mlbench_tui.spec.reading import (
-    BoundedComposer,
-    TooComplex,
-    control_character,
     file_size,
     flow_nesting,
     json_comment_line,
@@ -44,6 +44,7 @@ _VAR_RE = re.compile(r"\$\$|\$\{([^}:]*)(?::-([^}]*))?\}")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INT_RE = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+INT64 = (-(2**63), 2**63 - 1)  # what SQLite, JSON readers and the ranks hold
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class LoadedSpec:
     document: int  # 0-based index of the document in its file
     line: int  # 1-based line where the document starts
     text: str  # the document's source text as written (before interpolation)
+    positions: Positions = field(default_factory=Positions, compare=False, repr=False)
+    """Where each key and value of the document is, for problems found after loading (the plan's)."""
 
 
 # --------------------------------------------------------------------------- YAML -> data
@@ -81,6 +84,8 @@ class _Converter:
             raise _TooLarge
         from ruamel.yaml.comments import TaggedScalar
 
+        if _refused(node):  # the composer said why (YamlProblem)
+            return None
         if isinstance(node, dict | list) and id(node) in self._active:
             self.issue(pos, f"{_dotted(loc)}: recursive YAML alias")
             self.failed_locs.add(loc)
@@ -90,26 +95,29 @@ class _Converter:
             self.failed_locs.add(loc)
             return None
         if isinstance(node, Mapping):
-            tag = getattr(getattr(node, "tag", None), "value", None)
-            if tag and isinstance(tag, str) and tag.startswith("!") and not tag.startswith("!!"):
-                self.issue(pos, f"{_dotted(loc)}: unsupported YAML tag '{tag}'", "remove the tag")
             self._active.add(id(node))
             out: dict[str, Any] = {}
             lc = getattr(node, "lc", None)
             for key, value in node.items():
                 kpos = _lc_pos(lc, "key", key, pos)
                 vpos = _lc_pos(lc, "value", key, kpos)
+                if _refused(key):
+                    continue
                 if not isinstance(key, str) or not _encodable(key):
                     self.issue(
                         kpos, f"{_dotted(loc)}: keys must be strings, got {type(key).__name__} {key!r}"
                     )
                     self.failed_locs.add(loc)
                     continue
-                child: Loc = (*loc, key)
-                if bad := control_character(key, "key"):
+                if bad := forbidden_character(key, "key"):
                     self.issue(kpos, f"{_dotted(loc)}: {bad}", "remove it")
-                    self.failed_locs.add(child)
+                    self.failed_locs.add((*loc, key))
                     continue
+                if foreign := foreign_letters(key, whole=True):
+                    plain = skeleton(key)
+                    self.issue(kpos, f"{_dotted(loc)}: key {foreign}", f"retype it in ASCII: '{plain}'")
+                    key = plain  # checked as meant, so no other problem is a consequence of the letter
+                child: Loc = (*loc, key)
                 self.positions.keys[child] = kpos
                 if isinstance(value, Mapping) and len(value):
                     vpos = _node_start(value, vpos)
@@ -134,8 +142,20 @@ class _Converter:
         if node is None or isinstance(node, bool):
             return node
         if isinstance(node, int):
+            if not INT64[0] <= node <= INT64[1]:
+                self.issue(
+                    pos,
+                    f"{_dotted(loc)}: {_short_number(node)} does not fit in 64 bits: the store and the "
+                    "ranks hold integers from -2^63 to 2^63-1",
+                )
+                self.failed_locs.add(loc)
+                return None
             return int(node)
         if isinstance(node, float):
+            if not math.isfinite(node):
+                self.issue(pos, f"{_dotted(loc)}: {node} is not a finite number", "write a finite number")
+                self.failed_locs.add(loc)
+                return None
             return float(node)
         if isinstance(node, _dt.datetime | _dt.date):
             return node.isoformat()
@@ -144,10 +164,14 @@ class _Converter:
                 self.issue(pos, f"{_dotted(loc)}: invalid unicode escape (a lone surrogate such as \\ud800)")
                 self.failed_locs.add(loc)
                 return None
-            if bad := control_character(node):
+            if bad := forbidden_character(node):
                 self.issue(pos, f"{_dotted(loc)}: {bad}", "remove it (a tab or a newline is fine)")
                 self.failed_locs.add(loc)
                 return None
+            if foreign := foreign_letters(node, whole=False):
+                plain = skeleton(node)
+                self.issue(pos, f"{_dotted(loc)}: {foreign}", f"retype it in ASCII: {plain!r}")
+                node = type(node)(plain)
             return self.interpolate(node, loc, pos, plain=type(node) is str)
         if isinstance(node, bytes):
             self.issue(pos, f"{_dotted(loc)}: binary values are not supported")
@@ -195,6 +219,17 @@ class _Converter:
 
 class _TooLarge(Exception):
     pass
+
+
+def _refused(node: Any) -> bool:
+    """Whether the composer refused ``node`` (it carries ``REFUSED_TAG``)."""
+    tag = getattr(node, "tag", None)
+    return getattr(tag, "value", tag) == REFUSED_TAG
+
+
+def _short_number(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-4:]} ({len(text)} digits)"
 
 
 def _retype(text: str) -> Any:
@@ -414,7 +449,8 @@ def collect_text(
         return [], [SpecIssue(file, line, col, nesting_message())]
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
-    yaml.Composer = BoundedComposer
+    problems: list[YamlProblem] = []
+    yaml.Composer = composer_for(problems)
     docs: list[Any] = []
     issues: list[SpecIssue] = []
     try:
@@ -424,10 +460,7 @@ def collect_text(
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = exc.problem or exc.context or "invalid YAML"
-        if type(exc).__name__ == "DuplicateKeyError":
-            problem = problem.replace("found duplicate key", "duplicate key")
-            issues.append(SpecIssue(file, line, col, problem, "remove or merge the repeated key"))
-        elif isinstance(exc, TooComplex):
+        if isinstance(exc, TooComplex):
             issues.append(SpecIssue(file, line, col, problem))
         else:
             context = ""
@@ -452,6 +485,9 @@ def collect_text(
             continue
         conv = _Converter(file, env)
         conv.positions.start = _node_start(doc)
+        for problem in problems:
+            if problem.document == index and problem.refused:
+                conv.failed_locs.add(problem.loc)
         try:
             data = conv.convert(doc, (), conv.positions.start)
         except (_TooLarge, RecursionError):
@@ -459,15 +495,23 @@ def collect_text(
             continue
         starts.append(conv.positions.start[0])
         converted.append((index, data, conv))
-    if not converted and not issues:
+    if not converted and not issues and not problems:
         return [], [_empty_file(file)]
     texts = _document_texts(text, starts)
+    composed = {index for index, _data, _conv in converted}
+    issues.extend(_yaml_issue(p, file) for p in problems if p.document not in composed)
     for (index, data, conv), doc_text in zip(converted, texts, strict=True):
+        yaml_issues = [_yaml_issue(p, file) for p in problems if p.document == index]
         spec, doc_issues = validate_document(data, file, conv.positions, conv.failed_locs)
-        issues.extend(_sorted(conv.issues + doc_issues))
-        if spec is not None and not conv.issues:
-            loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text))
+        issues.extend(_sorted(conv.issues + yaml_issues + doc_issues))
+        if spec is not None and not conv.issues and not yaml_issues:
+            loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text, conv.positions))
     return loaded, _capped(issues, file)
+
+
+def _yaml_issue(problem: YamlProblem, file: str) -> SpecIssue:
+    where = f"{_dotted(problem.loc)}: " if problem.loc else ""
+    return SpecIssue(file, problem.line, problem.col, where + problem.message, problem.hint)
 
 
 def _capped(issues: list[SpecIssue], file: str) -> list[SpecIssue]:
@@ -483,10 +527,11 @@ def _capped(issues: list[SpecIssue], file: str) -> list[SpecIssue]:
 
 
 def load_text(
-    text: str, file: str = "<string>", environ: Mapping[str, str] | None = None
+    text: str, file: str = "<string>", environ: Mapping[str, str] | None = None, *, max_runs: int = MAX_RUNS
 ) -> list[LoadedSpec]:
     """Every spec in ``text``; raises ``SpecError`` with all issues if any document is invalid."""
     loaded, issues = collect_text(text, file, environ)
+    issues.extend(set_issues(loaded, max_runs))
     if issues:
         raise SpecError(issues)
     return loaded
@@ -505,9 +550,12 @@ def spec_files(path: Path) -> list[Path]:
 
 
 def collect_paths(
-    paths: Sequence[str | Path], environ: Mapping[str, str] | None = None
+    paths: Sequence[str | Path], environ: Mapping[str, str] | None = None, *, max_runs: int = MAX_RUNS
 ) -> tuple[list[LoadedSpec], list[SpecIssue]]:
-    """Every valid spec under ``paths`` (files or directories) and every issue; never raises."""
+    """Every valid spec under ``paths`` (files or directories) and every issue; never raises.
+
+    The specs together may expand to at most ``max_runs`` runs (one apply), and no two runs may
+    share a name."""
     loaded: list[LoadedSpec] = []
     issues: list[SpecIssue] = []
     seen: set[Path] = set()
@@ -547,7 +595,7 @@ def collect_paths(
             got, problems = _collect_bytes(data, more, str(file), environ)
             loaded.extend(got)
             issues.extend(problems)
-    issues.extend(_duplicate_names(loaded))
+    issues.extend(set_issues(loaded, max_runs))
     return loaded, issues
 
 
@@ -564,30 +612,83 @@ def _collect_bytes(
     return collect_text(text, file, environ)
 
 
-def _duplicate_names(loaded: list[LoadedSpec]) -> list[SpecIssue]:
-    first: dict[str, LoadedSpec] = {}
-    out = []
+def set_issues(loaded: Sequence[LoadedSpec], max_runs: int = MAX_RUNS) -> list[SpecIssue]:
+    """What a set of specs may not do together: expand to more than ``max_runs`` runs, or give two
+    runs one name (each at the later spec, naming where the earlier one is). Names are compared
+    among the specs within the cap, so the check costs no more than the runs it allows."""
+    out: list[SpecIssue] = []
+    total = 0
     for item in loaded:
-        name = item.spec.metadata.name
-        if name in first:
-            other = first[name]
-            out.append(
-                SpecIssue(
-                    item.file,
-                    item.line,
-                    1,
-                    f"duplicate benchmark name '{name}' (also at {other.file}:{other.line})",
-                    "give each spec a unique metadata.name; run names derive from it",
-                )
-            )
-        else:
-            first[name] = item
+        total += item.spec.run_count()
+        if total > max_runs:
+            out.append(_too_many_runs(loaded, item, max_runs))
+            break
+    named: dict[str, LoadedSpec] = {}
+    owner: dict[str, LoadedSpec] = {}
+    for item in loaded:
+        first = named.setdefault(item.spec.name, item)
+        if first is not item:  # the store and `mlbench results` know a spec by its name
+            out.append(_shared_names(item, first, []))
+            continue
+        if item.spec.run_count() > max_runs:  # refused above; its names would cost what the cap guards
+            continue
+        clashes: dict[int, tuple[LoadedSpec, list[str]]] = {}
+        for name in item.spec.run_names():
+            other = owner.setdefault(name, item)
+            if other is not item:
+                clashes.setdefault(id(other), (other, []))[1].append(name)
+        for other, names in clashes.values():
+            out.append(_shared_names(item, other, names))
     return out
 
 
-def load_paths(paths: Sequence[str | Path], environ: Mapping[str, str] | None = None) -> list[LoadedSpec]:
+def _place(item: LoadedSpec, loc: Loc, *, key: bool = False) -> tuple[int, int]:
+    if not item.positions.values:  # validated from data (no positions)
+        return (item.line, 1)
+    return item.positions.of_key(loc) if key else item.positions.of_value(loc)
+
+
+def _too_many_runs(loaded: Sequence[LoadedSpec], item: LoadedSpec, max_runs: int) -> SpecIssue:
+    total = sum(each.spec.run_count() for each in loaded)
+    body = item.spec.spec
+    factors = (
+        f"{len(body.framework)} framework(s) x {len(body.backend)} backend(s) x {len(body.workers)} world "
+        f"size(s) x {body.repeats} repeat(s) = {item.spec.run_count():,}"
+    )
+    where = "this spec expands" if len(loaded) == 1 else f"these {len(loaded)} specs expand"
+    return SpecIssue(
+        item.file,
+        *_place(item, ("spec",), key=True),
+        f"{where} to {total:,} runs, more than the {max_runs:,} one apply takes "
+        f"({item.spec.name}: {factors})",
+        f"sweep fewer values, or pass --max-runs {total} to take them all",
+    )
+
+
+def _shared_names(item: LoadedSpec, other: LoadedSpec, names: list[str]) -> SpecIssue:
+    line, col = _place(other, ("metadata", "name"))
+    where = f"{other.file}:{line}:{col}"
+    if item.spec.name == other.spec.name:
+        message = f"duplicate benchmark name '{item.spec.name}' (also at {where})"
+    else:
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        message = (
+            f"run '{names[0]}'{more} of this spec would share its name with a run of spec "
+            f"'{other.spec.name}' at {where}"
+        )
+    return SpecIssue(
+        item.file,
+        *_place(item, ("metadata", "name")),
+        message,
+        "give each spec a unique metadata.name; run names derive from it",
+    )
+
+
+def load_paths(
+    paths: Sequence[str | Path], environ: Mapping[str, str] | None = None, *, max_runs: int = MAX_RUNS
+) -> list[LoadedSpec]:
     """Every spec under ``paths``; raises ``SpecError`` listing every issue if anything is wrong."""
-    loaded, issues = collect_paths(paths, environ)
+    loaded, issues = collect_paths(paths, environ, max_runs=max_runs)
     if issues:
         raise SpecError(issues)
     return loaded

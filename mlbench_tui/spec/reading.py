@@ -1,5 +1,5 @@
-"""Reading spec text within bounds: the size cap before parsing, a YAML composer that stops at the
-first node too deep or one too many, control characters in values, and a hint for JSON comments.
+"""Reading spec text within bounds: the size cap before parsing, flow collections nested too deep
+(found before the parser's quadratic scan of them), and a hint for JSON comments.
 
 These checks keep ``validate`` fast on any input (each limit is met before the costly step it
 guards) and turn what YAML itself would report badly into a message at the right line.
@@ -9,47 +9,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from ruamel.yaml.composer import Composer
-from ruamel.yaml.error import MarkedYAMLError
-
-from mlbench_tui.spec.limits import MAX_SPEC_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+from mlbench_tui.spec.limits import MAX_SPEC_BYTES, MAX_YAML_DEPTH
 
 _FLOW_TOKEN = re.compile(r"[\[\]{}\"'#]")
 _QUOTED = {'"': re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL), "'": re.compile(r"'(?:[^']|'')*'")}
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _JSON_COMMENT = re.compile(r"^\s*(//|/\*)|[\s,\[{]//")
-
-
-class TooComplex(MarkedYAMLError):
-    """A document nested deeper, or holding more nodes, than a spec may."""
-
-
-class BoundedComposer(Composer):
-    """ruamel's composer that refuses, at the node where it happens, nesting deeper than
-    ``MAX_YAML_DEPTH`` or more than ``MAX_YAML_NODES`` nodes in one file (before building them)."""
-
-    def __init__(self, loader: Any = None) -> None:
-        super().__init__(loader)
-        self.nodes = 0
-        self.nesting = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        mark = self.parser.peek_event().start_mark
-        self.nodes += 1
-        if self.nodes > MAX_YAML_NODES:
-            raise TooComplex(problem=f"more than {MAX_YAML_NODES} YAML values in one file", problem_mark=mark)
-        self.nesting += 1
-        try:
-            if self.nesting > MAX_YAML_DEPTH:
-                raise TooComplex(
-                    problem=nesting_message(),
-                    problem_mark=mark,
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self.nesting -= 1
 
 
 def flow_nesting(text: str) -> int | None:
@@ -101,15 +67,6 @@ def file_size(path: Path) -> int:
     """The size ``stat`` gives, 0 for what is not a regular file (a pipe: its reading is capped)."""
     info = path.stat()
     return info.st_size if path.is_file() else 0
-
-
-def control_character(text: str, what: str = "value") -> str | None:
-    """A message naming the first control character in ``text`` (tab and newline are fine) and
-    where it is, or None."""
-    match = _CONTROL.search(text)
-    if match is None:
-        return None
-    return f"control character U+{ord(match.group()):04X} at character {match.start() + 1} of the {what}"
 
 
 def json_comment_line(text: str, until_line: int) -> int | None:

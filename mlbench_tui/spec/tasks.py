@@ -8,6 +8,7 @@ in ``mlbench_worker.hyperparams`` (stdlib, like this module).
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import knobs as kn
+from mlbench_worker import wire
 
 Backend = Literal["gloo", "nccl", "mpi"]
 Precision = Literal["fp32", "bf16", "fp16", "amp"]
@@ -25,6 +27,27 @@ LrScaling = Literal["none", "linear", "sqrt"]
 ALL_BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
 ALL_PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
 ALL_FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
+
+
+@dataclass(frozen=True)
+class GoalMetric:
+    """A global validation metric a goal may watch: the direction that improves it and the values
+    it can take (a goal outside them is never reached, one at the far end is met untrained)."""
+
+    direction: Direction
+    lowest: float
+    highest: float
+    what: str
+
+
+GOAL_METRICS: Mapping[str, GoalMetric] = MappingProxyType(
+    {
+        wire.VAL_GLOBAL_PREC1: GoalMetric("max", 0.0, 100.0, "top-1 accuracy in percent"),
+        wire.VAL_GLOBAL_PERPLEXITY: GoalMetric("min", 1.0, math.inf, "perplexity"),
+        wire.VAL_GLOBAL_BLEU: GoalMetric("max", 0.0, 100.0, "BLEU"),
+        wire.VAL_GLOBAL_LOSS: GoalMetric("min", 0.0, math.inf, "the validation loss"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +112,11 @@ class TaskInfo:
     attention: bool = False  # the model has attention (MLPerf's lowest_numerical_precision_in_attn)
     template_max_time: str = "2h"  # the max_time `mlbench spec TASK` writes into a new spec
     synthetic_sizes: tuple[str, ...] = ()  # hyperparameters a synthetic run takes from its data options
+
+    @property
+    def goal_metrics(self) -> tuple[str, ...]:
+        """The global metrics this task reports that a goal may watch: its goal's and the loss."""
+        return () if self.goal is None else (self.goal.metric, wire.VAL_GLOBAL_LOSS)
 
     @property
     def lr_linearly_scaled(self) -> bool:

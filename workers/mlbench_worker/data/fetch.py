@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from mlbench_worker.env_settings import DATA_DIR, parse_data_dir
+
 CHUNK = 1 << 20
 MANIFEST = "sources.json"
 
@@ -191,5 +193,8 @@ def fetch(
 
 def default_data_dir() -> Path:
     """Where downloaded datasets are cached when a spec gives no path (``$MLBENCH_DATA_DIR``)."""
-    env = os.environ.get("MLBENCH_DATA_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"
+    try:
+        env = parse_data_dir(os.environ.get(DATA_DIR))
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "mlbench" / "data"
