@@ -9,10 +9,7 @@ Nothing here raises anything but ``SpecError``.
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlbench_tui.errors import SpecError, SpecIssue
-from mlbench_tui.spec.characters import forbidden_character, foreign_letters, skeleton
-from mlbench_tui.spec.composer import REFUSED_TAG, TooComplex, YamlProblem, composer_for
-from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, issue_from_error
-from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS, MAX_YAML_NODES
+from mlbench_tui.spec.composer import TooComplex, YamlProblem, composer_for
+from mlbench_tui.spec.converter import Converter, TooLarge, node_start
+from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, dotted, issue_from_error
+from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS
 from mlbench_tui.spec.models import API_VERSION, KIND, BenchmarkSpec
 from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_issues
 from mlbench_tui.spec.reading import (
@@ -40,12 +37,6 @@ from mlbench_tui.spec.tasks import get_task
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
-_VAR_RE = re.compile(r"\$\$|\$\{([^}:]*)(?::-([^}]*))?\}")
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INT_RE = re.compile(r"^[-+]?[0-9]+$")
-_FLOAT_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
-INT64 = (-(2**63), 2**63 - 1)  # what SQLite, JSON readers and the ranks hold
-
 
 @dataclass(frozen=True)
 class LoadedSpec:
@@ -58,223 +49,6 @@ class LoadedSpec:
     text: str  # the document's source text as written (before interpolation)
     positions: Positions = field(default_factory=Positions, compare=False, repr=False)
     """Where each key and value of the document is, for problems found after loading (the plan's)."""
-
-
-# --------------------------------------------------------------------------- YAML -> data
-
-
-class _Converter:
-    """Turns a ruamel round-trip tree into plain data, recording positions and problems."""
-
-    def __init__(self, file: str, environ: Mapping[str, str]) -> None:
-        self.file = file
-        self.environ = environ
-        self.positions = Positions()
-        self.issues: list[SpecIssue] = []
-        self.failed_locs: set[Loc] = set()
-        self._nodes = 0
-        self._active: set[int] = set()
-
-    def issue(self, pos: tuple[int, int], message: str, hint: str | None = None) -> None:
-        self.issues.append(SpecIssue(self.file, pos[0], pos[1], message, hint))
-
-    def convert(self, node: Any, loc: Loc, pos: tuple[int, int]) -> Any:
-        self._nodes += 1
-        if self._nodes > MAX_YAML_NODES:
-            raise _TooLarge
-        from ruamel.yaml.comments import TaggedScalar
-
-        if _refused(node):  # the composer said why (YamlProblem)
-            return None
-        if isinstance(node, dict | list) and id(node) in self._active:
-            self.issue(pos, f"{_dotted(loc)}: recursive YAML alias")
-            self.failed_locs.add(loc)
-            return None
-        if isinstance(node, TaggedScalar):
-            self.issue(pos, f"{_dotted(loc)}: unsupported YAML tag '{node.tag}'", "remove the tag")
-            self.failed_locs.add(loc)
-            return None
-        if isinstance(node, Mapping):
-            self._active.add(id(node))
-            out: dict[str, Any] = {}
-            lc = getattr(node, "lc", None)
-            for key, value in node.items():
-                kpos = _lc_pos(lc, "key", key, pos)
-                vpos = _lc_pos(lc, "value", key, kpos)
-                if _refused(key):
-                    continue
-                if not isinstance(key, str) or not _encodable(key):
-                    self.issue(
-                        kpos, f"{_dotted(loc)}: keys must be strings, got {type(key).__name__} {key!r}"
-                    )
-                    self.failed_locs.add(loc)
-                    continue
-                if bad := forbidden_character(key, "key"):
-                    self.issue(kpos, f"{_dotted(loc)}: {bad}", "remove it")
-                    self.failed_locs.add((*loc, key))
-                    continue
-                if foreign := foreign_letters(key, whole=True):
-                    plain = skeleton(key)
-                    self.issue(kpos, f"{_dotted(loc)}: key {foreign}", f"retype it in ASCII: '{plain}'")
-                    key = plain  # checked as meant, so no other problem is a consequence of the letter
-                child: Loc = (*loc, key)
-                self.positions.keys[child] = kpos
-                if isinstance(value, Mapping) and len(value):
-                    vpos = _node_start(value, vpos)
-                self.positions.values[child] = vpos
-                out[str(key)] = self.convert(value, child, vpos)
-            self._active.discard(id(node))
-            return out
-        if isinstance(node, list):
-            self._active.add(id(node))
-            items: list[Any] = []
-            lc = getattr(node, "lc", None)
-            for i, value in enumerate(node):
-                ipos = _lc_pos(lc, "item", i, pos)
-                child = (*loc, i)
-                self.positions.values[child] = ipos
-                items.append(self.convert(value, child, ipos))
-            self._active.discard(id(node))
-            return items
-        return self.scalar(node, loc, pos)
-
-    def scalar(self, node: Any, loc: Loc, pos: tuple[int, int]) -> Any:
-        if node is None or isinstance(node, bool):
-            return node
-        if isinstance(node, int):
-            if not INT64[0] <= node <= INT64[1]:
-                self.issue(
-                    pos,
-                    f"{_dotted(loc)}: {_short_number(node)} does not fit in 64 bits: the store and the "
-                    "ranks hold integers from -2^63 to 2^63-1",
-                )
-                self.failed_locs.add(loc)
-                return None
-            return int(node)
-        if isinstance(node, float):
-            if not math.isfinite(node):
-                self.issue(pos, f"{_dotted(loc)}: {node} is not a finite number", "write a finite number")
-                self.failed_locs.add(loc)
-                return None
-            return float(node)
-        if isinstance(node, _dt.datetime | _dt.date):
-            return node.isoformat()
-        if isinstance(node, str):
-            if not _encodable(node):
-                self.issue(pos, f"{_dotted(loc)}: invalid unicode escape (a lone surrogate such as \\ud800)")
-                self.failed_locs.add(loc)
-                return None
-            if bad := forbidden_character(node):
-                self.issue(pos, f"{_dotted(loc)}: {bad}", "remove it (a tab or a newline is fine)")
-                self.failed_locs.add(loc)
-                return None
-            if foreign := foreign_letters(node, whole=False):
-                plain = skeleton(node)
-                self.issue(pos, f"{_dotted(loc)}: {foreign}", f"retype it in ASCII: {plain!r}")
-                node = type(node)(plain)
-            return self.interpolate(node, loc, pos, plain=type(node) is str)
-        if isinstance(node, bytes):
-            self.issue(pos, f"{_dotted(loc)}: binary values are not supported")
-            self.failed_locs.add(loc)
-            return None
-        return str(node)
-
-    def interpolate(self, text: str, loc: Loc, pos: tuple[int, int], *, plain: bool) -> Any:
-        """Expand ``${VAR}`` and ``${VAR:-default}``; ``$$`` is a literal ``$``.
-
-        A plain (unquoted) scalar that is exactly one ``${VAR}`` takes the YAML type of the value,
-        so ``workers: ${WORKERS}`` with ``WORKERS=4`` is the integer 4.
-        """
-        if "$" not in text:
-            return text
-        missing: list[str] = []
-
-        def repl(match: re.Match[str]) -> str:
-            if match.group(0) == "$$":
-                return "$"
-            name, default = match.group(1), match.group(2)
-            if not _NAME_RE.fullmatch(name):
-                self.issue(pos, f"{_dotted(loc)}: invalid variable reference '{match.group(0)}'")
-                self.failed_locs.add(loc)
-                return match.group(0)
-            if name in self.environ:
-                return self.environ[name]
-            if default is not None:
-                return default
-            missing.append(name)
-            return match.group(0)
-
-        result = _VAR_RE.sub(repl, text)
-        for name in missing:
-            self.issue(
-                pos,
-                f"{_dotted(loc)}: environment variable '{name}' is not set",
-                f"export {name}=... or write ${{{name}:-default}}",
-            )
-            self.failed_locs.add(loc)
-        if plain and not missing and _VAR_RE.fullmatch(text.strip()) and text.strip() != "$$":
-            return _retype(result)
-        return result
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _refused(node: Any) -> bool:
-    """Whether the composer refused ``node`` (it carries ``REFUSED_TAG``)."""
-    tag = getattr(node, "tag", None)
-    return getattr(tag, "value", tag) == REFUSED_TAG
-
-
-def _short_number(value: int) -> str:
-    text = str(value)
-    return text if len(text) <= 24 else f"{text[:10]}...{text[-4:]} ({len(text)} digits)"
-
-
-def _retype(text: str) -> Any:
-    """The YAML core-schema type of an interpolated plain scalar."""
-    s = text.strip()
-    if _INT_RE.fullmatch(s):
-        return int(s)
-    if _FLOAT_RE.fullmatch(s):
-        return float(s)
-    if s.lower() in ("true", "false"):
-        return s.lower() == "true"
-    if s.lower() in ("null", "~", ""):
-        return None if s else text
-    return text
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _node_start(node: Any, fallback: tuple[int, int] = (1, 1)) -> tuple[int, int]:
-    """1-based start of a ruamel collection node, or ``fallback`` when ruamel kept none."""
-    lc = getattr(node, "lc", None)
-    line, col = getattr(lc, "line", None), getattr(lc, "col", None)
-    if isinstance(line, int) and isinstance(col, int):
-        return (line + 1, col + 1)
-    return fallback
-
-
-def _lc_pos(lc: Any, what: str, key: Any, fallback: tuple[int, int]) -> tuple[int, int]:
-    try:
-        line, col = getattr(lc, what)(key)
-        return (int(line) + 1, int(col) + 1)
-    except Exception:  # ruamel has no position for this node (e.g. merged keys)
-        return fallback
-
-
-def _dotted(loc: Loc) -> str:
-    from mlbench_tui.spec.diagnostics import dotted
-
-    return dotted(loc)
 
 
 # --------------------------------------------------------------------------- validation
@@ -379,7 +153,7 @@ def _partial_policy(data: Mapping[str, Any], file: str, pos: Positions, bad: set
 
 def _policy_issue(issue: PolicyIssue, file: str, pos: Positions) -> SpecIssue:
     line, col = pos.of_key(issue.loc) if issue.at_key else pos.of_value(issue.loc)
-    return SpecIssue(file, line, col, f"{_dotted(issue.loc)}: {issue.message}", issue.hint)
+    return SpecIssue(file, line, col, f"{dotted(issue.loc)}: {issue.message}", issue.hint)
 
 
 def _sorted(issues: list[SpecIssue]) -> list[SpecIssue]:
@@ -479,18 +253,18 @@ def collect_text(
         issues.append(SpecIssue(file, 1, 1, f"cannot parse YAML: {exc}"))
     loaded: list[LoadedSpec] = []
     starts: list[int] = []
-    converted: list[tuple[int, Any, _Converter]] = []
+    converted: list[tuple[int, Any, Converter]] = []
     for index, doc in enumerate(docs):
         if doc is None:
             continue
-        conv = _Converter(file, env)
-        conv.positions.start = _node_start(doc)
+        conv = Converter(file, env)
+        conv.positions.start = node_start(doc)
         for problem in problems:
             if problem.document == index and problem.refused:
                 conv.failed_locs.add(problem.loc)
         try:
             data = conv.convert(doc, (), conv.positions.start)
-        except (_TooLarge, RecursionError):
+        except (TooLarge, RecursionError):
             issues.append(SpecIssue(file, *conv.positions.start, "document too large or too deeply nested"))
             continue
         starts.append(conv.positions.start[0])
@@ -510,7 +284,7 @@ def collect_text(
 
 
 def _yaml_issue(problem: YamlProblem, file: str) -> SpecIssue:
-    where = f"{_dotted(problem.loc)}: " if problem.loc else ""
+    where = f"{dotted(problem.loc)}: " if problem.loc else ""
     return SpecIssue(file, problem.line, problem.col, where + problem.message, problem.hint)
 
 
@@ -625,13 +399,21 @@ def set_issues(loaded: Sequence[LoadedSpec], max_runs: int = MAX_RUNS) -> list[S
             break
     named: dict[str, LoadedSpec] = {}
     owner: dict[str, LoadedSpec] = {}
+    spec_names = {item.spec.name for item in loaded}
+    # a run's name starts with its spec's: only specs one of whose names prefixes another's can clash
+    prefixed = {
+        n
+        for n in spec_names
+        for m in spec_names
+        if m != n and (m.startswith(n + "-") or n.startswith(m + "-"))
+    }
     for item in loaded:
         first = named.setdefault(item.spec.name, item)
         if first is not item:  # the store and `mlbench results` know a spec by its name
             out.append(_shared_names(item, first, []))
             continue
-        if item.spec.run_count() > max_runs:  # refused above; its names would cost what the cap guards
-            continue
+        if item.spec.name not in prefixed or item.spec.run_count() > max_runs:
+            continue  # no clash is possible, or it is refused above (its names cost what the cap guards)
         clashes: dict[int, tuple[LoadedSpec, list[str]]] = {}
         for name in item.spec.run_names():
             other = owner.setdefault(name, item)
