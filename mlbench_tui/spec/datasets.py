@@ -1,8 +1,8 @@
 """Where a spec's dataset lives: a ``data.path`` the target's ranks can open.
 
-Ranks run in their run's directory, so a relative path (or an unexpanded ``~``) would name a
-directory nobody meant; ``pvc://CLAIM/SUBPATH`` names a Kubernetes PersistentVolumeClaim, which
-only a Kubernetes target mounts.
+Ranks run in their run's directory, so a relative path would name a directory nobody meant (a
+leading ``~`` is the rank's home, expanded where it runs); ``pvc://CLAIM/SUBPATH`` names a
+Kubernetes PersistentVolumeClaim, which only a Kubernetes target mounts.
 """
 
 from __future__ import annotations
@@ -45,9 +45,7 @@ def data_path_issues(source: str, path: str | None, target: object) -> Iterator[
             f"{path!r} is a URL, not a directory",
             "use source 'download' to fetch the dataset, or pvc://CLAIM/SUBPATH on kubernetes",
         )
-    elif path.startswith("~"):
-        yield PolicyIssue(loc, f"{path!r} starts with '~', which nothing expands", "write the absolute path")
-    elif not path.startswith("/"):
+    elif not path.startswith(("/", "~")):
         yield PolicyIssue(
             loc,
             f"{path!r} is relative: ranks run in their run directory, not where the spec is",

@@ -21,7 +21,7 @@ from mlbench_tui.errors import SpecError, SpecIssue
 from mlbench_tui.spec.composer import TooComplex, YamlProblem, composer_for
 from mlbench_tui.spec.converter import Converter, TooLarge, node_start
 from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, dotted, issue_from_error
-from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS
+from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS, MAX_SPEC_BYTES
 from mlbench_tui.spec.models import API_VERSION, KIND, BenchmarkSpec
 from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_issues
 from mlbench_tui.spec.reading import (
@@ -31,6 +31,7 @@ from mlbench_tui.spec.reading import (
     nesting_message,
     read_capped,
     size_problem,
+    unprintable,
 )
 from mlbench_tui.spec.salvage import salvage, under
 from mlbench_tui.spec.tasks import get_task
@@ -217,6 +218,8 @@ def collect_text(
         return [], [SpecIssue(file, 1, 1, too_large)]
     if not text.strip():
         return [], [_empty_file(file)]
+    if raw := unprintable(text):
+        return [], _capped([_raw_character(file, line, col, char) for line, col, char in raw], file)
     if (deep := flow_nesting(text)) is not None:
         line = text.count("\n", 0, deep) + 1
         col = deep - (text.rfind("\n", 0, deep) + 1) + 1
@@ -250,7 +253,7 @@ def collect_text(
             )
             issues.append(SpecIssue(file, line, col, f"YAML syntax error: {problem}{context}", hint))
     except (YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
-        issues.append(SpecIssue(file, 1, 1, f"cannot parse YAML: {exc}"))
+        issues.append(SpecIssue(file, 1, 1, "cannot parse YAML: " + " ".join(str(exc).split())))
     loaded: list[LoadedSpec] = []
     starts: list[int] = []
     converted: list[tuple[int, Any, Converter]] = []
@@ -281,6 +284,18 @@ def collect_text(
         if spec is not None and not conv.issues and not yaml_issues:
             loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text, conv.positions))
     return loaded, _capped(issues, file)
+
+
+def _raw_character(file: str, line: int, col: int, char: str) -> SpecIssue:
+    code = ord(char)
+    escape = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return SpecIssue(
+        file,
+        line,
+        col,
+        f"character U+{code:04X} written raw: YAML text holds no control character but tab and line breaks",
+        f'remove it, or write it as an escape in a double-quoted string ("{escape}")',
+    )
 
 
 def _yaml_issue(problem: YamlProblem, file: str) -> SpecIssue:
@@ -371,6 +386,13 @@ def collect_paths(
             issues.extend(problems)
     issues.extend(set_issues(loaded, max_runs))
     return loaded, issues
+
+
+def collect_bytes(
+    data: bytes, file: str = "<bytes>", environ: Mapping[str, str] | None = None
+) -> tuple[list[LoadedSpec], list[SpecIssue]]:
+    """Every spec in ``data`` (a file's bytes) and every issue; never raises."""
+    return _collect_bytes(data[:MAX_SPEC_BYTES], len(data) > MAX_SPEC_BYTES, file, environ)
 
 
 def _collect_bytes(

@@ -16,6 +16,9 @@ from mlbench_tui.spec.limits import MAX_SPEC_BYTES, MAX_YAML_DEPTH
 _FLOW_TOKEN = re.compile(r"[\[\]{}\"'#]")
 _QUOTED = {'"': re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL), "'": re.compile(r"'(?:[^']|'')*'")}
 _JSON_COMMENT = re.compile(r"^\s*(//|/\*)|[\s,\[{]//")
+# What YAML text may hold (YAML 1.2, 5.1): tab, line breaks, printable ASCII, NEL and the rest of
+# Unicode but surrogates, U+FFFE and U+FFFF.
+_UNPRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def flow_nesting(text: str) -> int | None:
@@ -42,6 +45,17 @@ def flow_nesting(text: str) -> int | None:
             quoted = _QUOTED[char].match(text, start)
             pos = quoted.end() if quoted else len(text)
     return None
+
+
+def unprintable(text: str) -> list[tuple[int, int, str]]:
+    """Line, column and character of every character YAML text may not hold raw (a NUL, a bell),
+    found before parsing, which would stop at the first."""
+    out = []
+    for match in _UNPRINTABLE.finditer(text):
+        start = match.start()
+        line = text.count("\n", 0, start) + 1
+        out.append((line, start - (text.rfind("\n", 0, start) + 1) + 1, match.group()))
+    return out
 
 
 def nesting_message() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -484,7 +485,7 @@ def parse_config(doc: Any) -> WorkerConfig:
     source = _choice(str(data_doc.get("source", data_defaults.source)), DATA_SOURCES, "data.source")
     data = DataConfig(
         source=source,
-        path=_optional(data_doc, "path", str, None),
+        path=_expanded(_optional(data_doc, "path", str, None)),
         options=parse_data_options(str(doc.get("task", "")), source, _object(data_doc, "options")),
     )
     if data.source == "path" and not data.path:
@@ -531,6 +532,11 @@ def parse_config(doc: Any) -> WorkerConfig:
         telemetry_interval_s=_telemetry_interval(doc),
         rank_env=_strings(doc, "rank_env"),
     )
+
+
+def _expanded(path: str | None) -> str | None:
+    """A dataset path as the rank opens it: ``~`` is this rank's home."""
+    return None if path is None else os.path.expanduser(path)
 
 
 def _strings(doc: Mapping[str, Any], key: str) -> dict[str, str]:
