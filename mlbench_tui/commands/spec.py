@@ -310,6 +310,13 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
         "choices": {k: list(v) for k, v in task.choices.items()},
         "descriptions": {k: task.knobs[k].description for k in task.defaults},
         "notes": task.notes,
+        "data_options": {
+            source: {
+                name: {"default": default, "description": task_knob.description, "bounds": bounds}
+                for name, default, task_knob, bounds in _option_rows(cls)
+            }
+            for source, cls in task.data_options.items()
+        },
     }
 
 
@@ -386,7 +393,39 @@ def _task_detail(task: TaskInfo) -> str:
             ]
         )
     headers = ["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES/BOUNDS", "DESCRIPTION"]
-    return "\n".join(lines) + "\n" + render_table(headers, rows)
+    text = "\n".join(lines) + "\n" + render_table(headers, rows)
+    for source, cls in task.data_options.items():
+        option_rows = [
+            [name, json.dumps(default), bounds, option.description]
+            for name, default, option, bounds in _option_rows(cls)
+        ]
+        text += "\n" + render_table(
+            [f"DATA OPTION ({source})", "DEFAULT", "BOUNDS", "DESCRIPTION"], option_rows
+        )
+    return text
+
+
+def _option_rows(cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
+    """Each data option of ``cls``: name, default, its knob, and its bounds as text."""
+    import dataclasses
+    import typing
+
+    from mlbench_worker.knobs import field_types, knobs, show_bound
+
+    out = []
+    types = field_types(cls)
+    for field in dataclasses.fields(cls):
+        option = knobs(cls)[field.name]
+        if typing.get_origin(types[field.name]) is typing.Literal:
+            out.append((field.name, field.default, option, ", ".join(typing.get_args(types[field.name]))))
+            continue
+        bounds = ", ".join(
+            f"{op} {show_bound(v)}"
+            for op, v in ((">=", option.ge), (">", option.gt), ("<=", option.le), ("<", option.lt))
+            if v is not None
+        )
+        out.append((field.name, field.default, option, bounds))
+    return out
 
 
 # --------------------------------------------------------------------------- init

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import knobs as kn
 from mlbench_worker import wire
+from mlbench_worker.data.options import DATA_OPTIONS, DataOptions
 
 Backend = Literal["gloo", "nccl", "mpi"]
 Precision = Literal["fp32", "bf16", "fp16", "amp"]
@@ -147,6 +148,13 @@ class TaskInfo:
             if name in self.overridable and typing.get_origin(item) is Literal:
                 out[name] = tuple(str(a) for a in typing.get_args(item))
         return out
+
+    @property
+    def data_options(self) -> Mapping[str, type[DataOptions]]:
+        """The options a spec may give each data source of this task (``data.options``)."""
+        return MappingProxyType(
+            {source: cls for (task, source), cls in DATA_OPTIONS.items() if task == self.id}
+        )
 
     @property
     def closed_division(self) -> Mapping[str, Any]:
