@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 
 from mlbench_worker import env_settings as es
+from mlbench_worker import rank_env
 
 from mlbench_tui.spec.diagnostics import Loc, PolicyIssue, did_you_mean
 from mlbench_tui.spec.targets import SlurmTarget
@@ -20,42 +21,32 @@ from mlbench_tui.spec.targets import SlurmTarget
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_ENV_STRING_BYTES = 128 * 1024  # Linux's MAX_ARG_STRLEN: execve refuses a longer NAME=value
 
-RESERVED_ENV: frozenset[str] = frozenset(
-    {
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "JOB_COMPLETION_INDEX",
-        "PET_MASTER_ADDR",
-        "PET_MASTER_PORT",
-        "PET_NNODES",
-        "PET_NPROC_PER_NODE",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "MPI_LOCALRANKID",
-        "MPI_LOCALNRANKS",
-        "TF_CONFIG",
-        "PYTHONUNBUFFERED",
-        "MLBENCH_CONFIG",
-        "MLBENCH_RUN_ID",
-        "MLBENCH_RUN_TOKEN",
-        "MLBENCH_SERVER_URL",
-        "MLBENCH_SPOOL_DIR",
-        "MLBENCH_TOKEN",
-        "MLBENCH_READ_TOKEN",
-        "MLBENCH_TF_WORKERS",
-        es.RANK_ENV_APPLIED,
+RESERVED_ENV: frozenset[str] = (
+    rank_env.RESERVED
+    | rank_env.RUN_VARIABLES
+    | {
+        rank_env.PET_NODE_RANK,
+        rank_env.PET_NNODES,
+        rank_env.PET_NPROC_PER_NODE,
+        rank_env.PET_MASTER_ADDR,
+        rank_env.PET_MASTER_PORT,
+        rank_env.OMPI_RANK,
+        rank_env.OMPI_SIZE,
+        rank_env.OMPI_LOCAL_RANK,
+        rank_env.OMPI_LOCAL_SIZE,
+        rank_env.PMI_RANK,
+        rank_env.PMI_SIZE,
+        rank_env.PMIX_RANK,
+        rank_env.MPI_LOCAL_RANK,
+        rank_env.MPI_LOCAL_SIZE,
+        rank_env.TF_CONFIG,
+        rank_env.TF_WORKERS,
+        rank_env.RANK_ENV_APPLIED,
+        rank_env.SLURMD_NODENAME,
     }
 )
-"""Variables mlbench, the launchers or the ranks' rendezvous set for every rank."""
+"""Variables mlbench, the launchers or the ranks' rendezvous set for every rank (``rank_env``'s
+``RESERVED``, what a run sets per rank, and the rendezvous the worker reads)."""
 
 RESERVED_PREFIXES: dict[str, str] = {
     "SLURM_": "Slurm sets them for its tasks, and srun and the ranks' rendezvous read them",

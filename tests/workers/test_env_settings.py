@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from mlbench_worker.env_settings import (
-    RANK_ENV_APPLIED,
     Fault,
     parse_collective_timeout,
     parse_data_dir,
     parse_fault,
     parse_thread_count,
 )
+from mlbench_worker.rank_env import RANK_ENV_APPLIED
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,12 @@
 """Environment variables a run's ``env`` may set that mlbench's ranks read, and those that load code.
 
-Standard library only: the ranks parse these values here (``faults``, ``context``, ``data.fetch``)
-and the engine checks a spec's ``env`` with the same functions, so a value ``validate`` accepts is
-one the ranks accept. ``CODE_LOADING`` names the variables that make a program load or run code
-it would not otherwise (the dynamic linker's, Python's, the shells', NCCL's and CUDA's plugins, a
-different ``PATH``); a spec sets them only by naming them again, and then only the ranks get them
-(the rank re-executes itself with them before its imports), never the launchers before them.
+Standard library only; the names are ``rank_env``'s. The ranks parse these values here
+(``faults``, ``context``, ``data.fetch``) and the engine checks a spec's ``env`` with the same
+functions, so a value ``validate`` accepts is one the ranks accept. ``CODE_LOADING`` names the
+variables that make a program load or run code it would not otherwise (the dynamic linker's,
+Python's, the shells', NCCL's and CUDA's plugins, a different ``PATH``); a spec sets them only by
+naming them again, and then only the ranks get them (the rank starts again with them before its
+imports), never the launchers before them.
 """
 
 from __future__ import annotations
@@ -16,11 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-INJECT_FAULT = "MLBENCH_INJECT_FAULT"
-COLLECTIVE_TIMEOUT = "MLBENCH_COLLECTIVE_TIMEOUT_S"
-DATA_DIR = "MLBENCH_DATA_DIR"
-RANK_ENV_APPLIED = "MLBENCH_RANK_ENV_APPLIED"
-"""Set in a rank that re-executed itself with its run's code-loading variables (no second time)."""
+from mlbench_worker.rank_env import COLLECTIVE_TIMEOUT_S, DATA_DIR, INJECT_FAULT, THREAD_VARIABLES
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0
 MIN_COLLECTIVE_TIMEOUT_S = 1.0
@@ -89,11 +86,11 @@ def parse_collective_timeout(text: str | None) -> float:
     try:
         seconds = float(text)
     except ValueError:
-        raise ValueError(f"{COLLECTIVE_TIMEOUT}={text!r} is not a number of seconds") from None
+        raise ValueError(f"{COLLECTIVE_TIMEOUT_S}={text!r} is not a number of seconds") from None
     if not (math.isfinite(seconds) and MIN_COLLECTIVE_TIMEOUT_S <= seconds <= MAX_COLLECTIVE_TIMEOUT_S):
         raise ValueError(
-            f"{COLLECTIVE_TIMEOUT}={text!r}: a collective timeout is between {MIN_COLLECTIVE_TIMEOUT_S:g} s "
-            f"and {MAX_COLLECTIVE_TIMEOUT_S:g} s (7 days)"
+            f"{COLLECTIVE_TIMEOUT_S}={text!r}: a collective timeout is between "
+            f"{MIN_COLLECTIVE_TIMEOUT_S:g} s and {MAX_COLLECTIVE_TIMEOUT_S:g} s (7 days)"
         )
     return seconds
 
@@ -124,12 +121,10 @@ def parse_thread_count(text: str | None) -> int | None:
     return count
 
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-
 RANK_SETTINGS: Mapping[str, Callable[[str], object]] = MappingProxyType(
     {
         INJECT_FAULT: parse_fault,
-        COLLECTIVE_TIMEOUT: parse_collective_timeout,
+        COLLECTIVE_TIMEOUT_S: parse_collective_timeout,
         DATA_DIR: parse_data_dir,
         **dict.fromkeys(THREAD_VARIABLES, parse_thread_count),
     }

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from mlbench_worker.env_settings import INJECT_FAULT, Fault, parse_fault
+from mlbench_worker import rank_env
+from mlbench_worker.env_settings import Fault, parse_fault
 
 __all__ = ["Fault", "InjectedFault", "parse_fault"]  # Fault and its parser are the contract's
 
@@ -32,7 +33,7 @@ class InjectedFault(RuntimeError):
 def _fault() -> Fault | None:
     """This process's fault, read from its environment at first use, not at import (a rank
     forked by a warm start was imported by a process with another environment)."""
-    return parse_fault(os.environ.get(INJECT_FAULT))
+    return parse_fault(os.environ.get(rank_env.INJECT_FAULT))
 
 
 def _act(fault: Fault, where: str) -> None:

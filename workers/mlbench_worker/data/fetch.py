@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from mlbench_worker.env_settings import DATA_DIR, parse_data_dir
+from mlbench_worker import rank_env
+from mlbench_worker.env_settings import parse_data_dir
 
 CHUNK = 1 << 20
 MANIFEST = "sources.json"
@@ -194,7 +195,7 @@ def fetch(
 def default_data_dir() -> Path:
     """Where downloaded datasets are cached when a spec gives no path (``$MLBENCH_DATA_DIR``)."""
     try:
-        env = parse_data_dir(os.environ.get(DATA_DIR))
+        env = parse_data_dir(os.environ.get(rank_env.DATA_DIR))
     except ValueError as exc:
         raise DatasetError(str(exc)) from None
     return Path(env).expanduser() if env else Path.home() / ".cache" / "mlbench" / "data"
