@@ -12,7 +12,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from mlbench_tui.commands.spec import max_runs_option
+from mlbench_tui.commands.spec import max_runs_option, positive_int
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("status", help="list runs, or show one run in detail")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or name")
-    p.add_argument("-n", "--limit", type=_positive, default=50, help="how many runs to list (default 50)")
+    p.add_argument("-n", "--limit", type=positive_int, default=50, help="how many runs to list (default 50)")
     _ranks_option(p)
     p.set_defaults(handler=cmd_status)
 
@@ -116,13 +116,6 @@ def _rank_choice(text: str) -> object:
         return parse_rank_choice(text)
     except RankSetError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def _positive(text: str) -> int:
-    value = _rank(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _rank(text: str) -> int:

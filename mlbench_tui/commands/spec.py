@@ -85,7 +85,7 @@ def max_runs_option(p: argparse.ArgumentParser) -> None:
     """``--max-runs N``: the most runs the specs may expand to together."""
     p.add_argument(
         "--max-runs",
-        type=_positive_count,
+        type=positive_int,
         default=DEFAULT_MAX_RUNS,
         metavar="N",
         help=f"the most runs the specs may expand to together (default {DEFAULT_MAX_RUNS}); a larger sweep "
@@ -93,7 +93,8 @@ def max_runs_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive_count(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
     try:
         value = int(text)
     except ValueError:

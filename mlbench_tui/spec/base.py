@@ -29,30 +29,35 @@ def _shown(value: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _label_key(value: str) -> str:
-    if len(value) > 317 or not LABEL_KEY.fullmatch(value):
-        raise PydanticCustomError(
-            "label",
-            "{value} is not a Kubernetes label key: [prefix/]name, the name at most 63 letters, digits and "
-            "'-_.' between letters or digits",
-            {"value": _shown(value)},
-        )
-    return value
+def _kubernetes_label(pattern: re.Pattern[str], most: int, what: str) -> Any:
+    """An after-validator for a Kubernetes label key or value (``what`` says what one looks like)."""
+
+    def check(value: str) -> str:
+        if len(value) > most or not pattern.fullmatch(value):
+            raise PydanticCustomError("label", "{value} is not " + what, {"value": _shown(value)})
+        return value
+
+    return AfterValidator(check)
 
 
-def _label_value(value: str) -> str:
-    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
-        raise PydanticCustomError(
-            "label",
-            "{value} is not a Kubernetes label value: at most 63 letters, digits and '-_.', starting and "
-            "ending with a letter or digit (or empty)",
-            {"value": _shown(value)},
-        )
-    return value
-
-
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
+LabelKey = Annotated[
+    str,
+    _kubernetes_label(
+        LABEL_KEY,
+        317,
+        "a Kubernetes label key: [prefix/]name, the name at most 63 letters, digits and '-_.' between "
+        "letters or digits",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    _kubernetes_label(
+        LABEL_VALUE,
+        63,
+        "a Kubernetes label value: at most 63 letters, digits and '-_.', starting and ending with a "
+        "letter or digit (or empty)",
+    ),
+]
 """A Kubernetes label key and value: labels and node selectors end up on Kubernetes objects."""
 
 

@@ -239,19 +239,17 @@ def _sbatch_option(entry: str) -> str:
         raise PydanticCustomError("slurm_option", "{why}", {"why": str(exc)}) from None
     for arg in args:
         name = ALIASES.get(arg.name, arg.name)
-        if name in SLURM_MANAGED_OPTIONS:
+        if name in SLURM_MANAGED_OPTIONS or name in SLURM_HOLDING_OPTIONS:
             written = "" if arg.written == f"--{name}" else f" (written {arg.written!r})"
-            raise PydanticCustomError(
-                "slurm_option",
-                "extra_args may not set --{name}{written}: mlbench sets it from {source}",
-                {"name": name, "written": written, "source": SLURM_MANAGED_OPTIONS[name]},
-            )
-        if name in SLURM_HOLDING_OPTIONS:
-            written = "" if arg.written == f"--{name}" else f" (written {arg.written!r})"
+            managed = SLURM_MANAGED_OPTIONS.get(name)
             raise PydanticCustomError(
                 "slurm_option",
                 "extra_args may not set --{name}{written}: {why}",
-                {"name": name, "written": written, "why": SLURM_HOLDING_OPTIONS[name]},
+                {
+                    "name": name,
+                    "written": written,
+                    "why": f"mlbench sets it from {managed}" if managed else SLURM_HOLDING_OPTIONS[name],
+                },
             )
     return entry
 
