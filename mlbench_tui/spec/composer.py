@@ -7,8 +7,7 @@ without stopping at the first, what a spec cannot mean:
   or a core tag on a value it does not type (``!!int forty-two``): the node reads as nothing, so
   no other check judges it;
 - an alias inside the node it names (``<<: *self``, ``a: &x [*x]``): a spec is a tree;
-- a key written twice in one mapping, and a merge key (``<<``) of something not a mapping;
-- a ``%YAML`` directive other than 1.2 (YAML 1.1 reads ``yes``, ``010`` and ``1:30`` otherwise).
+- a key written twice in one mapping, and a merge key (``<<``) of something not a mapping.
 
 Implicit timestamps, which the core schema does not have, stay the strings written. It still
 stops at the first node nested too deep or one too many (``TooComplex``), before building it.
@@ -90,18 +89,6 @@ class SpecComposer(Composer):
 
     def compose_document(self) -> Any:
         self.document += 1
-        event = self.parser.peek_event()
-        version = getattr(event, "version", None)
-        if version is not None and tuple(version) != (1, 2):
-            written = ".".join(str(part) for part in version)
-            self._problem(
-                (),
-                event.start_mark,
-                f"this document asks for YAML {written} (%YAML {written}), whose booleans and numbers "
-                "differ from YAML 1.2 ('yes' is true, '010' is 8, '1:30' is 90): a spec is YAML 1.2",
-                "remove the %YAML line",
-                refused=False,
-            )
         return super().compose_document()
 
     def compose_node(self, parent: Any, index: Any) -> Any:

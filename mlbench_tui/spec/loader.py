@@ -29,6 +29,7 @@ from mlbench_tui.spec.reading import (
     flow_nesting,
     json_comment_line,
     nesting_message,
+    other_yaml_versions,
     read_capped,
     size_problem,
     unprintable,
@@ -220,6 +221,8 @@ def collect_text(
         return [], [_empty_file(file)]
     if raw := unprintable(text):
         return [], _capped([_raw_character(file, line, col, char) for line, col, char in raw], file)
+    if versions := other_yaml_versions(text):
+        return [], [_other_version(file, line, version) for line, version in versions]
     if (deep := flow_nesting(text)) is not None:
         line = text.count("\n", 0, deep) + 1
         col = deep - (text.rfind("\n", 0, deep) + 1) + 1
@@ -252,7 +255,8 @@ def collect_text(
                 else None
             )
             issues.append(SpecIssue(file, line, col, f"YAML syntax error: {problem}{context}", hint))
-    except (YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
+    except (YAMLError, RecursionError, ValueError, TypeError, OverflowError, AssertionError) as exc:
+        # ruamel's own consistency checks are assertions: an input that trips one is still bad YAML
         issues.append(SpecIssue(file, 1, 1, "cannot parse YAML: " + " ".join(str(exc).split())))
     loaded: list[LoadedSpec] = []
     starts: list[int] = []
@@ -284,6 +288,17 @@ def collect_text(
         if spec is not None and not conv.issues and not yaml_issues:
             loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text, conv.positions))
     return loaded, _capped(issues, file)
+
+
+def _other_version(file: str, line: int, version: str) -> SpecIssue:
+    return SpecIssue(
+        file,
+        line,
+        1,
+        f"this file asks for YAML {version or '(no version)'} (%YAML {version}), whose booleans and "
+        "numbers differ from YAML 1.2 ('yes' is true, '010' is 8, '1:30' is 90): a spec is YAML 1.2",
+        "remove the %YAML line",
+    )
 
 
 def _raw_character(file: str, line: int, col: int, char: str) -> SpecIssue:

@@ -58,6 +58,19 @@ def unprintable(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
+_YAML_DIRECTIVE = re.compile(r"^%YAML(?:[ \t]+(\S*))?", re.MULTILINE)
+
+
+def other_yaml_versions(text: str) -> list[tuple[int, str]]:
+    """Line and version of every ``%YAML`` directive that asks for another YAML than 1.2, found
+    before parsing (ruamel reads 1.1 by other rules and stops with an assertion on 1.0)."""
+    return [
+        (text.count("\n", 0, match.start()) + 1, match.group(1) or "")
+        for match in _YAML_DIRECTIVE.finditer(text)
+        if match.group(1) != "1.2"
+    ]
+
+
 def nesting_message() -> str:
     return f"nested more than {MAX_YAML_DEPTH} levels deep: a spec nests 5 at most"
 

@@ -98,6 +98,17 @@ def _yaml(node: Any, depth: int = 0) -> str:
     return str(node).replace("\n", "\n" + pad)
 
 
+PREFIXES = [
+    "",
+    "%YAML 1.1\n---\n",
+    "%YAML 1.0\n---\n",
+    "%YAML 2.5\n",
+    "%TAG ! tag:x,1:\n---\n",
+    "--- &a\n",
+    "a: &a {b: 1}\n",
+]
+"""Directives and anchors before the document (a %YAML 1.0 once stopped ruamel with an assertion)."""
+
 STRUCTURES = st.recursive(
     SCALARS,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=5),
@@ -106,7 +117,7 @@ STRUCTURES = st.recursive(
 
 
 @SETTINGS
-@given(STRUCTURES, st.sampled_from(["", "%YAML 1.1\n---\n", "--- &a\n", "a: &a {b: 1}\n"]))
+@given(STRUCTURES, st.sampled_from(PREFIXES))
 def test_any_structure_of_yaml_values(node: Any, prefix: str) -> None:
     _check((prefix + _yaml(node).lstrip("\n") + "\n").encode("utf-8", "surrogatepass"))
 
