@@ -142,7 +142,7 @@ class AllReduce(TaskHyperparameters):
     num_sizes: int = knob(
         80, "Sizes in np.logspace(sizes_min_exp, sizes_max_exp).", "override", ge=1, le=1000, closed=True
     )
-    repetitions: int = knob(100, "Timed all-reduces per size.", "override", ge=1, le=10_000, closed=True)
+    repetitions: int = knob(100, "Timed all-reduces per size.", "override", ge=1, le=1_000_000, closed=True)
     warmup: int = knob(10, "Untimed all-reduces per size before the timed ones.", "override", ge=0, le=10_000)
     dtypes: tuple[AllReduceDtype, ...] = knob(
         ("fp32", "fp16"), "Element types swept; fp16 is dropped on mpi (no fp16 reduction).", "override"
