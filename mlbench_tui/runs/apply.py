@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mlbench_tui.detached import Detached, start_detached
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors import executor_for
+from mlbench_tui.plan import plan_warnings
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
     PLAN_HEADER,
@@ -31,6 +32,7 @@ from mlbench_tui.runs.plans import (
 )
 from mlbench_tui.runs.progress import ProgressPrinter
 from mlbench_tui.runs.watch import Runner
+from mlbench_tui.spec.limits import MAX_RUNS
 
 if TYPE_CHECKING:
     from mlbench_tui.executors.api import Executor
@@ -46,6 +48,7 @@ class ApplyOptions:
     force: bool = False
     parallel: bool = False
     quiet: bool = False
+    max_runs: int = MAX_RUNS
 
 
 def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
@@ -59,6 +62,7 @@ def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
         argv.append("--force")
     if options.parallel:
         argv.append("--parallel")
+    argv += ["--max-runs", str(options.max_runs)]
 
     def planned(started: Detached) -> bool:  # it reached the store and printed its plan
         return started.proc.poll() == 0 or PLAN_HEADER in started.log_path.read_text(errors="replace")
@@ -76,8 +80,10 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
 
     out = out or sys.stdout
     printer = ProgressPrinter(err, quiet=options.quiet)
-    planned = load_plans(paths)
+    planned = load_plans(paths, max_runs=options.max_runs)
     check_placement([item.plan for item in planned])
+    for warning in plan_warnings([item.plan for item in planned], os.cpu_count() or 1):
+        printer.note(f"warning: {warning}")
     if options.dry_run:
         from mlbench_tui.settings import load_settings
 

@@ -8,6 +8,7 @@ in ``mlbench_worker.hyperparams`` (stdlib, like this module).
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any, Literal
 
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import knobs as kn
+from mlbench_worker import wire
+from mlbench_worker.data.options import DATA_OPTIONS, DataOptions
 
 Backend = Literal["gloo", "nccl", "mpi"]
 Precision = Literal["fp32", "bf16", "fp16", "amp"]
@@ -25,6 +28,27 @@ LrScaling = Literal["none", "linear", "sqrt"]
 ALL_BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
 ALL_PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
 ALL_FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
+
+
+@dataclass(frozen=True)
+class GoalMetric:
+    """A global validation metric a goal may watch: the direction that improves it and the values
+    it can take (a goal outside them is never reached, one at the far end is met untrained)."""
+
+    direction: Direction
+    lowest: float
+    highest: float
+    what: str
+
+
+GOAL_METRICS: Mapping[str, GoalMetric] = MappingProxyType(
+    {
+        wire.VAL_GLOBAL_PREC1: GoalMetric("max", 0.0, 100.0, "top-1 accuracy in percent"),
+        wire.VAL_GLOBAL_PERPLEXITY: GoalMetric("min", 1.0, math.inf, "perplexity"),
+        wire.VAL_GLOBAL_BLEU: GoalMetric("max", 0.0, 100.0, "BLEU"),
+        wire.VAL_GLOBAL_LOSS: GoalMetric("min", 0.0, math.inf, "the validation loss"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +115,11 @@ class TaskInfo:
     synthetic_sizes: tuple[str, ...] = ()  # hyperparameters a synthetic run takes from its data options
 
     @property
+    def goal_metrics(self) -> tuple[str, ...]:
+        """The global metrics this task reports that a goal may watch: its goal's and the loss."""
+        return () if self.goal is None else (self.goal.metric, wire.VAL_GLOBAL_LOSS)
+
+    @property
     def lr_linearly_scaled(self) -> bool:
         """True when the effective learning rate is ``base_lr * workers`` (MLBench's linear rule)."""
         return self.lr_scaling == "linear"
@@ -119,6 +148,13 @@ class TaskInfo:
             if name in self.overridable and typing.get_origin(item) is Literal:
                 out[name] = tuple(str(a) for a in typing.get_args(item))
         return out
+
+    @property
+    def data_options(self) -> Mapping[str, type[DataOptions]]:
+        """The options a spec may give each data source of this task (``data.options``)."""
+        return MappingProxyType(
+            {source: cls for (task, source), cls in DATA_OPTIONS.items() if task == self.id}
+        )
 
     @property
     def closed_division(self) -> Mapping[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mlbench_worker.config import load_config
 from mlbench_worker.context import detect_rendezvous
+from mlbench_worker.data.options import Cifar10Synthetic
 from mlbench_worker.hyperparams import ResNet20
 from mlbench_worker.wire import ConfigError, parse_config
 
@@ -42,7 +43,7 @@ def test_engine_worker_config_parses_into_the_worker_dataclasses() -> None:
     assert config.seed == 8  # seed + repeat: repeats differ
     assert config.goal is not None and config.goal.reached(70.0) and not config.goal.reached(69.9)
     assert config.precision == "bf16" and config.max_time_s == 600.0
-    assert config.data.options == {"train_samples": 256}
+    assert config.data.options == Cifar10Synthetic(train_samples=256)  # typed, the rest defaults
     assert config.hyperparameters == ResNet20(batch_size=32, lr=0.04)  # typed, the rest official
     assert (config.device, config.gpu_type, config.gpu_type_strict) == ("cpu", None, True)
     assert config.implementation.cuda_graphs is False

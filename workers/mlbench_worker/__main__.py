@@ -12,11 +12,13 @@ import argparse
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker import error_file, rank_env, wire
 from mlbench_worker.config import load_config
 from mlbench_worker.knobs import HyperparameterError
+from mlbench_worker.rank_env import RANK_ENV_APPLIED
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         error_file.record(exc, traceback.format_exc(), peer_failure=False)
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    restart_with_rank_env(config.rank_env, path)
     from mlbench_worker.context import detect_rendezvous
 
     try:
@@ -171,6 +174,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_tensorflow_rank(config, rdv, reporter)
     return run_rank(config, rdv, reporter)
+
+
+def restart_with_rank_env(rank_env: Mapping[str, str], config_path: str) -> None:
+    """Start this rank again (same pid, ``execve``) with the code-loading variables its spec opted
+    in to (``LD_PRELOAD``, ``PYTHONPATH``, ...), unless it already runs with them.
+
+    They act when a process starts, so the rank sets them by starting again, before it imports
+    anything heavy; the launchers before it (torchrun, mpiexec, srun, a warm-start server) never
+    run with them. Returns only when there is nothing to do.
+    """
+    if not rank_env or os.environ.get(RANK_ENV_APPLIED) == "1":
+        return
+    argv = [sys.executable, "-u", "-m", "mlbench_worker", "--config", config_path]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, {**os.environ, **rank_env, RANK_ENV_APPLIED: "1"})
 
 
 def end_process(status: int) -> NoReturn:

@@ -23,6 +23,7 @@ import torch
 from mlbench_worker import rank_env
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
+from mlbench_worker.env_settings import parse_collective_timeout
 from mlbench_worker.hyperparams import TaskHyperparameters
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
@@ -139,7 +140,11 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous, device: torch.device | None
         raise ConfigError("backend 'nccl' needs CUDA GPUs, and none is visible to this rank")
     if rdv.master_addr is None or rdv.master_port is None:
         raise ConfigError("rendezvous needs MASTER_ADDR and MASTER_PORT (or PET_MASTER_ADDR/PORT)")
-    timeout = datetime.timedelta(seconds=float(os.environ.get(rank_env.COLLECTIVE_TIMEOUT_S, "1800")))
+    try:
+        seconds = parse_collective_timeout(os.environ.get(rank_env.COLLECTIVE_TIMEOUT_S))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    timeout = datetime.timedelta(seconds=seconds)
     bound = device if config.backend == "nccl" and device is not None and device.type == "cuda" else None
     dist.init_process_group(
         backend=config.backend,

@@ -35,6 +35,8 @@ COLLECTIVE_TIMEOUT_S = "MLBENCH_COLLECTIVE_TIMEOUT_S"
 DATA_DIR = "MLBENCH_DATA_DIR"
 TF_WORKERS = "MLBENCH_TF_WORKERS"
 """A Kubernetes TensorFlow rank's peers (``host:port,...``), from which it builds ``TF_CONFIG``."""
+RANK_ENV_APPLIED = "MLBENCH_RANK_ENV_APPLIED"
+"""Set in a rank that started again with its run's code-loading variables (``env_settings``)."""
 
 # -- rendezvous: torchrun and torch.distributed's env:// -------------------------------------
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
+from mlbench_worker.data.options import DataOptions, options_document, parse_data_options
 from mlbench_worker.hyperparams import TaskHyperparameters, parse_hyperparameters
 
 # --- event names -------------------------------------------------------------------------------
@@ -388,7 +390,8 @@ class DataConfig:
 
     source: DataSource = "synthetic"
     path: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: DataOptions = field(default_factory=DataOptions)
+    """The task's options for this source (``mlbench_worker.data.options``), typed."""
 
 
 @dataclass(frozen=True)
@@ -423,11 +426,19 @@ class WorkerConfig:
     hyperparameters: TaskHyperparameters = field(default_factory=TaskHyperparameters)
     implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
     telemetry_interval_s: float | None = DEFAULT_TELEMETRY_INTERVAL_S  # None: telemetry off
+    rank_env: dict[str, str] = field(default_factory=dict)
+    """Variables that load code (``env_settings.CODE_LOADING``) the spec opted in to: the rank
+    starts again with them before its imports, so its launcher never runs with them."""
 
 
 def config_document(config: WorkerConfig) -> dict[str, Any]:
-    """The config as the JSON object a rank reads (``MLBENCH_CONFIG``); ``parse_config`` inverts it."""
-    return dataclasses.asdict(config)
+    """The config as the JSON object a rank reads (``MLBENCH_CONFIG``); ``parse_config`` inverts it.
+    An empty ``rank_env`` is left out (a config written before it existed reads the same)."""
+    doc = dataclasses.asdict(config)
+    doc["data"]["options"] = options_document(config.data.options)
+    if not config.rank_env:
+        del doc["rank_env"]
+    return doc
 
 
 def _require(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str = "") -> Any:
@@ -489,10 +500,11 @@ def parse_config(doc: Any) -> WorkerConfig:
             kind=str(goal_doc.get("kind", "custom")),
         )
     data_doc = _object(doc, "data")
+    source = _choice(str(data_doc.get("source", data_defaults.source)), DATA_SOURCES, "data.source")
     data = DataConfig(
-        source=_choice(str(data_doc.get("source", data_defaults.source)), DATA_SOURCES, "data.source"),
-        path=_optional(data_doc, "path", str, None),
-        options=dict(_object(data_doc, "options")),
+        source=source,
+        path=_expanded(_optional(data_doc, "path", str, None)),
+        options=parse_data_options(str(doc.get("task", "")), source, _object(data_doc, "options")),
     )
     if data.source == "path" and not data.path:
         raise ConfigError("data.source 'path' needs data.path (the prepared dataset directory)")
@@ -536,7 +548,21 @@ def parse_config(doc: Any) -> WorkerConfig:
         hyperparameters=parse_hyperparameters(doc["task"], dict(_object(doc, "hyperparameters"))),
         implementation=implementation,
         telemetry_interval_s=_telemetry_interval(doc),
+        rank_env=_strings(doc, "rank_env"),
     )
+
+
+def _expanded(path: str | None) -> str | None:
+    """A dataset path as the rank opens it: ``~`` is this rank's home."""
+    return None if path is None else os.path.expanduser(path)
+
+
+def _strings(doc: Mapping[str, Any], key: str) -> dict[str, str]:
+    """An object of string values (an environment)."""
+    value = _object(doc, key)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"'{key}' must map names to strings")
+    return dict(value)
 
 
 def _telemetry_interval(doc: Mapping[str, Any]) -> float | None:

@@ -34,6 +34,7 @@ import numpy as np
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import rank_env, wire
 from mlbench_worker.allocator import tune_host_allocator
+from mlbench_worker.data.options import Cifar10Synthetic, options_of
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tracker import Tracker
 from mlbench_worker.wire import ConfigError, WorkerConfig
@@ -126,13 +127,8 @@ def load_data(
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     data = config.data
     if data.source == "synthetic":
-        opts = data.options
-        return synthetic_cifar(
-            int(opts.get("train_samples", 4096)),
-            int(opts.get("val_samples", 512)),
-            seed=int(opts.get("seed", 0)),
-            noise=float(opts.get("noise", 48.0)),
-        )
+        opts = options_of(data.options, Cifar10Synthetic)
+        return synthetic_cifar(opts.train_samples, opts.val_samples, seed=opts.seed, noise=opts.noise)
     from mlbench_worker.data.fetch import default_data_dir
 
     root = Path(data.path) if data.path else default_data_dir() / "cifar10"
