@@ -30,8 +30,9 @@ from mlbench_worker.hyperparams import AllReduce
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import Suspect
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
 
 EventType = Literal["POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"]

@@ -24,6 +24,7 @@ from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.results.scoring import cost_to_target
@@ -31,7 +32,6 @@ from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
     TRACKER_TOTALS,
-    EventRecord,
     MetricPoint,
     allreduce_summary,
     goal_outcome,
