@@ -28,7 +28,7 @@ from mlbench_tui.errors import ServerError
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 IDLE_TIMEOUT_ENV = "MLBENCH_SERVER_IDLE_TIMEOUT"
 IDLE_TIMEOUT_S = 900.0  # a detached server's default: exit 15 minutes after its last use
