@@ -94,7 +94,11 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     utilisation and energy come from (not the per-step training series)."""
     wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
-    return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
+    return [
+        n
+        for n in names
+        if n in wanted or n == goal_metric or n.startswith((wire.ALLREDUCE_PREFIX, wire.VAL_PREFIX))
+    ]
 
 
 def _ranks_outcome(

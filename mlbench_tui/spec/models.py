@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
+from mlbench_worker import wire
 from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, HostAllocator, ImplementationConfig
 from pydantic import (
     BeforeValidator,
@@ -67,10 +68,10 @@ __all__ = [  # re-exported
 ]
 
 GOAL_METRICS: dict[str, Literal["max", "min"]] = {
-    "val_global_Prec@1": "max",
-    "val_global_Perplexity": "min",
-    "val_global_BLEU-Score": "max",
-    "val_global_loss": "min",
+    wire.VAL_GLOBAL_PREC1: "max",
+    wire.VAL_GLOBAL_PERPLEXITY: "min",
+    wire.VAL_GLOBAL_BLEU: "max",
+    wire.VAL_GLOBAL_LOSS: "min",
 }
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

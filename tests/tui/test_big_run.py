@@ -63,7 +63,9 @@ async def test_a_big_run_opens_with_its_charts_from_one_bounded_read(tmp_path: P
             # A hang guard only (the feed itself waits HISTORY_TIMEOUT_S for the history): what
             # is pinned is one bounded read, not how fast a busy machine answers it.
             deadline = time.monotonic() + 2 * HISTORY_TIMEOUT_S
-            while not (screen.run is not None and screen.charts.charts and screen.charts.charts["train_loss"].series):
+            while not (
+                screen.run is not None and screen.charts.charts and screen.charts.charts["train_loss"].series
+            ):
                 assert time.monotonic() < deadline, "the run screen never showed its charts"
                 await pilot.pause(0.05)
                 await asyncio.sleep(0.02)

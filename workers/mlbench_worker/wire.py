@@ -51,12 +51,36 @@ VAL_GLOBAL_LOSS = "val_global_loss"
 VAL_GLOBAL_PREC1 = "val_global_Prec@1"
 VAL_GLOBAL_PERPLEXITY = "val_global_Perplexity"
 VAL_GLOBAL_BLEU = "val_global_BLEU-Score"
+VAL_PREFIX = "val_"  # every validation metric's
 ALLREDUCE_PREFIX = "allreduce_"
+PHASE_PREFIX = "phase_"
+METRIC_NAMES = (
+    TRAIN_LOSS,
+    TRAIN_PREC1,
+    LR,
+    STEP_TIME,
+    TIME_TRAIN,
+    TIME_VALIDATION,
+    *TRACKER_TOTALS,
+    GPU_MEMORY_PEAK_GIB,
+    VAL_GLOBAL_LOSS,
+    VAL_GLOBAL_PREC1,
+    VAL_GLOBAL_PERPLEXITY,
+    VAL_GLOBAL_BLEU,
+)
+"""Every metric name above; a test finds any of them, or a name with a prefix of ``METRIC_PREFIXES``,
+written as a literal outside this module (and ``sysmetrics``, whose ``sys/`` series are its own)."""
+METRIC_PREFIXES = (ALLREDUCE_PREFIX, PHASE_PREFIX)
 
 
 def allreduce_metric(dtype: str, figure: str) -> str:
     """Task 0a's per-size series, e.g. ``allreduce_fp32_busbw`` (the size is the metric's step)."""
     return f"{ALLREDUCE_PREFIX}{dtype}_{figure}"
+
+
+def phase_metric(phase: str) -> str:
+    """A rank's cumulative seconds in one of the tracker's phases, e.g. ``phase_agg``."""
+    return f"{PHASE_PREFIX}{phase}"
 
 
 # --- event payloads ----------------------------------------------------------------------------

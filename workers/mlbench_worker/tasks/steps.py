@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import slowed
 from mlbench_worker.optim import CentralizedOptimizer
@@ -304,7 +305,7 @@ class WarmupPlateauHooks:
             self.optimizer.set_lr(lr)
 
     def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
-        lr = self.schedule.on_validation(metrics["val_global_loss"], step)
+        lr = self.schedule.on_validation(metrics[wire.VAL_GLOBAL_LOSS], step)
         if lr != self.optimizer.lr:
             self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
             self.optimizer.set_lr(lr)
@@ -317,4 +318,4 @@ def global_classification_metrics(ctx: RunContext, sums: torch.Tensor) -> dict[s
     loss_sum, correct, count = (float(v) for v in reduced.cpu())
     if count == 0:
         raise ValueError("the validation set is empty on every rank")
-    return {"val_global_loss": loss_sum / count, "val_global_Prec@1": 100.0 * correct / count}
+    return {wire.VAL_GLOBAL_LOSS: loss_sum / count, wire.VAL_GLOBAL_PREC1: 100.0 * correct / count}

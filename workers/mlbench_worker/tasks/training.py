@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
 from mlbench_worker.goals import Stop, StopController
@@ -61,12 +62,12 @@ class MetricWindow:
         now = time.perf_counter()
         reporter = self.ctx.reporter
         samples = max(1, self.samples)
-        reporter.metric("train_loss", float(self.loss_sum) / samples, step=step, epoch=epoch)
+        reporter.metric(wire.TRAIN_LOSS, float(self.loss_sum) / samples, step=step, epoch=epoch)
         if self.correct is not None:
-            reporter.metric("train_Prec@1", 100.0 * float(self.correct) / samples, step=step, epoch=epoch)
-        reporter.metric("lr", self.trainer.lr, step=step, epoch=epoch)
+            reporter.metric(wire.TRAIN_PREC1, 100.0 * float(self.correct) / samples, step=step, epoch=epoch)
+        reporter.metric(wire.LR, self.trainer.lr, step=step, epoch=epoch)
         spent = now - self.since - (self.tracker.aside_s - self.aside_s)  # graph capture is not a step
-        reporter.metric("step_time", spent / max(1, self.steps), step=step, epoch=epoch)
+        reporter.metric(wire.STEP_TIME, spent / max(1, self.steps), step=step, epoch=epoch)
         self.reset(now)
 
 
@@ -232,7 +233,7 @@ class TrainingLoop:
             reporter.metric(name, value, step=step, epoch=epoch)
         if self.ctx.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.ctx.device) / 2**30
-            reporter.metric("gpu_memory_peak_gib", peak, step=step, epoch=epoch)
+            reporter.metric(wire.GPU_MEMORY_PEAK_GIB, peak, step=step, epoch=epoch)
 
     def finish(self, outcome: Outcome) -> Outcome:
         """Summarise what ran from CUDA graphs (once per run) and return ``outcome``."""
