@@ -72,10 +72,12 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     assert proc.returncode == 0, proc.stderr
     roots_line, worker_line = proc.stdout.splitlines()
     roots = set(roots_line.split())
-    # the worker's stdlib-only wire and the hyperparameter declarations it shares with the engine
+    # the worker's stdlib-only wire (and how it declares messages) and the hyperparameter
+    # declarations it shares with the engine
     assert set(worker_line.split()) == {
         "mlbench_worker",
         "mlbench_worker.wire",
+        "mlbench_worker.wire_types",
         "mlbench_worker.hyperparams",
         "mlbench_worker.knobs",
     }
@@ -98,6 +100,7 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
 # the rest): the wire models and read protocol, the server's client, and what computes locally.
 TUI_MAY_IMPORT = (
     "mlbench_tui.store.api_models",
+    "mlbench_tui.store.wire_models",
     "mlbench_tui.store.read_api",
     "mlbench_tui.server.client",
     "mlbench_tui.server.paging",

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
-from mlbench_worker.wire import parse_event
+from mlbench_worker.wire import LogIn, parse_event
 
 from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
@@ -24,7 +24,7 @@ from mlbench_tui.results.summary import host_fingerprint, summarize_run
 from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.spec.tasks import get_task
-from mlbench_tui.store.api_models import MAX_TEXT_LEN, LogIn, RankUpdate, RunCreate, RunUpdate, Stream
+from mlbench_tui.store.api_models import MAX_TEXT_LEN, RankUpdate, RunCreate, RunUpdate, Stream
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient

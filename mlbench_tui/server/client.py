@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
+from mlbench_worker.wire import LogIn
+from mlbench_worker.wire_types import to_json
 from pydantic import BaseModel, TypeAdapter
 
 from mlbench_tui.errors import NotFound, ServerError
@@ -23,7 +25,6 @@ from mlbench_tui.store.api_models import (
     BatchAck,
     EventsPage,
     Health,
-    LogIn,
     LogsPage,
     MetricBands,
     MetricName,
@@ -244,7 +245,7 @@ class MlbenchClient:
     ) -> BatchAck:
         """Store log lines of one rank: texts (in ``stream``) or whole ``LogIn`` lines."""
         typed = (LogIn(text=line, stream=stream) if isinstance(line, str) else line for line in lines)
-        items = [line.model_dump(mode="json", exclude_none=True) for line in typed]
+        items = [to_json(line) for line in typed]
         return self._batch(run_id, "logs", "lines", items, rank, seq, token)
 
     def post_events(
