@@ -16,12 +16,13 @@ from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
 from mlbench_worker.wire import LogIn, parse_event
 
 from mlbench_tui.errors import MlbenchError, NotFound
+from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
-from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
+from mlbench_tui.runs.plans import PlannedRun, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.spec.tasks import get_task
 from mlbench_tui.store.api_models import MAX_TEXT_LEN, RankUpdate, RunCreate, RunUpdate, Stream
@@ -44,7 +45,7 @@ class ActiveRun:
     token: str
     handle: RunHandle
     progress: RunProgress
-    executor: Executor
+    executor: Executor[Any]
     event_cursor: int = 0
     metric_cursor: int = 0
     tailer: LogTailer | None = None
@@ -92,9 +93,9 @@ class Runner:
         self.server_url = server_url or client.url
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
-        self.executors: dict[str, Executor] = {}
+        self.executors: dict[str, Executor[Any]] = {}
         self.results: list[RunResult] = []  # of the runs that ended, in order
-        self._launched: dict[str, tuple[Executor, RunHandle]] = {}  # submitted, not yet finished
+        self._launched: dict[str, tuple[Executor[Any], RunHandle]] = {}  # submitted, not yet finished
 
     # one run -------------------------------------------------------------------------------
 
