@@ -11,6 +11,7 @@ pydantic models of its HTTP API and the msgspec decoder of its ingest hot path
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -94,7 +95,7 @@ def read(cls: type[M], document: Any, *, strict: bool, where: str = "") -> M:
         if strict:
             raise Invalid(f"{where.rstrip('.') or 'the document'} must be an object")
         document = {}
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cast(Any, cls)):
         if not f.init:
@@ -126,6 +127,12 @@ def read(cls: type[M], document: Any, *, strict: bool, where: str = "") -> M:
 
 
 _DEFAULT: Any = object()  # a tolerant read's "take the field's default"
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A message's field types, resolved once per class (a report reads thousands of events)."""
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def _convert(value: Any, hint: Any, key: str, strict: bool) -> Any:
