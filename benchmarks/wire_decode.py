@@ -64,7 +64,7 @@ def _hand_decoder() -> Callable[[bytes], Any]:
 
 
 def _body(metrics: int) -> bytes:
-    names = ("train_loss", "lr", "step_time", "train_Prec@1", "phase_agg")
+    names = (wire.TRAIN_LOSS, wire.LR, wire.STEP_TIME, wire.TRAIN_PREC1, wire.phase_metric("agg"))
     items = [
         {"name": names[i % len(names)], "value": 0.5 + i, "step": i, "epoch": 1.0, "t": 1.7e9 + i}
         for i in range(metrics)
