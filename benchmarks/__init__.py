@@ -30,4 +30,5 @@ BENCHMARKS: dict[str, str] = {
     "warm_start": "benchmarks.warm_start",
     "spec_fuzz": "benchmarks.spec_fuzz",
     "spec_sweep": "benchmarks.spec_sweep",
+    "wire_decode": "benchmarks.wire_decode",
 }

@@ -55,6 +55,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from mlbench_worker import wire
+
 from benchmarks.http_load import Target, latency_under_load, load, sequential
 from benchmarks.stats import quantile_interval
 
@@ -262,7 +264,7 @@ def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tupl
             start = time.perf_counter()
             while time.perf_counter() - start < slice_s:
                 now = time.time()
-                ours = [("train_loss", seq * batch + i, None, now, 0.5) for i in range(batch)]
+                ours = [(wire.TRAIN_LOSS, seq * batch + i, None, now, 0.5) for i in range(batch)]
                 writer.ingest("metrics", run.id, 0, "", seq, ours)
                 seq += 1
                 ours_rows += batch

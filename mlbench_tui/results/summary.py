@@ -24,6 +24,7 @@ from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.results.scoring import cost_to_target
@@ -31,7 +32,6 @@ from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
     TRACKER_TOTALS,
-    EventRecord,
     MetricPoint,
     allreduce_summary,
     goal_outcome,
@@ -94,7 +94,11 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     utilisation and energy come from (not the per-step training series)."""
     wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
-    return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
+    return [
+        n
+        for n in names
+        if n in wanted or n == goal_metric or n.startswith((wire.ALLREDUCE_PREFIX, wire.VAL_PREFIX))
+    ]
 
 
 def _ranks_outcome(

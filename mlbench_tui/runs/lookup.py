@@ -20,7 +20,7 @@ from mlbench_tui.store.api_models import RankUpdate
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 
 RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")

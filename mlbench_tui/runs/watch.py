@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
-from mlbench_worker.wire import parse_event
+from mlbench_worker.wire import LogIn, parse_event
 
 from mlbench_tui.errors import MlbenchError, NotFound, from_os_error
 from mlbench_tui.executors import executor_for
@@ -34,7 +34,7 @@ from mlbench_tui.runs.interrupts import deferred_interrupts
 from mlbench_tui.runs.plans import PlannedRun, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.spec.tasks import get_task
-from mlbench_tui.store.api_models import MAX_TEXT_LEN, LogIn, RankUpdate, RunCreate, RunUpdate, Stream
+from mlbench_tui.store.api_models import MAX_TEXT_LEN, RankUpdate, RunCreate, RunUpdate, Stream
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -54,7 +54,7 @@ class ActiveRun:
     token: str
     handle: RunHandle
     progress: RunProgress
-    executor: Executor
+    executor: Executor[Any]
     event_cursor: int = 0
     metric_cursor: int = 0
     tailer: LogTailer | None = None
@@ -117,11 +117,11 @@ class Runner:
         self._server_url = server_url  # None: wherever the client's server is at launch time
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
-        self.executors: dict[str, Executor] = {}
+        self.executors: dict[str, Executor[Any]] = {}
         self.results: list[RunResult] = []  # of the runs that ended, in order
         self.under_way: list[str] = []  # plans another live process already runs (not started here)
         self.owner = RunOwner.this_process()
-        self._launched: dict[str, tuple[Executor, RunHandle]] = {}  # submitted, not yet finished
+        self._launched: dict[str, tuple[Executor[Any], RunHandle]] = {}  # submitted, not yet finished
         self._active: list[ActiveRun] = []  # launched and watched, in order
 
     @property

@@ -6,7 +6,7 @@ message fit for the user (connection refused, bad token, invalid request), and `
 an unknown run, as the store itself does.
 
 Every read needs a token. A client made without one takes the read token this user's server
-records hold for its URL (``daemon.credentials_for``), so callers never handle it. A client made
+records hold for its URL (``records.credentials_for``), so callers never handle it. A client made
 with ``reattach`` survives its server going away: a request that could not reach the server asks
 ``reattach`` for the store's server now (found, or started again) and is sent there once more.
 """
@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
+from mlbench_worker.wire import LogIn
+from mlbench_worker.wire_types import to_json
 from pydantic import BaseModel, TypeAdapter
 
 from mlbench_tui.errors import NotFound, ServerError
@@ -29,7 +31,6 @@ from mlbench_tui.store.api_models import (
     BatchAck,
     EventsPage,
     Health,
-    LogIn,
     LogsPage,
     MetricBands,
     MetricName,
@@ -310,7 +311,7 @@ class MlbenchClient:
     ) -> BatchAck:
         """Store log lines of one rank: texts (in ``stream``) or whole ``LogIn`` lines."""
         typed = (LogIn(text=line, stream=stream) if isinstance(line, str) else line for line in lines)
-        items = [line.model_dump(mode="json", exclude_none=True) for line in typed]
+        items = [to_json(line) for line in typed]
         return self._batch(run_id, "logs", "lines", items, rank, seq, token)
 
     def post_events(
@@ -451,7 +452,7 @@ def _resendable(method: str, path: str, exc: httpx.HTTPError | None) -> bool:
 
 
 def _recorded_token(url: str) -> str | None:
-    from mlbench_tui.server.daemon import credentials_for
+    from mlbench_tui.server.records import credentials_for
 
     return credentials_for(url)
 

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import ServerError
+from mlbench_tui.server.records import servers_dir
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 IDLE_TIMEOUT_ENV = "MLBENCH_SERVER_IDLE_TIMEOUT"
 IDLE_TIMEOUT_S = 900.0  # a detached server's default: exit 15 minutes after its last use
@@ -84,13 +85,6 @@ class StoreIdentity:
     port: int | None = None
 
 
-def servers_dir() -> Path:
-    """``<state dir>/servers``: one state file (and lock, and log) per store."""
-    from mlbench_tui.settings import Paths
-
-    return Paths.from_env().state_dir / "servers"
-
-
 def state_path(store: str | Path) -> Path:
     """The state file of the server of ``store`` (named by a digest of its absolute path)."""
     digest = hashlib.sha256(str(Path(store).expanduser().resolve()).encode()).hexdigest()[:16]
@@ -135,20 +129,6 @@ def _write_private(path: Path, data: dict[str, object]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise OSError(exc.errno, exc.strerror, str(path)) from None
-
-
-def credentials_for(url: str) -> str | None:
-    """The read token of the server at ``url`` as this user's records know it (the records are
-    0600 files: a web page has no way to them), else ``MLBENCH_READ_TOKEN`` / ``MLBENCH_TOKEN``
-    when ``url`` is ``MLBENCH_SERVER_URL``'s; None when nothing here knows it."""
-    wanted = url.rstrip("/")
-    for info in recorded_servers():
-        if info.url.rstrip("/") == wanted and (not info.pid or alive(info.pid)):
-            return info.read_token
-    named = os.environ.get("MLBENCH_SERVER_URL", "").rstrip("/")
-    if named and named == wanted:
-        return os.environ.get("MLBENCH_READ_TOKEN") or os.environ.get("MLBENCH_TOKEN") or None
-    return None
 
 
 def read_state(path: Path) -> ServerInfo | None:

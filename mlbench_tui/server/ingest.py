@@ -6,20 +6,22 @@ serves exactly these three routes without FastAPI's routing, dependency and midd
 everything else goes on to FastAPI, whose routes of the same paths stay for the OpenAPI document
 and behave identically (same ``Ingestor``, same body reader, same error map).
 
-Metric batches, the bulk of the traffic, are decoded by a msgspec mirror of the wire model
-``MetricBatch``, cheaper than pydantic. The mirror is stricter than pydantic (no lax coercions
-such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then accepts it
-or produces the usual 422 reasons, so the API answers exactly as the wire model says.
+Metric batches, the bulk of the traffic, are decoded by msgspec, cheaper than pydantic: its
+struct is derived from the wire contract's one declaration of ``MetricBatch`` (``mlbench_worker.wire``,
+``store.wire_models``), as is the API's pydantic model. msgspec is stricter than pydantic (no lax
+coercions such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then
+accepts it or produces the usual 422 reasons, so the API answers exactly as the wire model says.
+A metric name's pattern (no control characters) is checked once per new name, not per metric.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 import time
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
+from mlbench_worker import wire
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -27,17 +29,15 @@ from mlbench_tui.errors import NotFound
 from mlbench_tui.server.auth import Access, Authorizer
 from mlbench_tui.server.errors import ApiError, answer, clean_errors
 from mlbench_tui.store.api_models import (
-    MAX_BATCH_ITEMS,
     MAX_BODY_BYTES,
-    MAX_NAME_LEN,
     MAX_PAYLOAD_BYTES,
-    MAX_RANK,
     EventBatch,
     LogBatch,
     MetricBatch,
 )
 from mlbench_tui.store.series import SeriesCatalog
 from mlbench_tui.store.store import Store, dumps_json
+from mlbench_tui.store.wire_models import msgspec_struct
 from mlbench_tui.store.writer import Writer
 
 MODELS: dict[str, type[BaseModel]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
@@ -45,61 +45,28 @@ _PREFIX = "/v1/runs/"
 _SUFFIXES = {"metrics:batch": "metrics", "logs:batch": "logs", "events:batch": "events"}
 
 
-# ---- msgspec mirror of api_models.MetricBatch (a test pins that it never accepts more)
-
-_Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
-_SESSION = re.compile(r"[A-Za-z0-9._-]*")  # api_models.Session
-_CONTROL = re.compile(r"[\x00-\x1f]")  # api_models.Name allows none
-
-
-class _FastMetric(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LEN)]  # + _CONTROL check
-    value: _Finite | None
-    step: Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | None = None
-    epoch: _Finite | None = None
-    t: _Finite | None = None
-
-
-class _FastMetricBatch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    rank: Annotated[int, msgspec.Meta(ge=0, le=MAX_RANK)]
-    seq: Annotated[int, msgspec.Meta(ge=0, le=2**62)]
-    metrics: Annotated[list[_FastMetric], msgspec.Meta(min_length=1, max_length=MAX_BATCH_ITEMS)]
-    session: Annotated[str, msgspec.Meta(max_length=64)] = ""  # + _SESSION check
-
-
-_FAST_METRICS = msgspec.json.Decoder(_FastMetricBatch)
+_FAST_METRICS = msgspec.json.Decoder(msgspec_struct(wire.MetricBatch, skip_patterns=frozenset({"name"})))
+_CONTROL = re.compile(r"[\x00-\x1f]")  # wire.MetricName allows none
 
 
 def fast_metric_batch(body: bytes) -> Any | None:
-    """The batch decoded by the msgspec mirror, or None where pydantic must decide."""
+    """The batch decoded by msgspec, or None where pydantic must decide."""
     try:
-        batch = _FAST_METRICS.decode(body)
+        return _FAST_METRICS.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    if batch.session and _SESSION.fullmatch(batch.session) is None:
-        return None
-    return batch
-
-
-_FAST_ITEMS = msgspec.json.Decoder(
-    Annotated[list[_FastMetric], msgspec.Meta(min_length=1, max_length=MAX_BATCH_ITEMS)]
-)
 
 
 def fast_metric_parts(rank: int, seq: int, session: str, items: bytes) -> Any | None:
-    """``fast_metric_batch`` for a batch whose rank, seq and session were decoded (and bounded)
-    already and whose metrics are still JSON (a spool line): decoded once, not re-encoded."""
-    if session and _SESSION.fullmatch(session) is None:
-        return None
-    try:
-        metrics = _FAST_ITEMS.decode(items)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
-    return _FastMetricBatch(rank=rank, seq=seq, metrics=metrics, session=session)
+    """``fast_metric_batch`` for a batch whose rank, seq and session were decoded already and whose
+    metrics are still JSON (a spool line): the items are spliced into one body, not re-encoded,
+    and the whole batch is checked by the one decoder."""
+    head = b'{"rank":%d,"seq":%d,"session":%s,"metrics":' % (rank, seq, msgspec.json.encode(session))
+    return fast_metric_batch(head + items + b"}")
 
 
 def valid_name(name: str) -> bool:
-    """``api_models.Name``'s pattern (the mirror already checked the length)."""
+    """``wire.MetricName``'s pattern (msgspec already checked the length)."""
     return _CONTROL.search(name) is None
 
 
@@ -174,13 +141,13 @@ def metric_params(
     return params
 
 
-def log_rows(run_id: str, batch: LogBatch, now: float) -> list[tuple[Any, ...]]:
+def log_rows(run_id: str, batch: Any, now: float) -> list[tuple[Any, ...]]:
     """The ``logs`` rows (without id) of a validated log batch; lines without a time get ``now``."""
     rank = batch.rank
     return [(run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text) for ln in batch.lines]
 
 
-def event_rows(run_id: str, batch: EventBatch, now: float) -> list[tuple[Any, ...]]:
+def event_rows(run_id: str, batch: Any, now: float) -> list[tuple[Any, ...]]:
     """The ``events`` rows (without id) of a validated event batch (payloads as JSON text)."""
     rank = batch.rank
     return [(run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events]

@@ -183,11 +183,15 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             notes="sizes = unique ints of np.logspace(sizes_min_exp, sizes_max_exp, num_sizes); "
             "fp16 is dropped on mpi (Open MPI has no fp16 reduction).",
             sweep=TaskSweep(
-                prefix="allreduce_",
+                prefix=wire.ALLREDUCE_PREFIX,
                 count_figure="latency_p50",
                 unit="sizes",
                 x_label="size (elements)",
-                charts=("allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"),
+                charts=(
+                    wire.allreduce_metric("fp32", "busbw"),
+                    wire.allreduce_metric("fp16", "busbw"),
+                    wire.allreduce_metric("fp32", "latency_p50"),
+                ),
             ),
             no_cuda_graphs="it measures all-reduce calls themselves and has no training step to capture",
             reads_data=False,
@@ -198,7 +202,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Image classification: ResNet-20 on CIFAR-10",
             model="ResNet-20 (He et al. 2015, v1)",
             dataset="CIFAR-10 (50k train / 10k val)",
-            goal=TaskGoal(metric="val_global_Prec@1", direction="max", full=80.0, light=70.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PREC1, direction="max", full=80.0, light=70.0),
             hyperparameters=hps.ResNet20,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
@@ -215,7 +219,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Linear learning: L2 logistic regression on epsilon",
             model="logistic regression (L2)",
             dataset="epsilon (LIBSVM, 400k x 2000 dense)",
-            goal=TaskGoal(metric="val_global_Prec@1", direction="max", full=89.0, light=80.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PREC1, direction="max", full=89.0, light=80.0),
             hyperparameters=hps.LogReg,
             backends=ALL_BACKENDS,
             precisions=("fp32", "bf16"),
@@ -230,7 +234,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Language modelling: AWD-LSTM on WikiText-2",
             model="AWD-LSTM (3 layers, 400 emb, 1150 hidden, tied weights)",
             dataset="WikiText-2 (2,088,628 train tokens, vocab 33,278)",
-            goal=TaskGoal(metric="val_global_Perplexity", direction="min", full=70.0, light=90.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PERPLEXITY, direction="min", full=70.0, light=90.0),
             hyperparameters=hps.AwdLstm,
             backends=ALL_BACKENDS,
             precisions=("fp32", "bf16", "amp"),
@@ -247,7 +251,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Machine translation: GNMT on WMT16 EN-DE",
             model="GNMT (stacked residual LSTM with attention)",
             dataset="WMT16 EN-DE (train len <= 75, test <= 150)",
-            goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=24.0, light=20.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_BLEU, direction="max", full=24.0, light=20.0),
             hyperparameters=hps.Gnmt,
             attention=True,
             backends=ALL_BACKENDS,
@@ -265,7 +269,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Machine translation: Transformer (base) on WMT17 EN-DE",
             model="Transformer base (Vaswani et al. 2017)",
             dataset="WMT17 EN-DE (len <= 80)",
-            goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=25.0, light=20.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_BLEU, direction="max", full=25.0, light=20.0),
             hyperparameters=hps.Transformer,
             attention=True,
             backends=ALL_BACKENDS,
@@ -302,4 +306,4 @@ def default_charts(task_id: str, goal_metric: str | None) -> list[str]:
     task = get_task(task_id)
     if task is not None and task.sweep is not None:
         return list(task.sweep.charts)
-    return ["train_loss", *([goal_metric] if goal_metric else []), "step_time"]
+    return [wire.TRAIN_LOSS, *([goal_metric] if goal_metric else []), wire.STEP_TIME]

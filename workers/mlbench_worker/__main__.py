@@ -3,7 +3,7 @@
 Exit status: 0 when the task ended (goal reached, sweep done, or stopped by ``max_time`` /
 ``max_epochs``; the ``run_stop`` event says which), 1 when this rank failed (after reporting
 ``rank_failed`` and ``run_stop`` failed), 2 for an unusable configuration, 130 when interrupted.
-Every rank's ``run_stop`` carries that status as ``exit_code``.
+Every rank's ``run_stop`` carries that status as ``exit_code`` (``mlbench_worker.rank_run``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
-    from mlbench_worker.comm import Comm
     from mlbench_worker.context import Rendezvous, ReporterLike
 
 
@@ -74,23 +73,29 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     )
     from mlbench_worker.faults import maybe_inject_fault_at_exit
     from mlbench_worker.fingerprint import fingerprint, rank_facts
-    from mlbench_worker.tasks import UnknownTaskError, load_task
+    from mlbench_worker.rank_run import RankRun
+    from mlbench_worker.tasks import Outcome, UnknownTaskError, load_task
 
-    comm: Comm | None = None
-    rank = rdv.rank
-    if rank == 0:  # MLPerf's init_start: setup (process group, data, model) starts here
-        wire.emit(reporter, wire.InitStart())
-    try:
+    run = RankRun(
+        reporter,
+        rdv.rank,
+        user_errors=(ConfigError, HyperparameterError, UnknownTaskError),
+        peer_failure=is_peer_failure,
+    )
+
+    def task() -> Outcome:
         allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         limit_threads(config.threads_per_rank)
         seed_everything(config.seed)
-        task = load_task(config.task)
+        train = load_task(config.task)
         CLOCK.mark("imports")
         placement = select_device(config, rdv)
         CLOCK.mark("device")
         comm = init_comm(config, rdv, placement.device)
         CLOCK.mark("rendezvous")
-        rank = comm.rank
+        run.rank = comm.rank
+        run.on_failure.append(lambda: comm.abort(1))
+        run.after_success += [comm.close, lambda: maybe_inject_fault_at_exit(comm.rank)]
         ctx = RunContext(
             config=config,
             rendezvous=rdv,
@@ -104,43 +109,12 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         if ctx.is_main:
             wire.emit(reporter, wire.Environment(facts=fingerprint(ctx, ranks)))
         CLOCK.mark("environment")
-        outcome = task(ctx)
+        outcome = train(ctx)
         ctx.mark_run_start()
-        CLOCK.report(reporter, rank)  # tasks without training steps: their start ends at run_start
-        # Every rank says how it stopped and the exit status it returns: when a launcher's own
-        # exit status is lost, the engine settles the run from these.
-        wire.emit(reporter, outcome.stop(exit_code=0))
-        ctx.log(f"run stopped: {outcome.status} ({outcome.reason})")
-        reporter.close(timeout=30.0)
-        comm.close()
-        maybe_inject_fault_at_exit(rank)
-        return 0
-    except KeyboardInterrupt:
-        wire.emit(reporter, wire.RunStop(status="aborted", reason=f"rank {rank} interrupted", exit_code=130))
-        reporter.close(timeout=5.0)
-        print(f"[rank {rank}] interrupted", file=sys.stderr, flush=True)
-        return 130
-    except BaseException as exc:
-        tb = traceback.format_exc()
-        summary = f"{type(exc).__name__}: {exc}"
-        peer = is_peer_failure(exc)
-        failure = wire.RankFailed(rank=rank, exception=summary, traceback=tb, peer_failure=peer)
-        error_file.record(exc, tb, peer_failure=peer)  # what its launcher names as the cause
-        wire.emit(reporter, failure)
-        what = "lost a peer" if peer else "failed"
-        user_error = isinstance(exc, (ConfigError, HyperparameterError, UnknownTaskError))
-        code = 2 if user_error else 1
-        wire.emit(
-            reporter, wire.RunStop(status="failed", reason=f"rank {rank} {what}: {summary}", exit_code=code)
-        )
-        reporter.close(timeout=10.0)
-        if user_error:
-            print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
-        else:
-            print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
-        if comm is not None:
-            comm.abort(1)
-        return code
+        CLOCK.report(reporter, comm.rank)  # tasks without training steps: their start ends at run_start
+        return outcome
+
+    return run.run(task)
 
 
 def main(argv: list[str] | None = None) -> int:

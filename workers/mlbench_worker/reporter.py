@@ -40,13 +40,11 @@ from typing import Any
 
 from mlbench_worker import rank_env
 from mlbench_worker.spool import Batch, Spool
+from mlbench_worker.wire import MAX_KIND_LEN, MAX_NAME_LEN, MAX_PAYLOAD_BYTES, MAX_TEXT_LEN
 
-# Mirror of the server's limits (mlbench_tui.store.api_models); the contract test pins them.
+# The server's limits are the wire contract's (a contract test validates what this module sends
+# against the server's models, derived from the same declarations); batches stay smaller.
 MAX_BATCH_ITEMS = 1000
-MAX_NAME_LEN = 128
-MAX_TEXT_LEN = 16 * 1024
-MAX_KIND_LEN = 64
-MAX_PAYLOAD_BYTES = 64 * 1024
 _KEYS = {"metrics": "metrics", "logs": "lines", "events": "events"}
 _PERMANENT = {400, 401, 403, 409, 413, 422}  # refused for good: dropped (422: invalid; 409: run ended)
 _NOT_THIS_RUN = 404  # a server that does not know the run: kept in the spool for the run's own

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request
@@ -26,6 +26,7 @@ Cursor = Annotated[int, Query(ge=0, le=2**62)]
 """A read's cursor: rows after this store id (a page's ``next``)."""
 OptionalCursor = Annotated[int | None, Query(ge=0, le=2**62)]
 PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Api:
         """Run a store operation (``Store.op_*``) in the writer; its result after commit."""
         return await self.store.require_writer().call_async(fn)
 
-    async def read(self, request: Request, fn: Callable[[Any], Any]) -> Any:
+    async def read(self, request: Request, fn: Callable[[Any], T]) -> T:
         """Run a read function (see ``queries``) in the read gate, for as long as ``request`` waits."""
         return await self.reads.run(request, fn)
 

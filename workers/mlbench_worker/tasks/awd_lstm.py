@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import wikitext2
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
@@ -250,11 +251,11 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         if tokens == 0:
             raise ValueError("the validation stream is empty on every rank")
         loss = loss_sum / tokens
-        return {"val_global_loss": loss, "val_global_Perplexity": math.exp(min(loss, 700.0))}
+        return {wire.VAL_GLOBAL_LOSS: loss, wire.VAL_GLOBAL_PERPLEXITY: math.exp(min(loss, 700.0))}
 
     def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
         """Switch to averaged SGD when validation stopped improving (AWD-LSTM's non-monotone rule)."""
-        loss = metrics["val_global_loss"]
+        loss = metrics[wire.VAL_GLOBAL_LOSS]
         if self.averaged is None:
             history = self.val_history
             if len(history) > self.nonmono and loss > min(history[: -self.nonmono]):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
@@ -244,6 +245,6 @@ class TranslationTrainer(Trainer):
         total_tokens = max(1.0, float(values[STATS + 1]))
         self.model.train()
         return {
-            "val_global_loss": float(values[STATS]) / total_tokens,
-            "val_global_BLEU-Score": bleu_from_stats(values[:STATS]),
+            wire.VAL_GLOBAL_LOSS: float(values[STATS]) / total_tokens,
+            wire.VAL_GLOBAL_BLEU: bleu_from_stats(values[:STATS]),
         }
