@@ -469,10 +469,12 @@ def _read_data(value: Any, config: Mapping[str, Any]) -> DataConfig:
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError("'data' must be an object")
-    options = value.get("options") or {}
+        raise ConfigError(f"'data' must be an object, got {value!r}")
+    options = value.get("options")
+    if options is None:
+        options = {}
     if not isinstance(options, Mapping):
-        raise ConfigError("'data.options' must be an object")
+        raise ConfigError(f"'data.options' must be an object, got {options!r}")
     data = read(DataConfig, {k: v for k, v in value.items() if k != "options"}, strict=True, where="data.")
     return dataclasses.replace(
         data,
