@@ -75,6 +75,13 @@ class AllreduceFigures(_Loose):
     )
     above_ceiling: int = Field(default=0, description="Sizes whose bus bandwidth is above the ceiling.")
     note: str | None = Field(default=None, description="Why there is no bandwidth, or why it is flagged.")
+    min_size_spread: float | None = Field(
+        default=None,
+        description="Half the p10-p90 range over the median of the smallest size's timed repetitions.",
+    )
+    peak_busbw_spread: float | None = Field(
+        default=None, description="The same, of the repetitions at the peak bandwidth's size."
+    )
 
 
 class RankTelemetryFigures(_Loose):
@@ -156,6 +163,48 @@ class StartupFigures(_Loose):
         return self.rank_s + (self.launcher_s or 0.0)
 
 
+class RankStepTime(_Loose):
+    """One rank's median step over its timed steps, and its busy time per step (the median of
+    each step less its all-reduce: never more than the step)."""
+
+    rank: int
+    median_s: float
+    busy_s: float | None = Field(default=None, description="None where no all-reduce time was recorded.")
+    steps: int = 0
+
+
+class StepTimeFigures(_Loose):
+    """A run's step time (``results.step_time``): the median over its timed steps after the
+    task's warm-up, with p10, p90 and p99 (seconds), and what they rest on."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    p99_s: float
+    steps: int = Field(description="Timed steps of all ranks the figures rest on.")
+    warmup_steps: int = Field(
+        default=0, description="First steps of each rank left out (the task's warm-up)."
+    )
+    basis: Literal["steps", "windows"] = Field(
+        default="steps",
+        description="'steps': every timed step; 'windows': a run that reported only report windows' "
+        "means (each window standing for its steps).",
+    )
+    windows: int | None = Field(default=None, description="Report windows behind 'windows' figures.")
+    ranks: list[RankStepTime] = Field(default_factory=list)
+
+
+class SweepShape(_Loose):
+    """What a 0a sweep measured: its smallest and largest message (elements) and the timed
+    repetitions per size after its warm-up ones (what moves its latency and bandwidth)."""
+
+    min_size: int
+    max_size: int
+    sizes: int
+    repetitions: int
+    warmup: int = 0
+
+
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
     it keeps the run out of MLPerf's closed division."""
@@ -196,7 +245,17 @@ class RunResult(_Loose):
     )
     batch_size: int | None = Field(default=None, description="Samples per rank per step (the task's).")
     step_time_s: float | None = Field(
-        default=None, description="Median training step time over every rank's report windows."
+        default=None, description="The median step over the timed steps after the warm-up (step_time)."
+    )
+    step_time: StepTimeFigures | None = Field(
+        default=None, description="The step time's figures: median, p10, p90, p99 and what they rest on."
+    )
+    step_time_note: str | None = Field(default=None, description="Why a run that trained has no step time.")
+    sweep: SweepShape | None = Field(default=None, description="Task 0a: the sizes and repetitions swept.")
+    config_digest: str = Field(
+        default="",
+        description="What moves the time to accuracy (task, goal, data, hyperparameters, backend, world "
+        "size, precision, implementation, env), hashed: runs with one digest ran one configuration.",
     )
     suspects: list[Suspect] = Field(
         default_factory=list, description="Figures that fail a physical bound, and why."

@@ -108,7 +108,7 @@ def run_ranks(
         return None
     run_id = runs[0].run_id
     assert run_id is not None
-    return RunRanks(client.get_run(run_id), rank_figures(client, run_id), choice)
+    return RunRanks(client.get_run(run_id), rank_figures(client, run_id, runs[0].step_time), choice)
 
 
 def results_output(

@@ -38,7 +38,9 @@ STARTUP = "startup"
 TRAIN_LOSS = "train_loss"
 TRAIN_PREC1 = "train_Prec@1"
 LR = "lr"
-STEP_TIME = "step_time"
+STEP_TIME = "step_time"  # the mean step of the latest report window (live views)
+TIMED_STEP = "timed_step_s"  # one timed step after the warm-up: its seconds (step = its number)
+TIMED_STEP_COMM = "timed_step_comm_s"  # the same step's all-reduce seconds
 TIME_TRAIN = "time_train"
 TIME_VALIDATION = "time_validation"
 TIME_COMPUTE = "time_compute"
@@ -52,6 +54,7 @@ VAL_GLOBAL_PREC1 = "val_global_Prec@1"
 VAL_GLOBAL_PERPLEXITY = "val_global_Perplexity"
 VAL_GLOBAL_BLEU = "val_global_BLEU-Score"
 ALLREDUCE_PREFIX = "allreduce_"
+ALLREDUCE_ITERATION = "iteration_s"  # task 0a: one timed repetition's latency (many per size)
 
 
 def allreduce_metric(dtype: str, figure: str) -> str:

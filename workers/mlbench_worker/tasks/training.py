@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
 from mlbench_worker.goals import Stop, StopController
@@ -66,8 +67,18 @@ class MetricWindow:
             reporter.metric("train_Prec@1", 100.0 * float(self.correct) / samples, step=step, epoch=epoch)
         reporter.metric("lr", self.trainer.lr, step=step, epoch=epoch)
         spent = now - self.since - (self.tracker.aside_s - self.aside_s)  # graph capture is not a step
-        reporter.metric("step_time", spent / max(1, self.steps), step=step, epoch=epoch)
+        reporter.metric(wire.STEP_TIME, spent / max(1, self.steps), step=step, epoch=epoch)
+        report_timed_steps(self.ctx, self.tracker, epoch)
         self.reset(now)
+
+
+def report_timed_steps(ctx: RunContext, tracker: Tracker, epoch: int) -> None:
+    """Each timed step resolved since the last report: its seconds and its all-reduce seconds
+    (``timed_step_s``, ``timed_step_comm_s``), at its own step number."""
+    reporter = ctx.reporter
+    for timed in tracker.take_steps():
+        reporter.metric(wire.TIMED_STEP, timed.seconds, step=timed.step, epoch=epoch)
+        reporter.metric(wire.TIMED_STEP_COMM, timed.comm_s, step=timed.step, epoch=epoch)
 
 
 class TrainingLoop:
@@ -230,6 +241,7 @@ class TrainingLoop:
         reporter, step = self.ctx.reporter, self.step
         for name, value in self.tracker.totals().items():
             reporter.metric(name, value, step=step, epoch=epoch)
+        report_timed_steps(self.ctx, self.tracker, epoch)  # the totals resolved the last ones
         if self.ctx.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.ctx.device) / 2**30
             reporter.metric("gpu_memory_peak_gib", peak, step=step, epoch=epoch)
@@ -266,5 +278,6 @@ def run_training(
     ctx: RunContext, trainer: Trainer, *, max_epochs: int, tracker: Tracker | None = None
 ) -> Outcome:
     """Train until the goal, ``max_time`` or ``max_epochs``; every rank returns the same outcome."""
-    tracker = tracker or Tracker(ctx.device, seed=ctx.config.seed * 1009 + ctx.rank)
+    warmup = ctx.hyperparameters(hps.TrainingHyperparameters).timing_warmup_steps
+    tracker = tracker or Tracker(ctx.device, seed=ctx.config.seed * 1009 + ctx.rank, warmup_steps=warmup)
     return TrainingLoop(ctx, trainer, tracker).run(max_epochs)

@@ -1,0 +1,65 @@
+"""A stored result brought up to today's definitions where an older version stored less.
+
+The server computes a run's result once, when it ends; a result stored before per-step timing,
+the declared warm-up or the 0a sweep shape existed lacks those figures. ``current_result`` fills
+them from what the store still holds (the run's plan and its stored series), so ``status``,
+``compare`` and ``results --history`` show one step-time definition for old and new runs alike:
+an old run's step time then rests on its report windows after the warm-up, and says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.step_time import STEP_SERIES, step_time_figures
+from mlbench_tui.results.summary import batch_size, config_digest, sweep_shape, warmup_steps
+from mlbench_tui.server.paging import all_metrics
+
+if TYPE_CHECKING:
+    from mlbench_tui.store.api_models import RunDetail
+    from mlbench_tui.store.reader import RunReader
+
+
+def run_plan(run: RunDetail) -> RunPlan | None:
+    """The run's stored plan (None for a run registered without a valid one)."""
+    try:
+        return RunPlan.model_validate(run.plan)
+    except ValidationError:
+        return None
+
+
+def needs_refresh(result: RunResult) -> bool:
+    """Whether ``result`` was stored by a version without today's step-time, sweep or
+    configuration figures."""
+    no_step_time = result.step_time is None and result.step_time_note is None and result.task != "0a"
+    return no_step_time or not result.config_digest or (result.task == "0a" and result.sweep is None)
+
+
+def current_result(reader: RunReader, run: RunDetail) -> RunResult | None:
+    """``run``'s stored result, with the figures its version did not store derived from its plan
+    and its stored step series; None for a run without a result."""
+    if run.result is None:
+        return None
+    result = run.result.model_copy(update={"run_id": run.id})
+    plan = run_plan(run)
+    if plan is None or not needs_refresh(result):
+        return result
+    updates: dict[str, Any] = {}
+    warmup = warmup_steps(plan)
+    if warmup is not None and result.step_time is None:
+        names = list(STEP_SERIES)
+        points = all_metrics(lambda batch, since: reader.metrics(run.id, names=batch, since=since), names)
+        figures = step_time_figures(points, warmup)
+        if figures is not None:
+            updates.update(step_time=figures, step_time_s=figures.median_s)
+    if result.sweep is None:
+        updates["sweep"] = sweep_shape(plan)
+    if result.batch_size is None:
+        updates["batch_size"] = batch_size(plan)
+    if not result.config_digest:
+        updates["config_digest"] = config_digest(plan)
+    return result.model_copy(update=updates)
