@@ -94,7 +94,7 @@ class RankFigures:
     def take(self, name: str, value: float | None, step: int | None = None) -> bool:
         """Fold in the latest ``value`` of metric ``name``; False for a metric it does not keep."""
         if name == STEP_TIME:
-            if value is not None:
+            if value is not None and not self.final:  # a finished run's median outranks any window
                 self.step_time = value
         elif name in TOTAL_FIELDS:
             if value is not None:
@@ -199,10 +199,12 @@ def summarize_ranks(figures: Iterable[RankFigures], ranks: int, worst: int = 5) 
     )
 
 
-def settle_ranks(figures: dict[int, RankFigures], step_time: StepTimeFigures | None) -> None:
+def settle_ranks(figures: Mapping[int, RankFigures], step_time: StepTimeFigures | None) -> None:
     """Give each rank of a finished run its median step and busy time from the run's result
     (ranks the result has no timed steps for keep their latest window)."""
     if step_time is None:
         return
     for rank_step in step_time.ranks:
-        figures.setdefault(rank_step.rank, RankFigures(rank_step.rank)).settle(rank_step)
+        rank = figures.get(rank_step.rank)
+        if rank is not None:
+            rank.settle(rank_step)

@@ -322,17 +322,17 @@ def reference_key(result: RunResult, machine: str) -> ReferenceKey:
 
 
 def verdicts(result: RunResult, rows: Sequence[ReferenceRow] | None = None) -> list[Verdict]:
-    """A verdict for each headline figure of a succeeded run (none for a run that did not)."""
+    """A verdict for each headline figure of a succeeded run (none for a run that did not, or
+    whose machine is unknown)."""
     if not result.succeeded:
         return []
     machine = machine_class(result)
+    if machine is None:  # a run without a fingerprint: nothing to match
+        return []
     rows = table() if rows is None else rows
     found = []
     for figure, value in measured_figures(result).items():
         if value <= 0:
-            continue
-        if machine is None:
-            found.append(Verdict(figure, value, missing="the run's machine is not known"))
             continue
         key = reference_key(result, machine)
         matching = [r for r in rows if key.differs(r, figure) is None]

@@ -16,9 +16,9 @@ from mlbench_tui.results.table import (
     telemetry_lines,
     value_text,
 )
-from mlbench_tui.runs.figures import current_result
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
+from mlbench_tui.server.current_results import current_result
 from mlbench_tui.spec.tasks import get_task
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from mlbench_tui.results.quantiles import quantile, relative_spread, weighted_qu
 from mlbench_tui.results.ranks import RankFigures, settle_ranks
 from mlbench_tui.results.step_time import step_time_figures, step_time_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
-from mlbench_tui.runs.figures import current_result
+from mlbench_tui.server.current_results import current_result
 from mlbench_tui.store.reader import StoreReader
 from mlbench_tui.store.store import Store
 

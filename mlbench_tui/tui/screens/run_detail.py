@@ -22,7 +22,7 @@ from textual.worker import get_current_worker
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_number
-from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
+from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile, settle_ranks
 from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
 from mlbench_tui.tui import rank_telemetry, run_charts
@@ -229,6 +229,8 @@ class RunDetailScreen(RunLogsActions):
             view.host = rank.host or rank.pod or view.host
         for r in range(run.workers):
             self.ranks.setdefault(r, RankView(r))
+        if run.result is not None:
+            settle_ranks(self.ranks, run.result.step_time)
         if run.result is not None and run.result.telemetry is not None:
             for figures in run.result.telemetry.ranks:
                 view = self.ranks.setdefault(figures.rank, RankView(figures.rank))

@@ -1,10 +1,12 @@
 """A stored result brought up to today's definitions where an older version stored less.
 
 The server computes a run's result once, when it ends; a result stored before per-step timing,
-the declared warm-up or the 0a sweep shape existed lacks those figures. ``current_result`` fills
-them from what the store still holds (the run's plan and its stored series), so ``status``,
-``compare`` and ``results --history`` show one step-time definition for old and new runs alike:
-an old run's step time then rests on its report windows after the warm-up, and says so.
+the declared warm-up, the 0a sweep shape or the configuration digest existed lacks those figures.
+``current_result`` fills them from what the store still holds (the run's plan and its stored step
+series, read through any ``RunReader``: the HTTP client or the store file), so ``status``,
+``compare``, ``results --history``, the TUI and the report show one step-time definition for old
+and new runs alike: an old run's step time then rests on its report windows after the warm-up,
+and says so.
 """
 
 from __future__ import annotations
