@@ -58,7 +58,8 @@ def run_steps(tracker: Tracker, timeline: Timeline, n: int, *, between: float = 
     """``n`` batches of 10 ms: load 1 ms, forward 5 ms, all-reduce 3 ms, optimizer 1 ms (step i
     takes i us longer, so each timed step is recognisable), then ``between`` outside any phase."""
     for i, (_, record) in enumerate(tracker.each_batch(range(n))):
-        for phase, seconds in (("batch_load", 1e-3), ("fwd_pass", 5e-3 + i * 1e-6), ("agg", 3e-3), ("opt_step", 1e-3)):
+        phases = (("batch_load", 1e-3), ("fwd_pass", 5e-3 + i * 1e-6), ("agg", 3e-3), ("opt_step", 1e-3))
+        for phase, seconds in phases:
             timeline.now += seconds
             if record:
                 record(phase)
