@@ -11,6 +11,7 @@ and says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -19,10 +20,11 @@ from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.step_time import STEP_SERIES, step_time_figures
 from mlbench_tui.results.summary import batch_size, config_digest, sweep_shape, warmup_steps
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_metrics
+from mlbench_tui.store.api_models import RunDetail, RunInfo
 
 if TYPE_CHECKING:
-    from mlbench_tui.store.api_models import RunDetail
     from mlbench_tui.store.reader import RunReader
 
 
@@ -41,11 +43,10 @@ def needs_refresh(result: RunResult) -> bool:
     return no_step_time or not result.config_digest or (result.task == "0a" and result.sweep is None)
 
 
-def current_result(reader: RunReader, run: RunDetail) -> RunResult | None:
-    """``run``'s stored result, with the figures its version did not store derived from its plan
-    and its stored step series; None for a run without a result."""
-    if run.result is None:
-        return None
+def refreshed(run: RunDetail, points: Iterable[MetricPoint] = ()) -> RunResult:
+    """``run``'s stored result (it must have one) with the figures its version did not store,
+    derived from its plan and ``points`` (its step series; an export's metrics will do)."""
+    assert run.result is not None
     result = run.result.model_copy(update={"run_id": run.id})
     plan = run_plan(run)
     if plan is None or not needs_refresh(result):
@@ -53,8 +54,6 @@ def current_result(reader: RunReader, run: RunDetail) -> RunResult | None:
     updates: dict[str, Any] = {}
     warmup = warmup_steps(plan)
     if warmup is not None and result.step_time is None:
-        names = list(STEP_SERIES)
-        points = all_metrics(lambda batch, since: reader.metrics(run.id, names=batch, since=since), names)
         figures = step_time_figures(points, warmup)
         if figures is not None:
             updates.update(step_time=figures, step_time_s=figures.median_s)
@@ -65,3 +64,22 @@ def current_result(reader: RunReader, run: RunDetail) -> RunResult | None:
     if not result.config_digest:
         updates["config_digest"] = config_digest(plan)
     return result.model_copy(update=updates)
+
+
+def current_result(reader: RunReader, run: RunInfo) -> RunResult | None:
+    """``run``'s stored result with the figures its version did not store, derived from its plan
+    and its stored step series (both read only when needed: a listed run's result of this version
+    costs no request); None for a run without a result."""
+    if run.result is None:
+        return None
+    if not needs_refresh(run.result):
+        return run.known_result()
+    detail = run if isinstance(run, RunDetail) else reader.get_run(run.id)
+    stored = detail.result
+    if stored is None:
+        return None
+    points: list[MetricPoint] = []
+    if stored.step_time is None and stored.task != "0a":
+        names = list(STEP_SERIES)
+        points = all_metrics(lambda batch, since: reader.metrics(detail.id, names=batch, since=since), names)
+    return refreshed(detail, points)
