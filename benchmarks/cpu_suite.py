@@ -4,7 +4,7 @@ Applies one multi-document spec in a throw-away ``MLBENCH_HOME``, two gloo ranks
 (a small sweep from one element), task 1a at the quick start's settings (batch 64 per rank) and
 task 2a (batch 128 per rank), on synthetic data to their light goals; then prints each
 succeeded run's step time (median of every rank's report windows) and 0a's smallest-size
-latency and peak bus bandwidth as rows of ``mlbench_tui/results/reference.csv``, ready to add.
+latency and peak bus bandwidth as rows of ``mlbench_tui/spec/reference.csv``, ready to add.
 
     python -m benchmarks cpu_suite [--keep DIR]
 """
@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
         today = datetime.now(UTC).date().isoformat()
         rows = reference_rows(results, source="cpu_suite", measured=today)
         print(
-            "\nreference rows (mlbench_tui/results/reference.csv):\n" + csv_text(rows, header=False), end=""
+            "\nreference rows (mlbench_tui/spec/reference.csv):\n" + csv_text(rows, header=False), end=""
         )
         return 0 if applied.returncode == 0 and all(r.succeeded for r in results) else 1
 

@@ -145,7 +145,7 @@ def forked_ranks_failed(tests: Part) -> bool:
 
 
 def reference_row(figures: SuiteFigures | None) -> list[str]:
-    """The machine's figures: rows for ``mlbench_tui/results/reference.csv`` (step time per task,
+    """The machine's figures: rows for ``mlbench_tui/spec/reference.csv`` (step time per task,
     precision and implementation; 0a's smallest-size latency and peak bus bandwidth), 0a's
     curve at a few sizes, and the graph-vs-eager verdicts."""
     if figures is None:
@@ -153,7 +153,7 @@ def reference_row(figures: SuiteFigures | None) -> list[str]:
     device = f"{figures.workers} x {figures.device}" if figures.workers > 1 else figures.device
     lines = [f"  machine: {device}, torch {figures.torch}"]
     rows = figures.reference_csv.splitlines()
-    lines += ["  reference rows (mlbench_tui/results/reference.csv):", *(f"    {row}" for row in rows)]
+    lines += ["  reference rows (mlbench_tui/spec/reference.csv):", *(f"    {row}" for row in rows)]
     if not rows:
         lines.append("    (none: no case succeeded)")
     if figures.graph_losses:

@@ -140,7 +140,7 @@ class SuiteFigures(BaseModel):
     cases: list[CaseFigures]
     allreduce: list[SizeFigures]
     graph_losses: list[LossFigures]
-    reference_csv: str = ""  # rows for mlbench_tui/results/reference.csv (results.reference)
+    reference_csv: str = ""  # rows for mlbench_tui/spec/reference.csv (results.reference)
 
 
 @dataclass

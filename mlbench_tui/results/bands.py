@@ -19,7 +19,7 @@ from mlbench_tui.results.reference_figures import BUSBW, LATENCY, STEP_TIME
 
 if TYPE_CHECKING:
     from mlbench_tui.results.model import RunResult
-    from mlbench_tui.results.reference import ReferenceRow
+    from mlbench_tui.spec.reference_table import ReferenceRow
 
 Z = 2.0
 """Standard deviations either side of the expected value a normal run stays within (~95%)."""
