@@ -94,9 +94,7 @@ def main(argv: list[str]) -> int:
         print(f"\n{len(results)} runs in {time.monotonic() - started:.0f} s on {machine_class(results[0])}")
         today = datetime.now(UTC).date().isoformat()
         rows = reference_rows(results, source="cpu_suite", measured=today)
-        print(
-            "\nreference rows (mlbench_tui/spec/reference.csv):\n" + csv_text(rows, header=False), end=""
-        )
+        print("\nreference rows (mlbench_tui/spec/reference.csv):\n" + csv_text(rows, header=False), end="")
         return 0 if applied.returncode == 0 and all(r.succeeded for r in results) else 1
 
 

@@ -11,20 +11,15 @@ came from. A time to accuracy has no within-run spread: without repeats it has n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mlbench_tui.results.reference_figures import BUSBW, LATENCY, STEP_TIME
+from mlbench_tui.spec.reference_table import MIN_BAND
 
 if TYPE_CHECKING:
     from mlbench_tui.results.model import RunResult
     from mlbench_tui.spec.reference_table import ReferenceRow
-
-Z = 2.0
-"""Standard deviations either side of the expected value a normal run stays within (~95%)."""
-MIN_BAND = 0.01
-"""No band is narrower than 1%: below that a verdict would judge the clock, not the machine."""
 
 
 @dataclass(frozen=True)
@@ -37,10 +32,8 @@ class Band:
 
 def reference_band(row: ReferenceRow) -> Band | None:
     """The band from the reference's repeats (None for a row measured once)."""
-    if row.repeats < 2 or row.spread is None:
-        return None
-    half = max(MIN_BAND, Z * row.spread * math.sqrt(1 + 1 / row.repeats))
-    return Band(half, f"the reference's {row.repeats} repeats")
+    half = row.repeats_band()
+    return None if half is None else Band(half, f"the reference's {row.repeats} repeats")
 
 
 def within_run_spread(result: RunResult, figure: str) -> float | None:

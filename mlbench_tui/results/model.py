@@ -205,6 +205,32 @@ class SweepShape(_Loose):
     warmup: int = 0
 
 
+class PreflightCheckFigures(_Loose):
+    """One pre-flight check at its worst across ranks: which rank, what it found."""
+
+    name: str
+    status: Literal["pass", "warn", "fail", "skip"]
+    detail: str = ""
+    rank: int | None = None
+    value: float | None = None
+    expected: float | None = None
+    unit: str | None = None
+
+
+class PreflightFigures(_Loose):
+    """The pre-flight before training (``results.preflight``): how it went, each check at its
+    worst, and the probes' figures (the GEMM rate is the run's measured peak)."""
+
+    status: Literal["passed", "warned", "failed"]
+    stopped: bool = Field(default=False, description="A failed check stopped the run before training.")
+    ranks: int = 0
+    checks: list[PreflightCheckFigures] = Field(default_factory=list)
+    gemm_tflops: float | None = Field(default=None, description="The slowest rank's GEMM probe (TFLOP/s).")
+    allreduce_us: float | None = Field(default=None, description="The one-element all-reduce probe (us).")
+    seconds: float | None = Field(default=None, description="The slowest rank's pre-flight.")
+    device: str | None = None
+
+
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
     it keeps the run out of MLPerf's closed division."""
@@ -252,6 +278,9 @@ class RunResult(_Loose):
     )
     step_time_note: str | None = Field(default=None, description="Why a run that trained has no step time.")
     sweep: SweepShape | None = Field(default=None, description="Task 0a: the sizes and repetitions swept.")
+    preflight: PreflightFigures | None = Field(
+        default=None, description="The health checks before training; None when the run had none."
+    )
     config_digest: str = Field(
         default="",
         description="What moves the time to accuracy (task, goal, data, hyperparameters, backend, world "

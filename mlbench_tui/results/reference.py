@@ -20,10 +20,11 @@ percentages of the expected value, in the direction that reads as slower or fast
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from mlbench_worker.preflight import device_class
 
 from mlbench_tui.results.bands import Band, reference_band, run_band
 from mlbench_tui.results.model import RunResult
@@ -175,9 +176,7 @@ class Verdict:
 def gpu_class(device_name: str) -> str | None:
     """The catalog model a device is (``NVIDIA H100 80GB HBM3`` -> ``H100``): every word of the
     model is a word of the name; the most specific such model (``A100-80GB`` over ``A100``)."""
-    words = set(re.split(r"[\s_-]+", device_name.upper()))
-    fits = [m for m in GPU_MODELS if set(re.split(r"[\s_-]+", m.upper())) <= words]
-    return max(fits, key=len) if fits else None
+    return device_class(device_name, GPU_MODELS)  # the rule the ranks' pre-flight uses too
 
 
 def machine_class(result: RunResult) -> str | None:

@@ -7,6 +7,8 @@ them are better higher, and how each reads.
 
 from __future__ import annotations
 
+from mlbench_worker.preflight import PROBE_ALLREDUCE, PROBE_GEMM
+
 from mlbench_tui.formatting import format_duration, format_latency, format_number, format_step
 from mlbench_tui.results.model import RunResult
 
@@ -16,8 +18,10 @@ BUSBW = "allreduce_peak_busbw_gbps"
 TIME_TO_ACCURACY = "time_to_accuracy_s"
 STEP_FLOOR = "step_floor_ms"
 """The whole training step in one CUDA graph: the device's fastest step (``results.bounds``)."""
-GEMM = "gemm_tflops"
+GEMM = PROBE_GEMM
 """The pre-flight's matrix-multiply probe: the machine's achievable peak (``results.preflight``)."""
+PREFLIGHT_ALLREDUCE = PROBE_ALLREDUCE
+"""The pre-flight's one-element all-reduce (us)."""
 
 FIGURE_NAMES = {
     STEP_TIME: "step",
@@ -26,6 +30,7 @@ FIGURE_NAMES = {
     TIME_TO_ACCURACY: "time to accuracy",
     STEP_FLOOR: "one-graph step",
     GEMM: "GEMM",
+    PREFLIGHT_ALLREDUCE: "pre-flight all-reduce",
 }
 
 
@@ -38,7 +43,7 @@ def shown(figure: str, value: float) -> str:
     """A figure as people read it: step times and latencies in their unit, rates in theirs."""
     if figure in (STEP_TIME, STEP_FLOOR):
         return format_step(value / 1000)
-    if figure == LATENCY:
+    if figure in (LATENCY, PREFLIGHT_ALLREDUCE):
         return format_latency(value / 1e6)
     if figure == TIME_TO_ACCURACY:
         return format_duration(value)

@@ -26,6 +26,7 @@ from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.model import RunResult, SweepShape
+from mlbench_tui.results.preflight import preflight_figures
 from mlbench_tui.results.scoring import cost_to_target
 from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.step_time import STEP_SERIES, no_step_time_text, step_time_figures
@@ -184,6 +185,7 @@ def summarize_run(
         batch_size=batch_size(plan),
         sweep=sweep_shape(plan),
         config_digest=config_digest(plan),
+        preflight=preflight_figures(events),
         startup=startup_figures(
             events, launched_at=launched_at, target=plan.target.kind, milestones=milestones
         ),

@@ -31,6 +31,7 @@ from mlbench_tui.results.model import (
     StartupFigures,
     TelemetryFigures,
 )
+from mlbench_tui.results.preflight import preflight_short, preflight_text
 from mlbench_tui.results.reference import verdicts
 from mlbench_tui.results.reference_figures import FIGURE_NAMES
 from mlbench_tui.results.scoring import (
@@ -202,6 +203,8 @@ def checks_lines(result: RunResult) -> list[tuple[str, str]]:
     """``(label, text)`` lines of a run's checks: each headline figure's verdict against its
     machine's expected value, and each figure that fails a physical bound with the reason."""
     lines = [("startup", startup_text(result.startup))] if result.startup is not None else []
+    if result.preflight is not None:
+        lines.append(("preflight", preflight_text(result.preflight)))
     lines += [("verdict", verdict.text()) for verdict in verdicts(result)]
     lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
     if len(result.suspects) > SUSPECTS_SHOWN:
@@ -285,6 +288,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "LAUNCHER": launcher_text(start),
                 "WALL": format_duration(result.wall_time_s),
                 "VS REF": reference_text(result),
+                "PREFLIGHT": preflight_short(result.preflight),
             }
         )
     return rows

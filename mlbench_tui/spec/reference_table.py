@@ -11,11 +11,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
+
+Z = 2.0
+"""Standard deviations either side of the expected value a normal run stays within (~95%)."""
+MIN_BAND = 0.01
+"""No band is narrower than 1%: below that a verdict would judge the clock, not the machine."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,14 @@ class ReferenceRow:
             self.config,
             self.figure,
         )
+
+    def repeats_band(self) -> float | None:
+        """The band a new run of a healthy machine stays within, as a fraction of ``value``, from
+        the row's repeats: ``Z`` standard deviations widened by the row's own uncertainty
+        (``sqrt(1 + 1/n)``: a prediction interval), at least ``MIN_BAND``; None for one run."""
+        if self.repeats < 2 or self.spread is None:
+            return None
+        return max(MIN_BAND, Z * self.spread * math.sqrt(1 + 1 / self.repeats))
 
     @property
     def size_range(self) -> tuple[int, int] | None:

@@ -25,6 +25,7 @@ PHASES = (
     "device",
     "rendezvous",
     "environment",
+    "preflight",
     "data",
     "model",
     "graph_capture",

@@ -32,6 +32,7 @@ RUN_STOP = "run_stop"
 RANK_FAILED = "rank_failed"
 ALLREDUCE_SWEEP = "allreduce_sweep"
 STARTUP = "startup"
+PREFLIGHT = "preflight"
 
 # --- metric names (telemetry's ``sys/`` series are in ``mlbench_worker.sysmetrics``) -------------
 
@@ -65,6 +66,7 @@ def allreduce_metric(dtype: str, figure: str) -> str:
 # --- event payloads ----------------------------------------------------------------------------
 
 Status = Literal["success", "aborted", "failed"]
+CheckStatus = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("success", "aborted", "failed")
 P = TypeVar("P", bound="Payload")
 
@@ -253,6 +255,48 @@ class Startup(Payload):
         return dataclasses.replace(read, phases=phases)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PreflightCheck(Payload):
+    """One pre-flight check on one rank: its name, ``pass``/``warn``/``fail``/``skip``, what it
+    found in words, and its measured and expected figure where it has them."""
+
+    name: str = ""
+    status: CheckStatus = "skip"
+    detail: str = ""
+    value: float | None = None
+    expected: float | None = None
+    unit: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preflight(Payload):
+    """A rank's pre-flight before training: its checks, and whether the run was stopped for them."""
+
+    KIND: ClassVar[str] = PREFLIGHT
+    rank: int | None = None
+    device: str | None = None
+    checks: tuple[PreflightCheck, ...] = ()
+    stopped: bool = False
+    seconds: float | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        doc = super().to_payload()
+        doc["checks"] = [c.to_payload() for c in self.checks]
+        return doc
+
+    @classmethod
+    def from_payload(cls, doc: Mapping[str, Any]) -> Preflight:
+        """As ``Payload.from_payload``; checks that are not objects are left out."""
+        read = super().from_payload({k: v for k, v in doc.items() if k != "checks"})
+        raw = doc.get("checks")
+        checks = (
+            tuple(PreflightCheck.from_payload(c) for c in raw if isinstance(c, Mapping))
+            if isinstance(raw, list)
+            else ()
+        )
+        return dataclasses.replace(read, checks=checks)
+
+
 EVENTS: dict[str, type[Payload]] = {
     cls.KIND: cls
     for cls in (
@@ -267,6 +311,7 @@ EVENTS: dict[str, type[Payload]] = {
         RankFailed,
         AllreduceSweep,
         Startup,
+        Preflight,
     )
 }
 
@@ -386,6 +431,33 @@ class ImplementationConfig:
     """``tuned``: the rank keeps freed heap memory for the next step (``mlbench_worker.allocator``)."""
 
 
+OnFailure = Literal["stop", "warn"]
+ON_FAILURE: tuple[str, ...] = get_args(OnFailure)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a pre-flight probe should measure on one machine class (a GPU model, or ``cpu: MODEL
+    xN``): the expected value and the band (a fraction of it) a healthy machine stays within."""
+
+    machine: str  # "*": the spec's own limit, for any machine
+    figure: str  # mlbench_worker.preflight's PROBE_ALLREDUCE or PROBE_GEMM
+    value: float
+    band: float | None = None
+    source: str = ""
+    limit: bool = False  # a hard limit: any figure worse than it fails
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    """The checks a rank runs before training, and what a failed one does: ``stop`` the run with
+    its reason, or ``warn`` and train anyway. ``expectations``: the probes' expected values per
+    machine class (the reference table's rows, and the spec's own limits first)."""
+
+    on_failure: OnFailure = "stop"
+    expectations: tuple[Expectation, ...] = ()
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a rank needs to run one task of one run."""
@@ -408,6 +480,7 @@ class WorkerConfig:
     hyperparameters: TaskHyperparameters = field(default_factory=TaskHyperparameters)
     implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
     telemetry_interval_s: float | None = DEFAULT_TELEMETRY_INTERVAL_S  # None: telemetry off
+    preflight: PreflightConfig | None = None  # None: no pre-flight
 
 
 def config_document(config: WorkerConfig) -> dict[str, Any]:
@@ -521,7 +594,33 @@ def parse_config(doc: Any) -> WorkerConfig:
         hyperparameters=parse_hyperparameters(doc["task"], dict(_object(doc, "hyperparameters"))),
         implementation=implementation,
         telemetry_interval_s=_telemetry_interval(doc),
+        preflight=_preflight(doc.get("preflight")),
     )
+
+
+def _preflight(doc: Any) -> PreflightConfig | None:
+    """The pre-flight settings (absent or null: none)."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise ConfigError("'preflight' must be an object or null")
+    expectations = []
+    for item in doc.get("expectations") or []:
+        if not isinstance(item, dict):
+            raise ConfigError("'preflight.expectations' must hold objects")
+        band = _optional(item, "band", (int, float), None)
+        expectations.append(
+            Expectation(
+                machine=_require(item, "machine", str, "preflight.expectations."),
+                figure=_require(item, "figure", str, "preflight.expectations."),
+                value=float(_require(item, "value", (int, float), "preflight.expectations.")),
+                band=float(band) if band is not None else None,
+                source=str(item.get("source", "")),
+                limit=bool(_optional(item, "limit", bool, False)),
+            )
+        )
+    on_failure = _choice(str(doc.get("on_failure", "stop")), ON_FAILURE, "preflight.on_failure")
+    return PreflightConfig(on_failure=on_failure, expectations=tuple(expectations))
 
 
 def _telemetry_interval(doc: Mapping[str, Any]) -> float | None:
