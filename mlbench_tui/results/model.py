@@ -231,6 +231,23 @@ class PreflightFigures(_Loose):
     device: str | None = None
 
 
+class FlopFigures(_Loose):
+    """How much of the machine a step uses (``results.flops``): model FLOPs per rank's
+    step, the achieved rate, its share of the measured GEMM peak, and the step against the
+    machine's one-graph floor."""
+
+    flops_per_step: float | None = Field(default=None, description="One rank's step (torch's FLOP counter).")
+    achieved_tflops: float | None = Field(default=None, description="Per rank, over the run's step time.")
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    of_peak: float | None = Field(default=None, description="Achieved over the GEMM peak.")
+    small_model: bool = Field(default=False, description="Under 2% of peak: not a headline figure.")
+    floor_ms: float | None = Field(default=None, description="The machine's whole step in one CUDA graph.")
+    of_floor: float | None = Field(
+        default=None, description="The floor over this run's step (1: at the floor)."
+    )
+
+
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
     it keeps the run out of MLPerf's closed division."""
@@ -280,6 +297,9 @@ class RunResult(_Loose):
     sweep: SweepShape | None = Field(default=None, description="Task 0a: the sizes and repetitions swept.")
     preflight: PreflightFigures | None = Field(
         default=None, description="The health checks before training; None when the run had none."
+    )
+    flops: FlopFigures | None = Field(
+        default=None, description="Model FLOPs, achieved rate against the GEMM peak, step against its floor."
     )
     config_digest: str = Field(
         default="",

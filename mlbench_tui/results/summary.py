@@ -25,8 +25,10 @@ from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
+from mlbench_tui.results.flops import flop_figures, model_flops
 from mlbench_tui.results.model import RunResult, SweepShape
 from mlbench_tui.results.preflight import preflight_figures
+from mlbench_tui.results.reference import machine_class
 from mlbench_tui.results.scoring import cost_to_target
 from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.step_time import STEP_SERIES, no_step_time_text, step_time_figures
@@ -40,6 +42,7 @@ from mlbench_tui.results.time_to_accuracy import (
     time_split,
     wall_time,
 )
+from mlbench_tui.spec.reference_table import table as reference_table
 
 
 def _cpu_model() -> str | None:
@@ -94,7 +97,14 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
     totals and train/validation times, the all-reduce figures, the telemetry series its memory,
     utilisation and energy come from (not the per-step training series)."""
-    wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, *STEP_SERIES, *TRACKER_TOTALS, *RESULT_SERIES}
+    wanted = {
+        wire.TIME_TRAIN,
+        wire.TIME_VALIDATION,
+        wire.MODEL_FLOPS,
+        *STEP_SERIES,
+        *TRACKER_TOTALS,
+        *RESULT_SERIES,
+    }
     goal_metric = goal.metric if goal is not None else None
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 
@@ -197,6 +207,8 @@ def summarize_run(
             result.step_time_s = result.step_time.median_s
         elif stop is not None and stop.step:
             result.step_time_note = no_step_time_text(warmup, stop.step)
+    machine = machine_class(result)
+    result.flops = flop_figures(result, model_flops(metrics), machine, reference_table())
     result.suspects = suspects(result, metrics)
     if outcome is None:
         return result

@@ -24,6 +24,7 @@ from mlbench_tui.formatting import (
 )
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.bounds import nvls_note
+from mlbench_tui.results.flops import flops_text
 from mlbench_tui.results.model import (
     AllreduceFigures,
     RankTelemetryFigures,
@@ -206,6 +207,8 @@ def checks_lines(result: RunResult) -> list[tuple[str, str]]:
     if result.preflight is not None:
         lines.append(("preflight", preflight_text(result.preflight)))
     lines += [("verdict", verdict.text()) for verdict in verdicts(result)]
+    if result.flops is not None:
+        lines.append(("flops", flops_text(result.flops)))
     lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
     if len(result.suspects) > SUSPECTS_SHOWN:
         more = len(result.suspects) - SUSPECTS_SHOWN

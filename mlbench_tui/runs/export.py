@@ -57,6 +57,8 @@ PUBLISHED = (
     "step_time_note",
     "sweep",
     "config_digest",
+    "preflight",
+    "flops",
 )
 
 

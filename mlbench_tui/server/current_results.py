@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.flops import flop_figures
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.reference import machine_class
 from mlbench_tui.results.step_time import STEP_SERIES, step_time_figures
 from mlbench_tui.results.summary import batch_size, config_digest, sweep_shape, warmup_steps
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_metrics
+from mlbench_tui.spec.reference_table import table as reference_table
 from mlbench_tui.store.api_models import RunDetail, RunInfo
 
 if TYPE_CHECKING:
@@ -63,7 +66,10 @@ def refreshed(run: RunDetail, points: Iterable[MetricPoint] = ()) -> RunResult:
         updates["batch_size"] = batch_size(plan)
     if not result.config_digest:
         updates["config_digest"] = config_digest(plan)
-    return result.model_copy(update=updates)
+    updated = result.model_copy(update=updates)
+    if updated.flops is None:  # the step against its one-graph floor, where the machine has one
+        updated.flops = flop_figures(updated, None, machine_class(updated), reference_table())
+    return updated
 
 
 def current_result(reader: RunReader, run: RunInfo) -> RunResult | None:

@@ -11,7 +11,7 @@ import pytest
 from mlbench_worker import phase_clock
 from mlbench_worker.phase_clock import CpuClock, CudaClock, TimedStep
 from mlbench_worker.tracker import PHASES, Tracker
-from mlbench_worker.wire import TIMED_STEP, TIMED_STEP_COMM
+from mlbench_worker.wire import MODEL_FLOPS, TIMED_STEP, TIMED_STEP_COMM
 
 
 class Timeline:
@@ -164,6 +164,10 @@ def test_the_training_loop_reports_each_timed_step_at_its_number() -> None:
     # 8 steps per epoch, 2 epochs: steps 4..16 timed (calibration stamps every batch)
     assert sorted(s for _, s in timed) == list(range(4, 17))
     assert all(v > 0 and 0 <= comm[s] <= v for v, s in timed)
+    # the first step's model FLOPs, counted once: a 16-feature linear model on 16 samples, its
+    # forward matrix product (2 x 16 x 16) and the weight's gradient (the same; the input needs none)
+    (flops,) = [(v, s) for n, v, s in reporter.metrics if n == MODEL_FLOPS]
+    assert flops == (2 * 2 * 16 * 16, 1)
 
 
 def test_timed_step_is_a_plain_record() -> None:

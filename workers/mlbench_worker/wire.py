@@ -42,6 +42,7 @@ LR = "lr"
 STEP_TIME = "step_time"  # the mean step of the latest report window (live views)
 TIMED_STEP = "timed_step_s"  # one timed step after the warm-up: its seconds (step = its number)
 TIMED_STEP_COMM = "timed_step_comm_s"  # the same step's all-reduce seconds
+MODEL_FLOPS = "model_flops_per_step"  # one rank's training step (forward, loss, backward, optimizer)
 TIME_TRAIN = "time_train"
 TIME_VALIDATION = "time_validation"
 TIME_COMPUTE = "time_compute"

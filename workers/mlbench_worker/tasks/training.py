@@ -158,7 +158,8 @@ class TrainingLoop:
         step = self.step
         maybe_inject_fault(self.ctx.rank, step)
         self.trainer.before_step(step)
-        self.window.add(self.train_step(batch, record))
+        first = step == 0 and self.graphs is None
+        self.window.add(self.counted_step(batch) if first else self.train_step(batch, record))
         self.step = step = step + 1
         if not CLOCK.reported:
             self.first_step_done()
@@ -167,6 +168,20 @@ class TrainingLoop:
         if self.stop.has_time_limit and step % self.check_every == 0:
             return self.stop.decide()
         return Stop.CONTINUE
+
+    def counted_step(self, batch: Any) -> StepResult:
+        """The first step, its model FLOPs counted by torch's FLOP counter (``model_flops_per_step``,
+        one rank's step: the ops it has formulas for, matrix products and convolutions). Counting
+        costs a few steps' time, so the step is set aside like a graph capture: neither a timed
+        step nor training time (it is in the warm-up either way)."""
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+        except ImportError:  # an older torch: no count
+            return self.train_step(batch, None)
+        with self.tracker.aside(), FlopCounterMode(display=False) as counter:
+            result = self.trainer.train_step(batch, None)
+        self.ctx.reporter.metric(wire.MODEL_FLOPS, float(counter.get_total_flops()), step=1)
+        return result
 
     def first_step_done(self) -> None:
         """The rank's start ends with its first step (the device's work included): capture, when
