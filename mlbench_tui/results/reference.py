@@ -31,7 +31,9 @@ from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.reference_figures import (
     BUSBW,
     FIGURE_NAMES,
+    GEMM,
     LATENCY,
+    PREFLIGHT_ALLREDUCE,
     STEP_FLOOR,
     STEP_TIME,
     TIME_TO_ACCURACY,
@@ -288,6 +290,8 @@ def reference_rows(results: Iterable[RunResult], *, source: str, measured: str) 
             )
             own = run_band(result, figure, row)
             groups.setdefault(row.key(), []).append((row, own.half_width if own else None))
+        for row in _probe_rows(result, key, source, measured):
+            groups.setdefault(row.key(), []).append((row, None))
     rows = []
     for members in groups.values():
         values = sorted(r.value for r, _ in members)
@@ -301,6 +305,37 @@ def reference_rows(results: Iterable[RunResult], *, source: str, measured: str) 
                 repeats=len(values),
                 spread=round(cv, 4) if cv is not None else None,
                 step_spread=round(max(spreads), 4) if spreads else None,
+            )
+        )
+    return rows
+
+
+PROBE_TASK = "any"
+"""The task column of the pre-flight's rows: a probe belongs to the machine, not to a task."""
+
+
+def _probe_rows(result: RunResult, key: ReferenceKey, source: str, measured: str) -> list[ReferenceRow]:
+    """The machine's pre-flight probes as rows: its GEMM rate in the run's precision and its
+    one-element all-reduce at the run's backend and world size."""
+    pf = result.preflight
+    if pf is None:
+        return []
+    base = ReferenceRow(
+        machine=key.machine, task=PROBE_TASK, precision=key.precision, implementation="eager", workers=1,
+        batch=None, figure=GEMM, value=0.0, source=source, measured=measured,
+    )  # fmt: skip
+    rows = []
+    if pf.gemm_tflops is not None:
+        rows.append(dataclasses.replace(base, value=round(pf.gemm_tflops, 4)))
+    if pf.allreduce_us is not None:
+        rows.append(
+            dataclasses.replace(
+                base,
+                precision="fp32",
+                workers=key.workers,
+                backend=key.backend,
+                figure=PREFLIGHT_ALLREDUCE,
+                value=round(pf.allreduce_us, 4),
             )
         )
     return rows

@@ -9,6 +9,8 @@ import random
 import pytest
 
 from mlbench_tui.results.compare import (
+    ONE_RUN,
+    RUN_NOISE_FLOOR,
     RunSamples,
     Side,
     compare_figure,
@@ -59,13 +61,16 @@ def test_a_rate_that_fell_regressed() -> None:
     assert found.verdict == "regressed" and found.change == pytest.approx(8.05 / 10.05 - 1)
 
 
-def test_one_run_a_side_resamples_its_steps_and_says_repeats_are_the_stronger_test() -> None:
+def test_one_run_a_side_resamples_its_steps_with_an_assumed_run_to_run_noise() -> None:
     base = runs("base", 1, 100.0, run_noise=0.0, step_noise=0.05, seed=5)
-    slow = runs("slow", 1, 105.0, run_noise=0.0, step_noise=0.05, seed=6)
+    slow = runs("slow", 1, 110.0, run_noise=0.0, step_noise=0.05, seed=6)
     found = compare_figure(STEP_TIME, base, slow)
     assert found.basis == "samples" and found.mann_whitney_on == "samples"
-    assert found.verdict == "regressed"  # 200 steps a side see 5% at 5% step noise
-    assert found.noise_basis == "samples" and "a lower bound" in found.row()["REPEATS FOR 5%"]
+    assert found.verdict == "regressed" and found.notes == (f"step: {ONE_RUN}",)
+    assert found.noise == RUN_NOISE_FLOOR and "assumed run-to-run noise 2.0%" in found.row()["REPEATS FOR 5%"]
+    # 200 steps a side would see 3% on their own; the noise one run cannot show keeps it from a call
+    near = compare_figure(STEP_TIME, base, runs("near", 1, 103.0, run_noise=0.0, step_noise=0.05, seed=6))
+    assert near.verdict == "no significant difference" and near.low < 0.03 < near.high
     # a time to accuracy is one value a run: with one run a side there is nothing to resample
     tta = compare_figure(
         TIME_TO_ACCURACY, Side("b", (RunSamples("b", 60.0),)), Side("c", (RunSamples("c", 66.0),))

@@ -86,7 +86,8 @@ def test_the_shipped_table_reads_typed_one_row_per_key_with_what_moves_each_figu
     assert ("H200", "1a", "fp32", "eager", "step_time_ms") in keys
     assert ("H200", "1a", "bf16", "graphs", "step_floor_ms") in keys
     assert ("H100", "1a", "bf16", "eager", "step_time_ms") in keys
-    assert all(r.value > 0 and r.measured[:4] == "2026" and r.backend in ("gloo", "nccl") for r in rows)
+    assert all(r.value > 0 and r.measured[:4] == "2026" for r in rows)
+    assert all(r.backend in ("gloo", "nccl") for r in rows if r.figure != "gemm_tflops")
     assert len({r.key() for r in rows}) == len(rows)
     assert all(r.size_range is not None and r.repetitions for r in rows if r.figure in (LATENCY, BUSBW))
     assert any(r.repeats > 1 and r.spread is not None for r in rows)  # some rows carry their repeats' spread

@@ -58,7 +58,7 @@ def test_a_slowed_candidate_is_called_regressed_and_fails_ci(home: Path) -> None
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     assert "base:      label:commit=a1 (3 runs)" in out and "candidate: label:commit=b2 (3 runs)" in out
-    assert "percentile bootstrap (2000 resamples) of the difference of medians; Mann-Whitney U" in out
+    assert "percentile bootstrap (1000 resamples) of the difference of medians; Mann-Whitney U" in out
     step = next(line for line in out.splitlines() if line.startswith("step "))
     assert " runs " in step and "regressed" in step and "per side (run-to-run noise" in step
     failed = mlbench("compare", "lr-base", "lr-slow", "--fail-on-regression", "10")
@@ -74,7 +74,7 @@ def test_the_same_configuration_is_no_significant_difference(home: Path) -> None
     same = mlbench("compare", "lr-base-gloo-1w-r0", "lr-base-gloo-1w-r1", "--fail-on-regression", "5")
     assert same.returncode == 0, same.stdout + same.stderr
     step = next(line for line in same.stdout.splitlines() if line.startswith("step "))
-    assert " samples " in step and "+ per side (noise " in step  # one run a side: its steps
+    assert " samples " in step and "per side (assumed run-to-run noise 2.0%" in step  # one run a side
 
 
 def test_an_exported_archive_is_a_side(home: Path, tmp_path: Path) -> None:
