@@ -9,9 +9,10 @@ each part's verdict and time, and the machine's reference rows (GPU model, step 
 precision and implementation, 0a latency and bus bandwidth at a few sizes, the pre-flight's GEMM
 rate and one-element all-reduce) ready for ``mlbench_tui/spec/reference.csv``. Each case runs
 once, so its rows carry ``repeats`` 1 and the within-run spread (``step_spread``: half the p10-p90
-range of its timed steps, or of 0a's repetitions, over the median), which the verdicts' bands
-use; rows with a ``spread`` over repeats come from ``cpu_suite --repeats N`` or from adding runs. The summary is also written to a file (``--out``, default
-``$OUT/gpu-check-summary.txt`` when ``OUT`` is set, else ``gpu-check-summary.txt``). Exits 1 when
+range of its timed steps, or of 0a's repetitions, over the median), which the verdicts' bands use;
+rows with a ``spread`` over repeats come from ``cpu_suite --repeats N`` or from adding runs. The
+summary is also written to a file (``--out``, default ``$OUT/gpu-check-summary.txt`` when ``OUT``
+is set, else ``gpu-check-summary.txt``). Exits 1 when
 a part failed or was stopped. Without an NVIDIA GPU it says so and exits 0; ``--smoke`` then
 runs every part's code on the CPU (gpu_step --smoke, the gpu tests collected and skipped,
 gpu_suite --device cpu --smoke).

@@ -127,6 +127,9 @@ def real_runs(repeats: int, factor: float) -> None:
             return
         with reader:
             base, cand = select(reader, "aa"), select(reader, "bb")
+        for side in (base, cand):
+            if side.left_out:
+                print(f"   left out of {side.ref}: {', '.join(side.left_out)}")
         a = [_samples(r) for r in base.runs]
         b = [_samples(r) for r in cand.runs]
         whole = _verdict(a, b)
