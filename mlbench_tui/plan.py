@@ -17,8 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mlbench_worker import wire
 from mlbench_worker.hyperparams import parse_hyperparameters
-from mlbench_worker.preflight import PROBE_ALLREDUCE, PROBE_GEMM
-from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, ImplementationConfig, WorkerConfig
+from mlbench_worker.wire import (
+    DEFAULT_TELEMETRY_INTERVAL_S,
+    PROBE_ALLREDUCE,
+    PROBE_GEMM,
+    ImplementationConfig,
+    WorkerConfig,
+)
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from mlbench_tui.spec.reference_table import table as reference_table

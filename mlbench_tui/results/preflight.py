@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mlbench_worker import wire
-from mlbench_worker.preflight import PROBE_ALLREDUCE, PROBE_GEMM
+from mlbench_worker.wire import PROBE_ALLREDUCE, PROBE_GEMM
 
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.events import EventRecord

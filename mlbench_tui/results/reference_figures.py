@@ -7,7 +7,7 @@ them are better higher, and how each reads.
 
 from __future__ import annotations
 
-from mlbench_worker.preflight import PROBE_ALLREDUCE, PROBE_GEMM
+from mlbench_worker.wire import PROBE_ALLREDUCE, PROBE_GEMM
 
 from mlbench_tui.formatting import format_duration, format_latency, format_number, format_step
 from mlbench_tui.results.model import RunResult

@@ -28,17 +28,22 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from mlbench_worker.wire import CheckStatus, Expectation, Preflight, PreflightCheck, PreflightConfig, emit
+from mlbench_worker.wire import (
+    PROBE_ALLREDUCE,
+    PROBE_GEMM,
+    CheckStatus,
+    Expectation,
+    Preflight,
+    PreflightCheck,
+    PreflightConfig,
+    emit,
+)
 
 if TYPE_CHECKING:
     import torch
 
     from mlbench_worker.context import RunContext
 
-PROBE_ALLREDUCE = "preflight_allreduce_us"
-"""The probe all-reduce's median latency (one element, microseconds): a reference row's figure."""
-PROBE_GEMM = "gemm_tflops"
-"""The matrix-multiply probe's median rate (TFLOP/s): the machine's achievable peak."""
 FAIL_RATIO = 2.0
 """A probe this many times slower than expected fails (outside its band, it warns)."""
 DEFAULT_BAND = 0.25

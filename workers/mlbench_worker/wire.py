@@ -43,6 +43,8 @@ STEP_TIME = "step_time"  # the mean step of the latest report window (live views
 TIMED_STEP = "timed_step_s"  # one timed step after the warm-up: its seconds (step = its number)
 TIMED_STEP_COMM = "timed_step_comm_s"  # the same step's all-reduce seconds
 MODEL_FLOPS = "model_flops_per_step"  # one rank's training step (forward, loss, backward, optimizer)
+PROBE_ALLREDUCE = "preflight_allreduce_us"  # the pre-flight's one-element all-reduce, median (us)
+PROBE_GEMM = "gemm_tflops"  # the pre-flight's matrix-multiply probe, median (TFLOP/s)
 TIME_TRAIN = "time_train"
 TIME_VALIDATION = "time_validation"
 TIME_COMPUTE = "time_compute"
@@ -458,7 +460,7 @@ class Expectation:
     xN``): the expected value and the band (a fraction of it) a healthy machine stays within."""
 
     machine: str  # "*": the spec's own limit, for any machine
-    figure: str  # mlbench_worker.preflight's PROBE_ALLREDUCE or PROBE_GEMM
+    figure: str  # PROBE_ALLREDUCE or PROBE_GEMM
     value: float
     band: float | None = None
     source: str = ""
