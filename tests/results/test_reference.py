@@ -72,6 +72,11 @@ def row(**fields: object) -> ReferenceRow:
     return ReferenceRow(**(base | fields))  # type: ignore[arg-type]
 
 
+def sweep_row(figure: str, value: float, **fields: object) -> ReferenceRow:
+    """A 0a row of a sweep from 1 to 1e6 elements, 50 repetitions."""
+    return row(task="0a", figure=figure, batch=None, value=value, sizes="1-1000000", repetitions=50, **fields)
+
+
 def cpu_run(step_ms: float, **fields: object) -> RunResult:
     base: dict[str, object] = {
         "name": "cpu-1a-gloo-2w", "backend": "gloo", "workers": 2, "batch_size": 64, "fingerprint": CPU,
@@ -135,18 +140,7 @@ def test_the_verdict_says_normal_slower_or_faster_with_the_band_in_the_same_dire
 
 
 def test_a_bandwidth_below_expected_is_slower() -> None:
-    rows = [
-        row(
-            task="0a",
-            figure=BUSBW,
-            batch=None,
-            value=2.0,
-            sizes="1-1000000",
-            repetitions=50,
-            spread=0.05,
-            repeats=4,
-        )
-    ]
+    rows = [sweep_row(BUSBW, 2.0, spread=0.05, repeats=4)]
     zero_a = run(
         name="cpu-0a", task="0a", backend="gloo", workers=2, batch_size=None, fingerprint=CPU,
         sweep=SweepShape(min_size=1, max_size=1_000_000, sizes=7, repetitions=50),
@@ -157,18 +151,7 @@ def test_a_bandwidth_below_expected_is_slower() -> None:
 
 
 def test_rows_match_only_like_for_like() -> None:
-    rows = [
-        row(
-            task="0a",
-            figure=LATENCY,
-            batch=None,
-            value=250.0,
-            sizes="1-1000000",
-            repetitions=50,
-            spread=0.1,
-            repeats=3,
-        )
-    ]
+    rows = [sweep_row(LATENCY, 250.0, spread=0.1, repeats=3)]
 
     def sweep(min_size: int, max_size: int, repetitions: int) -> RunResult:
         return run(
