@@ -134,13 +134,21 @@ def step_time_text(figures: StepTimeFigures) -> str:
         f"p10 {format_step(figures.p10_s).removesuffix(' ms')}, "
         f"p90 {format_step(figures.p90_s).removesuffix(' ms')}, p99 {format_step(figures.p99_s)}"
     )
-    warmup = f"after a {figures.warmup_steps}-step warm-up" if figures.warmup_steps else "(no warm-up)"
+    n = figures.warmup_steps
+    warmup = f"after {_article(n)} {n}-step warm-up" if n else "(no warm-up)"
     if figures.basis == "windows":
         what = f"{figures.steps} steps in {figures.windows} report windows {warmup}"
         return (
             f"{format_step(figures.median_s)} median of {what} ({spread}; window means: no per-step record)"
         )
     return f"{format_step(figures.median_s)} median of {figures.steps} timed steps {warmup} ({spread})"
+
+
+def _article(n: int) -> str:
+    """``an`` before a number read with a vowel sound (8, 11, 18, 80, 800, 11000), else ``a``."""
+    digits = str(n)
+    eleven = len(digits) % 3 == 2 and digits.startswith(("11", "18"))  # eleven, eighteen (thousand)
+    return "an" if digits.startswith("8") or eleven else "a"
 
 
 def no_step_time_text(warmup_steps: int, steps_taken: int | None) -> str:
