@@ -72,7 +72,7 @@ def _merged(known: LaunchMilestones | None, status: RunStatus | None) -> LaunchM
 
 
 def _max_epochs(hp: AnyHyperparameters) -> float | None:
-    return None if isinstance(hp, AllReduce) else float(hp.max_epochs)
+    return None if isinstance(hp, AllReduce) or hp.max_epochs is None else float(hp.max_epochs)
 
 
 class Runner:

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlbench_worker.data.option_checks import check_options
+
 from mlbench_tui.spec.diagnostics import did_you_mean
 from mlbench_tui.spec.hyperparameters import overridden, override_problems
 from mlbench_tui.spec.models import BenchmarkSpec
@@ -240,11 +242,26 @@ def _node_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
-    if not task.reads_data and "data" in spec.spec.model_fields_set and spec.spec.data.source != "synthetic":
+    data = spec.spec.data
+    if not task.reads_data and "data" in spec.spec.model_fields_set and data.source != "synthetic":
         yield PolicyIssue(
             ("spec", "data"),
             f"task {task.id} ({task.name}) generates its inputs and reads no dataset: "
             "remove spec.data or set it to 'synthetic'",
+        )
+    options = task.data_options.get(data.source)
+    if options is None:
+        return
+    label = f"{task.id}'s data source '{data.source}'"
+    typed, problems = check_options(options, label, data.options)
+    for problem in problems:
+        hint = did_you_mean(problem.name, problem.choices) if problem.at_key else problem.hint or None
+        yield PolicyIssue(("spec", "data", "options", problem.name), problem.message, hint, problem.at_key)
+    if typed.get("decoder") == "gpu" and spec.spec.hardware.gpus == 0:
+        yield PolicyIssue(
+            ("spec", "data", "options", "decoder"),
+            "data option decoder 'gpu' decodes on the rank's GPU, and this run has none",
+            "set spec.hardware.gpu, or decoder 'auto' or 'cpu'",
         )
 
 
