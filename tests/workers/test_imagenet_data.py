@@ -68,9 +68,12 @@ def test_the_official_archives_are_verified_and_read_in_place(tmp_path: Path) ->
     index = imagenet.load_index(root)
     assert index.source == "archives" and index.classes == tuple(sorted(WNIDS))
     train = imagenet.Reader(index.train)
-    with tarfile.open(root / "ILSVRC2012_img_train.tar") as outer:  # the bytes at the recorded offsets
-        inner = tarfile.open(fileobj=outer.extractfile(f"{sorted(WNIDS)[1]}.tar"))
-        member = inner.extractfile(f"{sorted(WNIDS)[1]}_2.JPEG")
+    wnid = sorted(WNIDS)[1]
+    with (  # the bytes at the recorded offsets
+        tarfile.open(root / "ILSVRC2012_img_train.tar") as outer,
+        tarfile.open(fileobj=outer.extractfile(f"{wnid}.tar")) as inner,
+    ):
+        member = inner.extractfile(f"{wnid}_2.JPEG")
         assert member is not None and train.read(1 * 3 + 2) == member.read()
     assert list(index.train.labels) == [i // 3 for i in range(12)]
     # validation image i is of class i % 4, though the devkit numbers the classes in another order
@@ -84,9 +87,11 @@ def test_archives_with_a_wrong_checksum_or_one_missing_are_refused(tmp_path: Pat
     with pytest.raises(DatasetError, match=r"ILSVRC2012_img_train.tar: md5 \w+ does not match the published"):
         imagenet.prepare(root, quiet=True)  # the published checksums are the real archives'
     (root / "ILSVRC2012_devkit_t12.tar.gz").unlink()
-    with pytest.raises(DatasetError, match="not ILSVRC2012_devkit_t12.tar.gz: all three archives are needed"):
+    with pytest.raises(
+        DatasetError, match=r"not ILSVRC2012_devkit_t12\.tar\.gz: all three archives are needed"
+    ):
         imagenet.prepare(root, quiet=True)
-    with pytest.raises(DatasetError, match="cannot be downloaded without an image-net.org account"):
+    with pytest.raises(DatasetError, match=r"cannot be downloaded without an image-net\.org account"):
         imagenet.prepare(tmp_path / "empty", quiet=True)
 
 
@@ -117,8 +122,9 @@ def test_crop_boxes_stay_inside_the_image() -> None:
     for width, height in ((500, 375), (64, 300), (300, 64), (33, 33)):
         for _ in range(200):
             left, top, w, h = random_box(width, height, rng)
-            assert 0 <= left and 0 <= top and 0 < w and 0 < h and left + w <= width and top + h <= height
-    assert centre_box(500, 375, 256, 224) == ((500 - 328) // 2, (375 - 328) // 2, 328, 328)  # 375*224/256
+            assert left >= 0 and top >= 0 and w > 0 and h > 0 and left + w <= width and top + h <= height
+    side = 375 * 224 // 256  # the shorter side resized to 256, its centre 224: 328 pixels of the original
+    assert centre_box(500, 375, 256, 224) == ((500 - side) // 2, (375 - side) // 2, side, side)
 
 
 def test_shards_are_disjoint_and_the_same_length_on_every_rank() -> None:
