@@ -226,10 +226,14 @@ def test_a_killed_loader_process_is_an_error_not_a_hang(layout: tuple[Path, dict
     next(batches)
     children = psutil.Process().children()
     assert children, "no loader process"
-    for child in children:
-        os.kill(child.pid, signal.SIGKILL)
     started = time.monotonic()
-    with pytest.raises(DatasetError, match="an image loader process failed: DataLoader worker"):
+    # torch's SIGCHLD handler may raise its own error (the same words) as soon as the process dies
+    with pytest.raises(
+        (DatasetError, RuntimeError),
+        match=r"DataLoader worker .*(killed by signal|exited)|loader process failed: it died",
+    ):
+        for child in children:
+            os.kill(child.pid, signal.SIGKILL)
         for _ in batches:
             pass
     assert time.monotonic() - started < 60

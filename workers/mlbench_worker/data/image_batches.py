@@ -319,8 +319,9 @@ class DeviceImages:
 
 
 class ImageLoader:
-    """One rank's batches of an indexed ImageNet: loader processes (persistent, shared by training
-    and validation) and, for the ``gpu`` decoder, decoding on the device."""
+    """One rank's batches of an indexed ImageNet: loader processes (started for each pass over
+    the data, training or validation, forked from the rank) and, for the ``gpu`` decoder,
+    decoding on the device."""
 
     def __init__(
         self,
@@ -348,7 +349,7 @@ class ImageLoader:
                 sampler=self.requests,
                 num_workers=workers,
                 prefetch_factor=prefetch,
-                persistent_workers=True,
+                persistent_workers=False,  # each pass starts them; a failed pass stops them
                 pin_memory=device.type == "cuda",
                 timeout=LOADER_TIMEOUT_S,
             )
@@ -356,12 +357,18 @@ class ImageLoader:
     def batches(self, requests: Sequence[Request]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The requested batches, in order, as normalised inputs and labels on the device."""
         self.requests.requests = list(requests)
-        items: Iterable[Any] = (
-            self.loader if self.loader is not None else map(self.source.__getitem__, requests)
+        iterator: Iterator[Any] = (
+            iter(self.loader) if self.loader is not None else map(self.source.__getitem__, requests)
         )
-        iterator = iter(items)
         for request in requests:
-            item = self._next(iterator)
+            failure: DatasetError | None = None
+            try:
+                item = next(iterator)
+            except (RuntimeError, ConnectionError, EOFError) as exc:  # a loader process died or stalled
+                failure = self._failure(exc)
+            if failure is not None:  # raised here, not in the handler: nothing keeps the loader alive
+                del iterator  # its workers stop now, and torch stops watching them
+                raise failure
             if isinstance(item, LoadFailure):
                 raise DatasetError(item.message)
             if isinstance(item, EncodedBatch):
@@ -374,11 +381,12 @@ class ImageLoader:
                 labels = to_device(labels, self.device)
             yield self.normalizer(images), labels
 
-    def _next(self, iterator: Iterator[Any]) -> Any:
-        try:
-            return next(iterator)
-        except RuntimeError as exc:  # torch's messages for a dead or stalled loader process
-            text = str(exc)
-            if "DataLoader" in text:
-                raise DatasetError(f"an image loader process failed: {text.splitlines()[0]}") from None
-            raise
+    @staticmethod
+    def _failure(exc: BaseException) -> DatasetError:
+        """The error for a loader that failed with ``exc`` (re-raised when it is not the loader's)."""
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, RuntimeError) and "DataLoader" not in text:
+            raise exc
+        if not isinstance(exc, RuntimeError):
+            text = f"it died while handing over a batch ({text})"
+        return DatasetError(f"an image loader process failed: {text}")
