@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from mlbench_tui.errors import SpecIssue
@@ -342,11 +342,7 @@ def _task_detail(task: TaskInfo) -> str:
     for key, value in task.defaults.items():
         knob = knobs[key]
         choices = task.choices.get(key)
-        bounds = [
-            f"{op} {v:g}"
-            for op, v in ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
-            if v is not None
-        ]
+        bounds = _bounds(knob)
         rows.append(
             [
                 key,
@@ -357,7 +353,32 @@ def _task_detail(task: TaskInfo) -> str:
             ]
         )
     headers = ["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES/BOUNDS", "DESCRIPTION"]
-    return "\n".join(lines) + "\n" + render_table(headers, rows)
+    return "\n".join(lines) + "\n" + render_table(headers, rows) + _data_options(task)
+
+
+def _bounds(knob: Any) -> list[str]:
+    pairs = ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
+    return [f"{op} {int(v) if float(v).is_integer() else format(v, 'g')}" for op, v in pairs if v is not None]
+
+
+def _data_options(task: TaskInfo) -> str:
+    """The task's declared ``data.options``, per data source (empty when it declares none)."""
+    import dataclasses
+    import typing
+
+    from mlbench_worker.knobs import field_types, knobs
+
+    rows = []
+    for source, cls in task.data_options.items():
+        types = field_types(cls)
+        for item in dataclasses.fields(cls):
+            choices = typing.get_args(types[item.name]) if typing.get_origin(types[item.name]) is Literal else ()
+            knob = knobs(cls)[item.name]
+            allowed = ", ".join(map(str, choices)) if choices else ", ".join(_bounds(knob))
+            rows.append([f"{source}: {item.name}", json.dumps(item.default), allowed, knob.description])
+    if not rows:
+        return ""
+    return "\n" + render_table(["DATA OPTION", "DEFAULT", "CHOICES/BOUNDS", "DESCRIPTION"], rows)
 
 
 # --------------------------------------------------------------------------- init

@@ -18,7 +18,7 @@ from importlib import metadata
 from typing import Any
 
 from mlbench_worker import wire
-from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20
+from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20, ResNet50
 
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
@@ -210,4 +210,4 @@ def median_step_time(metrics: Iterable[MetricPoint]) -> float | None:
 def _batch_size(plan: RunPlan) -> int | None:
     """Samples per rank per step, where the task batches by samples."""
     hp = plan.typed_hyperparameters()
-    return hp.batch_size if isinstance(hp, ResNet20 | LogReg | AwdLstm) else None
+    return hp.batch_size if isinstance(hp, ResNet20 | ResNet50 | LogReg | AwdLstm) else None

@@ -253,7 +253,7 @@ class ResNet50(TrainingHyperparameters):
     TASK: ClassVar[str] = "1b"
 
     batch_size: int = knob(256, "Samples per worker per step.", "override", ge=1)
-    opt_name: Literal["auto"] | LocalUpdate = knob(
+    opt_name: Literal["auto", "lars", "sgd"] = knob(
         "auto",
         "Local update: lars, sgd (with momentum), or auto: lars from a global batch of 2048.",
         "override",
