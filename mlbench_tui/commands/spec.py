@@ -372,7 +372,8 @@ def _data_options(task: TaskInfo) -> str:
     for source, cls in task.data_options.items():
         types = field_types(cls)
         for item in dataclasses.fields(cls):
-            choices = typing.get_args(types[item.name]) if typing.get_origin(types[item.name]) is Literal else ()
+            tp = types[item.name]
+            choices = typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
             knob = knobs(cls)[item.name]
             allowed = ", ".join(map(str, choices)) if choices else ", ".join(_bounds(knob))
             rows.append([f"{source}: {item.name}", json.dumps(item.default), allowed, knob.description])
