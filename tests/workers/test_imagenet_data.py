@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -237,3 +240,28 @@ def test_a_killed_loader_process_is_an_error_not_a_hang(layout: tuple[Path, dict
         for _ in batches:
             pass
     assert time.monotonic() - started < 60
+
+
+def test_staging_a_killed_writer_left_is_removed_and_a_live_ones_kept(layout: tuple[Path, dict]) -> None:
+    root, _ = layout
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    host = socket.gethostname()
+    stale = root / f"{imagenet.STAGING}{host}-{int(dead.stdout)}-abc"
+    live = root / f"{imagenet.STAGING}{host}-{os.getpid()}-def"  # this process: still writing
+    for directory in (stale, live):
+        directory.mkdir()
+        (directory / "train.npy").write_bytes(b"half written")
+    imagenet.prepare(root, quiet=True)
+    assert not stale.exists() and live.exists()
+    assert len(imagenet.load_index(root).val) == 8
+
+
+def test_synthetic_images_that_would_not_fit_are_refused_before_they_are_made() -> None:
+    from mlbench_worker.data import synthetic_images
+    from mlbench_worker.data.imagenet_options import SyntheticImageOptions
+
+    options = SyntheticImageOptions(train_samples=2**31 - 1, image_size=224)
+    with pytest.raises(DatasetError, match=r"2,147,483,647 synthetic images of 224x224 take 301056\.0 GiB"):
+        synthetic_images.train_shard(options, 0, 1, torch.device("cpu"))

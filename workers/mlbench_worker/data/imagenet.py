@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tarfile
 import tempfile
@@ -404,9 +405,16 @@ def write_index(
     raise DatasetError(f"cannot write the index of {root}: " + "; ".join(failures))
 
 
+STAGING = ".mlbench-index-"
+
+
 def _write_index_at(target: Path, meta: dict[str, Any], splits: dict[str, SplitEntries]) -> None:
+    """Write into a staging directory named for this host and process, then rename it into place;
+    staging left by a writer that was killed (on this host) is removed first."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".mlbench-index-", dir=target.parent))
+    _remove_stale_staging(target.parent)
+    prefix = f"{STAGING}{socket.gethostname()}-{os.getpid()}-"
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
     try:
         for name, entries in splits.items():
             np.save(staging / f"{name}.npy", np.asarray(entries.rows, dtype=np.int64).reshape(-1, 4))
@@ -417,10 +425,33 @@ def _write_index_at(target: Path, meta: dict[str, Any], splits: dict[str, SplitE
         if target.is_dir():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not (target / "meta.json").is_file():
+                raise
+            # another writer (local rank 0 of another node, on a shared directory) finished first
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale_staging(parent: Path) -> None:
+    host = f"{STAGING}{socket.gethostname()}-"
+    for entry in parent.glob(f"{host}*"):
+        pid = entry.name[len(host) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def find_index(root: Path) -> Path | None:

@@ -12,12 +12,14 @@ communication); validation is split contiguously, every image once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from mlbench_worker.cgroup import cgroup_limits
 from mlbench_worker.data.fetch import DatasetError
 from mlbench_worker.data.image_batches import Normalizer
 from mlbench_worker.data.imagenet_options import SyntheticImageOptions
@@ -49,10 +51,37 @@ def prototypes(options: SyntheticImageOptions, device: torch.device) -> torch.Te
     return (torch.rand(options.num_classes, 3, 4, 4, generator=gen) * 200.0 + 28.0).to(device)
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """Memory this rank can still take on ``device``: the GPU's free memory, or the host's available
+    memory within the cgroup's limit (None when unknown)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+    limit = cgroup_limits().memory_bytes
+    return min(available, limit) if limit is not None else available
+
+
+def check_fits(options: SyntheticImageOptions, images: int, device: torch.device) -> None:
+    """Refuse, before making them, images that would not fit in the rank's memory (with a margin
+    for the model and the step): a clear error instead of an out-of-memory kill."""
+    need = images * 3 * options.image_size**2
+    free = free_bytes(device)
+    if free is not None and need > 0.6 * free:
+        raise DatasetError(
+            f"{images:,} synthetic images of {options.image_size}x{options.image_size} take "
+            f"{need / 2**30:.1f} GiB on this rank, and its {device.type} has {free / 2**30:.1f} GiB free: "
+            "use fewer train_samples or val_samples, a smaller image_size, or more ranks"
+        )
+
+
 def generate(
     options: SyntheticImageOptions, split: str, lo: int, hi: int, device: torch.device
 ) -> ImageShard:
     """Images ``lo``..``hi-1`` of ``split``, made on ``device`` chunk by chunk."""
+    check_fits(options, hi - lo, device)
     n = options.train_samples if split == "train" else options.val_samples
     all_labels = labels(n, options.num_classes, options.seed, split)
     grids = prototypes(options, device)
