@@ -70,6 +70,7 @@ def test_one_spec_file_holds_every_case_as_its_own_document(tmp_path: Path) -> N
     assert [spec.spec.metadata.name for spec in loaded] == [c.name for c in cases]
 
 
+@pytest.mark.timeout(900)  # three tasks applied and graph-checked in a subprocess (its own limit: 600 s)
 def test_the_cpu_twin_applies_once_fills_every_column_and_checks_graph_losses(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

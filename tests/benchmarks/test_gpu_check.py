@@ -48,6 +48,7 @@ def test_a_part_that_overruns_its_share_is_stopped_and_named() -> None:
     assert "(gpu_suite wrote no figures)" in text
 
 
+@pytest.mark.timeout(1500)  # every part in a subprocess (its own limit: 1200 s)
 def test_smoke_runs_every_part_on_cpu_and_writes_one_summary(tmp_path: Path) -> None:
     _no_cuda()
     out = tmp_path / "summary.txt"

@@ -1,5 +1,7 @@
 """Learning-rate schedules used by the official tasks.
 
+``PolyWarmup`` is MLPerf ResNet's (task 1b): linear warm-up from 0, then polynomial decay.
+
 ``WarmupPlateau`` is MLBench's ``ReduceLROnPlateauWithWarmup``: a linear warm-up per step from
 the single-worker LR to the scaled LR (Goyal et al.), then the LR is multiplied by ``factor``
 when the validation loss has not improved by more than ``threshold`` (absolute) for more than
