@@ -115,19 +115,24 @@ def side_builders(
         runner = GraphedStep(trainer, capture(), aside=tracker.aside)
         return runtime_step(trainer, tracker, runner.train_step)
 
-    reference = make_trainer()
+    if task == "1b":  # the images 1b's trainer makes, flipped and normalised as it does
+        images = resnet50_step.synthetic_batches(
+            device, batch=batch, image_size=image_size, samples=samples, channels_last=channels_last
+        )
+    else:
+        reference = make_trainer()
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     autocast_dtype = torch.bfloat16 if precision == "bf16" else None
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1 if task == "1b" else 0.0)
 
     def plain_parts() -> tuple[Any, Any, Iterator[Any]]:
         torch.manual_seed(0)
-        if task == "1b":  # the synthetic images 1b's trainer makes, flipped and normalised as it does
+        if task == "1b":
             model = resnet50_step.plain_model(resnet50_step.CLASSES)[0].to(
                 device, memory_format=memory_format
             )
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-            return model, optimizer, cycle(reference.train_batches)
+            return model, optimizer, cycle(images)
         model = resnet20().to(device, memory_format=memory_format)
         augmenter = cifar10.Augmenter(device, seed=1, channels_last=channels_last)
         data, seed = reference.train_set, reference.seed

@@ -20,7 +20,7 @@ order (ABBA); rank 0 prints the median step times, images per second and the med
 ratios with a bootstrap 95% interval.
 
     python -m benchmarks resnet50_step [--ranks 1] [--image-size 32] [--batch 32] [--rounds 10]
-        [--steps 1] [--threads 1] [--precision fp32|bf16]
+        [--steps 1] [--threads 1] [--precision fp32|bf16] [--overlap]
 """
 
 from __future__ import annotations
@@ -87,6 +87,28 @@ def build_trainer(
     trainer = ResNet50Trainer(ctx)
     trainer.model.train()
     return trainer
+
+
+def synthetic_batches(
+    device: Any, *, batch: int, image_size: int, samples: int, channels_last: bool, classes: int = CLASSES
+) -> Callable[[int], Iterator[Any]]:
+    """Epochs of the synthetic training batches ``build_trainer``'s trainer reads (the same seeds),
+    made without a model: ``epoch -> batches``."""
+    from mlbench_worker.data import synthetic_images
+    from mlbench_worker.data.image_batches import Normalizer
+    from mlbench_worker.data.imagenet_options import SyntheticImageOptions
+
+    options = SyntheticImageOptions(
+        train_samples=samples, val_samples=8, image_size=image_size, num_classes=classes
+    )
+    shards = synthetic_images.SyntheticBatches(
+        synthetic_images.train_shard(options, 0, 1, device),
+        synthetic_images.val_shard(options, 0, 1, device),
+        Normalizer(device, channels_last),
+        seed=1,
+        device=device,
+    )
+    return lambda epoch: shards.train_batches(epoch, batch)
 
 
 def plain_model(classes: int) -> tuple[Any, str]:
@@ -164,8 +186,9 @@ def rank_main(args: argparse.Namespace) -> None:
         "threads": args.threads,
         "precision": args.precision,
     }
-    ours = build_trainer(comm, device, reporter, **common)
-    nchw = build_trainer(comm, device, reporter, **common, hp={"channels_last": False})
+    overlap = {"overlap_comm": args.overlap}
+    ours = build_trainer(comm, device, reporter, **common, hp=overlap)
+    nchw = build_trainer(comm, device, reporter, **common, hp={**overlap, "channels_last": False})
     sides: dict[str, Callable[[], None]] = {}
     peer = ""
     for name, trainer, last in (("ours", ours, True), ("ours-nchw", nchw, False)):
@@ -204,7 +227,8 @@ def report(
     print(
         f"ResNet-50 v1.5 training step, {args.image_size}x{args.image_size} images, batch {args.batch}/rank, "
         f"{world} gloo rank(s), {args.threads} thread(s)/rank, {args.precision}, {args.rounds} rounds of "
-        f"{args.steps} step(s) per side; host allocator: {allocator}"
+        f"{args.steps} step(s) per side, overlap_comm {'on' if args.overlap else 'off (the task default)'}; "
+        f"host allocator: {allocator}"
     )
     print(f"  plain loop's model: {peer}")
     for name in SIDES:
@@ -228,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1, help="steps per side per round")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument(
+        "--overlap", action="store_true", help="ours with overlap_comm (bucket all-reduces during backward)"
+    )
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank_worker or args.ranks == 1:
@@ -239,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.executable, str(Path(__file__).resolve()), "--rank-worker", "--ranks", str(args.ranks),
         "--image-size", str(args.image_size), "--batch", str(args.batch), "--rounds", str(args.rounds),
         "--steps", str(args.steps), "--threads", str(args.threads), "--precision", args.precision,
+        *(["--overlap"] if args.overlap else []),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     return subprocess.run(argv_rank, env=env, check=False).returncode
