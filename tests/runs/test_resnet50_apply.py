@@ -67,3 +67,38 @@ def test_two_ranks_reach_the_light_goal_through_apply(
     assert values["opt_name"] == "sgd" and values["sgd_opt_base_learning_rate"] == 0.05
     assert (values["image_size"], values["num_classes"], values["global_batch_size"]) == (32, 4, 16)
     assert (values["train_samples"], values["eval_samples"]) == (64, 32)
+
+
+def test_a_corrupt_jpeg_fails_the_run_with_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real data through apply: local rank 0 indexes the directory, the loader process meets a file
+    that is not a JPEG, and the run fails at once saying which file, never hanging."""
+    from support.imagenet_files import write_layout
+
+    root = tmp_path / "imagenet"
+    write_layout(root, train=2, val=1)
+    for image in (root / "train").rglob("*.JPEG"):
+        image.write_bytes(b"\xff\xd8 truncated by a bad copy")
+    spec = tmp_path / "r50-bad.yaml"
+    spec.write_text(
+        SPEC.replace("r50-light", "r50-bad")
+        .replace("workers: 2", "workers: 1")
+        .replace(
+            "    source: synthetic\n    options: {train_samples: 64, val_samples: 32, image_size: 32, num_classes: 4}",
+            f"    source: path\n    path: {root}\n    options: {{loader_workers: 1}}",
+        )
+        .replace("batch_size: 8", "batch_size: 2")
+    )
+    applied = subprocess.run(
+        [sys.executable, "-m", "mlbench_tui", "apply", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=os.environ,
+    )
+    assert applied.returncode != 0
+    assert main(["status", "r50-bad-gloo-1w"]) == 0
+    status = capsys.readouterr().out
+    assert "failed" in status and "DatasetError: train/n014" in status and "not a decodable image" in status
+    assert (root / "mlbench-index" / "meta.json").is_file()  # indexed by the rank, before training

@@ -360,26 +360,28 @@ class ImageLoader:
         iterator: Iterator[Any] = (
             iter(self.loader) if self.loader is not None else map(self.source.__getitem__, requests)
         )
+        failure: DatasetError | None = None
         for request in requests:
-            failure: DatasetError | None = None
             try:
                 item = next(iterator)
-            except (RuntimeError, ConnectionError, EOFError) as exc:  # a loader process died or stalled
-                failure = self._failure(exc)
-            if failure is not None:  # raised here, not in the handler: nothing keeps the loader alive
-                del iterator  # its workers stop now, and torch stops watching them
-                raise failure
-            if isinstance(item, LoadFailure):
-                raise DatasetError(item.message)
-            if isinstance(item, EncodedBatch):
-                assert self.device_images is not None
-                images = self.device_images.make(request, item)
-                labels = to_device(item.labels, self.device)
-            else:
-                host, labels = item
-                images = to_device(host, self.device).permute(0, 3, 1, 2)
-                labels = to_device(labels, self.device)
+                if isinstance(item, LoadFailure):
+                    raise DatasetError(item.message)
+                images, labels = self._on_device(request, item)
+            except (RuntimeError, ConnectionError, EOFError, DatasetError) as exc:
+                failure = exc if isinstance(exc, DatasetError) else self._failure(exc)
+                break
             yield self.normalizer(images), labels
+        if failure is not None:  # raised here, with the loader let go: its processes stop now and
+            del iterator  # torch stops watching them (a traceback would otherwise keep it alive)
+            raise failure
+
+    def _on_device(self, request: Request, item: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """A loader item's images (0-255, NCHW view) and labels on the rank's device."""
+        if isinstance(item, EncodedBatch):
+            assert self.device_images is not None
+            return self.device_images.make(request, item), to_device(item.labels, self.device)
+        host, labels = item
+        return to_device(host, self.device).permute(0, 3, 1, 2), to_device(labels, self.device)
 
     @staticmethod
     def _failure(exc: BaseException) -> DatasetError:
