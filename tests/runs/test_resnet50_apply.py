@@ -84,9 +84,9 @@ def test_a_corrupt_jpeg_fails_the_run_with_its_name(
     spec.write_text(
         SPEC.replace("r50-light", "r50-bad")
         .replace("workers: 2", "workers: 1")
+        .replace("source: synthetic", f"source: path\n    path: {root}")
         .replace(
-            "    source: synthetic\n    options: {train_samples: 64, val_samples: 32, image_size: 32, num_classes: 4}",
-            f"    source: path\n    path: {root}\n    options: {{loader_workers: 1}}",
+            "{train_samples: 64, val_samples: 32, image_size: 32, num_classes: 4}", "{loader_workers: 1}"
         )
         .replace("batch_size: 8", "batch_size: 2")
     )
