@@ -142,9 +142,10 @@ class ResNet50Trainer(ClassificationTrainer):
             self.index = index
             self.train_view = View(train=True, size=size, resize=hp.eval_resize, seed=config.seed)
             self.eval_view = View(train=False, size=size, resize=hp.eval_resize)
-            where = f"{index.source} in {index.root}, {classes} classes, decoded " + (
-                "on the device" if decode else f"with Pillow in {workers} loader process(es)"
-            )
+            decoding = "on the device" if decode else f"with Pillow in {workers} loader process(es)"
+            where = f"{index.source} in {index.root}, {classes} classes, decoded {decoding}"
+            if not index.official:
+                where += "; not the official image counts, so not MLPerf's closed division"
         CLOCK.mark("data")
         steps = hp.steps_per_epoch(self.train_samples, ctx.world_size)
         if steps == 0:
