@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "cli_startup": "benchmarks.cli_startup",
     "allreduce_task": "benchmarks.allreduce_task",
     "resnet20_step": "benchmarks.resnet20_step",
+    "resnet50_step": "benchmarks.resnet50_step",
     "gpu_step": "benchmarks.gpu_step",
     "gpu_suite": "benchmarks.gpu_suite",
     "gpu_check": "benchmarks.gpu_check",

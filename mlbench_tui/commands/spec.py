@@ -376,11 +376,7 @@ def _task_detail(task: TaskInfo) -> str:
     for key, value in task.defaults.items():
         knob = knobs[key]
         choices = task.choices.get(key)
-        bounds = [
-            f"{op} {v:g}"
-            for op, v in ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
-            if v is not None
-        ]
+        bounds = _bounds(knob)
         rows.append(
             [
                 key,
@@ -403,12 +399,20 @@ def _task_detail(task: TaskInfo) -> str:
     return text
 
 
+def _bounds(knob: Any) -> list[str]:
+    """A knob's bounds as a spec writes them (``<= 1000000``, not ``<= 1e+06``)."""
+    from mlbench_worker.knobs import show_bound
+
+    pairs = ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
+    return [f"{op} {show_bound(v)}" for op, v in pairs if v is not None]
+
+
 def _option_rows(cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
     """Each data option of ``cls``: name, default, its knob, and its bounds as text."""
     import dataclasses
     import typing
 
-    from mlbench_worker.knobs import field_types, knobs, show_bound
+    from mlbench_worker.knobs import field_types, knobs
 
     out = []
     types = field_types(cls)
@@ -417,12 +421,7 @@ def _option_rows(cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
         if typing.get_origin(types[field.name]) is typing.Literal:
             out.append((field.name, field.default, option, ", ".join(typing.get_args(types[field.name]))))
             continue
-        bounds = ", ".join(
-            f"{op} {show_bound(v)}"
-            for op, v in ((">=", option.ge), (">", option.gt), ("<=", option.le), ("<", option.lt))
-            if v is not None
-        )
-        out.append((field.name, field.default, option, bounds))
+        out.append((field.name, field.default, option, ", ".join(_bounds(option))))
     return out
 
 

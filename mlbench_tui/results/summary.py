@@ -19,7 +19,14 @@ from importlib import metadata
 from typing import Any
 
 from mlbench_worker import wire
-from mlbench_worker.hyperparams import AllReduce, AwdLstm, LogReg, ResNet20, TrainingHyperparameters
+from mlbench_worker.hyperparams import (
+    AllReduce,
+    AwdLstm,
+    LogReg,
+    ResNet20,
+    ResNet50,
+    TrainingHyperparameters,
+)
 
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
@@ -277,4 +284,4 @@ def sweep_shape(plan: RunPlan) -> SweepShape | None:
 def batch_size(plan: RunPlan) -> int | None:
     """Samples per rank per step, where the task batches by samples."""
     hp = plan.typed_hyperparameters()
-    return hp.batch_size if isinstance(hp, ResNet20 | LogReg | AwdLstm) else None
+    return hp.batch_size if isinstance(hp, ResNet20 | ResNet50 | LogReg | AwdLstm) else None

@@ -97,7 +97,7 @@ def _under_way(exc: MlbenchError) -> bool:
 
 
 def _max_epochs(hp: AnyHyperparameters) -> float | None:
-    return None if isinstance(hp, AllReduce) else float(hp.max_epochs)
+    return None if isinstance(hp, AllReduce) or hp.max_epochs is None else float(hp.max_epochs)
 
 
 class Runner:

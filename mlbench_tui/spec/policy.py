@@ -244,12 +244,18 @@ def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
             "remove spec.data or set it to 'synthetic'",
         )
         return
-    _typed, problems = check_data_options(task.id, data.source, data.options)
+    typed, problems = check_data_options(task.id, data.source, data.options)
     for problem in problems:
         hint = problem.hint or (did_you_mean(problem.name, problem.choices) if problem.at_key else None)
         if not problem.at_key and problem.choices:
             hint = did_you_mean(str(data.options.get(problem.name)), problem.choices)
         yield PolicyIssue(("spec", "data", "options", problem.name), problem.message, hint, problem.at_key)
+    if getattr(typed, "decoder", None) == "gpu" and spec.spec.hardware.gpus == 0:
+        yield PolicyIssue(
+            ("spec", "data", "options", "decoder"),
+            "data option decoder 'gpu' decodes on the rank's GPU, and this run has none",
+            "set spec.hardware.gpu, or decoder 'auto' or 'cpu'",
+        )
     yield from data_path_issues(data.source, data.path, spec.spec.target)
 
 
