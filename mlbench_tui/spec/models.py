@@ -533,9 +533,9 @@ class BenchmarkSpec(StrictModel):
     def normalized(self) -> dict[str, Any]:
         """The spec as plain JSON data, short forms expanded; the input of the spec hash.
 
-        Implementation choices, telemetry and the energy price left at their defaults, an unset
-        ``ranks_per_node`` and an empty ``env_loading_code`` are omitted, so specs written before
-        they existed keep their hash (and their stored runs)."""
+        Implementation choices, telemetry, the pre-flight and the energy price left at their
+        defaults, an unset ``ranks_per_node`` and an empty ``env_loading_code`` are omitted, so
+        specs written before they existed keep their hash (and their stored runs)."""
         doc = self.model_dump(mode="json", by_alias=True)
         if self.spec.implementation == Implementation():
             del doc["spec"]["implementation"]
@@ -543,6 +543,8 @@ class BenchmarkSpec(StrictModel):
             del doc["spec"]["hardware"]["ranks_per_node"]
         if self.spec.telemetry == Telemetry():
             del doc["spec"]["telemetry"]
+        if self.spec.preflight == Preflight():
+            del doc["spec"]["preflight"]
         if self.spec.price_per_kwh is None:
             del doc["spec"]["price_per_kwh"]
         if self.spec.currency is None:

@@ -221,7 +221,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Image classification: ResNet-50 v1.5 on ImageNet (MLPerf Training)",
             model="ResNet-50 v1.5 (He et al. 2015; stride on the 3x3 convolution)",
             dataset="ImageNet ILSVRC 2012 (1,281,167 train / 50,000 val, 224x224)",
-            goal=TaskGoal(metric="val_global_Prec@1", direction="max", full=75.9, light=50.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PREC1, direction="max", full=75.9, light=50.0),
             hyperparameters=hps.ResNet50,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
