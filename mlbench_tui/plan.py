@@ -68,6 +68,31 @@ class DataPlan(_Frozen):
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
 
 
+class NetworkPlan(_Frozen):
+    """One point of the spec's network sweep: each rank's link rate in each direction and the
+    one-way delay added to what it sends."""
+
+    bandwidth_bps: int | None = Field(description="Bits per second per rank and direction; None: unlimited.")
+    latency_s: float = Field(default=0.0, ge=0, description="Added one-way delay, seconds.")
+    kubernetes_bandwidth: Literal["cni", "tc"] = Field(
+        default="cni",
+        description="How Kubernetes pods are limited: the bandwidth CNI plugin's annotations, or tc from "
+        "an init container (latency always uses the init container).",
+    )
+
+    @property
+    def shaped(self) -> bool:
+        """Whether anything limits the links (a rate or a delay); unlimited links still separate nodes."""
+        return self.bandwidth_bps is not None or self.latency_s > 0
+
+    def label(self) -> str:
+        """How the plan, status and results name it: ``100Mbit``, ``1Gbit +5ms``, ``unlimited``."""
+        from mlbench_tui.spec.network import format_bandwidth, format_latency
+
+        text = format_bandwidth(self.bandwidth_bps)
+        return f"{text} +{format_latency(self.latency_s)}" if self.latency_s > 0 else text
+
+
 class RunPlan(_Frozen):
     """One fully resolved run: the unit that executors launch and the store records."""
 
@@ -106,6 +131,22 @@ class RunPlan(_Frozen):
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
     currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
+    network: NetworkPlan | None = Field(
+        default=None,
+        description="The links between ranks (spec.network, one sweep point); None: the machine's own "
+        "network.",
+    )
+
+    def emulated_nodes(self) -> int:
+        """How many nodes the ranks form: ``ranks_per_node`` ranks each (one rank per node for a run
+        with a network and no ``ranks_per_node``, every rank on one node without a network)."""
+        if self.network is None and self.ranks_per_node is None:
+            return 1
+        return math.ceil(self.workers / (self.ranks_per_node or 1))
+
+    def node_of(self, rank: int) -> int:
+        """The emulated node of ``rank`` (ranks fill nodes in order)."""
+        return rank // (self.ranks_per_node or (1 if self.network is not None else self.workers))
 
     def typed_hyperparameters(self) -> AnyHyperparameters:
         """The recorded hyperparameters as the task's dataclass (what its ranks parse); a field an
@@ -193,7 +234,7 @@ def _effective_hyperparameters(spec: BenchmarkSpec, backend: str, workers: int) 
 
 
 def expand(spec: BenchmarkSpec) -> list[RunPlan]:
-    """All runs of a spec, in order: for each framework, backend, world size and repeat.
+    """All runs of a spec, in order: for each framework, backend, world size, network point and repeat.
 
     Pure and deterministic (no clock, no environment, no machine facts), so the same spec always
     yields the same plans and the same hash. Names are ``<name>-<backend>-<workers>w`` with
@@ -224,13 +265,26 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     if not task.reads_data and "data" not in body.model_fields_set:
         data = DataPlan(source="synthetic")  # e.g. all-reduce measures generated tensors, nothing to download
     env = {"OMP_NUM_THREADS": str(threads), **body.env}
+    networks: list[NetworkPlan | None] = [None]
+    if body.network is not None:
+        networks = [
+            NetworkPlan(
+                bandwidth_bps=bandwidth,
+                latency_s=latency,
+                kubernetes_bandwidth=body.network.kubernetes_bandwidth or "cni",
+            )
+            for bandwidth, latency in body.network.points()
+        ]
     plans: list[RunPlan] = []
-    for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):
+    for framework, backend, workers, network in itertools.product(
+        body.framework, body.backend, body.workers, networks
+    ):
         hp = _effective_hyperparameters(spec, backend, workers)
+        point = None if network is None else (network.bandwidth_bps, network.latency_s)
         for repeat in range(body.repeats):
             plans.append(
                 RunPlan(
-                    name=spec.metadata.name + spec.run_suffix(framework, backend, workers, repeat),
+                    name=spec.metadata.name + spec.run_suffix(framework, backend, workers, repeat, point),
                     spec_name=spec.metadata.name,
                     spec_hash=digest,
                     task=task.id,
@@ -255,6 +309,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     telemetry_interval_s=body.telemetry.interval_s,
                     price_per_kwh=body.price_per_kwh,
                     currency=body.currency,
+                    network=network,
                 )
             )
     return plans
