@@ -243,11 +243,15 @@ LatencySweep = Annotated[
 ]
 
 
+def _unlimited() -> list[int | None]:
+    return [None]
+
+
 class Network(StrictModel):
     """The links between ranks: bandwidth per rank and added latency, emulated or enforced by the target."""
 
     bandwidth: BandwidthSweep = Field(
-        default_factory=lambda: [None],
+        default_factory=_unlimited,
         description="Each rank's link rate in each direction: '10Mbit', '100Mbit', '1Gbit', '10Gbit' "
         "(bits per second), or 'unlimited'; a list sweeps: [10Mbit, 100Mbit, 1Gbit].",
     )
@@ -296,7 +300,7 @@ def network_tag(bandwidth_bps: int | None, latency_s: float) -> str:
 
 def network_schema(schema: dict[str, Any]) -> None:
     """``network``'s JSON Schema also takes the short form: one rate or a list of rates."""
-    keep = {k: schema.pop(k) for k in ("description", "title", "default") if k in schema}
+    keep: dict[str, Any] = {k: schema.pop(k) for k in ("description", "title", "default") if k in schema}
     full = dict(schema)
     schema.clear()
     schema.update(keep)

@@ -36,7 +36,7 @@ def digest(run_id: str) -> str:
     return hashlib.sha256(run_id.encode()).hexdigest()[:8]
 
 
-def namespace_name(run_id: str, node: int) -> str:
+def namespace_name(run_id: str, node: int | str) -> str:
     return f"{NAMESPACE_PREFIX}{run_id}-n{node}"
 
 

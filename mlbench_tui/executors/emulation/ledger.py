@@ -173,10 +173,16 @@ def reserve(
     )
 
 
+def hosts_path(runs_dir: Path, run_id: str) -> Path:
+    """The run's hosts file, which its ranks see as /etc/hosts."""
+    return ledger_dir(runs_dir) / f"{run_id}.hosts"
+
+
 def release(runs_dir: Path, run_id: str) -> None:
-    """Forget a run's record (its names are gone)."""
-    with contextlib.suppress(FileNotFoundError):
-        (ledger_dir(runs_dir) / f"{run_id}.json").unlink()
+    """Forget a run's record and its hosts file (its names are gone)."""
+    for path in (hosts_path(runs_dir, run_id), ledger_dir(runs_dir) / f"{run_id}.json"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def namespace_pids(names: tuple[str, ...]) -> set[int]:

@@ -182,7 +182,9 @@ def shaping_held(layout: NetworkLayout) -> list[str]:
     interface (it was replaced while the run went on) means part of the traffic went unshaped.
     """
     problems: list[str] = []
-    ends = [(node.interface, node.namespace, layout.egress, node.index) for node in layout.nodes]
+    ends: list[tuple[str, str | None, Shaping, int]] = [
+        (node.interface, node.namespace, layout.egress, node.index) for node in layout.nodes
+    ]
     ends += [(node.host_interface, None, layout.ingress, node.index) for node in layout.nodes]
     for interface, netns, shaping, node in ends:
         if shaping.empty:

@@ -13,17 +13,27 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlbench_worker.netns import (
+    HOSTS_VARIABLE,
+    LINK_VARIABLE,
+    NETNS_VARIABLE,
+    RANKS_PER_NODE_VARIABLE,
+)
+
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import shaping
 from mlbench_tui.executors.emulation import ledger, links, probe
-from mlbench_tui.executors.emulation.layout import DEFAULT_RANGE, NetworkLayout, group_ranks
+from mlbench_tui.executors.emulation.layout import (
+    DEFAULT_RANGE,
+    NAMESPACE_PREFIX,
+    NetworkLayout,
+    group_ranks,
+    namespace_name,
+)
 from mlbench_tui.lifecycle import NetworkCheck
 from mlbench_tui.plan import RunPlan
 
 NETNS_DIR = links.NETNS_DIR
-NETNS_VARIABLE = "MLBENCH_NETNS"  # the namespace file a rank joins (setns) before any socket
-LINK_VARIABLE = "MLBENCH_LINK_INTERFACE"  # the interface whose counters are the rank's link
-RANGE_VARIABLE = "MLBENCH_EMULATED_NETWORK"
 
 
 def ranks_by_node(plan: RunPlan) -> tuple[tuple[int, ...], ...]:
@@ -57,9 +67,10 @@ def check(plan: RunPlan) -> None:
 
 @dataclass(frozen=True)
 class EmulatedNetwork:
-    """A run's network as set up: its layout and how long making it took."""
+    """A run's network as set up: its layout, its hosts file and how long making it took."""
 
     layout: NetworkLayout
+    hosts_file: Path
     setup_s: float
 
 
@@ -77,39 +88,72 @@ def setup(plan: RunPlan, run_id: str, runs_dir: Path) -> EmulatedNetwork | None:
         shaping.ingress(plan.network),
         network_range(),
     )
+    hosts = ledger.hosts_path(runs_dir, run_id)
     try:
+        hosts.write_text(hosts_text(reserved.layout, _read_hosts()))
         links.apply(reserved.layout)
     except BaseException:
         if not links.remaining(reserved.layout):
             ledger.release(runs_dir, run_id)
         raise
-    return EmulatedNetwork(reserved.layout, time.perf_counter() - started)
+    return EmulatedNetwork(reserved.layout, hosts, time.perf_counter() - started)
 
 
-def rank_environment(plan: RunPlan, layout: NetworkLayout, rank: int) -> dict[str, str]:
-    """What rank ``rank`` needs to live on its emulated node: the namespace it joins, the rendezvous
-    at node 0's address, and every transport bound to the emulated link (NCCL between nodes by
-    socket: each node is a host of its own to it, so ranks of one node still use P2P and SHM)."""
-    node = layout.node_of_rank(rank)
-    interface = node.interface
+def hosts_text(layout: NetworkLayout, base: str) -> str:
+    """The run's hosts file: the machine's own (``base``) and a name for every emulated address, in
+    IPv4 and IPv4-mapped IPv6 form (c10d's store accepts on a dual-stack socket and names each peer)."""
+    names = [(layout.host_address, f"{NAMESPACE_PREFIX}{layout.run_id}-host")]
+    names += [(node.address, node.namespace) for node in layout.nodes]
+    lines = [f"{address} {name}\n::ffff:{address} {name}\n" for address, name in names]
+    return base.rstrip("\n") + "\n# mlbench emulated network of run " + layout.run_id + "\n" + "".join(lines)
+
+
+def shared_environment(plan: RunPlan, network: EmulatedNetwork) -> dict[str, str]:
+    """What every rank of the run needs (one environment for a launcher such as mpiexec): which
+    namespace each rank joins (by its rank), the run's hosts file, the rendezvous at node 0's address,
+    and every transport bound to the emulated link."""
+    layout = network.layout
+    interface = layout.nodes[0].interface
     env = {
-        NETNS_VARIABLE: str(NETNS_DIR / node.namespace),
+        NETNS_VARIABLE: str(NETNS_DIR / namespace_name(layout.run_id, "{node}")),
+        RANKS_PER_NODE_VARIABLE: str(plan.ranks_per_node or 1),
+        HOSTS_VARIABLE: str(network.hosts_file),
         LINK_VARIABLE: interface,
         "MASTER_ADDR": str(layout.nodes[0].address),
         "GLOO_SOCKET_IFNAME": interface,
         "TP_SOCKET_IFNAME": interface,
     }
     if plan.backend == "nccl":
+        env.update({"NCCL_SOCKET_IFNAME": interface, "NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1"})
+    if plan.backend == "mpi":
+        # Open MPI: TCP only (its shared-memory transport would bypass the links), on the emulated
+        # subnet; the launcher's PMIx server listens on the bridge, the one host address ranks reach.
         env.update(
             {
-                "NCCL_SOCKET_IFNAME": interface,
-                "NCCL_NET": "Socket",
-                "NCCL_IB_DISABLE": "1",
-                "NCCL_HOSTID": f"{layout.run_id}-n{node.index}",
+                "OMPI_MCA_pml": "ob1",
+                "OMPI_MCA_btl": "tcp,self",
+                "OMPI_MCA_btl_tcp_if_include": str(layout.subnet),
+                "PMIX_MCA_ptl_tcp_remote_connections": "1",
+                "PMIX_MCA_ptl_tcp_if_include": layout.bridge,
             }
         )
-    if plan.backend == "mpi":
-        env.update({"OMPI_MCA_btl": "tcp,self", "OMPI_MCA_btl_tcp_if_include": interface})
+    return env
+
+
+def _read_hosts() -> str:
+    try:
+        return Path("/etc/hosts").read_text()
+    except OSError:
+        return "127.0.0.1 localhost\n"
+
+
+def rank_environment(plan: RunPlan, network: EmulatedNetwork, rank: int) -> dict[str, str]:
+    """``shared_environment`` plus what differs per rank: NCCL sees each node as a host of its own
+    (``NCCL_HOSTID``), so it uses sockets between nodes and P2P/SHM between a node's ranks."""
+    env = shared_environment(plan, network)
+    if plan.backend == "nccl":
+        node = network.layout.node_of_rank(rank)
+        env["NCCL_HOSTID"] = f"{network.layout.run_id}-n{node.index}"
     return env
 
 
