@@ -92,26 +92,27 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
         printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
         printer.note("watch with: mlbench status   (or mlbench tui)")
         return 0
-    with _metrics_server(planned) as (client, server_url):
-        return _apply_planned(planned, options, client, server_url, printer, out)
+    with _metrics_server(planned) as (client, server_url, server_socket):
+        return _apply_planned(planned, options, client, server_url, server_socket, printer, out)
 
 
 @contextlib.contextmanager
-def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
+def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str, str | None]]:
     """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
-    targets, otherwise the local one (found or started detached by ``server.daemon``)."""
+    targets, otherwise the local one (found or started detached by ``server.daemon``), with the
+    Unix socket it also answers on (None when it has none)."""
     if any(item.plan.target.kind == "kubernetes" for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
         from mlbench_tui.server.client import MlbenchClient
 
         with server_for_plans([item.plan for item in planned]) as endpoint:
             if endpoint is not None:
-                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url
+                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url, None
                 return
     from mlbench_tui.server.daemon import ensure_server
 
     server = ensure_server()
-    yield server.client(), server.url
+    yield server.client(), server.url, server.socket
 
 
 def _apply_planned(
@@ -119,6 +120,7 @@ def _apply_planned(
     options: ApplyOptions,
     client: MlbenchClient,
     server_url: str,
+    server_socket: str | None,
     printer: ProgressPrinter,
     out: Any,
 ) -> int:
@@ -129,7 +131,7 @@ def _apply_planned(
         printer.note("nothing to do: every run of this spec already succeeded (use --force to run again)")
         print(render_results(earlier), file=out)
         return 0
-    runner = Runner(client, printer, server_url=server_url)
+    runner = Runner(client, printer, server_url=server_url, server_socket=server_socket)
     try:
         results = runner.run_all(planned, parallel=options.parallel)
     except KeyboardInterrupt:

@@ -84,12 +84,14 @@ class Runner:
         printer: ProgressPrinter | None = None,
         *,
         server_url: str | None = None,
+        server_socket: str | None = None,
         poll_s: float = POLL_S,
         cpu_count: int | None = None,
     ) -> None:
         self.client = client
         self.printer = printer or ProgressPrinter()
         self.server_url = server_url or client.url
+        self.server_socket = server_socket
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
         self.executors: dict[str, Executor] = {}
@@ -114,7 +116,9 @@ class Runner:
             sweep=sweep,
             state="pending",
         )
-        launch = LaunchContext(run_id=run_id, server_url=self.server_url, write_token=token)
+        launch = LaunchContext(
+            run_id=run_id, server_url=self.server_url, write_token=token, server_socket=self.server_socket
+        )
         try:
             executor = executor_for(plan, self.executors)
             handle = executor.submit(plan, launch)

@@ -49,6 +49,9 @@ class ServerInfo:
     started: float = 0.0
     version: str = ""
     idle_timeout: float | None = None  # set for a detached server (it exits when idle)
+    # A Unix socket the server also answers on, beside its store: ranks inside emulated network
+    # namespaces (spec.network) reach it there without crossing the links being measured.
+    socket: str | None = None
 
     def client(self, *, admin: bool = True, timeout: float = 30.0) -> MlbenchClient:
         from mlbench_tui.server.client import MlbenchClient
@@ -189,12 +192,16 @@ def _env_server() -> ServerInfo | None:
     url = os.environ.get("MLBENCH_SERVER_URL")
     if not url:
         return None
+    url = url.rstrip("/")
+    # a server of this state directory named by its URL (the TUI's launches): its Unix socket too
+    recorded = next((info for info in recorded_servers() if info.url == url), None)
     return ServerInfo(
-        url=url.rstrip("/"),
+        url=url,
         pid=0,
         store="",
         admin_token=os.environ.get("MLBENCH_TOKEN", ""),
         read_token=os.environ.get("MLBENCH_READ_TOKEN", os.environ.get("MLBENCH_TOKEN", "")),
+        socket=recorded.socket if recorded is not None else None,
     )
 
 

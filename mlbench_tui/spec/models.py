@@ -92,6 +92,11 @@ RESERVED_ENV: frozenset[str] = frozenset(
         "MLBENCH_RUN_TOKEN",
         "MLBENCH_SERVER_URL",
         "MLBENCH_SPOOL_DIR",
+        "MLBENCH_SERVER_SOCKET",
+        "MLBENCH_NETNS",
+        "MLBENCH_RANKS_PER_NODE",
+        "MLBENCH_HOSTS_FILE",
+        "MLBENCH_LINK_INTERFACE",
         "MLBENCH_TOKEN",
         "MLBENCH_READ_TOKEN",
     }
