@@ -48,7 +48,7 @@ _RANK = textwrap.dedent(
 
 
 @pytest.fixture
-def server(tmp_path: Path):  # noqa: ANN201
+def server(tmp_path: Path):
     with EmbeddedServer(tmp_path / "store.db", record=False) as running:
         yield running
 
