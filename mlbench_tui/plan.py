@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from mlbench_worker import wire
 from mlbench_worker.hyperparams import parse_hyperparameters
 from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, ImplementationConfig, WorkerConfig
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from mlbench_tui.spec.targets import Target
 
@@ -66,6 +73,17 @@ class DataPlan(_Frozen):
         default=None, description="Dataset directory (path) or cache directory (download)."
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
+
+
+LINK_MIN_BURST_BYTES = 64 * 1024 + 1514  # one full GSO segment plus a frame
+LINK_BURST_S = 0.001
+
+
+def link_burst_bytes(rate_bps: int) -> int:
+    """What a link shaped to ``rate_bps`` lets through at once (its token bucket): at least one
+    64 KiB GSO segment (a smaller bucket splits them, costing CPU and accuracy), and about 1 ms
+    of traffic at high rates. Results allow for it when they check a link's rate."""
+    return max(LINK_MIN_BURST_BYTES, math.ceil(rate_bps / 8 * LINK_BURST_S))
 
 
 class NetworkPlan(_Frozen):
@@ -154,6 +172,15 @@ class RunPlan(_Frozen):
         from mlbench_tui.spec.hyperparameters import of_plan
 
         return of_plan(self.task, self.hyperparameters)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_network(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A plan without a network serialises as before the network existed (stored plans, the
+        ConfigMap's plan.json and golden manifests stay the same)."""
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("network", ...) is None:
+            del dumped["network"]
+        return dumped
 
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
@@ -279,6 +306,12 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     for framework, backend, workers, network in itertools.product(
         body.framework, body.backend, body.workers, networks
     ):
+        if workers == 1 and network is not None:
+            # One rank has no peer and no link: one run, without a network, is every sweep
+            # point's 1-worker baseline.
+            if network is not networks[0]:
+                continue
+            network = None
         hp = _effective_hyperparameters(spec, backend, workers)
         point = None if network is None else (network.bandwidth_bps, network.latency_s)
         for repeat in range(body.repeats):

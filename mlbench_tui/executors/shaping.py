@@ -5,9 +5,8 @@ them on each emulated node's veth) and the Kubernetes init container (which runs
 interface). Rate limits both directions when applied to both ends of a link; the delay is applied
 where a node sends, so each direction carries it once.
 
-The token bucket's burst is at least 64 KiB (a veth hands tbf whole GSO segments of up to 64 KiB;
-a smaller bucket splits them, costing CPU and accuracy) and about 1 ms of traffic at high rates; its
-queue holds 100 ms of traffic (at least 256 KiB), so TCP meets a queue, not drops, at any rate.
+The token bucket's burst is ``plan.link_burst_bytes``; its queue holds 100 ms of traffic (at least
+256 KiB), so TCP meets a queue, not drops, at any rate.
 """
 
 from __future__ import annotations
@@ -15,10 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mlbench_tui.plan import NetworkPlan
+from mlbench_tui.plan import NetworkPlan, link_burst_bytes
 
-MIN_BURST_BYTES = 64 * 1024 + 1514  # one full GSO segment plus a frame
-BURST_S = 0.001
 QUEUE_S = 0.1
 MIN_QUEUE_BYTES = 256 * 1024
 ROOT_HANDLE = "1:"
@@ -47,8 +44,7 @@ def ingress(network: NetworkPlan) -> Shaping:
     return Shaping(network.bandwidth_bps, 0.0)
 
 
-def burst_bytes(rate_bps: int) -> int:
-    return max(MIN_BURST_BYTES, math.ceil(rate_bps / 8 * BURST_S))
+burst_bytes = link_burst_bytes
 
 
 def queue_bytes(rate_bps: int, delay_s: float = 0.0) -> int:

@@ -20,11 +20,12 @@ from typing import Any
 from mlbench_worker import wire
 from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20
 
-from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.network import LINK_SERIES, network_figures, network_suspects
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.results.scoring import cost_to_target
 from mlbench_tui.results.startup import startup_figures
@@ -92,7 +93,7 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
     totals and train/validation times, the all-reduce figures, the telemetry series its memory,
     utilisation and energy come from (not the per-step training series)."""
-    wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
+    wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES, *LINK_SERIES}
     goal_metric = goal.metric if goal is not None else None
     return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
 
@@ -146,10 +147,11 @@ def summarize_run(
     message: str | None = None,
     launched_at: float | None = None,
     milestones: LaunchMilestones | None = None,
+    network: NetworkCheck | None = None,
 ) -> RunResult:
     """The result of one run that ended in ``state`` (stored with the run, shown everywhere);
     ``launched_at`` (the run's creation) dates the launcher's part of its start, and the
-    target's ``milestones`` split it."""
+    target's ``milestones`` split it; ``network`` is what the target did to its links."""
     metrics = list(metrics)
     events = list(events)
     outcome = goal_outcome(plan.goal, metrics, events)
@@ -167,6 +169,7 @@ def summarize_run(
         repeat=plan.repeat,
         implementation=plan.implementation,
         precision=plan.resources.precision,
+        optimizer=_optimizer(plan),
         state=state,
         message=message,
         stop_reason=stop.reason if stop else None,
@@ -186,7 +189,8 @@ def summarize_run(
             events, launched_at=launched_at, target=plan.target.kind, milestones=milestones
         ),
     )
-    result.suspects = suspects(result, metrics)
+    result.network = network_figures(plan, result, metrics, events, network)
+    result.suspects = suspects(result, metrics) + network_suspects(result)
     if outcome is None:
         return result
     result.reached = outcome.reached
@@ -205,6 +209,12 @@ def median_step_time(metrics: Iterable[MetricPoint]) -> float | None:
     """The median of every rank's training step time windows (seconds)."""
     values = [p.value for p in metrics if p.name == STEP_TIME and math.isfinite(p.value) and p.value > 0]
     return statistics.median(values) if values else None
+
+
+def _optimizer(plan: RunPlan) -> str | None:
+    """The run's distributed optimizer, where its task names one."""
+    optimizer = getattr(plan.typed_hyperparameters(), "optimizer", None)
+    return optimizer if isinstance(optimizer, str) else None
 
 
 def _batch_size(plan: RunPlan) -> int | None:

@@ -30,9 +30,11 @@ from mlbench_tui.results.model import (
     StartupFigures,
     TelemetryFigures,
 )
+from mlbench_tui.results.network_sweep import network_lines, network_table
 from mlbench_tui.results.reference import compare
 from mlbench_tui.results.scoring import (
     SPREAD_LIMIT,
+    ConfigKey,
     ConfigScore,
     config_key,
     is_sweep,
@@ -248,6 +250,8 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
             | {
                 "STATE": str(result.state),
                 "IMPL": "-" if is_sweep(result) else result.variant,  # 0a sweeps its dtypes
+                "NETWORK": result.network_label or MISSING,
+                "LINK": link_text(result),
                 "RESULT": result_text(result, sweep_tables=sweep_tables),
                 "REACHED": {True: "yes", False: "no", None: "-"}[result.reached],
                 "TIME TO ACC": format_duration(result.time_to_accuracy_s),
@@ -273,9 +277,28 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
     return rows
 
 
-def config_key_of(score: ConfigScore) -> tuple[str, str, str, int, str]:
+def link_text(result: RunResult) -> str:
+    """What a run's links carried against their rate: ``9.4/10 Mbit/s (94%)``, the peak for a
+    run that never filled them, ``!`` when the shaping did not hold; ``-`` without a network."""
+    figures = result.network
+    if figures is None:
+        return MISSING
+    flag = " !" if figures.held is False else ""
+    if figures.mean_mbit_s is None:
+        return (figures.note or MISSING) + flag
+    configured = figures.bandwidth_bps
+    mean = significant(figures.mean_mbit_s, 3)
+    if configured is None:
+        return f"{mean} Mbit/s (unlimited){flag}"
+    text = f"{mean}/{significant(configured / 1e6, 3)} Mbit/s ({figures.mean_fraction or 0:.0%})"
+    if figures.peak_mbit_s is not None:
+        text += f", peak {significant(figures.peak_mbit_s, 3)}"
+    return text + flag
+
+
+def config_key_of(score: ConfigScore) -> ConfigKey:
     """``config_key`` of the runs ``score`` was computed from."""
-    return score.spec_name, score.framework, score.backend, score.workers, score.variant
+    return score.spec_name, score.framework, score.backend, score.workers, score.variant, score.network
 
 
 ALWAYS_SHOWN = ("RUN", "STATE", "RESULT")
@@ -335,4 +358,7 @@ def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) 
     if shown:
         text += "\n\n" + render_table(without_empty(score_rows(shown), ("CONFIG", "RUNS", "OLYMPIC MEAN")))
         text += "\n" + "\n".join(score_notes(shown))
+    lines = network_lines(results)
+    if lines:
+        text += "\n\n" + network_table(lines)
     return text

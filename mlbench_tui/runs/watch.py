@@ -17,7 +17,7 @@ from mlbench_worker.wire import parse_event
 
 from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
-from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
@@ -203,6 +203,7 @@ class Runner:
             message,
             deleted=active.deleted,
             milestones=active.milestones,
+            network=status.network if status is not None else None,
         )
         if result is None:
             active.deleted = True
@@ -227,6 +228,7 @@ class Runner:
         *,
         deleted: bool = False,
         milestones: LaunchMilestones | None = None,
+        network: NetworkCheck | None = None,
     ) -> RunResult | None:
         """Record that a run ended, with what its target said of launching it; its result as
         the server computed it (None: deleted)."""
@@ -240,6 +242,8 @@ class Runner:
         )
         if milestones is not None:  # set only when known: a null would clear the stored ones
             update.launch = milestones
+        if network is not None:
+            update.network = network
         try:
             detail = self.client.update_run(run_id, update)
         except MlbenchError as exc:

@@ -69,6 +69,7 @@ def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) 
             message=message,
             launched_at=launched,
             milestones=milestones,
+            network=update.network,
         )
     result.run_id = run_id
     _add_speedup(conn, run, result)

@@ -491,13 +491,14 @@ class BenchmarkSpec(StrictModel):
         """What follows metadata.name in a run name: ``[-tf|-pt]-<backend>-<workers>w[-<network>][-r<i>]``.
 
         The framework appears only when the spec compares frameworks, so single-framework run
-        names stay ``<name>-<backend>-<workers>w``; a spec with ``network`` names each run's
-        bandwidth and latency (``-100mbit-5ms``; ``network`` None gives the longest of them);
+        names stay ``<name>-<backend>-<workers>w``; a spec with ``network`` names each run of
+        several ranks by its bandwidth and latency (``-100mbit-5ms``; ``network`` None gives the
+        longest of them);
         ``repeat`` None gives the longest suffix.
         """
         suffix = f"-{FRAMEWORK_TAGS[framework]}" if len(self.spec.framework) > 1 else ""
         suffix += f"-{backend}-{workers}w"
-        if self.spec.network is not None:
+        if self.spec.network is not None and workers > 1:  # one rank has no link: no network run
             points = [network] if network is not None else self.spec.network.points()
             suffix += "-" + max((network_tag(*point) for point in points), key=len)
         if self.spec.repeats > 1:

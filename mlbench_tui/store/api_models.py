@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
-from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES
@@ -115,6 +115,11 @@ class RunUpdate(_Wire):
         default=None,
         description="When the target reached each step of launching the run (what it knows so far); "
         "they split the launcher's part of the run's start in its result.",
+    )
+    network: NetworkCheck | None = Field(
+        default=None,
+        description="With a final state: what the target did to the run's links (spec.network) and whether "
+        "the shaping held, for the result.",
     )
 
     @field_validator("started", "finished")

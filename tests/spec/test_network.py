@@ -203,3 +203,14 @@ def test_kubernetes_bandwidth_is_refused_on_other_targets(tmp_path: Path) -> Non
         "kubernetes targets; this spec runs on local "
         "(hint: remove it: local runs shape their emulated links with tc)"
     ]
+
+
+def test_one_rank_runs_once_without_a_network(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(HEAD.replace("workers: [2, 4]", "workers: [1, 2]") + "  network: [10Mbit, 1Gbit]\n")
+    plans = expand(load_paths([path], environ={})[0].spec)
+    assert [(p.name, p.network is None) for p in plans] == [
+        ("net-gloo-1w", True),  # one rank has no link: the baseline of every bandwidth
+        ("net-gloo-2w-10mbit", False),
+        ("net-gloo-2w-1gbit", False),
+    ]
