@@ -190,6 +190,13 @@ def summarize_run(
         ),
     )
     result.network = network_figures(plan, result, metrics, events, network)
+    if result.network is not None:  # the environment record says what links the run had
+        result.fingerprint["network"] = {
+            "links": result.network.label,
+            "method": result.network.method,
+            "nodes": result.network.nodes,
+            "nccl_socket_transport": result.network.nccl_socket,
+        }
     result.suspects = suspects(result, metrics) + network_suspects(result)
     if outcome is None:
         return result

@@ -22,9 +22,11 @@ from mlbench_tui.formatting import (
     without_empty,
 )
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import NetworkPlan
 from mlbench_tui.results.bounds import nvls_note
 from mlbench_tui.results.model import (
     AllreduceFigures,
+    NetworkFigures,
     RankTelemetryFigures,
     RunResult,
     StartupFigures,
@@ -42,6 +44,8 @@ from mlbench_tui.results.scoring import (
     score_configs,
 )
 from mlbench_tui.results.telemetry import gpu_util_text
+from mlbench_tui.spec.network import format_bandwidth
+from mlbench_tui.spec.network import format_latency as format_latency_spec
 
 REASON_WIDTH = 100
 """A failed run's reason in a table row is its first line, cut to this many characters."""
@@ -280,9 +284,11 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
 def link_text(result: RunResult) -> str:
     """What a run's links carried against their rate: ``9.4/10 Mbit/s (94%)``, the peak for a
     run that never filled them, ``!`` when the shaping did not hold; ``-`` without a network."""
-    figures = result.network
-    if figures is None:
-        return MISSING
+    return MISSING if result.network is None else link_text_of(result.network)
+
+
+def link_text_of(figures: NetworkFigures) -> str:
+    """``link_text`` of a run's network figures."""
     flag = " !" if figures.held is False else ""
     if figures.mean_mbit_s is None:
         return (figures.note or MISSING) + flag
@@ -294,6 +300,48 @@ def link_text(result: RunResult) -> str:
     if figures.peak_mbit_s is not None:
         text += f", peak {significant(figures.peak_mbit_s, 3)}"
     return text + flag
+
+
+def network_detail_lines(
+    network: NetworkPlan | None, figures: NetworkFigures | None
+) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of a run's links for ``status`` and the TUI's overview: what was
+    configured and how it was made, then what the links carried and whether the shaping held."""
+    if network is None and figures is None:
+        return []
+    bandwidth = figures.bandwidth_bps if figures is not None else network.bandwidth_bps if network else None
+    latency = figures.latency_s if figures is not None else network.latency_s if network else 0.0
+    text = f"{format_bandwidth(bandwidth)} per rank and direction"
+    if latency > 0:
+        text += f", +{format_latency_spec(latency)} one way"
+    if figures is not None:
+        how = {
+            "emulated": "emulated nodes (network namespaces, tc)",
+            "cni": "bandwidth CNI annotations",
+            "tc": "tc in an init container",
+            "cni+tc": "bandwidth CNI annotations and tc in an init container",
+        }
+        if figures.method:
+            nodes = f"{figures.nodes} " if figures.nodes and figures.method == "emulated" else ""
+            text += f"; {nodes}{how.get(figures.method, figures.method)}"
+        if figures.nccl_socket:
+            text += "; NCCL on its socket transport between nodes"
+    lines = [("network", text)]
+    if figures is None:
+        return lines
+    carried = link_text_of(figures)
+    if figures.sent_bytes is not None:
+        carried += f"; {format_number(figures.sent_bytes / 1e6)} MB sent"
+    if figures.setup_s is not None:
+        carried += f"; set up in {format_duration(figures.setup_s)}"
+    if figures.teardown_s is not None:
+        carried += f", removed in {format_duration(figures.teardown_s)}"
+    lines.append(("links", carried))
+    if figures.held is False:
+        lines.append(("links", "! not shaped for the whole run: " + "; ".join(figures.problems)))
+    if figures.busbw_fraction is not None:
+        lines.append(("busbw", f"best bus bandwidth {figures.busbw_fraction:.0%} of one link's rate"))
+    return lines
 
 
 def config_key_of(score: ConfigScore) -> ConfigKey:

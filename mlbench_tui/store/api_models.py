@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
 from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
-from mlbench_tui.plan import GoalPlan, RunPlan
+from mlbench_tui.plan import GoalPlan, NetworkPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES
 
@@ -192,6 +192,9 @@ class RunInfo(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     launch: LaunchMilestones | None = Field(
         default=None, description="When the target reached each step of launching the run (None: unknown)."
+    )
+    network: NetworkPlan | None = Field(
+        default=None, description="The run's links (its plan's spec.network point); None: the machine's own."
     )
 
     def known_result(self) -> RunResult:

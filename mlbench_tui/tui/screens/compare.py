@@ -29,8 +29,10 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_duration, format_money
 from mlbench_tui.report.figure import Figure, Panel
 from mlbench_tui.report.inputs import RunRecord, read_series, sweeps, training
+from mlbench_tui.report.network import network_figures
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
+from mlbench_tui.results.network_sweep import network_lines, network_table
 from mlbench_tui.results.table import value_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.store.api_models import RunInfo
@@ -51,6 +53,7 @@ COLUMNS = (
     "run",
     "backend",
     "workers",
+    "network",
     "state",
     "time to accuracy",
     "speedup",
@@ -80,6 +83,7 @@ def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
         name,
         row.backend,
         str(row.workers),
+        row.network or "—",
         Text(row.state, style=STATE_STYLES.get(row.state, "")),
         tta,
         _f(row.speedup, ".2f") + ("x" if row.speedup is not None else ""),
@@ -109,6 +113,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
         "backend",
         "impl",
         "workers",
+        "network",
         "runs",
         "time to accuracy",
         "min",
@@ -124,6 +129,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
             s.backend,
             s.variant,
             str(s.workers),
+            s.network or "—",
             f"{s.reached} of {s.runs}",
             format_duration(s.time_to_accuracy_s, unknown="—"),
             format_duration(s.min_s, unknown="—"),
@@ -138,6 +144,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
 
 
 SPEEDUP_TITLE = "speedup vs workers"
+NETWORK_TITLE = "speedup vs bandwidth per rank (Mbit/s)"
 BUSBW_TITLE = "all-reduce bus bandwidth (GB/s)"
 LATENCY_TITLE = "all-reduce latency p50 (us): one rank moves no data, so no bandwidth"
 
@@ -268,7 +275,10 @@ class CompareScreen(Screen[None]):
         if missing:
             note.append(f"   {missing} run(s) no longer in the store", style="yellow")
         sweep = sweep_table(ordered, self.sweeps)
-        parts = (note, sweep) if sweep is not None else (note, config_table(ordered))
+        parts: list[Any] = [note, sweep if sweep is not None else config_table(ordered)]
+        lines = network_lines([run.known_result() for run in ordered])
+        if lines:
+            parts.append(Text(network_table(lines)))
         self.query_one("#configs", Static).update(_stack(*parts))
 
     def _chart(self) -> None:
@@ -276,8 +286,13 @@ class CompareScreen(Screen[None]):
         ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
         records = [RunRecord(r.known_result(), "", self.sweeps.get(r.id, {})) for r in ordered]
         colours: dict[str, str] = {}
+        by_network = network_figures(training(records), colours)
+        speedup_chart = self.query_one("#speedup-chart", MetricChart)
+        speedup_chart.log_x = bool(by_network)  # swept over bandwidth: speedup against it
+        speedup_chart.x_label = "bandwidth (Mbit/s)" if by_network else "workers"
         charts = (
-            ("#speedup-chart", SPEEDUP_TITLE, scaling_figures(training(records), colours), "Speedup",
+            ("#speedup-chart", NETWORK_TITLE if by_network else SPEEDUP_TITLE,
+             by_network or scaling_figures(training(records), colours), "Speedup",
              "needs a 1-worker run that reached its goal"),
             ("#busbw-chart", BUSBW_TITLE, sweep_figures(sweeps(records), colours), "Bus bandwidth",
              "no all-reduce run compared"),
