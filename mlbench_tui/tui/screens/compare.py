@@ -53,7 +53,6 @@ COLUMNS = (
     "run",
     "backend",
     "workers",
-    "network",
     "state",
     "time to accuracy",
     "speedup",
@@ -81,9 +80,8 @@ def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
     )
     return (
         name,
-        row.backend,
+        f"{row.backend} {row.network}" if row.network else row.backend,  # its links, when emulated
         str(row.workers),
-        row.network or "—",
         Text(row.state, style=STATE_STYLES.get(row.state, "")),
         tta,
         _f(row.speedup, ".2f") + ("x" if row.speedup is not None else ""),
@@ -108,12 +106,13 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
             "One run per configuration: repeats are scored with the olympic mean here.", style="grey50"
         )
     table = Table(title="Per configuration, over repeats (olympic mean)", title_justify="left", expand=True)
+    networked = any(s.network for s in scores)
     for column in (
         "spec",
         "backend",
         "impl",
         "workers",
-        "network",
+        *(["network"] if networked else []),
         "runs",
         "time to accuracy",
         "min",
@@ -129,7 +128,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
             s.backend,
             s.variant,
             str(s.workers),
-            s.network or "—",
+            *([s.network or "—"] if networked else []),
             f"{s.reached} of {s.runs}",
             format_duration(s.time_to_accuracy_s, unknown="—"),
             format_duration(s.min_s, unknown="—"),
