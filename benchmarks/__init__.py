@@ -28,4 +28,5 @@ BENCHMARKS: dict[str, str] = {
     "tui_scale": "benchmarks.tui_scale",
     "report": "benchmarks.report",
     "warm_start": "benchmarks.warm_start",
+    "network": "benchmarks.network",
 }

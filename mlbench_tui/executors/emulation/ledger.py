@@ -93,12 +93,13 @@ def read(runs_dir: Path, run_id: str) -> NetworkRecord | None:
 
 
 def _routed() -> list[ipaddress.IPv4Network]:
-    """The IPv4 networks this machine has addresses or routes in (any table)."""
+    """The IPv4 networks this machine routes, in any table (the local table holds a route for
+    each of its addresses, so those are among them)."""
     ip = links.program_path("ip")
     if ip is None:
         return []
     nets: list[ipaddress.IPv4Network] = []
-    for argv in ([ip, "-4", "-j", "addr", "show"], [ip, "-4", "-j", "route", "show", "table", "all"]):
+    for argv in ([ip, "-4", "-j", "route", "show", "table", "all"],):
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False).stdout
             entries = json.loads(out or "[]")
