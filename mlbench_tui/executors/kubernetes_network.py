@@ -3,24 +3,28 @@
 Bandwidth goes, by default, through the bandwidth CNI plugin: the pod's
 ``kubernetes.io/ingress-bandwidth`` and ``kubernetes.io/egress-bandwidth`` annotations (the plugin
 shapes the pod's host-side interface). Latency, and bandwidth on clusters without that plugin
-(``network.kubernetes_bandwidth: tc``), are set by an init container that runs ``tc -batch`` on the
-pod's ``eth0`` with NET_ADMIN and nothing else, from a file of the run's ConfigMap: what the pod
-sends gets the delay (netem) and the rate (tbf); what it receives is policed to the rate. The
-commands are the local emulation's own (``executors.shaping``).
+(``network.kubernetes_bandwidth: tc``), are set by init containers with NET_ADMIN and nothing else,
+from files of the run's ConfigMap: ``tc -batch`` on the pod's ``eth0`` gives what the pod sends the
+delay (netem) and the rate (tbf); what it receives is redirected through an ifb device (made first
+by ``ip -batch``) queued at the rate. The commands are the local emulation's own
+(``executors.shaping``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mlbench_tui.executors.shaping import Shaping, burst_bytes, qdisc_commands
+from mlbench_tui.executors.shaping import Shaping, qdisc_commands, redirect_commands
 from mlbench_tui.plan import NetworkPlan
 
 INGRESS_ANNOTATION = "kubernetes.io/ingress-bandwidth"
 EGRESS_ANNOTATION = "kubernetes.io/egress-bandwidth"
-SHAPING_KEY = "shaping.tc"  # the init container's tc batch file, in the run's ConfigMap
+SHAPING_KEY = "shaping.tc"  # the init containers' batch files, in the run's ConfigMap
+IFB_KEY = "shaping.ip"
 INIT_CONTAINER = "link-shaping"
+IFB_CONTAINER = "link-ifb"
 POD_INTERFACE = "eth0"
+POD_IFB = "ifb-mlbench"
 
 
 def bandwidth_quantity(bps: int) -> str:
@@ -47,19 +51,31 @@ def shaping(network: NetworkPlan | None) -> Shaping:
     return Shaping(rate, network.latency_s)
 
 
+def _batch(commands: list[tuple[str, ...]]) -> str:
+    return "".join(" ".join(command) + "\n" for command in commands)
+
+
 def shaping_batch(network: NetworkPlan | None) -> str | None:
-    """The init container's ``tc -batch`` file; None when the pod needs no init container."""
+    """The ``tc -batch`` file of the pod's interface; None when the pod needs no shaping."""
     sending = shaping(network)
     if sending.empty:
         return None
-    lines = [" ".join(command) for command in qdisc_commands(POD_INTERFACE, sending)]
-    if sending.rate_bps is not None:  # what arrives is policed: a pod cannot queue its own ingress
-        lines.append(f"qdisc add dev {POD_INTERFACE} handle ffff: ingress")
-        lines.append(
-            f"filter add dev {POD_INTERFACE} parent ffff: protocol all matchall action police "
-            f"rate {sending.rate_bps}bit burst {burst_bytes(sending.rate_bps)} drop"
-        )
-    return "".join(line + "\n" for line in lines)
+    commands = qdisc_commands(POD_INTERFACE, sending)
+    if sending.rate_bps is not None:
+        commands += redirect_commands(POD_INTERFACE, POD_IFB, sending.rate_bps)[1]
+    return _batch(commands)
+
+
+def ifb_batch(network: NetworkPlan | None) -> str | None:
+    """The ``ip -batch`` file making the ifb device what the pod receives is queued on (None: no rate)."""
+    rate = shaping(network).rate_bps
+    return None if rate is None else _batch(redirect_commands(POD_INTERFACE, POD_IFB, rate)[0])
+
+
+def config_files(network: NetworkPlan | None) -> dict[str, str]:
+    """The batch files the run's ConfigMap carries for its init containers (none without shaping)."""
+    files = {SHAPING_KEY: shaping_batch(network), IFB_KEY: ifb_batch(network)}
+    return {key: text for key, text in files.items() if text is not None}
 
 
 def method(network: NetworkPlan | None) -> str | None:
@@ -75,18 +91,31 @@ def method(network: NetworkPlan | None) -> str | None:
     return "+".join(parts)
 
 
-def init_container(
+def init_containers(
     network: NetworkPlan | None, image: str, pull_policy: str, config_mount: dict[str, Any], config_dir: str
-) -> dict[str, Any] | None:
-    """The init container that shapes the pod's interface: root in the pod's network namespace
-    with NET_ADMIN alone (every other capability dropped, no privilege escalation, read-only root)."""
-    if shaping_batch(network) is None:
-        return None
+) -> list[dict[str, Any]]:
+    """The init containers that shape the pod's interface (the ifb device first, when there is a
+    rate): root in the pod's network namespace with NET_ADMIN alone (every other capability
+    dropped, no privilege escalation, read-only root), each running one batch file."""
+    steps = [
+        (IFB_CONTAINER, "ip", IFB_KEY, ifb_batch(network)),
+        (INIT_CONTAINER, "tc", SHAPING_KEY, shaping_batch(network)),
+    ]
+    return [
+        _container(name, [program, "-batch", f"{config_dir}/{key}"], image, pull_policy, config_mount)
+        for name, program, key, text in steps
+        if text is not None
+    ]
+
+
+def _container(
+    name: str, command: list[str], image: str, pull_policy: str, config_mount: dict[str, Any]
+) -> dict[str, Any]:
     return {
-        "name": INIT_CONTAINER,
+        "name": name,
         "image": image,
         "imagePullPolicy": pull_policy,
-        "command": ["tc", "-batch", f"{config_dir}/{SHAPING_KEY}"],
+        "command": command,
         "volumeMounts": [config_mount],
         "securityContext": {
             "runAsUser": 0,

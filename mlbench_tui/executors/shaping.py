@@ -103,3 +103,22 @@ def expected_kinds(shaping: Shaping) -> tuple[str, ...]:
     if shaping.rate_bps is not None:
         kinds.append("tbf")
     return tuple(kinds)
+
+
+Commands = list[tuple[str, ...]]
+
+
+def redirect_commands(device: str, ifb: str, rate_bps: int) -> tuple[Commands, Commands]:
+    """Shaping what ``device`` receives where only its own end is reachable (a pod, a Slurm node):
+    ``ip`` argv lists that make the ifb device ``ifb``, and ``tc`` argv lists that queue it at the
+    rate and redirect everything arriving on ``device`` through it."""
+    ip: Commands = [("link", "add", ifb, "type", "ifb"), ("link", "set", "dev", ifb, "up")]
+    tc: Commands = [
+        *qdisc_commands(ifb, Shaping(rate_bps)),
+        ("qdisc", "add", "dev", device, "handle", "ffff:", "ingress"),
+        (
+            "filter", "add", "dev", device, "parent", "ffff:", "protocol", "all",
+            "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb,
+        ),
+    ]  # fmt: skip
+    return ip, tc
