@@ -66,7 +66,8 @@ def test_latency_and_the_tc_choice_get_least_privileged_init_containers() -> Non
         "qdisc add dev eth0 parent 1:1 handle 10: tbf rate 10000000bit burst 67050 limit 262144\n"
         "qdisc add dev ifb-mlbench root handle 1: tbf rate 10000000bit burst 67050 limit 262144\n"
         "qdisc add dev eth0 handle ffff: ingress\n"
-        "filter add dev eth0 parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev ifb-mlbench\n"
+        "filter add dev eth0 parent ffff: protocol all u32 match u32 0 0 "
+        "action mirred egress redirect dev ifb-mlbench\n"
     )
     with_cni = NetworkPlan(bandwidth_bps=10 * MBIT, latency_s=0.005)
     assert method(with_cni) == "cni+tc"
