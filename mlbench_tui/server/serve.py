@@ -13,6 +13,7 @@ import gc
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -238,6 +239,10 @@ def serve_foreground(
 
     store = Store(db_path)
     try:
+        from mlbench_tui.executors.emulation.runs import remove_leftovers
+
+        for note in remove_leftovers():  # what a killed `apply` left, now that the store is in use
+            print(f"mlbench server: {note}", file=sys.stderr, flush=True)
         auth = AuthConfig.generate(
             open_reads=open_reads and is_loopback(host), admin=admin_token, read=read_token
         )

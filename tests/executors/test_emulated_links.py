@@ -208,3 +208,21 @@ def test_plan_layout_matches_what_the_ledger_records(runs_dir: Path) -> None:
         Shaping(100 * MBIT),
     )
     ledger.release(runs_dir, reserved.record.run_id)
+
+
+def test_the_stores_server_removes_what_a_killed_apply_left() -> None:
+    from mlbench_tui.server.daemon import ensure_server, stop_server
+    from mlbench_tui.settings import load_settings
+
+    runs_dir = load_settings().runs_dir
+    rid = run_id()
+    done = subprocess.run([sys.executable, "-c", _KILLED_OWNER, str(runs_dir), rid], check=False, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    record = ledger.read(runs_dir, rid)
+    assert record is not None and links.remaining(record.layout())
+    server = ensure_server()  # the next command that uses the store starts its server
+    try:
+        assert links.remaining(record.layout()) == []
+        assert ledger.records(runs_dir) == []
+    finally:
+        stop_server(server)

@@ -55,6 +55,19 @@ def network_range() -> ipaddress.IPv4Network:
         ) from None
 
 
+def remove_leftovers(runs_dir: Path | None = None) -> list[str]:
+    """Remove the emulated networks killed runs left under ``runs_dir`` (the settings' by default);
+    a note per run, and never an exception: the store's server calls it when it starts."""
+    if runs_dir is None:
+        from mlbench_tui.settings import load_settings
+
+        runs_dir = load_settings().runs_dir
+    try:
+        return ledger.sweep(runs_dir)
+    except (OSError, ExecutorError) as exc:
+        return [f"could not look for emulated networks left by killed runs: {exc}"]
+
+
 def check(plan: RunPlan) -> None:
     """Refuse (``ExecutorError``) a plan whose network this machine cannot emulate."""
     if plan.network is None:
