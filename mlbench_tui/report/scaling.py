@@ -110,7 +110,7 @@ def _lines(
     scores = score_configs(results)
     frameworks = sorted({r.framework for r in results})
     tta, speedup, efficiency = [], [], []
-    variants = sorted({r.variant for r in results})
+    variants = sorted({_series_key(r)[2] for r in results})
     for key in sorted({_series_key(r) for r in results}):
         backend, framework, variant = key
         colour = backend_colour(backend, colours)
