@@ -240,11 +240,27 @@ def ensure_server(db_path: str | Path | None = None) -> ServerInfo:
     if named is not None:
         return named
     store = (Path(db_path).expanduser() if db_path else load_settings().store_path).resolve()
+    _remove_network_leftovers()
     with _store_lock(store):
         found = _reusable(read_state(state_path(store)), store)
         if found is not None:
             return found
         return _start_detached(store)
+
+
+def _remove_network_leftovers() -> None:
+    """What a killed ``apply`` left of its runs' emulated networks goes the next time the store is
+    used (a look at one directory when nothing was left)."""
+    from mlbench_tui.executors.emulation import LEDGER_DIR
+    from mlbench_tui.settings import load_settings
+
+    runs_dir = load_settings().runs_dir
+    if not any((runs_dir / LEDGER_DIR).glob("*.json")):
+        return
+    from mlbench_tui.executors.emulation.runs import remove_leftovers
+
+    for note in remove_leftovers(runs_dir):
+        print(f"mlbench: {note}", file=sys.stderr)
 
 
 def _start_detached(store: Path) -> ServerInfo:

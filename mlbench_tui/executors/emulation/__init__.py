@@ -6,3 +6,6 @@ with ``ip``/``tc`` and checks the shaping held; ``ledger`` records every network
 hands out subnets and removes what killed runs left; ``probe`` says what this machine can emulate;
 ``runs`` ties them to a run plan for the local executor.
 """
+
+LEDGER_DIR = ".network"
+"""Under the runs directory: one record per run's network (``ledger``); none, nothing to clean."""

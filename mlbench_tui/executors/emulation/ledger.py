@@ -24,11 +24,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import processes
-from mlbench_tui.executors.emulation import links
+from mlbench_tui.executors.emulation import LEDGER_DIR, links
 from mlbench_tui.executors.emulation.layout import NetworkLayout, candidate_blocks, plan_layout
 from mlbench_tui.executors.shaping import Shaping
 
-LEDGER_DIR = ".network"
 LOCK_FILE = "lock"
 PROC = Path("/proc")
 
