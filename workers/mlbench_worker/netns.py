@@ -14,11 +14,7 @@ import ctypes
 import os
 from collections.abc import Mapping
 
-NETNS_VARIABLE = "MLBENCH_NETNS"
-RANKS_PER_NODE_VARIABLE = "MLBENCH_RANKS_PER_NODE"
-HOSTS_VARIABLE = "MLBENCH_HOSTS_FILE"
-LINK_VARIABLE = "MLBENCH_LINK_INTERFACE"
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "JOB_COMPLETION_INDEX")
+from mlbench_worker import rank_env
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -44,15 +40,15 @@ def _check(result: int, what: str) -> None:
 
 def node_namespace(env: Mapping[str, str]) -> str | None:
     """The namespace file this process joins (None when the run emulates no network)."""
-    template = env.get(NETNS_VARIABLE)
+    template = env.get(rank_env.NETNS)
     if not template:
         return None
     if "{node}" not in template:
         return template
-    rank = next((int(env[name]) for name in RANK_VARIABLES if env.get(name, "").isdigit()), None)
+    rank = next((int(env[name]) for name in rank_env.RANK_VARIABLES if env.get(name, "").isdigit()), None)
     if rank is None:
-        raise NamespaceError(0, f"{NETNS_VARIABLE} is set but no launcher variable says this process's rank")
-    per_node = int(env.get(RANKS_PER_NODE_VARIABLE) or 1)
+        raise NamespaceError(0, f"{rank_env.NETNS} is set but no launcher variable says this process's rank")
+    per_node = int(env.get(rank_env.RANKS_PER_NODE) or 1)
     return template.replace("{node}", str(rank // max(1, per_node)))
 
 
@@ -89,5 +85,5 @@ def join_from_environment(env: Mapping[str, str] | None = None) -> str | None:
         return None
     if os.stat(netns).st_ino == os.stat("/proc/self/ns/net").st_ino:
         return netns
-    join(netns, env.get(HOSTS_VARIABLE) or None)
+    join(netns, env.get(rank_env.HOSTS_FILE) or None)
     return netns

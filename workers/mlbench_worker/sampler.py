@@ -28,12 +28,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from mlbench_worker import rank_env, wire
 from mlbench_worker import sysmetrics as sm
-from mlbench_worker import wire
 from mlbench_worker.cgroup import cgroup_limits
 from mlbench_worker.gpu_device import DeviceError, GpuDevice, NotSupported, NvmlDevice
 from mlbench_worker.gpu_poll import PERIOD_S, GpuPoller
-from mlbench_worker.netns import LINK_VARIABLE
 
 if TYPE_CHECKING:
     from mlbench_worker.context import Rendezvous, ReporterLike
@@ -274,7 +273,7 @@ class Sampler:
         psutil = optional_import("psutil", "CPU, memory and network series (psutil)", self.log)
         if psutil is not None:
             self.host = HostProbe(psutil)
-            link = self.env.get(LINK_VARIABLE)
+            link = self.env.get(rank_env.LINK_INTERFACE)
             if link:
                 self.link = LinkProbe(psutil, link)
         if self.gpu_device is not None:

@@ -13,12 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlbench_worker.netns import (
-    HOSTS_VARIABLE,
-    LINK_VARIABLE,
-    NETNS_VARIABLE,
-    RANKS_PER_NODE_VARIABLE,
-)
+from mlbench_worker import rank_env
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import shaping
@@ -128,10 +123,10 @@ def shared_environment(plan: RunPlan, network: EmulatedNetwork) -> dict[str, str
     layout = network.layout
     interface = layout.nodes[0].interface
     env = {
-        NETNS_VARIABLE: str(NETNS_DIR / namespace_name(layout.run_id, "{node}")),
-        RANKS_PER_NODE_VARIABLE: str(plan.ranks_per_node or 1),
-        HOSTS_VARIABLE: str(network.hosts_file),
-        LINK_VARIABLE: interface,
+        rank_env.NETNS: str(NETNS_DIR / namespace_name(layout.run_id, "{node}")),
+        rank_env.RANKS_PER_NODE: str(plan.ranks_per_node or 1),
+        rank_env.HOSTS_FILE: str(network.hosts_file),
+        rank_env.LINK_INTERFACE: interface,
         "MASTER_ADDR": str(layout.nodes[0].address),
         "GLOO_SOCKET_IFNAME": interface,
         "TP_SOCKET_IFNAME": interface,
