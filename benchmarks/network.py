@@ -101,8 +101,8 @@ _ALLREDUCE = textwrap.dedent(
 
 
 def _reserve(runs_dir: Path, rate: int | None):
-    from mlbench_tui.executors.emulation import ledger
-    from mlbench_tui.executors.emulation.layout import group_ranks
+    from mlbench_tui.executors.local.network import ledger
+    from mlbench_tui.executors.local.network.layout import group_ranks
     from mlbench_tui.executors.shaping import Shaping
 
     run_id = f"r-bench{os.getpid():06x}{time.monotonic_ns() % 0xFFFF:04x}"[:14]
@@ -110,14 +110,14 @@ def _reserve(runs_dir: Path, rate: int | None):
 
 
 def _netns(name: str) -> str:
-    from mlbench_tui.executors.emulation.links import NETNS_DIR
+    from mlbench_tui.executors.local.network.links import NETNS_DIR
 
     return str(NETNS_DIR / name)
 
 
 def stream(layout, seconds: float) -> tuple[float, float]:
     """One TCP stream node 1 -> node 0: (bits/s the sender's link carried, payload bits/s received)."""
-    from mlbench_tui.executors.emulation.links import read_counters
+    from mlbench_tui.executors.local.network.links import read_counters
 
     address = str(layout.nodes[0].address)
     receiver = subprocess.Popen(
@@ -170,8 +170,8 @@ def allreduce(layout, hosts: Path | None, elements: int, steps: int, seconds: fl
 
 
 def _with_network(runs_dir: Path, rate: int | None):
-    from mlbench_tui.executors.emulation import ledger, links
-    from mlbench_tui.executors.emulation.runs import hosts_text
+    from mlbench_tui.executors.local.network import ledger, links
+    from mlbench_tui.executors.local.network.runs import hosts_text
 
     reserved = _reserve(runs_dir, rate)
     hosts = ledger.hosts_path(runs_dir, reserved.record.run_id)
@@ -181,7 +181,7 @@ def _with_network(runs_dir: Path, rate: int | None):
 
 
 def rate_section(runs_dir: Path, seconds: float) -> bool:
-    from mlbench_tui.executors.emulation import ledger
+    from mlbench_tui.executors.local.network import ledger
 
     print("1. shaped links against their configured rate (one TCP stream, node 1 -> node 0)")
     print(
@@ -209,7 +209,7 @@ def rate_section(runs_dir: Path, seconds: float) -> bool:
 
 
 def setup_section(runs_dir: Path, repeats: int) -> bool:
-    from mlbench_tui.executors.emulation import runs
+    from mlbench_tui.executors.local.network import runs
     from mlbench_tui.plan import expand
     from mlbench_tui.spec.loader import load_paths
 
@@ -236,7 +236,7 @@ def setup_section(runs_dir: Path, repeats: int) -> bool:
 
 
 def step_section(runs_dir: Path, steps: int, seconds: float, rounds: int) -> None:
-    from mlbench_tui.executors.emulation import ledger
+    from mlbench_tui.executors.local.network import ledger
 
     print(
         f"\n3. two gloo ranks all-reduce a ResNet-20 gradient ({RESNET20_PARAMETERS:,} fp32), median per step"
@@ -271,7 +271,7 @@ def main(argv: list[str]) -> int:
         "--rounds", type=int, default=3, help="alternating rounds of the step-time comparison"
     )
     args = parser.parse_args(argv)
-    from mlbench_tui.executors.emulation import probe
+    from mlbench_tui.executors.local.network import probe
 
     caps = probe.probe()
     if caps.missing or not caps.tbf:

@@ -174,9 +174,10 @@ def _key(result: RunResult, machine: str, figure: str) -> tuple[str, str, str, s
 
 def compare(result: RunResult, rows: Sequence[ReferenceRow] | None = None) -> list[Comparison]:
     """The run's figures against the rows for its machine class, task, precision, implementation,
-    world size and batch (none without such a row, or for a run that did not succeed)."""
+    world size and batch (none without such a row, for a run that did not succeed, or for one on
+    emulated links: the rows were measured on the machine's own network)."""
     machine = machine_class(result)
-    if machine is None or not result.succeeded:
+    if machine is None or not result.succeeded or result.network is not None:
         return []
     by_key = {row.key(): row for row in (table() if rows is None else rows)}
     found = []
@@ -192,7 +193,7 @@ def reference_rows(results: Iterable[RunResult], *, source: str, measured: str) 
     rows = []
     for result in results:
         machine = machine_class(result)
-        if machine is None or not result.succeeded:
+        if machine is None or not result.succeeded or result.network is not None:
             continue
         for figure, value in _measured(result).items():
             key = _key(result, machine, figure)

@@ -249,17 +249,11 @@ def ensure_server(db_path: str | Path | None = None) -> ServerInfo:
 
 
 def _remove_network_leftovers() -> None:
-    """What a killed ``apply`` left of its runs' emulated networks goes the next time the store is
-    used (a look at one directory when nothing was left)."""
-    from mlbench_tui.executors.emulation import LEDGER_DIR
-    from mlbench_tui.settings import load_settings
+    """What a killed ``apply`` left (its runs' emulated networks) goes the next time the store is
+    used."""
+    from mlbench_tui.executors import remove_leftovers
 
-    runs_dir = load_settings().runs_dir
-    if not any((runs_dir / LEDGER_DIR).glob("*.json")):
-        return
-    from mlbench_tui.executors.emulation.runs import remove_leftovers
-
-    for note in remove_leftovers(runs_dir):
+    for note in remove_leftovers():
         print(f"mlbench: {note}", file=sys.stderr)
 
 

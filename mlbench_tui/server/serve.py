@@ -239,7 +239,7 @@ def serve_foreground(
 
     store = Store(db_path)
     try:
-        from mlbench_tui.executors.emulation.runs import remove_leftovers
+        from mlbench_tui.executors import remove_leftovers
 
         for note in remove_leftovers():  # what a killed `apply` left, now that the store is in use
             print(f"mlbench server: {note}", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ WORKERS = str(Path(__file__).resolve().parents[2] / "workers")
 @functools.cache
 def why_no_emulation() -> str | None:
     """None where this process can make namespaces, veth pairs and bridges and shape them with tbf."""
-    from mlbench_tui.executors.emulation import probe
+    from mlbench_tui.executors.local.network import probe
 
     caps = probe.probe()
     if caps.missing:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from mlbench_worker import rank_env
 
+NCCL_HOSTID = "NCCL_HOSTID"
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
@@ -86,4 +87,6 @@ def join_from_environment(env: Mapping[str, str] | None = None) -> str | None:
     if os.stat(netns).st_ino == os.stat("/proc/self/ns/net").st_ino:
         return netns
     join(netns, env.get(rank_env.HOSTS_FILE) or None)
+    # each emulated node is a host of its own to NCCL: sockets between nodes, P2P/SHM within one
+    os.environ.setdefault(NCCL_HOSTID, os.path.basename(netns))
     return netns

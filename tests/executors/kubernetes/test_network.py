@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 from support.netns import needs_emulation, run_id, stream_rate
 
-from mlbench_tui.executors.emulation import ledger, links
-from mlbench_tui.executors.emulation.layout import group_ranks
-from mlbench_tui.executors.kubernetes_network import (
+from mlbench_tui.executors.kubernetes.network import (
     IFB_CONTAINER,
     INIT_CONTAINER,
     bandwidth_quantity,
@@ -24,6 +22,8 @@ from mlbench_tui.executors.kubernetes_network import (
     pod_annotations,
     shaping_batch,
 )
+from mlbench_tui.executors.local.network import ledger, links
+from mlbench_tui.executors.local.network.layout import group_ranks
 from mlbench_tui.executors.shaping import Shaping
 from mlbench_tui.plan import NetworkPlan
 

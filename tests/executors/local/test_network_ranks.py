@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from support.netns import WORKERS, needs_emulation, run_id
 
-from mlbench_tui.executors.emulation import ledger, links
-from mlbench_tui.executors.emulation.layout import group_ranks
-from mlbench_tui.executors.emulation.runs import hosts_text
+from mlbench_tui.executors.local.network import ledger, links
+from mlbench_tui.executors.local.network.layout import group_ranks
+from mlbench_tui.executors.local.network.runs import hosts_text
 from mlbench_tui.executors.shaping import Shaping
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store import queries

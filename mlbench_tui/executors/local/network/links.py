@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors.emulation.layout import NetworkLayout, Step
+from mlbench_tui.executors.local.network.layout import NetworkLayout, Step
 from mlbench_tui.executors.shaping import Shaping, expected_kinds
 
 NETNS_DIR = Path("/run/netns")

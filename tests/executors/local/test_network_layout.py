@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from mlbench_tui.executors.emulation.layout import (
+from mlbench_tui.executors.local.network.layout import (
     block_prefix,
     candidate_blocks,
     digest,

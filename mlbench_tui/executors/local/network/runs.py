@@ -17,8 +17,8 @@ from mlbench_worker import rank_env
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import shaping
-from mlbench_tui.executors.emulation import ledger, links, probe
-from mlbench_tui.executors.emulation.layout import (
+from mlbench_tui.executors.local.network import ledger, links, probe
+from mlbench_tui.executors.local.network.layout import (
     DEFAULT_RANGE,
     NAMESPACE_PREFIX,
     NetworkLayout,
@@ -50,23 +50,16 @@ def network_range() -> ipaddress.IPv4Network:
         ) from None
 
 
-def remove_leftovers(runs_dir: Path | None = None) -> list[str]:
-    """Remove the emulated networks killed runs left under ``runs_dir`` (the settings' by default);
-    a note per run, and never an exception: the store's server calls it when it starts."""
-    if runs_dir is None:
-        from mlbench_tui.settings import load_settings
-
-        runs_dir = load_settings().runs_dir
-    try:
-        return ledger.sweep(runs_dir)
-    except (OSError, ExecutorError) as exc:
-        return [f"could not look for emulated networks left by killed runs: {exc}"]
-
-
 def check(plan: RunPlan) -> None:
     """Refuse (``ExecutorError``) a plan whose network this machine cannot emulate."""
     if plan.network is None:
         return
+    if plan.framework == "tensorflow":
+        raise ExecutorError(
+            f"run {plan.name}: the tensorflow implementation cannot run on emulated links (its workers "
+            "address each other on 127.0.0.1)",
+            hint="use framework pytorch for a local run with spec.network",
+        )
     reason = probe.refusal(plan.network, probe.probe())
     if reason is not None:
         raise ExecutorError(f"run {plan.name}: {reason}")
@@ -80,6 +73,24 @@ class EmulatedNetwork:
     layout: NetworkLayout
     hosts_file: Path
     setup_s: float
+
+    def made(self) -> NetworkCheck:
+        """What the run's records say while it runs: the network is made, not yet checked."""
+        return NetworkCheck(method="emulated", nodes=len(self.layout.nodes), setup_s=self.setup_s)
+
+
+def describe(plan: RunPlan) -> str | None:
+    """What the dry run says of the plan's network (None without one)."""
+    if plan.network is None:
+        return None
+    nodes = plan.emulated_nodes()
+    text = (
+        f"{plan.network.label()} per rank, {nodes} emulated node{'' if nodes == 1 else 's'} "
+        f"(network namespaces mlbench-<run id>-n<i>, addresses from {network_range()} chosen at start)"
+    )
+    if plan.backend == "nccl":
+        text += "; NCCL on its socket transport between nodes"
+    return text
 
 
 def setup(plan: RunPlan, run_id: str, runs_dir: Path) -> EmulatedNetwork | None:
@@ -156,17 +167,20 @@ def _read_hosts() -> str:
 
 
 def rank_environment(plan: RunPlan, network: EmulatedNetwork, rank: int) -> dict[str, str]:
-    """``shared_environment`` plus what differs per rank: NCCL sees each node as a host of its own
-    (``NCCL_HOSTID``), so it uses sockets between nodes and P2P/SHM between a node's ranks."""
+    """``shared_environment`` for one rank: its own namespace file (a forked rank's environment is
+    its own). NCCL sees each node as a host of its own (the rank sets ``NCCL_HOSTID`` to its node
+    when it joins), so it uses sockets between nodes and P2P/SHM between a node's ranks."""
     env = shared_environment(plan, network)
-    if plan.backend == "nccl":
-        node = network.layout.node_of_rank(rank)
-        env["NCCL_HOSTID"] = f"{network.layout.run_id}-n{node.index}"
+    node = network.layout.node_of_rank(rank)
+    env[rank_env.NETNS] = str(NETNS_DIR / node.namespace)
     return env
 
 
-def finish(runs_dir: Path, run_id: str, emulated: EmulatedNetwork | None = None) -> NetworkCheck | None:
-    """Check the run's shaping held, then remove its network by its record (None: it had none)."""
+def finish(
+    runs_dir: Path, run_id: str, made: EmulatedNetwork | NetworkCheck | None = None
+) -> NetworkCheck | None:
+    """Check the run's shaping held, then remove its network by its record (None: it had none,
+    or it is gone already); ``made`` says how long making it took."""
     record = ledger.read(runs_dir, run_id)
     if record is None:
         return None
@@ -182,6 +196,6 @@ def finish(runs_dir: Path, run_id: str, emulated: EmulatedNetwork | None = None)
         nodes=len(layout.nodes),
         held=not [p for p in problems if not p.startswith("could not remove")],
         problems=tuple(problems),
-        setup_s=emulated.setup_s if emulated is not None else None,
+        setup_s=made.setup_s if made is not None else None,
         teardown_s=teardown_s,
     )

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlbench_tui.executors.emulation import links
-from mlbench_tui.executors.emulation.layout import NAMESPACE_PREFIX, Step
+from mlbench_tui.executors.local.network import links
+from mlbench_tui.executors.local.network.layout import NAMESPACE_PREFIX, Step
 from mlbench_tui.plan import NetworkPlan
 
 CAP_NET_ADMIN = 12

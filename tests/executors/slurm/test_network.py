@@ -14,9 +14,9 @@ import pytest
 from support.netns import needs_emulation
 from support.slurm import SlurmCluster
 
-from mlbench_tui.executors.emulation import links
-from mlbench_tui.executors.emulation.layout import Step
-from mlbench_tui.executors.slurm_network import EPILOG, PROLOG, job_comment, refusal, sbatch_options
+from mlbench_tui.executors.local.network import links
+from mlbench_tui.executors.local.network.layout import Step
+from mlbench_tui.executors.slurm.network import EPILOG, PROLOG, job_comment, refusal, sbatch_options
 from mlbench_tui.plan import NetworkPlan
 
 pytestmark = [needs_emulation(), pytest.mark.slow]

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.local import processes
-from mlbench_tui.executors.emulation import LEDGER_DIR, links
-from mlbench_tui.executors.emulation.layout import NetworkLayout, candidate_blocks, plan_layout
+from mlbench_tui.executors.local.network import LEDGER_DIR, links
+from mlbench_tui.executors.local.network.layout import NetworkLayout, candidate_blocks, plan_layout
 from mlbench_tui.executors.shaping import Shaping
 
 LOCK_FILE = "lock"

@@ -18,8 +18,8 @@ import pytest
 from support.netns import WORKERS, needs_emulation, run_id, stream_rate
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors.emulation import ledger, links, probe
-from mlbench_tui.executors.emulation.layout import Step, group_ranks, plan_layout
+from mlbench_tui.executors.local.network import ledger, links, probe
+from mlbench_tui.executors.local.network.layout import Step, group_ranks, plan_layout
 from mlbench_tui.executors.shaping import Shaping
 
 pytestmark = needs_emulation()
@@ -116,8 +116,8 @@ _KILLED_OWNER = textwrap.dedent(
     """
     import ipaddress, os, signal, sys
     from pathlib import Path
-    from mlbench_tui.executors.emulation import ledger, links
-    from mlbench_tui.executors.emulation.layout import group_ranks
+    from mlbench_tui.executors.local.network import ledger, links
+    from mlbench_tui.executors.local.network.layout import group_ranks
     from mlbench_tui.executors.shaping import Shaping
     rate = Shaping(10**8)
     net = ipaddress.IPv4Network("198.18.0.0/15")
