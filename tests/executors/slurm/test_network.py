@@ -19,7 +19,7 @@ from mlbench_tui.executors.local.network.layout import Step
 from mlbench_tui.executors.slurm.network import EPILOG, PROLOG, job_comment, refusal, sbatch_options
 from mlbench_tui.plan import NetworkPlan
 
-pytestmark = [needs_emulation(), pytest.mark.slow]
+NEEDS_ROOT = needs_emulation()  # root makes and shapes a link of its own
 
 
 @pytest.fixture
@@ -52,6 +52,8 @@ def _qdiscs(node: str) -> str:
     ).stdout
 
 
+@NEEDS_ROOT
+@pytest.mark.slow
 def test_the_prolog_shapes_a_job_that_asks_and_the_epilog_undoes_it(
     slurm_cluster: SlurmCluster, node: str
 ) -> None:
@@ -70,6 +72,8 @@ def test_the_prolog_shapes_a_job_that_asks_and_the_epilog_undoes_it(
         slurm_cluster.run("scancel", job)
 
 
+@NEEDS_ROOT
+@pytest.mark.slow
 def test_other_jobs_and_bad_comments_are_left_alone(slurm_cluster: SlurmCluster, node: str) -> None:
     plain = _job(slurm_cluster, None)
     forged = _job(slurm_cluster, "mlbench-network:rate_bps=1$(reboot),delay_us=0")
@@ -92,3 +96,26 @@ def test_without_the_prolog_a_cluster_refuses_the_network() -> None:
     assert "shapes no links" in (refusal(network, "hpc", has_prolog=False) or "")
     assert refusal(network, "hpc", has_prolog=True) is None
     assert refusal(None, "hpc", has_prolog=False) is None
+
+
+def test_a_cluster_without_the_prolog_refuses_the_run_and_one_with_it_asks_for_whole_nodes() -> None:
+    from support.kube_api import make_plan
+
+    from mlbench_tui.errors import ExecutorError
+    from mlbench_tui.executors.slurm.cluster import SlurmCluster
+    from mlbench_tui.executors.slurm.executor import SlurmExecutor
+    from mlbench_tui.infra.slurm import SlurmProvider
+
+    plan = make_plan(
+        target={"kind": "slurm", "cluster": "hpc"},
+        network={"bandwidth_bps": 100_000_000},
+        name="resnet-gloo-2w-100mbit",
+    )
+    SlurmProvider().add(SlurmCluster(name="hpc", partition="batch"))
+    with pytest.raises(ExecutorError) as refused:
+        SlurmExecutor().check_placement(plan)
+    assert "Slurm cluster 'hpc' shapes no links" in refused.value.message
+    assert "--network-prolog" in (refused.value.hint or "")
+    SlurmProvider().add(SlurmCluster(name="hpc", partition="batch", network_prolog=True))
+    SlurmExecutor().check_placement(plan)
+    SlurmExecutor().check_placement(make_plan(target={"kind": "slurm", "cluster": "hpc"}))
