@@ -81,7 +81,11 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
     if options.dry_run:
         from mlbench_tui.settings import load_settings
 
-        print(dry_run_text(planned, load_settings().server_url), file=out)
+        from mlbench_tui.server.serve import socket_path
+
+        settings = load_settings()
+        socket = str(socket_path(settings.store_path))  # where the store's server answers on a socket
+        print(dry_run_text(planned, settings.server_url, socket), file=out)
         return 0
     if options.detach:
         pid, log_path = detach(paths, options)

@@ -180,3 +180,13 @@ def test_without_cap_net_admin_plan_and_apply_refuse_before_anything_starts(tmp_
         assert "Traceback" not in done.stderr
     assert _leftovers() == []
     assert json.loads(mlbench("results", str(path), "-o", "json").stdout or '{"runs": []}')["runs"] == []
+
+
+def test_the_dry_run_says_how_the_links_are_made(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(ALLREDUCE.format(name="dry", network="  network: 100Mbit\n"))
+    done = mlbench("apply", "--dry-run", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "# network: 100Mbit per rank, 2 emulated nodes" in done.stdout
+    assert "export MLBENCH_SERVER_SOCKET=" in done.stdout
+    assert _leftovers() == []
