@@ -57,7 +57,14 @@ def _busbw(run: dict[str, object]) -> float:
 
 
 def _leftovers() -> list[str]:
-    return [name for name in os.listdir(links.NETNS_DIR) if name.startswith("mlbench-r-")]
+    """The namespaces of this test's runs (other runs on the machine may have theirs)."""
+    runs_dir = load_settings().runs_dir
+    ours = {entry.name for entry in runs_dir.iterdir()} if runs_dir.exists() else set()
+    return [
+        name
+        for name in os.listdir(links.NETNS_DIR)
+        if name.startswith("mlbench-r-") and name.rsplit("-n", 1)[0].removeprefix("mlbench-") in ours
+    ]
 
 
 def test_a_shaped_all_reduce_carries_its_link_and_an_unshaped_one_far_more(tmp_path: Path) -> None:
