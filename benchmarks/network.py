@@ -70,9 +70,10 @@ _SENDER = textwrap.dedent(
     from mlbench_worker.netns import join
     join({netns!r})
     s = socket.create_connection(({address!r}, 5201)); block = b"x" * (1 << 16)
-    stop = time.perf_counter() + {seconds}
-    while time.perf_counter() < stop:
+    stop, left = time.perf_counter() + {seconds}, {limit}
+    while time.perf_counter() < stop and left > 0:
         s.sendall(block)
+        left -= len(block)
     s.close()
     """
 )
@@ -115,33 +116,67 @@ def _netns(name: str) -> str:
     return str(NETNS_DIR / name)
 
 
+def sending(
+    sender_netns: str, receiver_netns: str, address: str, *, seconds: float, limit: float = float("inf")
+):
+    """A TCP stream from one namespace (a file under /run/netns) to ``address`` in another, for
+    ``seconds`` or ``limit`` bytes: a context that yields once it is sending and, on leaving,
+    waits for its end; its ``.payload_bps`` is then what the receiver got, in bytes per second."""
+    return _Stream(sender_netns, receiver_netns, address, seconds, limit)
+
+
+class _Stream:
+    def __init__(self, sender: str, receiver: str, address: str, seconds: float, limit: float) -> None:
+        self.payload_bps = 0.0
+        self._receiver = subprocess.Popen(
+            [sys.executable, "-c", _RECEIVER.format(workers=WORKERS, netns=receiver, address=address)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._receiver.stdout is not None and self._receiver.stdout.readline().strip() == "ready"
+        script = _SENDER.format(workers=WORKERS, netns=sender, address=address, seconds=seconds, limit=limit)
+        self._sender = subprocess.Popen([sys.executable, "-c", script])
+
+    def __enter__(self) -> _Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._sender.wait(timeout=300)
+            out, _ = self._receiver.communicate(timeout=60)
+            self.payload_bps = float(out.strip())
+        finally:
+            for proc in (self._sender, self._receiver):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def stream_rate(sender_netns: str, receiver_netns: str, address: str, megabytes: int) -> float:
+    """Bytes per second one TCP stream of ``megabytes`` MiB carries between two namespaces."""
+    with sending(sender_netns, receiver_netns, address, seconds=600, limit=megabytes * 2**20) as stream:
+        pass
+    return stream.payload_bps
+
+
 def stream(layout, seconds: float) -> tuple[float, float]:
     """One TCP stream node 1 -> node 0: (bits/s the sender's link carried, payload bits/s received)."""
     from mlbench_tui.executors.local.network.links import read_counters
 
     address = str(layout.nodes[0].address)
-    receiver = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _RECEIVER.format(workers=WORKERS, netns=_netns(layout.namespaces[0]), address=address),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
-    netns = _netns(layout.namespaces[1])
-    sender = _SENDER.format(workers=WORKERS, netns=netns, address=address, seconds=seconds + 1)
-    sending = subprocess.Popen([sys.executable, "-c", sender])
-    time.sleep(1.0)  # the stream is under way: the interpreter started, TCP left slow start
-    before, started = read_counters("eth0", layout.namespaces[1], layout.egress), time.perf_counter()
-    time.sleep(seconds)
-    after, elapsed = read_counters("eth0", layout.namespaces[1], layout.egress), time.perf_counter() - started
-    sending.wait(timeout=60)
-    payload = float(receiver.communicate(timeout=60)[0].strip())
+    with sending(
+        _netns(layout.namespaces[1]), _netns(layout.namespaces[0]), address, seconds=seconds + 1
+    ) as flow:
+        time.sleep(1.0)  # the stream is under way: the interpreter started, TCP left slow start
+        before, started = read_counters("eth0", layout.namespaces[1], layout.egress), time.perf_counter()
+        time.sleep(seconds)
+        after, elapsed = (
+            read_counters("eth0", layout.namespaces[1], layout.egress),
+            time.perf_counter() - started,
+        )
     assert before is not None and after is not None
     wire = (after.interface_tx_bytes - before.interface_tx_bytes) * 8 / elapsed
-    return wire, payload * 8
+    return wire, flow.payload_bps * 8
 
 
 def allreduce(layout, hosts: Path | None, elements: int, steps: int, seconds: float) -> float:

@@ -79,9 +79,8 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
     planned = load_plans(paths)
     check_placement([item.plan for item in planned])
     if options.dry_run:
-        from mlbench_tui.settings import load_settings
-
         from mlbench_tui.server.serve import socket_path
+        from mlbench_tui.settings import load_settings
 
         settings = load_settings()
         socket = str(socket_path(settings.store_path))  # where the store's server answers on a socket
