@@ -70,7 +70,7 @@ _SENDER = textwrap.dedent(
     from mlbench_worker.netns import join
     join({netns!r})
     s = socket.create_connection(({address!r}, 5201)); block = b"x" * (1 << 16)
-    stop, left = time.perf_counter() + {seconds}, {limit}
+    stop, left = time.perf_counter() + {seconds}, float("{limit}")
     while time.perf_counter() < stop and left > 0:
         s.sendall(block)
         left -= len(block)
