@@ -287,9 +287,10 @@ def link_text(result: RunResult) -> str:
     return MISSING if result.network is None else link_text_of(result.network)
 
 
-def link_text_of(figures: NetworkFigures) -> str:
-    """``link_text`` of a run's network figures."""
-    flag = " !" if figures.held is False else ""
+def link_text_of(figures: NetworkFigures, *, flag_held: bool = True) -> str:
+    """``link_text`` of a run's network figures (``flag_held``: with ``!`` when the shaping did
+    not hold, for a table where no other line says so)."""
+    flag = " !" if figures.held is False and flag_held else ""
     if figures.mean_mbit_s is None:
         return (figures.note or MISSING) + flag
     configured = figures.bandwidth_bps
@@ -329,7 +330,7 @@ def network_detail_lines(
     lines = [("network", text)]
     if figures is None:
         return lines
-    carried = link_text_of(figures)
+    carried = link_text_of(figures, flag_held=False)
     if figures.sent_bytes is not None:
         carried += f"; {format_number(figures.sent_bytes / 1e6)} MB sent"
     if figures.setup_s is not None:
