@@ -113,3 +113,41 @@ def test_ranks_fill_nodes_in_order() -> None:
 def test_a_run_id_that_cannot_name_a_namespace_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot name a network namespace"):
         plan_layout("../etc", ((0,),), SUBNET, Shaping(), Shaping())
+
+
+def _emulated(backend: str, ranks_per_node: int | None = None):
+    from pathlib import Path
+
+    from support.local_runs import local_plan
+
+    from mlbench_tui.executors.local.network.runs import EmulatedNetwork, ranks_by_node
+    from mlbench_tui.plan import NetworkPlan
+
+    plan = local_plan(backend=backend, workers=4).model_copy(
+        update={"network": NetworkPlan(bandwidth_bps=10**8), "ranks_per_node": ranks_per_node}
+    )
+    layout = plan_layout(
+        "r-0123456789ab", ranks_by_node(plan), ipaddress.IPv4Network("198.18.0.0/28"), Shaping(), Shaping()
+    )
+    return plan, EmulatedNetwork(layout, Path("/state/runs/.network/r-0123456789ab.hosts"), 0.05)
+
+
+def test_every_transport_is_bound_to_the_emulated_link() -> None:
+    from mlbench_tui.executors.local.network.runs import rank_environment, shared_environment
+
+    plan, network = _emulated("gloo", ranks_per_node=2)
+    env = shared_environment(plan, network)
+    assert env["MLBENCH_NETNS"] == "/run/netns/mlbench-r-0123456789ab-n{node}"
+    assert env["MLBENCH_RANKS_PER_NODE"] == "2"
+    assert env["MLBENCH_HOSTS_FILE"] == "/state/runs/.network/r-0123456789ab.hosts"
+    assert env["MASTER_ADDR"] == "198.18.0.2"  # node 0
+    assert env["GLOO_SOCKET_IFNAME"] == env["MLBENCH_LINK_INTERFACE"] == "eth0"
+    assert rank_environment(plan, network, 3)["MLBENCH_NETNS"] == "/run/netns/mlbench-r-0123456789ab-n1"
+    plan, network = _emulated("nccl")
+    env = shared_environment(plan, network)
+    assert (env["NCCL_NET"], env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_DISABLE"]) == ("Socket", "eth0", "1")
+    plan, network = _emulated("mpi")
+    env = shared_environment(plan, network)
+    assert env["OMPI_MCA_btl"] == "tcp,self"  # never shared memory: it would bypass the links
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "198.18.0.0/28"
+    assert env["PMIX_MCA_ptl_tcp_if_include"] == network.layout.bridge  # the launcher's PMIx server
