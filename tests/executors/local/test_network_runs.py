@@ -197,3 +197,13 @@ def test_the_dry_run_says_how_the_links_are_made(tmp_path: Path) -> None:
     assert "# network: 100Mbit per rank, 2 emulated nodes" in done.stdout
     assert "export MLBENCH_SERVER_SOCKET=" in done.stdout
     assert _leftovers() == []
+
+
+def test_mpi_ranks_talk_tcp_over_the_links(tmp_path: Path) -> None:
+    spec = ALLREDUCE.format(name="mpi", network="  network: 100Mbit\n").replace(
+        "backend: gloo", "backend: mpi"
+    )
+    run = apply_one(tmp_path, spec)
+    assert run["network"]["held"] is True  # type: ignore[index]
+    assert 0.2 * 100 * MBIT <= _busbw(run) <= 1.05 * 100 * MBIT
+    assert _leftovers() == []
