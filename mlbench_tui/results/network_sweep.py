@@ -31,6 +31,7 @@ class NetworkPoint:
     speedup: float | None
     communication_fraction: float | None  # mean over the runs that reported their split
     link_mbit_s: float | None  # the runs' mean achieved link rate
+    peak_mbit_s: float | None = None  # the fastest second any of its runs' links carried
 
     @property
     def bandwidth_label(self) -> str:
@@ -93,6 +94,9 @@ def network_lines(results: Sequence[RunResult]) -> list[NetworkLine]:
             rates = [
                 m.network.mean_mbit_s for m in members if m.network and m.network.mean_mbit_s is not None
             ]
+            peaks = [
+                m.network.peak_mbit_s for m in members if m.network and m.network.peak_mbit_s is not None
+            ]
             line_points.append(
                 NetworkPoint(
                     bandwidth_bps=bandwidth,
@@ -102,6 +106,7 @@ def network_lines(results: Sequence[RunResult]) -> list[NetworkLine]:
                     speedup=score.speedup if score is not None else None,
                     communication_fraction=statistics.fmean(fractions) if fractions else None,
                     link_mbit_s=statistics.fmean(rates) if rates else None,
+                    peak_mbit_s=max(peaks) if peaks else None,
                 )
             )
         lines.append(NetworkLine(spec_name, optimizer, backend, workers, latency, socket, tuple(line_points)))

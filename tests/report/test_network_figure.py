@@ -21,7 +21,10 @@ def _record(
     network = None
     if workers > 1:
         mean = None if bandwidth is None else 0.9 * bandwidth / 1e6
-        network = NetworkFigures(bandwidth_bps=bandwidth, mean_mbit_s=mean, held=held, method="emulated")
+        peak = None if bandwidth is None else 0.95 * bandwidth / 1e6
+        network = NetworkFigures(
+            bandwidth_bps=bandwidth, mean_mbit_s=mean, peak_mbit_s=peak, held=held, method="emulated"
+        )
     result = RunResult(
         name=f"n-{optimizer}-{workers}w-{bandwidth}",
         spec_name=f"net-{optimizer}",
@@ -59,18 +62,18 @@ def test_lines_per_optimizer_against_bandwidth() -> None:
         ("power_sgd gloo 2w", (10.0, 100.0), (28.0, 25.0)),
     ]
     assert tta.x_log and tta.x_ticks == ((10.0, "10Mbit"), (100.0, "100Mbit"), (1000.0, "unlimited"))
-    assert [s.style for s in tta.series] == ["-", "--"]
     speedup = figure.panel("Speedup")
     assert speedup.series[1].y == (41.0 / 28.0, 41.0 / 25.0)
     comm = figure.panel("Communication share")
     assert comm.series[0].y == (80.0, 30.0, 10.0)
+    assert [s.colour for s in tta.series] == ["#0072B2", "#D55E00"]  # by optimizer
     link = figure.panel("Link rate")
-    assert sorted((m.x, m.y, m.symbol) for m in link.marks) == [
-        (10.0, 9.0, "o"),
-        (10.0, 9.0, "x"),
-        (100.0, 90.0, "o"),
-        (100.0, 90.0, "o"),
+    assert [(s.label, s.x, s.y) for s in link.series] == [
+        ("configured rate", (10.0, 100.0), (10.0, 100.0)),
+        ("centralized_sgd gloo 2w", (10.0, 100.0), (9.5, 95.0)),
+        ("power_sgd gloo 2w", (10.0, 100.0), (9.5, 95.0)),
     ]
+    assert [(m.x, m.label) for m in link.marks] == [(10.0, "not shaped")]
     assert any("links not shaped for the whole run" in note for note in figure.notes)
 
 
