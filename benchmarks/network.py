@@ -7,8 +7,8 @@ removing a run's links costs, and what an unshaped emulated link costs a 2-rank 
    got, and the link's ratio to the configured rate (goal: within 10%). Then two gloo ranks, one
    per node, all-reduce fp32 tensors: their bus bandwidth against the link.
 2. Setup and teardown: a 2-node network made and removed as a run's is (``emulation.runs``:
-   leftovers swept, subnet reserved, hosts file, ip/tc, check, removal), ``--repeats`` times; the
-   median of each part (goal: both together at most 0.3 s).
+   leftovers swept, subnet reserved, hosts file, ip/tc; then the shaping checked and everything
+   removed), ``--repeats`` times; the median of each part (goal: both together at most 0.3 s).
 3. Step time: two gloo ranks all-reduce a ResNet-20 gradient (272,474 fp32 values) over and over,
    on loopback (no network: the peer, as today) and in two emulated nodes with ``bandwidth:
    unlimited`` (ours: veth and bridge, no qdisc); the medians and their ratio (goal: no difference
@@ -262,7 +262,7 @@ def setup_section(runs_dir: Path, repeats: int) -> bool:
     setup, teardown = statistics.median(setups), statistics.median(teardowns)
     print(f"\n2. a 2-node run's links, made and removed {repeats} times (medians)")
     print(
-        f"   setup {setup * 1e3:.0f} ms  teardown {teardown * 1e3:.0f} ms"
+        f"   setup {setup * 1e3:.0f} ms  check and teardown {teardown * 1e3:.0f} ms"
         f"  together {(setup + teardown) * 1e3:.0f} ms"
     )
     ok = setup + teardown <= 0.3

@@ -120,7 +120,7 @@ class NetworkCheck(BaseModel):
     )
     problems: tuple[str, ...] = Field(default=(), description="Why it did not hold, one sentence each.")
     setup_s: float | None = Field(default=None, description="Seconds spent making the links before launch.")
-    teardown_s: float | None = Field(default=None, description="Seconds spent removing them.")
+    teardown_s: float | None = Field(default=None, description="Seconds spent checking and removing them.")
 
 
 @dataclass
