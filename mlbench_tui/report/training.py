@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from mlbench_worker import wire
+
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.report.anchors import published_for
 from mlbench_tui.report.figure import (
@@ -43,7 +45,7 @@ def stragglers(record: RunRecord) -> dict[int, float]:
     """The ranks that held the others up (``results.ranks``' rule on each rank's busy time per
     step): rank -> how much busier than the other ranks' median (0.25 = 25%)."""
     busy: dict[int, float] = {}
-    for rank in record.ranks("step_time"):
+    for rank in record.ranks(wire.STEP_TIME):
         figures = RankFigures(rank)
         for name in RANK_METRICS:
             points = record.points(name, rank)
@@ -64,7 +66,7 @@ def goal_panel(record: RunRecord, colour: str) -> Panel:
     result, goal = record.result, record.result.goal
     assert goal is not None
     values = record.lowest_rank(goal.metric)
-    train = {p.step: p.value for p in record.lowest_rank("time_train")}
+    train = {p.step: p.value for p in record.lowest_rank(wire.TIME_TRAIN)}
     points = [(train[p.step], p.value) for p in values if p.step in train]
     x_label = "training time (s)"
     if not points and values:  # no training clock: fall back to epochs
@@ -101,8 +103,8 @@ def goal_panel(record: RunRecord, colour: str) -> Panel:
 def loss_panel(record: RunRecord, colour: str) -> Panel:
     series = []
     lines: tuple[tuple[str, str, LineStyle], ...] = (
-        ("train_loss", "train", "-"),
-        ("val_global_loss", "validation", "--"),
+        (wire.TRAIN_LOSS, "train", "-"),
+        (wire.VAL_GLOBAL_LOSS, "validation", "--"),
     )
     for name, label, style in lines:
         x, y = _xy(record.lowest_rank(name))
@@ -116,8 +118,8 @@ def loss_panel(record: RunRecord, colour: str) -> Panel:
 
 def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
     """Step time per rank (ms), stragglers drawn thicker and named."""
-    ranks = record.ranks("step_time")
-    by_rank = {rank: record.points("step_time", rank) for rank in ranks}
+    ranks = record.ranks(wire.STEP_TIME)
+    by_rank = {rank: record.points(wire.STEP_TIME, rank) for rank in ranks}
     slow = stragglers(record)
     series = []
     if len(ranks) <= MAX_RANK_LINES:

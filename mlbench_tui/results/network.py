@@ -20,8 +20,9 @@ from mlbench_worker import wire
 from mlbench_tui.lifecycle import NetworkCheck
 from mlbench_tui.plan import RunPlan, link_burst_bytes
 from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import NetworkFigures, RunResult, Suspect
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 LINK_SERIES = (sm.LINK_SENT_BYTES, sm.LINK_RECV_BYTES)
 RATE_SLACK = 1.05

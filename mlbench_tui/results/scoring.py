@@ -145,6 +145,12 @@ def is_sweep(result: RunResult) -> bool:
     return result.goal is None and ((task is not None and task.sweep is not None) or bool(result.allreduce))
 
 
+def _family(score: ConfigScore) -> tuple[str, str, str, str, str]:
+    """The configurations a speedup compares: the same spec, framework, backend, variant and
+    network (a networked run falls back to the family's 1-worker run, which has no network)."""
+    return (score.spec_name, score.framework, score.backend, score.variant, score.network)
+
+
 def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
     """Group results by configuration (``config_key``), score each group over the repeats that
     count, and add speedup and efficiency where the same spec, framework, backend and variant
@@ -180,16 +186,15 @@ def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
                 ),
             )
         )
-    family = lambda s: (s.spec_name, s.framework, s.backend, s.variant, s.network)  # noqa: E731
-    baseline = {family(s): s for s in scores if s.workers == 1 and s.time_to_accuracy_s is not None}
+    baseline = {_family(s): s for s in scores if s.workers == 1 and s.time_to_accuracy_s is not None}
     counts: dict[tuple[str, str, str, str, str], set[int]] = {}
     for score in scores:
         if score.time_to_accuracy_s is not None:
-            counts.setdefault(family(score), set()).add(score.workers)
+            counts.setdefault(_family(score), set()).add(score.workers)
     scored = []
     for score in scores:
-        base = baseline.get(family(score)) or baseline.get((*family(score)[:4], ""))
-        compared = counts.get(family(score), set()) | ({1} if base is not None else set())
+        base = baseline.get(_family(score)) or baseline.get((*_family(score)[:4], ""))
+        compared = counts.get(_family(score), set()) | ({1} if base is not None else set())
         if base is not None and len(compared) > 1:
             gain, efficiency = speedup(base.time_to_accuracy_s, score.time_to_accuracy_s, score.workers)
             if gain is not None:

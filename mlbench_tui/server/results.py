@@ -36,14 +36,16 @@ def ends_run(update: RunUpdate) -> bool:
     return update.state.is_terminal() or update.state is RunState.UNKNOWN
 
 
-def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) -> RunUpdate:
+def with_result(
+    store: Store, conn: Connection, run_id: str, update: RunUpdate, *, again: bool = False
+) -> RunUpdate:
     """``update`` with the run's settled final state, its error and its computed result; as it is
-    when the run already ended with a result (a result is computed once)."""
+    when the run already ended with a result (a result is computed once), unless ``again``."""
     run = queries.get_run(conn, run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found")
     assert update.state is not None
-    if run.result is not None and run.state.is_terminal():
+    if run.result is not None and run.state.is_terminal() and not again:
         return update
     events = all_events(lambda since: queries.events(conn, run_id, since=since, limit=MAX_PAGE))
     plan = _plan(run)
@@ -108,3 +110,14 @@ def _add_speedup(conn: Connection, run: RunDetail, result: RunResult) -> None:
     baseline = olympic_mean(times)
     result.speedup, result.efficiency = speedup(baseline, reached_time(result), result.workers)
     result.one_worker_time_s = baseline
+
+
+def recomputed(store: Store, conn: Connection, run_id: str) -> RunUpdate | None:
+    """The update that settles an ended run again and recomputes its result from its record as
+    it is now (batches imported from its spool after it ended); None for a run still going."""
+    run = queries.get_run(conn, run_id)
+    if run is None or not run.state.is_terminal():
+        return None
+    host = run.result.fingerprint if run.result is not None else None
+    update = RunUpdate(state=run.state, error=run.error, host=host)
+    return with_result(store, conn, run_id, update, again=True)

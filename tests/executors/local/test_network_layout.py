@@ -133,7 +133,7 @@ def _emulated(backend: str, ranks_per_node: int | None = None):
 
 
 def test_every_transport_is_bound_to_the_emulated_link() -> None:
-    from mlbench_tui.executors.local.network.runs import rank_environment, shared_environment
+    from mlbench_tui.executors.local.network.runs import rank_namespaces, shared_environment
 
     plan, network = _emulated("gloo", ranks_per_node=2)
     env = shared_environment(plan, network)
@@ -142,7 +142,9 @@ def test_every_transport_is_bound_to_the_emulated_link() -> None:
     assert env["MLBENCH_HOSTS_FILE"] == "/state/runs/.network/r-0123456789ab.hosts"
     assert env["MASTER_ADDR"] == "198.18.0.2"  # node 0
     assert env["GLOO_SOCKET_IFNAME"] == env["MLBENCH_LINK_INTERFACE"] == "eth0"
-    assert rank_environment(plan, network, 3)["MLBENCH_NETNS"] == "/run/netns/mlbench-r-0123456789ab-n1"
+    assert rank_namespaces(network, 4) == tuple(
+        f"/run/netns/mlbench-r-0123456789ab-n{n}" for n in (0, 0, 1, 1)
+    )
     plan, network = _emulated("nccl")
     env = shared_environment(plan, network)
     assert (env["NCCL_NET"], env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_DISABLE"]) == ("Socket", "eth0", "1")

@@ -1,13 +1,15 @@
 """A local run's emulated network, from its plan: refuse, set up, place ranks, check, remove.
 
 The local executor calls ``check`` when it places a plan (``plan``/``apply`` refuse before anything
-starts), ``setup`` before launching (after removing what killed runs left), ``rank_environment``
-for each rank (its namespace, its node's address as the rendezvous, the transports pinned to the
-emulated link), and ``finish`` once the run is over, whatever ended it.
+starts), ``setup`` before launching (after removing what killed runs left), ``shared_environment``
+for every rank (the namespaces, node 0's address as the rendezvous, the transports pinned to the
+emulated link), ``place_forked`` for a forked group (each rank's namespace, joined by its launcher),
+and ``finish`` once the run is over, whatever ended it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import time
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from mlbench_worker import rank_env
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import shaping
+from mlbench_tui.executors.local.launch import LocalRequest
 from mlbench_tui.executors.local.network import ledger, links, probe
 from mlbench_tui.executors.local.network.layout import (
     DEFAULT_RANGE,
@@ -166,14 +169,24 @@ def _read_hosts() -> str:
         return "127.0.0.1 localhost\n"
 
 
-def rank_environment(plan: RunPlan, network: EmulatedNetwork, rank: int) -> dict[str, str]:
-    """``shared_environment`` for one rank: its own namespace file (a forked rank's environment is
-    its own). NCCL sees each node as a host of its own (the rank sets ``NCCL_HOSTID`` to its node
-    when it joins), so it uses sockets between nodes and P2P/SHM between a node's ranks."""
-    env = shared_environment(plan, network)
-    node = network.layout.node_of_rank(rank)
-    env[rank_env.NETNS] = str(NETNS_DIR / node.namespace)
-    return env
+def rank_namespaces(network: EmulatedNetwork, workers: int) -> tuple[str, ...]:
+    """Each rank's namespace file, by rank. NCCL sees each node as a host of its own (the rank sets
+    ``NCCL_HOSTID`` to its node when it joins), so it uses sockets between nodes and P2P/SHM
+    between a node's ranks."""
+    return tuple(str(NETNS_DIR / network.layout.node_of_rank(rank).namespace) for rank in range(workers))
+
+
+def place_forked(request: LocalRequest, network: EmulatedNetwork | None) -> LocalRequest:
+    """A forked group's ``request`` on the emulated nodes: each rank joins its node's namespace
+    (its launcher moves it there right after the fork) and the rendezvous is at node 0's address,
+    where rank 0's launcher holds the port (unchanged without a network)."""
+    if network is None:
+        return request
+    return dataclasses.replace(
+        request,
+        master_addr=str(network.layout.nodes[0].address),
+        rank_netns=rank_namespaces(network, request.workers),
+    )
 
 
 def finish(
