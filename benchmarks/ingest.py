@@ -311,7 +311,7 @@ def spool_import_seconds(workdir: Path, metrics: int = SPOOL_METRICS) -> tuple[f
     reporter = Reporter(None, "r-bench", "token", 0, spool_dir=str(spool), interval=3600)
     now = time.time()
     for step in range(metrics):
-        reporter.metric("train_loss", 1.0 / (step + 1), step=step, t=now + step * 1e-3)
+        reporter.metric(wire.TRAIN_LOSS, 1.0 / (step + 1), step=step, t=now + step * 1e-3)
         if step % 1000 == 999:
             reporter.flush()  # one spooled batch per 1,000 metrics, as a busy rank's reporter cuts them
     reporter.close()

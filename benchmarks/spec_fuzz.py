@@ -27,6 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
+from mlbench_worker import wire
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (ROOT / "specs", ROOT / "tests" / "fixtures" / "bad_specs")
 
@@ -55,7 +57,7 @@ TOKENS = (
     "env_loading_code: ", "hardware: ", "gpu: ", "memory: ", "cpu: ", "repeats: ", "seed: ",
     "max_time: ", "metric: ", "target: ", "direction: ", "<<: ", "&a ", "*a", "!!str ", "!!int ",
     "!!python/object ", "%YAML 1.1", "---", "${X}", "LD_PRELOAD: ", "MLBENCH_INJECT_FAULT: ",
-    "rank=1,step=2", "--hold", "val_global_Prec@1", "1e400", ".nan", "99999999999999999999",
+    "rank=1,step=2", "--hold", wire.VAL_GLOBAL_PREC1, "1e400", ".nan", "99999999999999999999",
     "a\u202eb", "t\u0430sk", "\u200b",
 )  # fmt: skip
 """Words of the spec language and of YAML, as libFuzzer's dictionary: mutations splice them in."""

@@ -74,6 +74,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ref", nargs="?", metavar="RUN|SPEC", help="run id/name, spec file/directory, or spec name"
     )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="every run of each configuration (spec point and machine) over time, oldest first, with "
+        "its step time, verdicts and the versions from its fingerprint (what changed since the run before)",
+    )
     _ranks_option(p)
     p.set_defaults(handler=cmd_results)
 
@@ -203,10 +209,30 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     from mlbench_tui.runs.results import collect_results, results_output, run_ranks, sweep_curves
 
+    if args.history:
+        return _history(args)
     client = _client()
     results = collect_results(client, args.ref)
     ranks = run_ranks(client, results, args.ranks)
     write_text(sys.stdout, results_output(results, args.output, sweep_curves(client, results), ranks))
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    from contextlib import closing
+
+    from mlbench_tui.results.history import history_json, history_text
+    from mlbench_tui.runs.results import history_entries
+    from mlbench_tui.server.daemon import run_reader
+
+    with closing(run_reader()) as reader:
+        entries = history_entries(reader, args.ref)
+    if args.output == "json":
+        import json
+
+        write_text(sys.stdout, json.dumps(history_json(entries), indent=2, default=str))
+    else:
+        write_text(sys.stdout, history_text(entries))
     return 0
 
 

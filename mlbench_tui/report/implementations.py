@@ -11,8 +11,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from mlbench_worker import wire
-
 from mlbench_tui.report.figure import GOAL_COLOUR, BarStack, Figure, Mark, Panel
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome, outcome_line
@@ -49,8 +47,8 @@ def implementation_figure(task: str, records: Sequence[RunRecord]) -> Figure:
         if not reached:
             notes.append(f"{category}: no run reached the goal ({outcome_line(members[0].result)})")
             marks.append(Mark(float(i), 0.0, members[0].result.state.value, GOAL_COLOUR))
-        values = [p.value * 1000 for m in members for p in m.points(wire.STEP_TIME)]
-        steps.append(statistics.median(values) if values else 0.0)
+        values = [m.result.step_time_s * 1000 for m in members if m.result.step_time_s is not None]
+        steps.append(statistics.median(values) if values else 0.0)  # each run's median after warm-up
     task_name = records[0].result.task_name or task
     panels = (
         Panel("Time to accuracy", "implementation", "seconds", categories=categories,

@@ -22,6 +22,7 @@ from mlbench_tui.results.allreduce import (
     sweep_json,
     sweep_tables,
 )
+from mlbench_tui.results.history import HistoryEntry
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import RankFigures
 from mlbench_tui.results.scoring import is_sweep, left_out_reason, score_configs
@@ -29,6 +30,7 @@ from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
 from mlbench_tui.runs.reads import read_metrics
+from mlbench_tui.server.current_results import current_result
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -42,7 +44,8 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     if ref is None:
         runs = [r for r in client.list_runs() if r.state.is_terminal()]
     elif RUN_ID.fullmatch(ref):
-        return [resolve_run(client, ref).known_result()]
+        one = resolve_run(client, ref)
+        return [current_result(client, one) or one.known_result()]
     elif Path(ref).exists():
         from mlbench_tui.runs.plans import load_plans
 
@@ -55,7 +58,22 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     latest: dict[str, RunInfo] = {}
     for run in sorted(runs, key=lambda r: r.created):
         latest[run.name if ref is not None else run.id] = run
-    return [run.known_result() for run in sorted(latest.values(), key=lambda r: r.created)]
+    chosen = sorted(latest.values(), key=lambda r: r.created)
+    return [current_result(client, run) or run.known_result() for run in chosen]
+
+
+def history_entries(reader: RunReader, ref: str | None) -> list[HistoryEntry]:
+    """Every run ``ref`` names (every finished run without one), each with today's figures, for
+    ``results --history``."""
+    from mlbench_tui.runs.compare import named_runs
+
+    runs = named_runs(reader, ref) if ref is not None else reader.list_runs(limit=100_000)
+    entries = []
+    for run in runs:
+        result = current_result(reader, run) if run.state.is_terminal() else None
+        if result is not None:
+            entries.append(HistoryEntry(run.created, result))
+    return entries
 
 
 def report_run_ids(client: RunReader, refs: Sequence[str]) -> list[str]:
@@ -118,7 +136,7 @@ def run_ranks(
         return None
     run_id = runs[0].run_id
     assert run_id is not None
-    return RunRanks(client.get_run(run_id), rank_figures(client, run_id), choice)
+    return RunRanks(client.get_run(run_id), rank_figures(client, run_id, runs[0].step_time), choice)
 
 
 def results_output(

@@ -20,6 +20,7 @@ from mlbench_tui.results.table import (
     allreduce_text,
     checks_lines,
     network_detail_lines,
+    step_line,
     telemetry_lines,
     value_text,
 )
@@ -120,6 +121,9 @@ def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wir
             ("best / last", f"{_num(result.best_value)} / {_num(result.last_value)}"),
             ("wall time", format_duration(result.wall_time_s, unknown="—")),
         ]
+        step = step_line(result)
+        if step is not None:
+            rows.append(("step time", step))
         if result.graph_capture_s is not None:
             capture = format_duration(result.graph_capture_s)
             rows.append(("graph capture", f"{capture} (not in the time to accuracy)"))
