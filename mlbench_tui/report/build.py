@@ -16,6 +16,7 @@ from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.gpu import energy_figures
 from mlbench_tui.report.implementations import implementation_figures
 from mlbench_tui.report.inputs import RunRecord, load_records, sweeps, training
+from mlbench_tui.report.network import network_figures
 from mlbench_tui.report.renderer import Renderer
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
@@ -37,6 +38,7 @@ def build_figures(records: Sequence[RunRecord]) -> list[Figure]:
     trained = training(records)
     figures = [
         *scaling_figures(trained, colours),
+        *network_figures(trained, colours),
         *sweep_figures(sweeps(records), colours),
         *implementation_figures(trained),
         *run_figures(trained, colours),

@@ -25,7 +25,7 @@ from mlbench_worker.wire import LogIn, parse_event
 from mlbench_tui.errors import MlbenchError, NotFound, from_os_error
 from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
-from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunHandle, RunState, RunStatus
 from mlbench_tui.owners import RunOwner
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
@@ -109,12 +109,14 @@ class Runner:
         printer: ProgressPrinter | None = None,
         *,
         server_url: str | None = None,
+        server_socket: str | None = None,
         poll_s: float = POLL_S,
         cpu_count: int | None = None,
     ) -> None:
         self.client = client
         self.printer = printer or ProgressPrinter()
         self._server_url = server_url  # None: wherever the client's server is at launch time
+        self.server_socket = server_socket
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
         self.executors: dict[str, Executor[Any]] = {}
@@ -162,7 +164,9 @@ class Runner:
             sweep=sweep,
             state="pending",
         )
-        launch = LaunchContext(run_id=run_id, server_url=self.server_url, write_token=token)
+        launch = LaunchContext(
+            run_id=run_id, server_url=self.server_url, write_token=token, server_socket=self.server_socket
+        )
         try:
             executor = executor_for(plan, self.executors)
             handle = executor.submit(plan, launch)
@@ -177,7 +181,7 @@ class Runner:
             return None
         self._launched[run_id] = (executor, handle)
         spool = executor.spool_dir(handle)
-        self.client.update_run(
+        recorded = self.client.update_run(
             run_id,
             RunUpdate(
                 state=RunState.RUNNING,
@@ -186,6 +190,8 @@ class Runner:
                 spool=None if spool is None else str(spool),
             ),
         )
+        if recorded.state is RunState.CANCELLED:  # `mlbench cancel` came before the run had a handle
+            executor.cancel(handle)
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
         active = ActiveRun(item, run_id, token, handle, progress, executor)
@@ -263,6 +269,7 @@ class Runner:
             message,
             deleted=active.deleted,
             milestones=active.milestones,
+            network=status.network if status is not None else None,
         )
         if result is None:
             active.deleted = True
@@ -287,6 +294,7 @@ class Runner:
         *,
         deleted: bool = False,
         milestones: LaunchMilestones | None = None,
+        network: NetworkCheck | None = None,
     ) -> RunResult | None:
         """Record that a run ended, with what its target said of launching it; its result as
         the server computed it (None: deleted)."""
@@ -300,6 +308,8 @@ class Runner:
         )
         if milestones is not None:  # set only when known: a null would clear the stored ones
             update.launch = milestones
+        if network is not None:
+            update.network = network
         try:
             detail = self.client.update_run(run_id, update)
         except MlbenchError as exc:

@@ -71,6 +71,7 @@ def with_result(
             message=message,
             launched_at=launched,
             milestones=milestones,
+            network=update.network,
         )
     result.run_id = run_id
     _add_speedup(conn, run, result)

@@ -38,6 +38,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_name_issues(spec),
         *_slurm_issues(spec),
         *_node_issues(spec),
+        *_network_issues(spec),
         *env_issues(dict(spec.spec.env), spec.spec.env_loading_code, spec.spec.workers, spec.spec.target),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
         *scaling_issues(spec, task),
@@ -233,6 +234,20 @@ def _node_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
                 "of one node",
                 f"use world sizes up to {per_node} or multiples of it",
             )
+
+
+def _network_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
+    """``network.kubernetes_bandwidth`` chooses how pods are limited: it means nothing elsewhere."""
+    network = spec.spec.network
+    if network is None or network.kubernetes_bandwidth is None:
+        return
+    if not isinstance(spec.spec.target, KubernetesTarget):
+        yield PolicyIssue(
+            ("spec", "network", "kubernetes_bandwidth"),
+            "network.kubernetes_bandwidth applies to kubernetes targets; this spec runs on "
+            f"{spec.spec.target.kind}",
+            "remove it: local runs shape their emulated links with tc",
+        )
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:

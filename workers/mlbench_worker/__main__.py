@@ -125,6 +125,13 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     CLOCK.mark("interpreter")
+    from mlbench_worker.netns import join_from_environment
+
+    try:  # first of all, while this process has one thread: every socket it opens is the node's
+        join_from_environment()
+    except OSError as exc:
+        print(f"error: cannot join this rank's emulated node: {exc}", file=sys.stderr)
+        return 2
     args = _parse_args(argv)
     path = args.config or os.environ.get(rank_env.CONFIG)
     if not path:
