@@ -13,7 +13,7 @@ setup:
 # Applying it again does nothing (its run already succeeded); add --force to run it again.
 quickstart:
     mlbench apply specs/quickstart.yaml
-    @echo "next: mlbench status | mlbench logs quickstart-gloo-2w | mlbench results specs/quickstart.yaml | mlbench export quickstart-gloo-2w -o quickstart.zip" >&2
+    @echo "next: mlbench status | mlbench logs quickstart-gloo-2w | mlbench results specs/quickstart.yaml | mlbench export quickstart-gloo-2w --out quickstart.zip" >&2
 
 # Same as quickstart: the shortest real demo.
 demo: quickstart

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench_tui.commands.usage import documented
+
 if TYPE_CHECKING:
     from mlbench_tui.errors import SpecIssue
     from mlbench_tui.plan import RunPlan
@@ -26,7 +28,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "validate",
         help="check spec files or directories and report every problem",
         description="Validate benchmark specs (files or directories of *.yaml/*.yml). "
-        "Exit 0 when all are valid, 2 otherwise; problems go to stderr as FILE:LINE:COL: MESSAGE.",
+        "Problems go to stderr as FILE:LINE:COL: MESSAGE (hint: ...), every one at once. validate "
+        "checks what a spec says, the catalog and the target's limits; plan and apply also check that "
+        "this machine (or the cluster) can place the runs, such as their GPUs.",
+        **documented("validate"),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
@@ -36,7 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="show the runs a spec expands to (sweeps x repeats), without running anything",
-        description="Expand specs into run plans: one per backend x workers x repeat.",
+        description="Expand specs into run plans: one per backend x workers x repeat, and check that "
+        "this machine (or the target) can place them.",
+        **documented("plan"),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument(
@@ -48,13 +55,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(handler=cmd_plan)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of the spec language")
+    p = sub.add_parser("schema", help="print the JSON Schema of the spec language", **documented("schema"))
     p.set_defaults(handler=cmd_schema)
 
     p = sub.add_parser(
         "tasks",
         help="list the official tasks (or show one task's hyperparameters)",
-        description="The official task catalog: goals, defaults, supported backends and precisions.",
+        description="The official task catalog: goals, defaults, supported backends and precisions; "
+        "with TASK, its page of the reference (docs/tasks/), the same text.",
+        **documented("tasks"),
     )
     p.add_argument("task", nargs="?", metavar="TASK", help="task id or name to show in detail")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
@@ -64,9 +73,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "init",
         help="write a commented example spec for a task",
         description="Write a commented, valid spec for TASK (default: resnet20-cifar10) to stdout or a file.",
+        **documented("init"),
     )
     p.add_argument("task", nargs="?", default="1a", metavar="TASK", help="task id or name (default: 1a)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("--name", help="metadata.name (default: derived from the task)")
     p.set_defaults(handler=cmd_init)
@@ -364,7 +374,7 @@ def _task_detail(task: TaskInfo) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    """Write a commented spec for a task to stdout or ``-o FILE``."""
+    """Write a commented spec for a task to stdout or ``--out FILE``."""
     from mlbench_tui.errors import UsageError
     from mlbench_tui.spec.base import DNS1123_LABEL
     from mlbench_tui.spec.templates import spec_template
@@ -376,10 +386,10 @@ def cmd_init(args: argparse.Namespace) -> int:
             hint="use at most 40 lowercase letters, digits and '-' (it prefixes every run name)",
         )
     text = spec_template(task, name=args.name)
-    if not args.output:
+    if not args.out:
         sys.stdout.write(text)
         return 0
-    out = Path(args.output)
+    out = Path(args.out)
     if out.exists() and not args.force:
         raise UsageError(f"{out} already exists", hint="use --force to overwrite it")
     try:

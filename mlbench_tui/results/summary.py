@@ -23,6 +23,7 @@ from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
+from mlbench_tui.results import provenance
 from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import STEP_TIME
@@ -185,6 +186,7 @@ def summarize_run(
         startup=startup_figures(
             events, launched_at=launched_at, target=plan.target.kind, milestones=milestones
         ),
+        computed_by=provenance.current(),
     )
     result.suspects = suspects(result, metrics)
     if outcome is None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from mlbench_tui.formatting import (
     DEFAULT_CURRENCY,
     MISSING,
+    fit_table,
     format_duration,
     format_energy,
     format_figure,
@@ -30,6 +31,7 @@ from mlbench_tui.results.model import (
     StartupFigures,
     TelemetryFigures,
 )
+from mlbench_tui.results.provenance import provenance_text
 from mlbench_tui.results.reference import compare
 from mlbench_tui.results.scoring import (
     SPREAD_LIMIT,
@@ -128,7 +130,8 @@ def telemetry_lines(figures: TelemetryFigures, currency: str = DEFAULT_CURRENCY)
         lines.append(("gpu memory", f"peak {format_mebibytes(figures.peak_gpu_mem_mib)} allocated"))
     util = gpu_util_text(figures)
     if util is not None:
-        lines.append(("gpu util", f"{util} mean over ranks while the run was timed"))
+        timed = " mean over ranks while the run was timed" if figures.mean_gpu_util is not None else ""
+        lines.append(("gpu util", util + timed))
     source = {"counter": "NVML energy counter", "power": "integrated NVML power"}.get(
         figures.energy_source or ""
     )
@@ -190,8 +193,11 @@ def startup_text(figures: StartupFigures) -> str:
 
 def checks_lines(result: RunResult) -> list[tuple[str, str]]:
     """``(label, text)`` lines of a run's checks: each figure against its machine's reference
-    row, and each figure that fails a physical bound with the reason."""
+    row, each figure that fails a physical bound with the reason, and which rules recomputed a
+    result stored by older ones."""
     lines = [("startup", startup_text(result.startup))] if result.startup is not None else []
+    if result.computed_by is not None and result.computed_by.recomputed_from is not None:
+        lines.append(("computed", provenance_text(result.computed_by)))
     lines += [("reference", comparison.text()) for comparison in compare(result)]
     lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
     if len(result.suspects) > SUSPECTS_SHOWN:
@@ -279,6 +285,12 @@ def config_key_of(score: ConfigScore) -> tuple[str, str, str, int, str]:
 
 
 ALWAYS_SHOWN = ("RUN", "STATE", "RESULT")
+# What a narrow terminal keeps, most important first (``fit_table`` leaves out from the end).
+PRIORITY = (
+    "RUN", "STATE", "RESULT", "TIME TO ACC", "IMPL", "SPEEDUP", "EFFICIENCY", "VS REF", "FRAMEWORK",
+    "COMM", "CAPTURE", "GPU UTIL", "ENERGY TO ACC", "COST", "STEPS", "EPOCHS", "VAL TIME", "PEAK MEM",
+    "GPU MEM", "WALL", "ENERGY COST", "START", "LAUNCHER", "REACHED",
+)  # fmt: skip
 
 
 def cv_text(cv: float | None) -> str:
@@ -323,11 +335,20 @@ def score_notes(scores: Sequence[ConfigScore]) -> list[str]:
     return lines
 
 
-def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) -> str:
+def render_results(
+    results: Sequence[RunResult], *, sweep_tables: bool = False, width: int | None = None
+) -> str:
     """The results table, plus the repeat scores when a configuration ran more than once or some
     of its runs are left out of its score; ``sweep_tables`` says the all-reduce tables of 0a runs
-    follow it. Columns empty in every row are left out."""
-    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN))
+    follow it. Columns empty in every row are left out; within ``width`` characters, outcomes
+    fold and the least important columns are left out too, named under the table."""
+    rows = without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN)
+    fitted = fit_table(rows, width, priority=PRIORITY, keep=ALWAYS_SHOWN, fold="RESULT")
+    text = fitted.text
+    if fitted.left_out:
+        text += (
+            f"\n(left out to fit {width} columns: {', '.join(fitted.left_out)}; --wide shows every column)"
+        )
     notes = check_notes(results)
     if notes:
         text += "\n" + "\n".join(notes)

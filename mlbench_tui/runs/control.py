@@ -7,12 +7,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.formatting import format_age
 from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.runs.lookup import executor_for_handle, resolve_run
 from mlbench_tui.store.api_models import RunUpdate
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.api_models import RunDetail
 
 
 def cancel_run(client: MlbenchClient, ref: str) -> str:
@@ -26,6 +28,15 @@ def cancel_run(client: MlbenchClient, ref: str) -> str:
     update = RunUpdate(state=RunState.CANCELLED, finished=datetime.now(UTC), error="cancelled by user")
     client.update_run(run.id, update)
     return f"cancelled {run.name} ({run.id})"
+
+
+def delete_question(run: RunDetail) -> str:
+    """What ``mlbench delete`` asks before deleting ``run``."""
+    going = "" if run.state.is_terminal() else f" It is {run.state}: its ranks are stopped first."
+    return (
+        f"Delete run {run.name} ({run.id}, {run.state}, created {format_age(run.created)}) with its "
+        f"metrics, logs and events?{going}"
+    )
 
 
 def delete_run(client: MlbenchClient, ref: str) -> str:

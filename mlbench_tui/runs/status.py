@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
@@ -32,14 +33,31 @@ def _result_text(result: RunResult | None) -> str:
     return result_text(result)
 
 
+def latest_runs(client: MlbenchClient, limit: int = 50) -> list[RunInfo]:
+    """The latest ``limit`` runs, newest first, each reconciled with its executor."""
+    runs = sorted(client.list_runs(limit=limit), key=lambda r: r.created, reverse=True)
+    return [reconcile(client, run) for run in runs]
+
+
+def status_json(client: MlbenchClient, ref: str | None, limit: int = 50) -> str:
+    """``mlbench status -o json``: ``{"runs": [...]}`` as the server records them, newest first;
+    with ``ref``, that run's whole record (plan, ranks, result)."""
+    if ref is not None:
+        run = resolve_run(client, ref)
+        if reconcile(client, run).state != run.state:
+            run = client.get_run(run.id)
+        return json.dumps(run.model_dump(mode="json"), indent=2)
+    runs = [run.model_dump(mode="json") for run in latest_runs(client, limit)]
+    return json.dumps({"runs": runs}, indent=2)
+
+
 def status_table(client: MlbenchClient, limit: int = 50) -> str:
     """``mlbench status``: the latest runs, newest first."""
-    runs = sorted(client.list_runs(limit=limit), key=lambda r: r.created, reverse=True)
+    runs = latest_runs(client, limit)
     if not runs:
         return "no runs yet (start one with: mlbench apply specs/quickstart.yaml)"
     rows = []
     for run in runs:
-        run = reconcile(client, run)
         rows.append(
             {
                 "ID": run.id,

@@ -161,10 +161,10 @@ def test_mpi_allreduce_apply_results_export_idempotence_delete(
     followed = mlbench("logs", "ar-mpi-2w", "-f")  # the run is over: follow returns at once
     assert followed.returncode == 0 and "[rank 0]" in followed.stdout
 
-    into_dir = mlbench("export", "ar-mpi-2w", "-o", str(tmp_path))
+    into_dir = mlbench("export", "ar-mpi-2w", "--out", str(tmp_path))
     assert into_dir.returncode == 2 and "is a directory" in into_dir.stderr
     archive = tmp_path / "ar.zip"
-    assert mlbench("export", "ar-mpi-2w", "-o", str(archive)).returncode == 0
+    assert mlbench("export", "ar-mpi-2w", "--out", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
         official = json.loads(zf.read("official_result.json"))
         assert official["allreduce"]["fp32"]["peak_busbw_gbps"] > 0
@@ -173,7 +173,9 @@ def test_mpi_allreduce_apply_results_export_idempotence_delete(
 
     forced = mlbench("apply", "--force", "-q", str(spec))
     assert forced.returncode == 0 and "nothing to do" not in forced.stderr
-    assert mlbench("delete", "ar-mpi-2w").returncode == 0
+    refused = mlbench("delete", "ar-mpi-2w")  # no terminal to ask on
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert mlbench("delete", "ar-mpi-2w", "--yes").returncode == 0
     listed = mlbench("status").stdout
     assert listed.count("ar-mpi-2w") == 1  # the older run is still there, the deleted one is gone
 

@@ -121,12 +121,12 @@ def test_tasks_table_detail_and_unknown() -> None:
 
 def test_init_writes_a_valid_spec_and_refuses_to_overwrite(tmp_path: Path) -> None:
     target = tmp_path / "my.yaml"
-    proc = mlbench("init", "3a", "-o", str(target), "--name", "mine")
+    proc = mlbench("init", "3a", "--out", str(target), "--name", "mine")
     assert proc.returncode == 0, proc.stderr
     assert mlbench("validate", "-q", str(target)).returncode == 0
-    again = mlbench("init", "3a", "-o", str(target))
+    again = mlbench("init", "3a", "--out", str(target))
     assert again.returncode == 2 and "already exists" in again.stderr
-    assert mlbench("init", "1a", "-o", str(target), "--force").returncode == 0
+    assert mlbench("init", "1a", "--out", str(target), "--force").returncode == 0
     stdout = mlbench("init", "allreduce")
     assert stdout.stdout.startswith("# yaml-language-server: $schema=") and "task: 0a" in stdout.stdout
 

@@ -114,7 +114,7 @@ def test_the_gpu_report_opens_in_chromium_with_gpu_panels_that_drew_their_lines(
     env.pop("MLBENCH_SERVER_URL", None)
     env.pop("MLBENCH_DB", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "mlbench_tui", "report", RUN, FAILED, "-o", str(tmp_path / "r.html")],
+        [sys.executable, "-m", "mlbench_tui", "report", RUN, FAILED, "--out", str(tmp_path / "r.html")],
         env=env,
         capture_output=True,
         text=True,

@@ -62,7 +62,7 @@ def server(store: Path) -> Iterator[EmbeddedServer]:
 
 
 def test_report_opens_offline_in_headless_chromium(store: Path, tmp_path: Path) -> None:
-    proc = mlbench(store, "report", "-o", "out/report.html", cwd=tmp_path)
+    proc = mlbench(store, "report", "--out", "out/report.html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.strip() == "wrote out/report.html (16 runs, 12 figures)"
@@ -110,7 +110,7 @@ def test_bad_references_and_paths_are_clear_errors(store: Path, tmp_path: Path) 
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: no runs for 'no-such-spec'")
     (tmp_path / "a-file").write_text("")
-    proc = mlbench(store, "report", "report-train-gloo-1w-r0", "-o", "a-file/report.html", cwd=tmp_path)
+    proc = mlbench(store, "report", "report-train-gloo-1w-r0", "--out", "a-file/report.html", cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: cannot write a-file/report.html")
     assert "Traceback" not in proc.stderr
@@ -123,7 +123,7 @@ def test_report_reads_the_store_beside_a_server_that_writes_it(
 ) -> None:
     # The report reads the store file itself, needing no server of its own: here another one
     # (unrecorded, so not one to reuse) holds the store's writer.
-    proc = mlbench(store, "report", "report-train", "-o", "r.html", cwd=tmp_path)
+    proc = mlbench(store, "report", "report-train", "--out", "r.html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "wrote r.html (8 runs, 9 figures)"
 
