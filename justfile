@@ -43,6 +43,10 @@ typecheck:
 schema:
     mlbench schema > specs/mlbench.schema.json
 
+# Regenerate the Markdown reference under docs/ (spec fields, task pages) from the schema and catalog.
+docs:
+    mlbench docs --out docs
+
 # Run the side-by-side performance benchmarks (not tests).
 bench NAME="":
     python -m benchmarks {{NAME}}

@@ -70,6 +70,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=cmd_tasks)
 
     p = sub.add_parser(
+        "explain",
+        help="explain a spec field: type, default, bounds, example, targets",
+        description="Print the reference of one spec field (a path such as spec.hardware.gpu, or its "
+        "tail such as gpu; a section prints its fields too), as docs/spec.md has it. With no FIELD, "
+        "every field's path.",
+        **documented("explain"),
+    )
+    p.add_argument("field", nargs="?", metavar="FIELD", help="field path or name")
+    p.set_defaults(handler=cmd_explain)
+
+    p = sub.add_parser(
+        "docs",
+        help="write the Markdown reference (spec fields and task pages) to a folder",
+        description="Write the reference generated from the spec schema and the task catalog: "
+        "README.md, spec.md and tasks/<id>.md (the repository's docs/ is this output).",
+        **documented("docs"),
+    )
+    p.add_argument("--out", type=Path, default=Path("docs"), metavar="DIR", help="folder (default docs)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when DIR differs from what would be written",
+    )
+    p.set_defaults(handler=cmd_docs)
+
+    p = sub.add_parser(
         "init",
         help="write a commented example spec for a task",
         description="Write a commented, valid spec for TASK (default: resnet20-cifar10) to stdout or a file.",
@@ -296,6 +322,7 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     """Print the task catalog, or one task's hyperparameters and policy."""
+    from mlbench_tui.reference.task_pages import precisions_short, task_page
     from mlbench_tui.spec.tasks import TASKS
 
     tasks = [_resolve_task(args.task)] if args.task else list(TASKS.values())
@@ -303,7 +330,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps([_task_json(t) for t in tasks], indent=2) + "\n")
         return 0
     if args.task:
-        sys.stdout.write(_task_detail(tasks[0]))
+        from mlbench_tui.commands.data import DESCRIPTIONS
+
+        sys.stdout.write(task_page(tasks[0], DESCRIPTIONS))
         return 0
     rows = []
     for t in tasks:
@@ -318,7 +347,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                 f"{'>=' if g.direction == 'max' else '<='} {g.full:g}" if g else "-",
                 f"{'>=' if g.direction == 'max' else '<='} {g.light:g}" if g else "-",
                 ",".join(t.backends),
-                ",".join(t.precisions),
+                precisions_short(t),
             ]
         )
     headers = ["ID", "NAME", "MODEL", "DATASET", "GOAL METRIC", "FULL", "LIGHT", "BACKENDS", "PRECISIONS"]
@@ -326,48 +355,42 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_detail(task: TaskInfo) -> str:
-    lines = [
-        f"{task.id}  {task.name}: {task.title}",
-        f"model:       {task.model}",
-        f"dataset:     {task.dataset}",
-    ]
-    if task.goal:
-        op = ">=" if task.goal.direction == "max" else "<="
-        lines.append(
-            f"goal:        {task.goal.metric} full {op} {task.goal.full:g}, light {op} {task.goal.light:g}"
-        )
-    else:
-        lines.append("goal:        none (a measurement sweep)")
-    lines += [
-        f"backends:    {', '.join(task.backends)}",
-        f"precisions:  {', '.join(task.precisions)}",
-        f"frameworks:  {', '.join(task.frameworks)}",
-        f"lr scaling:  {task.lr_scaling}",
-        f"notes:       {task.notes}",
-        "",
-    ]
-    rows = []
-    knobs = task.knobs
-    for key, value in task.defaults.items():
-        knob = knobs[key]
-        choices = task.choices.get(key)
-        bounds = [
-            f"{op} {v:g}"
-            for op, v in ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
-            if v is not None
-        ]
-        rows.append(
-            [
-                key,
-                json.dumps(value),
-                "yes" if key in task.overridable else "no",
-                ", ".join(map(str, choices)) if choices else ", ".join(bounds),
-                knob.description,
-            ]
-        )
-    headers = ["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES/BOUNDS", "DESCRIPTION"]
-    return "\n".join(lines) + "\n" + render_table(headers, rows)
+# --------------------------------------------------------------------------- explain, docs
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print one field's section of the spec reference (every field's path without one)."""
+    from mlbench_tui.errors import UsageError
+    from mlbench_tui.reference.spec_page import explain, field_names
+    from mlbench_tui.spec.diagnostics import did_you_mean
+
+    names = field_names()
+    if args.field is None:
+        sys.stdout.write("\n".join(names) + "\n")
+        return 0
+    text = explain(args.field)
+    if text is None:
+        tails = sorted({n.rsplit(".", 1)[-1] for n in names} | set(names))
+        hint = did_you_mean(args.field, tails) or "list them with: mlbench explain"
+        raise UsageError(f"no spec field {args.field!r}", hint=hint)
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Write (or with --check compare) the generated reference under --out."""
+    from mlbench_tui.commands.data import DESCRIPTIONS
+    from mlbench_tui.reference.pages import differences, reference_pages, write_pages
+
+    pages = reference_pages(DESCRIPTIONS)
+    if args.check:
+        stale = differences(args.out, pages)
+        for name in stale:
+            print(f"{args.out / name} is not what mlbench docs writes", file=sys.stderr)
+        return 1 if stale else 0
+    changed = write_pages(args.out, pages)
+    print(f"wrote {len(changed)} of {len(pages)} page(s) under {args.out}", file=sys.stderr)
+    return 0
 
 
 # --------------------------------------------------------------------------- init

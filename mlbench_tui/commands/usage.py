@@ -64,6 +64,13 @@ COMMANDS: dict[str, Usage] = {
         ),
         (OK, "2  no such field (the closest names are suggested)"),
     ),
+    "docs": Usage(
+        (
+            "mlbench docs                   # write docs/ (README.md, spec.md, tasks/<id>.md)",
+            "mlbench docs --check           # exit 1 when docs/ is not what it would write",
+        ),
+        (OK, "1  (--check) docs/ differs; or it cannot be written", USAGE),
+    ),
     "init": Usage(
         (
             "mlbench init 1a                        # a commented spec for task 1a on stdout",
