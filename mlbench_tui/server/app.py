@@ -21,7 +21,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from mlbench_tui import __version__
-from mlbench_tui.server import errors
+from mlbench_tui.server import errors, stream_events
 from mlbench_tui.server.auth import AuthConfig, Authorizer
 from mlbench_tui.server.ingest import IngestFastPath, Ingestor
 from mlbench_tui.server.reads import ReadGate
@@ -29,9 +29,13 @@ from mlbench_tui.server.routes import events, logs, metrics, runs, streams
 from mlbench_tui.server.routes.context import Api, json_response
 from mlbench_tui.server.stream import Hub
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import ErrorBody, EventBatch, Health, LogBatch, MetricBatch, MetricsSummary
+from mlbench_tui.store.api_models import ErrorBody, EventBatch, Health, LogBatch, MetricBatch
 from mlbench_tui.store.store import Store
 
+_BAD_BODY = {
+    "description": "The body could not be read as JSON (bytes that are not UTF-8, for one).",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid token."},
     403: {"model": ErrorBody, "description": "Token not allowed to do this."},
@@ -98,11 +102,15 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         )
         components = schema.setdefault("components", {})
         schemas = components.setdefault("schemas", {})
-        for model in (MetricBatch, LogBatch, EventBatch, MetricsSummary):
-            doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for model in (MetricBatch, LogBatch, EventBatch, *stream_events.models()):
+            doc = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
             for name, sub_schema in doc.pop("$defs", {}).items():
                 schemas.setdefault(name, sub_schema)
-            schemas[model.__name__] = doc
+            schemas.setdefault(model.__name__, doc)
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                if "requestBody" in operation and not path.endswith(":batch"):  # FastAPI parses these
+                    operation.setdefault("responses", {}).setdefault("400", _BAD_BODY)
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         app.openapi_schema = schema
         return schema
