@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
+from pydantic import BaseModel
 
 from mlbench_tui import __version__
 from mlbench_tui.server import errors, stream_events
@@ -102,7 +103,8 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         )
         components = schema.setdefault("components", {})
         schemas = components.setdefault("schemas", {})
-        for model in (MetricBatch, LogBatch, EventBatch, *stream_events.models()):
+        documented: list[type[BaseModel]] = [MetricBatch, LogBatch, EventBatch, *stream_events.models()]
+        for model in documented:
             doc = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
             for name, sub_schema in doc.pop("$defs", {}).items():
                 schemas.setdefault(name, sub_schema)

@@ -93,8 +93,12 @@ def router(api: Api) -> APIRouter:
         be recomputed is served as stored (and logged)."""
         changed = False
         for run_id in run_ids:
+
+            def fresh(conn: Connection, run_id: str = run_id) -> RunUpdate | None:
+                return recomputed(api.store, conn, run_id)
+
             try:
-                update = await api.read(request, lambda c, run_id=run_id: recomputed(api.store, c, run_id))
+                update = await api.read(request, fresh)
                 if update is not None:
                     await api.write(api.store.op_update_run(run_id, update))
                     changed = True
