@@ -169,7 +169,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for item in loaded:
             runs = len(expand(item.spec))
             print(f"ok  {item.file}: {item.spec.metadata.name} (task {item.spec.spec.task}, {runs} run(s))")
+    for note in placement_notes(loaded):
+        print(note, file=sys.stderr)
     return 0
+
+
+def placement_notes(loaded: Sequence[LoadedSpec]) -> list[str]:
+    """What ``plan`` and ``apply`` would refuse on this machine although the spec is valid (local
+    targets only: validate never contacts a cluster). validate checks the spec, which may be meant
+    for another machine; it says so instead of staying silent."""
+    from mlbench_tui.errors import MlbenchError
+    from mlbench_tui.plan import expand
+    from mlbench_tui.runs.plans import check_placement
+
+    notes = []
+    for item in loaded:
+        local = [plan for plan in expand(item.spec) if plan.target.kind == "local"]  # clusters: not asked
+        try:
+            check_placement(local)
+        except MlbenchError as exc:
+            notes.append(
+                f"note: {item.file}: valid, but this machine cannot run it as it is (plan and apply refuse "
+                f"it here): {exc.message}"
+            )
+    return notes
 
 
 def _spec_summary(item: LoadedSpec, runs: int) -> dict[str, Any]:

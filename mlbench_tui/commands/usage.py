@@ -37,7 +37,10 @@ COMMANDS: dict[str, Usage] = {
             "mlbench validate spec.yaml -o json      # machine-readable: specs, runs, issues",
             "cat spec.yaml | mlbench validate -      # from stdin",
         ),
-        (OK + ": every spec is valid", SPEC_EXITS[1]),
+        (
+            OK + ": every spec is valid (a note on stderr when this machine could not place its runs)",
+            SPEC_EXITS[1],
+        ),
     ),
     "plan": Usage(
         (
@@ -45,7 +48,7 @@ COMMANDS: dict[str, Usage] = {
             "mlbench plan specs/smoke-kind.yaml -o yaml      # the Kubernetes manifests",
             "mlbench plan specs/smoke-slurm.yaml -o sbatch   # the Slurm batch scripts",
         ),
-        (OK, "2  a spec has a problem, or this machine or target cannot place a run (said why)"),
+        (OK, "1  this machine or the target cannot place a run (said why)", SPEC_EXITS[1]),
     ),
     "schema": Usage(("mlbench schema > specs/mlbench.schema.json   # for editors' YAML completion",), (OK,)),
     "tasks": Usage(
@@ -92,8 +95,9 @@ COMMANDS: dict[str, Usage] = {
         ),
         (
             OK + ": every run succeeded (or was skipped: unchanged and already succeeded)",
-            "1  a run failed (its reason is on stderr and in the table)",
-            "2  a spec has a problem, or this machine or target cannot place a run",
+            "1  a run failed (its reason is on stderr and in the table), or this machine or the target "
+            "cannot place a run (nothing started)",
+            "2  a spec has a problem (each printed as FILE:LINE:COL), or a bad option",
             INTERRUPTED + ": the runs were cancelled",
         ),
     ),

@@ -17,6 +17,7 @@ from mlbench_tui.results.table import (
     value_text,
 )
 from mlbench_tui.runs.lookup import reconcile, resolve_run
+from mlbench_tui.runs.queue import queued_text
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
 from mlbench_tui.spec.tasks import get_task
 
@@ -74,7 +75,10 @@ def status_table(client: MlbenchClient, limit: int = 50) -> str:
 
 
 def _live_text(client: MlbenchClient, run: RunInfo) -> str:
-    """For an active run: the latest value of its goal metric, or how far its sweep got (0a)."""
+    """For an active run: the latest value of its goal metric, or how far its sweep got (0a); for a
+    run waiting in an apply's queue, whose."""
+    if (queued := queued_text(run)) is not None:
+        return queued
     if run.state.is_terminal() or run.state is RunState.PENDING:
         return "-"
     try:

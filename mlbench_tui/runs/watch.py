@@ -23,8 +23,17 @@ from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
 from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
+from mlbench_tui.runs.queue import queue_label
 from mlbench_tui.spec.tasks import get_task
-from mlbench_tui.store.api_models import MAX_TEXT_LEN, LogIn, RankUpdate, RunCreate, RunUpdate, Stream
+from mlbench_tui.store.api_models import (
+    MAX_TEXT_LEN,
+    LogIn,
+    RankUpdate,
+    RunCreate,
+    RunCreated,
+    RunUpdate,
+    Stream,
+)
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -95,13 +104,15 @@ class Runner:
         self.executors: dict[str, Executor] = {}
         self.results: list[RunResult] = []  # of the runs that ended, in order
         self._launched: dict[str, tuple[Executor, RunHandle]] = {}  # submitted, not yet finished
+        self._queued: dict[str, RunCreated] = {}  # by run name: registered pending, not yet submitted
 
     # one run -------------------------------------------------------------------------------
 
     def start(self, item: PlannedRun) -> ActiveRun | None:
         """Create the run in the store and submit it; a launch failure marks it failed."""
         plan = item.plan
-        created = self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
+        queued = self._queued.pop(plan.name, None)
+        created = queued or self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
         run_id, token = created.run.id, created.write_token
         task = get_task(plan.task)
         sweep = task.sweep if task is not None else None
@@ -124,10 +135,14 @@ class Runner:
             self._keep(failed or summarize_run(plan, RunState.FAILED, [], [], message=exc.message))
             return None
         self._launched[run_id] = (executor, handle)
-        self.client.update_run(run_id, RunUpdate(state=RunState.RUNNING, handle=str(handle), started=_now()))
+        update = RunUpdate(state=RunState.RUNNING, handle=str(handle), started=_now())
+        dequeued = LaunchMilestones(dequeued=time.time()) if queued is not None else None
+        if dequeued is not None:  # its start is timed from leaving the queue, not from being queued
+            update.launch = dequeued
+        self.client.update_run(run_id, update)
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
-        active = ActiveRun(item, run_id, token, handle, progress, executor)
+        active = ActiveRun(item, run_id, token, handle, progress, executor, milestones=dequeued)
         try:
             active.tailer = executor.log_tailer(handle)
         except MlbenchError as exc:  # the run goes on; its logs stay where the executor keeps them
@@ -346,6 +361,7 @@ class Runner:
         """Run the plans in order (several at once with ``parallel`` while cores allow)."""
         queue = [item for item in planned if not item.skipped]
         active: list[ActiveRun] = []
+        self._register(queue[1:])
         try:
             while queue or active:
                 while queue and self._fits(queue[0], active, parallel):
@@ -361,13 +377,33 @@ class Runner:
         except KeyboardInterrupt:
             self.printer.note("interrupted: cancelling active runs")
             self._cancel_launched()
+            self._unqueue("apply was interrupted before it started this run")
             for run in active:
                 self.finish(run)
             raise
         except BaseException:
             self._cancel_launched()  # never leave ranks behind, whatever went wrong here
+            self._unqueue("apply stopped before it started this run")
             raise
         return self.results
+
+    def _register(self, queue: Sequence[PlannedRun]) -> None:
+        """Register the runs that will wait for earlier ones, as pending, so the store shows the
+        queue; each is submitted later under the same run (``start``)."""
+        for item in queue:
+            request = RunCreate.from_plan(item.plan, spec_text=item.spec_text)
+            request.labels.update(queue_label())
+            self._queued[item.plan.name] = self.client.create_run(request)
+
+    def _unqueue(self, why: str) -> None:
+        """End the queued runs that will not start now: cancelled, with ``why``."""
+        for name, created in list(self._queued.items()):
+            del self._queued[name]
+            update = RunUpdate(state=RunState.CANCELLED, finished=_now(), error=why)
+            try:
+                self.client.update_run(created.run.id, update)
+            except MlbenchError as exc:  # the next command that reads it ends it (runs.queue)
+                self.printer.note(f"{name}: could not record that it will not start: {exc.message}")
 
     def _cancel_launched(self) -> None:
         for executor, handle in list(self._launched.values()):

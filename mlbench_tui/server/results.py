@@ -89,7 +89,7 @@ def _computed(
             events,
             host=host,
             message=message,
-            launched_at=run.created.timestamp(),
+            launched_at=max(run.created.timestamp(), (milestones.dequeued if milestones else None) or 0.0),
             milestones=milestones,
         )
     result.run_id = run.id

@@ -51,8 +51,10 @@ COLUMNS = (
     "run",
     "backend",
     "workers",
+    "impl",
     "state",
     "time to accuracy",
+    "vs baseline",
     "speedup",
     "efficiency",
     "comm share",
@@ -76,12 +78,15 @@ def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
         if row.time_to_accuracy_s is not None
         else ("not reached" if row.reached is False else "—")
     )
+    ratio = "—" if row.vs_baseline is None or baseline else f"{row.vs_baseline:.2f}x"
     return (
         name,
         row.backend,
         str(row.workers),
+        row.implementation,
         Text(row.state, style=STATE_STYLES.get(row.state, "")),
         tta,
+        ratio,
         _f(row.speedup, ".2f") + ("x" if row.speedup is not None else ""),
         _f(None if row.efficiency is None else row.efficiency * 100, ".0f") + ("%" if row.efficiency else ""),
         _f(None if row.comm_share is None else row.comm_share * 100, ".1f")
@@ -186,6 +191,7 @@ class CompareScreen(Screen[None]):
         self.report_dir = report_dir  # where R writes (the working directory when None)
         self.charted = False  # the charts hold the latest data (tests wait for it)
         self.report_path: Path | None = None  # the last report R wrote
+        self.unshown: list[str] = []  # the charts left out, and why
 
     @property
     def mlbench(self) -> MlbenchApp:
@@ -263,10 +269,17 @@ class CompareScreen(Screen[None]):
             ids = [r.id for r in self.rows]
             if selected in ids:
                 table.move_cursor(row=ids.index(selected), animate=False)
+        self._rebuild_note()
+
+    def _rebuild_note(self) -> None:
+        """Below the table: its order, what is not charted and why (said once), and the scores."""
+        ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
         missing = len(self.run_ids) - len(ordered)
         note = Text(f"sorted by {self.sort}", style="grey50")
         if missing:
             note.append(f"   {missing} run(s) no longer in the store", style="yellow")
+        for line in self.unshown:
+            note.append(f"\n{line}", style="grey50")
         sweep = sweep_table(ordered, self.sweeps)
         parts = (note, sweep) if sweep is not None else (note, config_table(ordered))
         self.query_one("#configs", Static).update(_stack(*parts))
@@ -282,6 +295,7 @@ class CompareScreen(Screen[None]):
             ("#busbw-chart", BUSBW_TITLE, sweep_figures(sweeps(records), colours), "Bus bandwidth",
              "no all-reduce run compared"),
         )  # fmt: skip
+        unshown = []
         for chart_id, title, figures, panel, empty in charts:
             chart = self.query_one(chart_id, MetricChart)
             chart.clear()
@@ -291,7 +305,13 @@ class CompareScreen(Screen[None]):
                 title = LATENCY_TITLE if lines else title
             for label, points in lines:
                 chart.add_points(label, points, label)
-            chart.border_title = title if lines else f"{title}: {empty}"
+            chart.border_title = title
+            chart.display = bool(lines)  # a chart with nothing to draw is not shown, only said once
+            if not lines:
+                unshown.append(f"no {title} chart: {empty}")
+        self.query_one("#compare-charts").display = len(unshown) < len(charts)
+        self.unshown = unshown
+        self._rebuild_note()
         self.charted = True
 
     def action_write_report(self) -> None:

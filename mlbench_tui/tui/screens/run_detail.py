@@ -422,6 +422,7 @@ class RunDetailScreen(RunLogsActions):
                     look.title,
                     metric=name,
                     scale=look.scale,
+                    y_format=look.y_format,
                     goal=goal.target if goal is not None and goal.metric == name else None,
                     x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
@@ -467,6 +468,10 @@ class RunDetailScreen(RunLogsActions):
         if batch.bands is not None:
             self._add_bands(batch.bands)
         self._add_series(batch.series.values(), charts_only=True)
+        if self.run is not None and self.run.state.is_terminal():  # no more is coming: say so
+            for name, chart in self._charts.items():
+                if not chart.series:
+                    chart.say_empty(f"no data: the run ended without recording {name}")
 
     # -- painting ---------------------------------------------------------------------------
     def _tick(self) -> None:

@@ -16,6 +16,7 @@ from rich.text import Text
 from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_money
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.report.environment import readable, readable_fingerprint
 from mlbench_tui.results.table import allreduce_text, checks_lines, telemetry_lines, value_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
@@ -55,7 +56,10 @@ def summary_renderable(run: RunDetail) -> Group:
     goal_text = f"{goal_label(run.goal)} ({run.goal.kind})" if run.goal else "none (measurement task)"
     # as stored: a plan from an older version shows no newer defaults (gpu_type_strict)
     resources = plan.resources.model_dump(exclude_unset=True) if plan is not None else {}
-    data = f"{plan.data.source} {plan.data.options or ''}".strip() if plan is not None else "—"
+    data = "—"
+    if plan is not None:
+        options = ", ".join(f"{key}: {readable(key, value)}" for key, value in plan.data.options.items())
+        data = f"{plan.data.source} ({options})" if options else plan.data.source
     rows = [
         ("name", run.name),
         ("id", run.id),
@@ -152,9 +156,7 @@ def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wir
 def environment_renderable(env: dict[str, Any]) -> Group:
     if not env:
         return Group(Text(""), Text("Environment: not reported yet", style="grey50"))
-    rows = [
-        (k, v if not isinstance(v, dict | list) else str(v)) for k, v in sorted(env.items()) if v is not None
-    ]
+    rows = list(readable_fingerprint(env, per_run=True).items())  # as the report shows them
     return Group(Text(""), _kv_table(rows, "Environment"))
 
 
