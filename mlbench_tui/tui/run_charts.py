@@ -33,7 +33,7 @@ def bandwidth_label(gbps: float) -> str:
     text = format_bandwidth(gbps).replace(" ", "")
     if len(text) <= AXIS_LABEL:
         return text
-    number, unit = text[: -4], text[-4:]
+    number, unit = text[:-4], text[-4:]
     return f"{significant(float(number), 2)}{unit}"
 
 
