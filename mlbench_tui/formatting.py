@@ -287,8 +287,7 @@ class Fitted:
     left_out: tuple[str, ...] = ()
 
 
-FOLD_WIDTH = 40  # a folding column is folded to this width before any column is left out
-FOLD_MIN = 16
+FOLD_MIN = 24  # the narrowest a folding column gets before columns are left out
 
 
 def fit_table(
@@ -299,10 +298,10 @@ def fit_table(
     keep: Sequence[str] = (),
     fold: str | None = None,
 ) -> Fitted:
-    """``render_table`` within ``width`` characters (None: as wide as it takes): the ``fold``
-    column's text wraps onto continuation lines (first to ``FOLD_WIDTH``), then columns are left
-    out from the end of ``priority`` (those not named in it first) until the table fits; ``keep``
-    columns always stay, and the fold column narrows further when they alone are too wide."""
+    """``render_table`` within ``width`` characters (None: as wide as it takes): the ``keep``
+    columns stay, the others join in ``priority`` order (those not named in it last) while they
+    fit beside the ``fold`` column at ``FOLD_MIN``; the fold column then takes the room left (up to
+    its widest cell), its text wrapping onto continuation lines."""
     if not rows:
         return Fitted("")
     columns = list(rows[0].keys())
@@ -313,19 +312,18 @@ def fit_table(
 
     if width is None or total(columns) <= width:
         return Fitted(render_table(rows, columns))
+    natural = widths.get(fold or "", 0)
     if fold in widths:
-        widths[fold] = min(widths[fold], max(len(fold), FOLD_WIDTH))
-    ranked = [c for c in columns if c not in priority] + [c for c in reversed(priority) if c in columns]
-    dropped = []
+        widths[fold] = min(natural, max(len(fold), FOLD_MIN))
+    ranked = [c for c in priority if c in columns] + [c for c in columns if c not in priority]
+    chosen = [c for c in columns if c in keep or c == fold]
     for column in ranked:
-        if total(columns) <= width:
-            break
-        if column in keep or column == fold:
-            continue
-        columns.remove(column)
-        dropped.append(column)
-    if fold in widths and total(columns) > width:
-        widths[fold] = max(FOLD_MIN, len(fold), widths[fold] - (total(columns) - width))
+        if column not in chosen and total([*chosen, column]) <= width:
+            chosen.append(column)
+    dropped = tuple(c for c in columns if c not in chosen)
+    columns = [c for c in columns if c in chosen]
+    if fold in widths:
+        widths[fold] = max(widths[fold], min(natural, widths[fold] + width - total(columns)))
     lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
     for row in rows:
         cells = {c: [str(row.get(c, ""))] for c in columns}

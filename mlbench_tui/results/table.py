@@ -5,6 +5,7 @@ Task 0a's repeats are aggregated per message size instead (``allreduce.sweep_tab
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from mlbench_tui.formatting import (
@@ -345,11 +346,12 @@ def render_results(
     rows = without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN)
     fitted = fit_table(rows, width, priority=PRIORITY, keep=ALWAYS_SHOWN, fold="RESULT")
     text = fitted.text
-    if fitted.left_out:
-        text += (
-            f"\n(left out to fit {width} columns: {', '.join(fitted.left_out)}; --wide shows every column)"
-        )
     notes = check_notes(results)
+    if fitted.left_out:
+        hidden = ", ".join(fitted.left_out)
+        notes.insert(0, f"(left out to fit {width} columns: {hidden}; --wide shows every column)")
+    if width is not None:  # a narrow terminal: the notes wrap too
+        notes = [line for note in notes for line in textwrap.wrap(note, width, subsequent_indent="  ")]
     if notes:
         text += "\n" + "\n".join(notes)
     shown = [s for s in score_configs(results) if s.runs > 1 or (s.left_out and s.speedup is not None)]

@@ -27,6 +27,8 @@ from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_i
 from mlbench_tui.spec.reading import (
     BoundedComposer,
     TooComplex,
+    broken_link,
+    comment_hints,
     control_character,
     file_size,
     flow_nesting,
@@ -464,7 +466,7 @@ def collect_text(
     texts = _document_texts(text, starts)
     for (index, data, conv), doc_text in zip(converted, texts, strict=True):
         spec, doc_issues = validate_document(data, file, conv.positions, conv.failed_locs)
-        issues.extend(_sorted(conv.issues + doc_issues))
+        issues.extend(comment_hints(_sorted(conv.issues + doc_issues), text))
         if spec is not None and not conv.issues:
             loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text))
     return loaded, _capped(issues, file)
@@ -499,8 +501,8 @@ def spec_files(path: Path) -> list[Path]:
         rel = candidate.relative_to(path)
         if any(part.startswith(".") for part in rel.parts):
             continue
-        if candidate.suffix in YAML_SUFFIXES and candidate.is_file():
-            out.append(candidate)
+        if candidate.suffix in YAML_SUFFIXES and (candidate.is_file() or candidate.is_symlink()):
+            out.append(candidate)  # a broken link too: collect_paths says so
     return out
 
 
@@ -527,10 +529,16 @@ def collect_paths(
                 issues.append(SpecIssue(str(path), 1, 1, "no *.yaml or *.yml files in this directory"))
         elif path.exists():
             files = [path]
+        elif path.is_symlink():
+            issues.append(broken_link(path))
+            continue
         else:
             issues.append(SpecIssue(str(path), 1, 1, "no such file or directory"))
             continue
         for file in files:
+            if file.is_symlink() and not file.exists():
+                issues.append(broken_link(file))
+                continue
             key = file.resolve()
             if key in seen:  # the same file named twice (a directory and a file in it)
                 continue
