@@ -15,7 +15,7 @@ from support.slurm import SlurmCluster, start_cluster, why_unavailable
 
 if TYPE_CHECKING:
     from benchmarks.scale_store import ScaleStore
-    from mlbench_tui.executors import slurm_cluster as slurm_clusters
+    from mlbench_tui.executors.slurm import cluster as slurm_clusters
     from mlbench_tui.server.serve import EmbeddedServer
 
 
@@ -72,7 +72,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
 def slurm_recorded(slurm_cluster: SlurmCluster, _isolated_home: Path) -> slurm_clusters.SlurmCluster:
     """The test cluster recorded as ``test`` (``mlbench cluster add slurm test``) in this test's
     MLBENCH_HOME, partition ``debug``, so specs say ``target: {kind: slurm, cluster: test}``."""
-    from mlbench_tui.executors import slurm_cluster as slurm_clusters
+    from mlbench_tui.executors.slurm import cluster as slurm_clusters
     from mlbench_tui.infra.slurm import SlurmProvider
 
     cluster = slurm_clusters.SlurmCluster(name="test", partition="debug", conf=str(slurm_cluster.conf))

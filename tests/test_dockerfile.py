@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from support.kube_api import make_launch, make_plan
 
-from mlbench_tui.executors import manifests
+from mlbench_tui.executors.kubernetes import manifests
+from mlbench_tui.executors.kubernetes import pod as pod_template
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "workers" / "Dockerfile"
@@ -146,7 +147,7 @@ def test_build_context_keeps_everything_the_dockerfile_copies() -> None:
 def test_default_command_is_the_worker_runtime() -> None:
     cmds = [rest for keyword, rest in _instructions() if keyword == "CMD"]
     assert cmds[-1] == '["python", "-m", "mlbench_worker", "--help"]'
-    assert manifests.worker_command()[:3] == ["python", "-m", "mlbench_worker"]
+    assert pod_template.worker_command()[:3] == ["python", "-m", "mlbench_worker"]
 
 
 @pytest.mark.skipif(

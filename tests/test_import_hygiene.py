@@ -72,12 +72,14 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     assert proc.returncode == 0, proc.stderr
     roots_line, worker_line = proc.stdout.splitlines()
     roots = set(roots_line.split())
-    # the worker's stdlib-only wire and the hyperparameter declarations it shares with the engine
+    # the worker's stdlib-only wire, the hyperparameter declarations it shares with the engine
+    # and the rank's environment (the names a spec's env may not set)
     assert set(worker_line.split()) == {
         "mlbench_worker",
         "mlbench_worker.wire",
         "mlbench_worker.hyperparams",
         "mlbench_worker.knobs",
+        "mlbench_worker.rank_env",
     }
     # private roots are interpreter/installer plumbing (editable finder, sysconfig data)
     ours = {"mlbench_tui", "mlbench_worker"}

@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from mlbench_tui.executors.placement import (
+from mlbench_tui.executors.kubernetes.placement import (
     BENCH_POOL_LABEL,
     GPU_LABEL,
     GPU_MODEL_LABEL,

@@ -222,7 +222,7 @@ def _install_server(context: str | None, namespace: str, *, required: bool) -> N
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from mlbench_tui.executors.slurm_cluster import SlurmCluster
+    from mlbench_tui.executors.slurm.cluster import SlurmCluster
     from mlbench_tui.infra.slurm import SlurmProvider
 
     cluster = SlurmCluster(

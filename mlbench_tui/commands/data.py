@@ -39,7 +39,9 @@ DESCRIPTIONS: dict[str, str] = {
 
 def default_data_dir() -> Path:
     """``$MLBENCH_DATA_DIR`` or ``~/.cache/mlbench/data`` (the worker's default for ``download``)."""
-    env = os.environ.get("MLBENCH_DATA_DIR")
+    from mlbench_worker import rank_env
+
+    env = os.environ.get(rank_env.DATA_DIR)
     return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"
 
 

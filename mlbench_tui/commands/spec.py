@@ -235,16 +235,13 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
     """Text for ``mlbench plan -o table|yaml|json|sbatch``."""
     if output == "json":
         return json.dumps(plan_documents(plans), indent=2) + "\n"
-    if output == "sbatch":
-        from mlbench_tui.executors.slurm import plan_scripts
+    if output not in ("table", "json"):  # a target's own format (sbatch scripts, manifests)
+        from mlbench_tui.executors import plan_output
 
-        return plan_scripts(list(plans))
+        text = plan_output(plans, output)
+        if text is not None:
+            return text
     if output == "yaml":
-        if plans and all(p.target.kind == "kubernetes" for p in plans):
-            # Kubernetes targets: the manifests `kubectl apply -f -` accepts (tokens left out).
-            from mlbench_tui.executors.manifests import plan_yaml
-
-            return plan_yaml(list(plans))
         return _yaml_dump(plan_documents(plans))
     rows = []
     for p in plans:

@@ -1,25 +1,40 @@
-"""The JSON records an executor keeps in a run's directory (launch, exit, cancel, job layout),
-so another process can read what this one started."""
+"""The records an executor keeps in a run's directory (launch, exit, cancel, job layout, final
+state), so another process can read what this one started: typed models and dataclasses, written
+whole at once and read back through their type; and the worker config a rank reads."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from mlbench_worker.wire import WorkerConfig, config_document
+from pydantic import TypeAdapter, ValidationError
+
+T = TypeVar("T")
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` at once: a reader sees the old record or the new one, never half."""
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` at once: a reader sees the old file or the new one, never half."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The record at ``path``; None when it is missing, unreadable or not an object."""
+def write_record(path: Path, record: Any) -> None:
+    """Write a record (a pydantic model or a dataclass) as JSON, at once."""
+    write_text(path, TypeAdapter(type(record)).dump_json(record, indent=2).decode())
+
+
+def read_record(path: Path, kind: type[T]) -> T | None:
+    """The record of type ``kind`` at ``path``; None when it is missing, unreadable or not one."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return TypeAdapter(kind).validate_json(path.read_bytes())
+    except (OSError, ValidationError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+def write_config(path: Path, config: WorkerConfig) -> None:
+    """The worker config JSON a rank reads (``MLBENCH_CONFIG``)."""
+    write_text(path, json.dumps(config_document(config), indent=2, sort_keys=True))

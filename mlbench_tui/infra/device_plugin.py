@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from mlbench_tui.errors import ExecutorError, InfraError
-from mlbench_tui.executors.kube import apply_object, make_api_client
-from mlbench_tui.executors.placement import GPU_LABEL, GPU_TOLERATIONS
+from mlbench_tui.executors.kubernetes.client import apply_object, make_api_client
+from mlbench_tui.executors.kubernetes.placement import GPU_LABEL, GPU_TOLERATIONS
 
 IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 NAME = "nvidia-device-plugin-daemonset"

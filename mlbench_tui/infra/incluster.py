@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError, InfraError
-from mlbench_tui.executors.kube import apply_object, call_json, make_api_client
+from mlbench_tui.executors.kubernetes.client import apply_object, call_json, make_api_client
 from mlbench_tui.spec.targets import KubernetesTarget
 
 if TYPE_CHECKING:

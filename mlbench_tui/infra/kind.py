@@ -21,7 +21,7 @@ from typing import Any
 from mlbench_tui import __version__
 from mlbench_tui.cluster_records import ClusterRecord, find_record, load_records, remove_record, save_record
 from mlbench_tui.errors import InfraError
-from mlbench_tui.executors.placement import BENCH_POOL_LABEL
+from mlbench_tui.executors.kubernetes.placement import BENCH_POOL_LABEL
 from mlbench_tui.infra.providers import (
     ClusterRequest,
     Progress,

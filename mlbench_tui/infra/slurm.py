@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlbench_tui.cluster_records import ClusterRecord, find_record, load_records, remove_record, save_record
 from mlbench_tui.errors import InfraError, UsageError
-from mlbench_tui.executors.slurm_cluster import (
+from mlbench_tui.executors.slurm.cluster import (
     DEFAULT_NAME,
     PROVIDER,
     SlurmCluster,

@@ -1,5 +1,5 @@
 """A run's start: the launcher's part (split at the milestones its target reports) and the
-slowest rank's phases, from the ranks' ``startup`` events (``mlbench_worker.startup``). Pure
+slowest rank's phases, from the ranks' ``startup`` events (``wire.Startup``). Pure
 functions over events and milestones."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mlbench_worker import wire
-from mlbench_worker.startup import PHASES
 
 from mlbench_tui.lifecycle import LaunchMilestones
 from mlbench_tui.results import events as ev
@@ -74,7 +73,7 @@ def startup_figures(
     if not reports:
         return None
     slowest = max(sorted(reports), key=lambda rank: sum(reports[rank].values()))
-    order = {name: i for i, name in enumerate(PHASES)}
+    order = {name: i for i, name in enumerate(wire.STARTUP_PHASES)}
     phases = dict(sorted(reports[slowest].items(), key=lambda item: order.get(item[0], len(order))))
     launcher, parts = None, {}
     if launched_at is not None and starts:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.detached import Detached, start_detached
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.executors import executor_for
 from mlbench_tui.lifecycle import UNCHANGED
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
@@ -33,6 +34,7 @@ from mlbench_tui.runs.progress import ProgressPrinter
 from mlbench_tui.runs.watch import Runner
 
 if TYPE_CHECKING:
+    from mlbench_tui.executors.api import Executor
     from mlbench_tui.server.client import MlbenchClient
 
 DETACH_READY_S = 60.0
@@ -103,9 +105,11 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
 
 @contextlib.contextmanager
 def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
-    """The server the runs report to: the in-cluster one (port-forwarded) for Kubernetes
-    targets, otherwise the local one (found or started detached by ``server.daemon``)."""
-    if any(item.plan.target.kind == "kubernetes" for item in planned):
+    """The server the runs report to: the in-cluster one (port-forwarded) for targets whose
+    ranks report inside the cluster, otherwise the local one (found or started detached by
+    ``server.daemon``)."""
+    cache: dict[str, Executor[Any]] = {}
+    if any(executor_for(item.plan, cache).in_cluster_server for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
         from mlbench_tui.server.client import MlbenchClient
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.executors import executor_for_handle
 from mlbench_tui.formatting import format_age
 from mlbench_tui.lifecycle import RunHandle, RunState
-from mlbench_tui.runs.lookup import executor_for_handle, resolve_run
+from mlbench_tui.runs.lookup import resolve_run
 from mlbench_tui.store.api_models import RunUpdate
 
 if TYPE_CHECKING:
@@ -46,24 +45,7 @@ def delete_run(client: MlbenchClient, ref: str) -> str:
         handle = RunHandle.parse(run.handle)
         executor_for_handle(handle).cancel(handle)
     client.delete_run(run.id)
-    if run.handle:
-        _remove_run_files(RunHandle.parse(run.handle))
+    if run.handle:  # the run's working directory (config, rank logs), where its executor keeps one
+        handle = RunHandle.parse(run.handle)
+        executor_for_handle(handle).remove_files(handle)
     return f"deleted {run.name} ({run.id})"
-
-
-def _remove_run_files(handle: RunHandle) -> None:
-    """The run's working directory (config, rank logs): locally, or on the Slurm cluster's
-    shared filesystem when its record is still known."""
-    if handle.scheme == "local":
-        from mlbench_tui.executors.local import LocalExecutor
-
-        shutil.rmtree(LocalExecutor().run_dir(handle.run_id), ignore_errors=True)
-    elif handle.scheme == "slurm":
-        from mlbench_tui.executors.slurm import SlurmExecutor, parse_handle
-
-        executor = SlurmExecutor()
-        try:
-            run_dir = executor.run_dir(executor.cluster(parse_handle(handle)[2]), handle.run_id)
-        except MlbenchError:
-            return
-        shutil.rmtree(run_dir, ignore_errors=True)

@@ -13,20 +13,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError, NotFound
+from mlbench_tui.executors import executor_for_handle
 from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.runs.queue import orphan_reason
 from mlbench_tui.store.api_models import RankUpdate
 
 if TYPE_CHECKING:
-    from mlbench_tui.executors.api import Executor
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
     from mlbench_tui.store.reader import RunReader
 
 
 RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
-# Executors whose runs any shell can look up (process table, run directory, Slurm's queue).
-RECONCILED = ("local", "slurm")
 
 
 def resolve_run(client: RunReader, ref: str) -> RunDetail:
@@ -43,13 +41,6 @@ def resolve_run(client: RunReader, ref: str) -> RunDetail:
     return client.get_run(latest.id)
 
 
-def executor_for_handle(handle: RunHandle) -> Executor:
-    """The executor that runs handles of ``handle``'s scheme."""
-    from mlbench_tui.executors import get_executor
-
-    return get_executor(handle.scheme)
-
-
 def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
     """Fix a run the store still thinks active whose processes are gone (its ``apply`` died), or
     that waits in the queue of an apply that is gone (``runs.queue``)."""
@@ -60,9 +51,10 @@ def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
         return run
     try:
         handle = RunHandle.parse(run.handle)
-        if handle.scheme not in RECONCILED:
+        executor = executor_for_handle(handle)
+        if not executor.reconciles:  # asking it from every shell would be slow (a cluster's API)
             return run
-        status = executor_for_handle(handle).describe(handle)
+        status = executor.describe(handle)
     except MlbenchError:
         return run
     if status is None or not (status.state.is_terminal() or status.state is RunState.UNKNOWN):

@@ -4,13 +4,13 @@ skipped because an unchanged spec already succeeded, and whether a run fits besi
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.executors.api import DryRun, Executor, LaunchContext
+from mlbench_tui.executors import executor_for
+from mlbench_tui.executors.api import REDACTED, DryRun, Executor, LaunchContext
 from mlbench_tui.lifecycle import STARTS, UNCHANGED, already_succeeded
 from mlbench_tui.results.model import RunResult
 
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from mlbench_tui.store.api_models import RunInfo
 
 PLAN_HEADER = "plan: "
-REDACTED = "<write token>"
-FILE_END = "MLBENCH_FILE_END"
 
 
 @dataclass
@@ -62,59 +60,22 @@ def load_plans(paths: Sequence[str]) -> list[PlannedRun]:
     return planned
 
 
-def executor_for(plan: RunPlan, cache: dict[str, Executor] | None = None) -> Executor:
-    """The executor for a plan's target kind (one instance per kind when ``cache`` is given)."""
-    from mlbench_tui.executors import get_executor
-
-    kind = plan.target.kind
-    if cache is not None and kind in cache:
-        return cache[kind]
-    executor = get_executor(kind)
-    if cache is not None:
-        cache[kind] = executor
-    return executor
-
-
 def check_placement(plans: Sequence[RunPlan]) -> None:
     """Refuse, before any run starts, a plan its target cannot place (``ExecutorError``)."""
-    cache: dict[str, Executor] = {}
+    cache: dict[str, Executor[Any]] = {}
     for plan in plans:
         executor_for(plan, cache).check_placement(plan)
 
 
-def render_dry_run(dry: DryRun) -> str:
+def render_dry_run(dry: DryRun[Any]) -> str:
     """The exact commands (or manifests, or files as heredocs) of a dry run, shell-quoted, the token
     redacted."""
-    lines = [
-        f"# {dry.plan.name}: {dry.plan.workers} rank(s), backend {dry.plan.backend}, executor {dry.executor}"
-    ]
-    for key, value in sorted(dry.env.items()):
-        shown = REDACTED if key == "MLBENCH_RUN_TOKEN" else value
-        lines.append(f"export {key}={shlex.quote(shown)}")
-    for path, text in dry.files:  # written by schedule: shown as a heredoc, replayable
-        end = FILE_END
-        while end in text:
-            end += "_"
-        lines.extend([f"cat > {shlex.quote(path)} <<'{end}'", text.rstrip("\n"), end])
-    for command in dry.commands:
-        lines.append(shlex.join(command))
-    if dry.manifests:
-        import io
-
-        from ruamel.yaml import YAML
-
-        yaml = YAML()
-        yaml.default_flow_style = False
-        for manifest in dry.manifests:
-            buf = io.StringIO()
-            yaml.dump(manifest, buf)
-            lines.extend(["---", buf.getvalue().rstrip()])
-    return "\n".join(lines)
+    return dry.text()
 
 
 def dry_run_text(planned: Sequence[PlannedRun], server_url: str) -> str:
     """What ``apply --dry-run`` prints: every run's exact launch, with placeholder run ids."""
-    cache: dict[str, Executor] = {}
+    cache: dict[str, Executor[Any]] = {}
     blocks = []
     for index, item in enumerate(planned):
         launch = LaunchContext(run_id=f"r-dryrun{index:05d}", server_url=server_url, write_token=REDACTED)

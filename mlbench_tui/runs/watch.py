@@ -16,12 +16,13 @@ from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
 from mlbench_worker.wire import parse_event
 
 from mlbench_tui.errors import MlbenchError, NotFound
+from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
-from mlbench_tui.runs.plans import PlannedRun, executor_for, fits
+from mlbench_tui.runs.plans import PlannedRun, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.runs.queue import queue_label
 from mlbench_tui.spec.tasks import get_task

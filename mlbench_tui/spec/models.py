@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
+from mlbench_worker import rank_env
 from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, HostAllocator, ImplementationConfig
 from pydantic import (
     BeforeValidator,
@@ -77,24 +78,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = LABEL_KEY
 
 # Environment variables the engine sets for every rank; a spec may not override them.
-RESERVED_ENV: frozenset[str] = frozenset(
-    {
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "JOB_COMPLETION_INDEX",
-        "MLBENCH_CONFIG",
-        "MLBENCH_RUN_ID",
-        "MLBENCH_RUN_TOKEN",
-        "MLBENCH_SERVER_URL",
-        "MLBENCH_SPOOL_DIR",
-        "MLBENCH_TOKEN",
-        "MLBENCH_READ_TOKEN",
-    }
-)
+RESERVED_ENV: frozenset[str] = rank_env.RESERVED
 
 
 # --------------------------------------------------------------------------- sections

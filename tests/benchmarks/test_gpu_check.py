@@ -77,10 +77,12 @@ def test_smoke_runs_every_part_on_cpu_and_writes_one_summary(tmp_path: Path) -> 
 def test_when_forked_ranks_fail_on_the_gpu_the_suite_starts_its_ranks_cold() -> None:
     """A failure of the gpu test of warm starts sends gpu_suite cold (the rest of the check still
     measures the machine) and the summary says so; any other failure leaves the suite warm."""
-    warm_tests = (ROOT / "tests" / "executors" / "test_warm_start.py").read_text()
+    warm_tests = (ROOT / "tests" / "executors" / "local" / "test_warm_start.py").read_text()
     assert f"@pytest.mark.gpu\ndef {gpu_check.WARM_GPU_TEST}(" in warm_tests  # the name it looks for
     tests = gpu_check.Part("gpu tests", ["-c", "pass"])
-    tests.output = ("FAILED tests/executors/test_warm_start.py::test_forked_ranks_use_cuda_and_nccl - x",)
+    tests.output = (
+        "FAILED tests/executors/local/test_warm_start.py::test_forked_ranks_use_cuda_and_nccl - x",
+    )
     assert gpu_check.forked_ranks_failed(tests)
     other = gpu_check.Part("gpu tests", ["-c", "pass"])
     other.output = ("FAILED tests/workers/test_sampler.py::test_gpu_series_from_nvml_and_torch - x",)

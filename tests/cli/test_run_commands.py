@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mlbench_tui.executors import processes
+from mlbench_tui.executors.local import processes
 
 pytestmark = pytest.mark.slow
 

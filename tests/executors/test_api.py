@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import DryRun, Executor, LaunchContext
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local.executor import LocalExecutor
 from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
 
 
-class _NoLogs(Executor):
+@dataclass(frozen=True)
+class _Nothing:
+    """A request with nothing to show."""
+
+    def lines(self) -> list[str]:
+        return []
+
+
+class _NoLogs(Executor[_Nothing]):
     """An executor that launches and watches, but keeps no logs."""
 
     name = "nologs"
 
-    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:
-        return DryRun(self.name, plan, launch)
+    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun[_Nothing]:
+        return DryRun(self.name, plan, launch, _Nothing())
 
-    def schedule(self, dryrun: DryRun) -> RunHandle:
+    def schedule(self, dryrun: DryRun[_Nothing]) -> RunHandle:
         return RunHandle(self.name, "here", dryrun.launch.run_id)
 
     def describe(self, handle: RunHandle) -> RunStatus | None:

@@ -9,7 +9,7 @@ import pytest
 from mlbench_infra.gke import ClusterConfigError, GkeCluster, GkeClusterArgs
 from support.pulumi_mocks import RecordingMocks, run_program
 
-from mlbench_tui.executors.placement import GPU_TOLERATIONS
+from mlbench_tui.executors.kubernetes.placement import GPU_TOLERATIONS
 
 
 def _build(args: GkeClusterArgs) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 
 from mlbench_tui.cli import main
 from mlbench_tui.errors import InfraError
-from mlbench_tui.executors.slurm_cluster import SlurmCluster, current_name, resolve_cluster
+from mlbench_tui.executors.slurm.cluster import SlurmCluster, current_name, resolve_cluster
 
 
 def test_add_list_use_and_delete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

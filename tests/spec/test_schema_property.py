@@ -20,9 +20,10 @@ from support.schema_strategy import from_schema
 
 from mlbench_tui.commands.spec import render_plans
 from mlbench_tui.errors import MlbenchError
+from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import Executor, LaunchContext
 from mlbench_tui.plan import expand
-from mlbench_tui.runs.plans import check_placement, executor_for, render_dry_run
+from mlbench_tui.runs.plans import check_placement, render_dry_run
 from mlbench_tui.spec.loader import collect_text
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.store import Store

@@ -481,7 +481,8 @@ def kube_api() -> Iterator[KubeApi]:
 
 def pod(job_name: str, index: int, phase: str, run_id: str = "run-0001", **status: Any) -> dict[str, Any]:
     """A pod as the Job controller and kubelet report it."""
-    from mlbench_tui.executors import manifests
+    from mlbench_tui.executors.kubernetes import manifests
+    from mlbench_tui.executors.kubernetes import pod as pod_template
 
     return {
         "apiVersion": "v1",
@@ -493,7 +494,7 @@ def pod(job_name: str, index: int, phase: str, run_id: str = "run-0001", **statu
                 "batch.kubernetes.io/job-completion-index": str(index),
                 "app.kubernetes.io/component": "worker",
             },
-            "annotations": {manifests.COMPLETION_INDEX_ANNOTATION: str(index)},
+            "annotations": {pod_template.COMPLETION_INDEX_ANNOTATION: str(index)},
         },
         "spec": {"containers": [{"name": "worker", "image": "x"}], "nodeName": "kind-worker"},
         "status": {"phase": phase, **status},

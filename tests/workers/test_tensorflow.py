@@ -19,7 +19,7 @@ from mlbench_worker.tasks.tf_resnet20 import tf_config
 from mlbench_worker.wire import ConfigError
 from support.smoke import apply_one
 
-from mlbench_tui.executors import tf_launch
+from mlbench_tui.executors.local import tf_launch
 from mlbench_tui.store.engine import default_db_path
 
 
@@ -58,19 +58,22 @@ def test_launcher_stops_the_others_when_one_worker_fails(tmp_path: Path) -> None
 def test_executors_give_tensorflow_plans_a_cluster(tmp_path: Path) -> None:
     from support.kube_api import make_launch, make_plan
 
-    from mlbench_tui.executors import manifests
-    from mlbench_tui.executors.local import LocalExecutor
+    from mlbench_tui.executors.kubernetes import manifests
+    from mlbench_tui.executors.kubernetes import pod as pod_template
+    from mlbench_tui.executors.local.executor import LocalExecutor
 
     plan = make_plan(framework="tensorflow", workers=3)
     launch = make_launch()
     (job,) = [o for o in manifests.render(plan, launch) if o["kind"] == "Job"]
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     peers = env["MLBENCH_TF_WORKERS"].split(",")
-    assert len(peers) == 3 and peers[0].endswith(f":{manifests.MASTER_PORT}")
+    assert len(peers) == 3 and peers[0].endswith(f":{pod_template.MASTER_PORT}")
     assert tf_config({"MLBENCH_TF_WORKERS": env["MLBENCH_TF_WORKERS"]}, 2, 3)["task"]["index"] == 2
     local = make_plan(framework="tensorflow", workers=2, target={"kind": "local"})
-    (command,) = LocalExecutor(tmp_path).dryrun(local, launch).commands
-    assert command[1:6] == ("-m", "mlbench_tui.executors.tf_launch", "--nproc", "2", "--")
+    request = LocalExecutor(tmp_path).dryrun(local, launch).request
+    command = request.command
+    assert request.mode.value == "tensorflow" and request.fallback is None  # never forked
+    assert command[1:6] == ("-m", "mlbench_tui.executors.local.tf_launch", "--nproc", "2", "--")
     assert "torch.distributed.run" not in command
 
 

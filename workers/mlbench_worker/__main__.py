@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from mlbench_worker import wire
+from mlbench_worker import rank_env, wire
 from mlbench_worker.config import load_config
 from mlbench_worker.knobs import HyperparameterError
 from mlbench_worker.startup import CLOCK
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     CLOCK.mark("interpreter")
     args = _parse_args(argv)
-    path = args.config or os.environ.get("MLBENCH_CONFIG")
+    path = args.config or os.environ.get(rank_env.CONFIG)
     if not path:
         print("error: no worker config: pass --config FILE or set MLBENCH_CONFIG", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from mlbench_worker import rank_env
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
 from mlbench_worker.hyperparams import TaskHyperparameters
@@ -78,36 +79,36 @@ def _int_env(env: Mapping[str, str], *names: str) -> int | None:
 def detect_rendezvous(env: Mapping[str, str] | None = None) -> Rendezvous:
     """Read the launcher's environment; a process started alone is rank 0 of a world of one."""
     env = os.environ if env is None else env
-    addr = env.get("MASTER_ADDR") or env.get("PET_MASTER_ADDR")
-    port = _int_env(env, "MASTER_PORT", "PET_MASTER_PORT")
-    if "RANK" in env and "WORLD_SIZE" in env:
-        rank = _int_env(env, "RANK") or 0
-        world = _int_env(env, "WORLD_SIZE") or 1
-        local = _int_env(env, "LOCAL_RANK") or 0
-        local_world = _int_env(env, "LOCAL_WORLD_SIZE") or 1
+    addr = env.get(rank_env.MASTER_ADDR) or env.get(rank_env.PET_MASTER_ADDR)
+    port = _int_env(env, rank_env.MASTER_PORT, rank_env.PET_MASTER_PORT)
+    if rank_env.RANK in env and rank_env.WORLD_SIZE in env:
+        rank = _int_env(env, rank_env.RANK) or 0
+        world = _int_env(env, rank_env.WORLD_SIZE) or 1
+        local = _int_env(env, rank_env.LOCAL_RANK) or 0
+        local_world = _int_env(env, rank_env.LOCAL_WORLD_SIZE) or 1
         return Rendezvous(rank, world, local, addr, port, "torchrun", local_world)
-    if "JOB_COMPLETION_INDEX" in env:
-        rank = _int_env(env, "JOB_COMPLETION_INDEX") or 0
-        world_env = _int_env(env, "WORLD_SIZE")
-        nnodes = _int_env(env, "PET_NNODES")
+    if rank_env.JOB_COMPLETION_INDEX in env:
+        rank = _int_env(env, rank_env.JOB_COMPLETION_INDEX) or 0
+        world_env = _int_env(env, rank_env.WORLD_SIZE)
+        nnodes = _int_env(env, rank_env.PET_NNODES)
         if world_env is None and nnodes is None:
             raise ConfigError("an Indexed Job rank needs WORLD_SIZE or PET_NNODES in its environment")
-        nproc = _int_env(env, "PET_NPROC_PER_NODE") or 1
+        nproc = _int_env(env, rank_env.PET_NPROC_PER_NODE) or 1
         world = world_env if world_env is not None else (nnodes or 1) * nproc
-        local = _int_env(env, "LOCAL_RANK") or 0
-        local_world = _int_env(env, "LOCAL_WORLD_SIZE") or 1
+        local = _int_env(env, rank_env.LOCAL_RANK) or 0
+        local_world = _int_env(env, rank_env.LOCAL_WORLD_SIZE) or 1
         return Rendezvous(rank, world, local, addr, port, "indexed-job", local_world)
-    if "OMPI_COMM_WORLD_RANK" not in env:  # mpiexec's ranks stay MPI ranks inside a Slurm step
+    if rank_env.OMPI_RANK not in env:  # mpiexec's ranks stay MPI ranks inside a Slurm step
         from mlbench_worker.slurm import slurm_rendezvous
 
         slurm = slurm_rendezvous(env)
         if slurm is not None:
             return slurm
-    mpi_rank = _int_env(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+    mpi_rank = _int_env(env, rank_env.OMPI_RANK, rank_env.PMI_RANK, rank_env.PMIX_RANK)
     if mpi_rank is not None:
-        world = _int_env(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") or 1
-        local = _int_env(env, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID") or 0
-        local_world = _int_env(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS") or 1
+        world = _int_env(env, rank_env.OMPI_SIZE, rank_env.PMI_SIZE) or 1
+        local = _int_env(env, rank_env.OMPI_LOCAL_RANK, rank_env.MPI_LOCAL_RANK) or 0
+        local_world = _int_env(env, rank_env.OMPI_LOCAL_SIZE, rank_env.MPI_LOCAL_SIZE) or 1
         return Rendezvous(mpi_rank, world, local, addr, port, "mpi", local_world)
     return Rendezvous(0, 1, 0, addr, port, "single")
 
@@ -138,7 +139,7 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous, device: torch.device | None
         raise ConfigError("backend 'nccl' needs CUDA GPUs, and none is visible to this rank")
     if rdv.master_addr is None or rdv.master_port is None:
         raise ConfigError("rendezvous needs MASTER_ADDR and MASTER_PORT (or PET_MASTER_ADDR/PORT)")
-    timeout = datetime.timedelta(seconds=float(os.environ.get("MLBENCH_COLLECTIVE_TIMEOUT_S", "1800")))
+    timeout = datetime.timedelta(seconds=float(os.environ.get(rank_env.COLLECTIVE_TIMEOUT_S, "1800")))
     bound = device if config.backend == "nccl" and device is not None and device.type == "cuda" else None
     dist.init_process_group(
         backend=config.backend,
@@ -175,8 +176,8 @@ def select_device(config: WorkerConfig, rdv: Rendezvous, query: GpuQuery | None 
 
 def limit_threads(threads: int) -> None:
     """Cap intra-op threads so ranks sharing a machine do not oversubscribe its cores."""
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
+    os.environ[rank_env.OMP_NUM_THREADS] = str(threads)
+    os.environ[rank_env.MKL_NUM_THREADS] = str(threads)
     torch.set_num_threads(threads)
     # raises once the inter-op pool has started (a second call in-process): harmless
     with contextlib.suppress(RuntimeError):

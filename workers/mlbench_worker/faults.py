@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from mlbench_worker import rank_env
+
 MODES = ("raise", "hang", "slow")
 EXIT = "exit"
 
@@ -67,7 +69,7 @@ def parse_fault(spec: str | None) -> Fault | None:
 def _fault() -> Fault | None:
     """This process's fault, read from its environment at first use, not at import (a rank
     forked by a warm start was imported by a process with another environment)."""
-    return parse_fault(os.environ.get("MLBENCH_INJECT_FAULT"))
+    return parse_fault(os.environ.get(rank_env.INJECT_FAULT))
 
 
 def _act(fault: Fault, where: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from mlbench_worker import __version__
+from mlbench_worker import __version__, rank_env
 from mlbench_worker.context import RunContext, python_version
 
 _DRIVER_RE = re.compile(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s")
@@ -38,7 +38,7 @@ def cpu_model() -> str:
 def node_name() -> str:
     """The node this rank runs on: Slurm's node name (several slurmd may share one host, and node
     names need not be host names), else the host name."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return os.environ.get(rank_env.SLURMD_NODENAME) or socket.gethostname()
 
 
 def parse_driver_version(text: str) -> str | None:
@@ -121,7 +121,7 @@ def fingerprint(ctx: RunContext, ranks: list[dict[str, Any]] | None = None) -> d
         "threads_per_rank": ctx.config.threads_per_rank,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_num_threads": os.environ.get(rank_env.OMP_NUM_THREADS),
         "device": str(ctx.device),
         "precision": ctx.config.precision,
         "cuda_graphs": ctx.config.implementation.cuda_graphs,

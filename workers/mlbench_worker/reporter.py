@@ -35,6 +35,7 @@ import urllib.parse
 import weakref
 from typing import Any
 
+from mlbench_worker import rank_env
 from mlbench_worker.spool import Batch, Spool
 
 # Mirror of the server's limits (mlbench_tui.store.api_models); the contract test pins them.
@@ -100,11 +101,11 @@ class Reporter:
     def from_env(cls, rank: int) -> Reporter:
         """From ``MLBENCH_SERVER_URL``, ``MLBENCH_RUN_ID``, ``MLBENCH_RUN_TOKEN``, ``MLBENCH_SPOOL_DIR``."""
         return cls(
-            os.environ.get("MLBENCH_SERVER_URL") or None,
-            os.environ.get("MLBENCH_RUN_ID", ""),
-            os.environ.get("MLBENCH_RUN_TOKEN", ""),
+            os.environ.get(rank_env.SERVER_URL) or None,
+            os.environ.get(rank_env.RUN_ID, ""),
+            os.environ.get(rank_env.RUN_TOKEN, ""),
             rank,
-            spool_dir=os.environ.get("MLBENCH_SPOOL_DIR") or None,
+            spool_dir=os.environ.get(rank_env.SPOOL_DIR) or None,
         )
 
     # ---------------------------------------------------------------- training-thread API

@@ -15,6 +15,7 @@ import re
 import socket
 from collections.abc import Mapping
 
+from mlbench_worker import rank_env
 from mlbench_worker.context import Rendezvous
 from mlbench_worker.wire import ConfigError
 
@@ -86,7 +87,7 @@ def master_address(first_node: str, env: Mapping[str, str]) -> str:
     try:
         socket.getaddrinfo(first_node, None)
     except (OSError, UnicodeError):
-        launch = env.get("SLURM_LAUNCH_NODE_IPADDR")
+        launch = env.get(rank_env.SLURM_LAUNCH_NODE_IPADDR)
         if launch:
             return launch
         raise ConfigError(
@@ -106,25 +107,33 @@ def _int(env: Mapping[str, str], name: str) -> int:
 def slurm_rendezvous(env: Mapping[str, str]) -> Rendezvous | None:
     """This rank's rendezvous inside an ``srun`` step; None outside one (a batch script or
     ``salloc`` shell sets SLURM_PROCID but no step id)."""
-    if "SLURM_PROCID" not in env or "SLURM_STEP_ID" not in env:
+    if rank_env.SLURM_PROCID not in env or rank_env.SLURM_STEP_ID not in env:
         return None
-    rank = _int(env, "SLURM_PROCID")
-    world = _int(env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS")
-    local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
-    addr = env.get("MASTER_ADDR")
+    rank = _int(env, rank_env.SLURM_PROCID)
+    world = _int(
+        env, rank_env.SLURM_STEP_NUM_TASKS if rank_env.SLURM_STEP_NUM_TASKS in env else rank_env.SLURM_NTASKS
+    )
+    local = _int(env, rank_env.SLURM_LOCALID) if rank_env.SLURM_LOCALID in env else 0
+    addr = env.get(rank_env.MASTER_ADDR)
     if not addr:
-        nodes = expand_hostlist(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "")
+        nodes = expand_hostlist(
+            env.get(rank_env.SLURM_STEP_NODELIST) or env.get(rank_env.SLURM_JOB_NODELIST) or ""
+        )
         if not nodes:
             raise ConfigError("Slurm set no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST for this step")
         addr = master_address(nodes[0], env)
-    port = _int(env, "MASTER_PORT") if env.get("MASTER_PORT") else master_port(_int(env, "SLURM_JOB_ID"))
+    port = (
+        _int(env, rank_env.MASTER_PORT)
+        if env.get(rank_env.MASTER_PORT)
+        else master_port(_int(env, rank_env.SLURM_JOB_ID))
+    )
     return Rendezvous(rank, world, local, addr, port, "slurm", local_world_size(env))
 
 
 def local_world_size(env: Mapping[str, str]) -> int:
     """Ranks of this step on this node, from ``SLURM_STEP_TASKS_PER_NODE`` (``2(x3),1``: two on
     each of the first three nodes, one on the fourth) at this node's index ``SLURM_NODEID``."""
-    text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or ""
+    text = env.get(rank_env.SLURM_STEP_TASKS_PER_NODE) or env.get(rank_env.SLURM_TASKS_PER_NODE) or ""
     counts: list[int] = []
     for part in filter(None, text.split(",")):
         count, _, repeat = part.partition("(x")
@@ -132,5 +141,5 @@ def local_world_size(env: Mapping[str, str]) -> int:
             counts.extend([int(count)] * (int(repeat.rstrip(")")) if repeat else 1))
         except ValueError:
             raise ConfigError(f"Slurm set a tasks-per-node list {text!r} that is not N or N(xM)") from None
-    node = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
+    node = _int(env, rank_env.SLURM_NODEID) if rank_env.SLURM_NODEID in env else 0
     return counts[node] if node < len(counts) else 1

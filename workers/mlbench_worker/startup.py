@@ -16,21 +16,10 @@ from __future__ import annotations
 import os
 import time
 
-from mlbench_worker.wire import STARTUP, EventSink, Startup, emit
+from mlbench_worker.wire import STARTUP, STARTUP_PHASES, EventSink, Startup, emit
 
 STARTUP_EVENT = STARTUP
-PHASES = (
-    "interpreter",
-    "imports",
-    "device",
-    "rendezvous",
-    "environment",
-    "data",
-    "model",
-    "graph_capture",
-    "first_step",
-)
-"""The phases in the order a rank goes through them (a task may skip some: 0a has no model)."""
+PHASES = STARTUP_PHASES
 
 
 def process_start_time() -> float | None:

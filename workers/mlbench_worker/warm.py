@@ -14,7 +14,7 @@ cannot wait for. At end of input it exits once its last child has been reaped.
 
 Only what a module reads when it is imported can differ from a cold start, so the executor
 starts a server for one import-time environment and sends it only runs whose environment adds
-nothing read at import (``mlbench_tui.executors.warm_start``). Stdlib and pydantic at import.
+nothing read at import. The protocol is ``mlbench_worker.warm_protocol``. Stdlib and pydantic at import.
 """
 
 from __future__ import annotations
@@ -23,14 +23,17 @@ import contextlib
 import importlib
 import io
 import os
+import runpy
 import selectors
 import signal
 import sys
 import time
-from pathlib import Path
+import traceback
 from typing import IO
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
+
+from mlbench_worker.warm_protocol import Exited, RankMain, Ready, Started, StartRequest
 
 PRELOAD = (
     "torch",
@@ -51,40 +54,6 @@ PRELOAD = (
 """Imported once by the server; the task modules of ``mlbench_worker.tasks.TASKS`` follow."""
 
 REAP_POLL_S = 0.1  # without pidfds (before Linux 5.3), how often ended children are looked for
-
-
-class StartRequest(BaseModel):
-    """Start one rank: what a cold start gets from its command line and its launcher."""
-
-    argv: list[str] = Field(description="mlbench_worker's arguments (``--config FILE``).")
-    env: dict[str, str] = Field(description="The rank's whole environment.")
-    cwd: str
-    log_path: str = Field(description="The rank's log; its stdout and stderr are appended to it.")
-    status_path: str = Field(description="Where the server writes ``Exited`` when the rank ends.")
-
-
-class Ready(BaseModel):
-    """The server's first line: what it preloaded, or why it cannot start ranks."""
-
-    pid: int
-    preloaded: list[str] = Field(default_factory=list)
-    seconds: float = 0.0
-    error: str | None = None
-
-
-class Started(BaseModel):
-    """The answer to one ``StartRequest``: the rank's pid, or why it was not started."""
-
-    pid: int | None = None
-    error: str | None = None
-
-
-class Exited(BaseModel):
-    """A rank's end, as ``subprocess`` reports it: its exit status, or minus the killing signal."""
-
-    pid: int
-    exit_code: int
-    ended_at: float
 
 
 def preload(names: tuple[str, ...] = PRELOAD) -> list[str]:
@@ -234,12 +203,41 @@ def become_rank(request: StartRequest) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    import mlbench_worker.__main__ as worker
+    return run_main(request.main)
+
+
+def run_main(main: RankMain) -> int:
+    """Run what ``python -u -m MODULE`` (or ``-c CODE``) would, in this process, with its
+    preloaded modules; returns the exit status the interpreter would have ended with."""
     from mlbench_worker.startup import CLOCK
 
-    sys.argv = [str(Path(worker.__file__)), *request.argv]
     CLOCK.restart()  # this process's start is the fork, not the server's
-    return worker.main(request.argv)
+    try:
+        if main.module is not None:
+            sys.argv = [main.module, *main.args]  # run_module puts the module's file first
+            runpy.run_module(main.module, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = ["-c", *main.args]
+            exec(compile(main.code or "", "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        return _exit_status(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _exit_status(code: object) -> int:
+    """The status ``sys.exit(code)`` gives: None is 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def main() -> int:

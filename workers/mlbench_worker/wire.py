@@ -232,10 +232,25 @@ class AllreduceSweep(Payload):
     ceiling_basis: str | None = None
 
 
+STARTUP_PHASES = (
+    "interpreter",
+    "imports",
+    "device",
+    "rendezvous",
+    "environment",
+    "data",
+    "model",
+    "graph_capture",
+    "first_step",
+)
+"""The phases of a rank's start, in the order it goes through them (a task may skip some: 0a has
+no model); ``mlbench_worker.startup`` stamps them."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Startup(Payload):
-    """Where a rank's seconds before its first step went, by phase (``mlbench_worker.startup``),
-    and when its process started (UNIX time; None where the OS does not say)."""
+    """Where a rank's seconds before its first step went, by phase (``STARTUP_PHASES``), and when
+    its process started (UNIX time; None where the OS does not say)."""
 
     KIND: ClassVar[str] = STARTUP
     rank: int | None = None

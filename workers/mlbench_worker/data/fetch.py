@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from mlbench_worker import rank_env
+
 CHUNK = 1 << 20
 MANIFEST = "sources.json"
 
@@ -191,5 +193,5 @@ def fetch(
 
 def default_data_dir() -> Path:
     """Where downloaded datasets are cached when a spec gives no path (``$MLBENCH_DATA_DIR``)."""
-    env = os.environ.get("MLBENCH_DATA_DIR")
+    env = os.environ.get(rank_env.DATA_DIR)
     return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"

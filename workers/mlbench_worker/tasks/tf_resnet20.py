@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mlbench_worker import hyperparams as hps
-from mlbench_worker import wire
+from mlbench_worker import rank_env, wire
 from mlbench_worker.allocator import tune_host_allocator
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tracker import Tracker
@@ -50,7 +50,7 @@ STD = np.array([63.0, 62.1, 66.7], dtype=np.float32)
 
 def tf_config(env: Mapping[str, str], rank: int, world_size: int) -> dict[str, Any]:
     """The ``TF_CONFIG`` document for this rank: the given one, or one built from MLBENCH_TF_WORKERS."""
-    raw = env.get("TF_CONFIG")
+    raw = env.get(rank_env.TF_CONFIG)
     if raw:
         try:
             doc = json.loads(raw)
@@ -59,7 +59,7 @@ def tf_config(env: Mapping[str, str], rank: int, world_size: int) -> dict[str, A
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"TF_CONFIG is not a valid cluster description: {exc}") from None
     else:
-        listed = env.get("MLBENCH_TF_WORKERS", "")
+        listed = env.get(rank_env.TF_WORKERS, "")
         workers = [w.strip() for w in listed.split(",") if w.strip()]
         if not workers and world_size == 1:
             return {}
@@ -520,10 +520,10 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         doc = tf_config(os.environ, rank, config.world_size)
         if doc:
-            os.environ["TF_CONFIG"] = json.dumps(doc)
+            os.environ[rank_env.TF_CONFIG] = json.dumps(doc)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         threads = config.threads_per_rank
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ[rank_env.OMP_NUM_THREADS] = str(threads)
         import tensorflow as tf
 
         tf.get_logger().setLevel("ERROR")

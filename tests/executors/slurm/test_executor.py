@@ -14,9 +14,9 @@ from support.slurm import SlurmCluster
 
 from mlbench_tui.errors import ExecutorError, MlbenchError
 from mlbench_tui.executors import get_executor
-from mlbench_tui.executors import slurm_cluster as slurm_clusters
 from mlbench_tui.executors.api import LaunchContext, RunHandle, RunState, RunStatus
-from mlbench_tui.executors.slurm import FINAL_FILE, SlurmExecutor
+from mlbench_tui.executors.slurm import cluster as slurm_clusters
+from mlbench_tui.executors.slurm.executor import FINAL_FILE, SlurmExecutor
 from mlbench_tui.plan import RunPlan, expand
 from mlbench_tui.spec.loader import load_text
 

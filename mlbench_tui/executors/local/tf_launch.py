@@ -1,11 +1,12 @@
 """Local launcher for TensorFlow runs: K plain worker processes with one ``TF_CONFIG`` each.
 
-``python -m mlbench_tui.executors.tf_launch --nproc K -- COMMAND...`` plays torchrun's role for
+``python -m mlbench_tui.executors.local.tf_launch --nproc K -- COMMAND...`` plays torchrun's role for
 ``tf.distribute.MultiWorkerMirroredStrategy``: it picks K free ports on 127.0.0.1, starts COMMAND
 K times with ``TF_CONFIG`` (the cluster and this worker's index) plus ``RANK``/``WORLD_SIZE``/
 ``LOCAL_RANK`` (so the per-rank log shim and the worker know the rank), and waits. When a worker
 fails the others are terminated and the launcher exits with the failing status; SIGTERM/SIGINT
-are forwarded, so cancelling the launcher's process group leaves nothing behind. Stdlib only.
+are forwarded, so cancelling the launcher's process group leaves nothing behind. Stdlib only
+(and the stdlib-only rank environment contract).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from types import FrameType
+
+from mlbench_worker import rank_env
 
 GRACE_S = 10.0
 
@@ -41,10 +44,10 @@ def cluster_env(ports: list[int], index: int) -> dict[str, str]:
     workers = [f"127.0.0.1:{p}" for p in ports]
     doc = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
     return {
-        "TF_CONFIG": json.dumps(doc),
-        "RANK": str(index),
-        "LOCAL_RANK": str(index),
-        "WORLD_SIZE": str(len(ports)),
+        rank_env.TF_CONFIG: json.dumps(doc),
+        rank_env.RANK: str(index),
+        rank_env.LOCAL_RANK: str(index),
+        rank_env.WORLD_SIZE: str(len(ports)),
     }
 
 
@@ -99,7 +102,9 @@ def launch(nproc: int, command: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[0] != "--nproc" or not argv[1].isdigit() or argv[2] != "--" or int(argv[1]) < 1:
-        print("usage: python -m mlbench_tui.executors.tf_launch --nproc K -- COMMAND...", file=sys.stderr)
+        print(
+            "usage: python -m mlbench_tui.executors.local.tf_launch --nproc K -- COMMAND...", file=sys.stderr
+        )
         return 2
     return launch(int(argv[1]), argv[3:])
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlbench_tui.executors import manifests
+from mlbench_tui.executors.kubernetes import manifests
+from mlbench_tui.executors.kubernetes.pod import COMPLETION_INDEX_ANNOTATION
 from mlbench_tui.lifecycle import RankStatus, RunHandle, RunState, RunStatus
 
 # Waiting reasons that will not resolve by themselves: shown as the run's message.
@@ -33,7 +34,7 @@ def rank_of(pod: dict[str, Any]) -> int | None:
     """The pod's index among the run's pods (its node rank; its rank with one rank per pod)."""
     meta = pod.get("metadata") or {}
     for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
-        for key in (manifests.COMPLETION_INDEX_ANNOTATION, "training.kubeflow.org/replica-index"):
+        for key in (COMPLETION_INDEX_ANNOTATION, "training.kubeflow.org/replica-index"):
             value = source.get(key)
             if value is not None and str(value).isdigit():
                 return int(value)

@@ -10,24 +10,28 @@ lazily and the ``ApiClient`` is injectable (tests pass one pointed at a mock API
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import manifests, pod_logs
 from mlbench_tui.executors.api import DryRun, Executor, LaunchContext, log_filter
-from mlbench_tui.executors.kube import api_error, apply_object, call_json, make_api_client
-from mlbench_tui.executors.pod_milestones import PULLED_SELECTOR, needs_events, pod_milestones
-from mlbench_tui.executors.pod_status import layout_of, rank_of, run_status
+from mlbench_tui.executors.kubernetes import manifests, pod_logs
+from mlbench_tui.executors.kubernetes.client import api_error, apply_object, call_json, make_api_client
+from mlbench_tui.executors.kubernetes.pod import CONTAINER
+from mlbench_tui.executors.kubernetes.pod_milestones import PULLED_SELECTOR, needs_events, pod_milestones
+from mlbench_tui.executors.kubernetes.pod_status import layout_of, rank_of, run_status
 from mlbench_tui.lifecycle import RunHandle, RunStatus
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.spec.targets import KubernetesTarget
 
+SCHEME = "kubernetes"
 MPI_OPERATOR_INSTALL = (
     "install the Kubeflow MPI Operator (v2beta1 API): kubectl apply --server-side -f "
     "https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.6.0/deploy/v2beta1/mpi-operator.yaml "
@@ -93,10 +97,32 @@ class PodLogTailer:
                 return out
 
 
-class KubernetesExecutor(Executor):
+@dataclass(frozen=True)
+class KubernetesRequest:
+    """The objects to apply for a run, in order: its owner (the Job or MPIJob) first."""
+
+    manifests: tuple[dict[str, Any], ...]
+
+    def lines(self) -> list[str]:
+        """Each object as a YAML document (the Secret's token as the dry run's placeholder)."""
+        from ruamel.yaml import YAML
+
+        yaml = YAML()
+        yaml.default_flow_style = False
+        lines = []
+        for manifest in self.manifests:
+            buf = io.StringIO()
+            yaml.dump(manifest, buf)
+            lines.extend(["---", buf.getvalue().rstrip()])
+        return lines
+
+
+class KubernetesExecutor(Executor[KubernetesRequest]):
     """Runs plans on a Kubernetes cluster."""
 
-    name = "kubernetes"
+    name = SCHEME
+    in_cluster_server = True
+    plan_outputs = ("yaml",)
 
     def __init__(
         self,
@@ -143,15 +169,16 @@ class KubernetesExecutor(Executor):
         return call_json(action, fn, *args, missing_ok=missing_ok, _request_timeout=self._timeout, **kwargs)
 
     # --- plan and launch ---
-    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:
+    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun[KubernetesRequest]:
         objects = manifests.render(plan, launch)
-        return DryRun(
-            executor=self.name,
-            plan=plan,
-            launch=launch,
-            manifests=tuple(objects),
-            worker_config=manifests.run_worker_config(plan, launch),
-        )
+        return DryRun(executor=self.name, plan=plan, launch=launch, request=KubernetesRequest(tuple(objects)))
+
+    def render_plans(self, plans: Sequence[RunPlan], output: str) -> str | None:
+        """``-o yaml`` of plans that all target Kubernetes: the manifests ``kubectl apply -f -``
+        accepts (tokens left out); other plans keep the generic YAML."""
+        if output == "yaml" and plans and all(isinstance(p.target, KubernetesTarget) for p in plans):
+            return manifests.plan_yaml(list(plans))
+        return None
 
     def mpi_operator_installed(self) -> bool:
         """Whether the cluster serves the MPIJob API (discovery is readable by every account)."""
@@ -165,14 +192,14 @@ class KubernetesExecutor(Executor):
             self._mpi_available = any(r.get("name") == "mpijobs" for r in resources)
         return self._mpi_available
 
-    def schedule(self, dryrun: DryRun) -> RunHandle:
-        plan, objects = dryrun.plan, [dict(obj) for obj in dryrun.manifests]
+    def schedule(self, dryrun: DryRun[KubernetesRequest]) -> RunHandle:
+        plan, objects = dryrun.plan, [dict(obj) for obj in dryrun.request.manifests]
         if not objects:
             raise ExecutorError("nothing to schedule: the dry run has no manifests")
         self._client(plan)
         owner, children = objects[0], objects[1:]
         namespace = owner["metadata"]["namespace"]
-        handle = RunHandle("kubernetes", namespace, dryrun.launch.run_id)
+        handle = RunHandle(self.name, namespace, dryrun.launch.run_id)
         if owner["kind"] == "MPIJob" and not self.mpi_operator_installed():
             raise ExecutorError(
                 "the mpi backend on Kubernetes needs the Kubeflow MPI Operator, whose MPIJob API "
@@ -471,7 +498,7 @@ class KubernetesExecutor(Executor):
         from urllib3.exceptions import HTTPError
 
         kwargs: dict[str, Any] = {
-            "container": manifests.CONTAINER,
+            "container": CONTAINER,
             "follow": follow,
             "_preload_content": False,
         }
@@ -543,7 +570,7 @@ class KubernetesExecutor(Executor):
 
 def _resolve(handle: RunHandle | str) -> RunHandle:
     resolved = RunHandle.parse(handle) if isinstance(handle, str) else handle
-    if resolved.scheme != "kubernetes":
+    if resolved.scheme != SCHEME:
         raise ExecutorError(
             f"not a Kubernetes run: {resolved}", hint="handles look like kubernetes://NAMESPACE/RUN_ID"
         )

@@ -3,7 +3,8 @@
 torchrun starts each worker in a session of its own and Open MPI gives each rank its own process
 group, so killing the launcher's process group is not enough to leave no orphan. Every process of
 a run carries ``MLBENCH_RUN_ID=<id>`` in its environment (the reporting contract), so the run's
-processes are found by that marker in ``/proc`` plus the launcher's descendants. Stdlib only.
+processes are found by that marker in ``/proc`` plus the launcher's descendants. Stdlib only (and
+the stdlib-only rank environment contract).
 Without ``/proc`` (macOS) the process table comes from ``ps`` and only the launcher's
 descendants are found (environments of other processes are not readable there).
 """
@@ -20,9 +21,11 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from mlbench_worker import rank_env
+
 PROC = Path("/proc")
 HAS_PROC = (PROC / "self" / "stat").exists()
-RUN_MARKER = "MLBENCH_RUN_ID"
+RUN_MARKER = rank_env.RUN_ID
 
 
 def _ps_table() -> dict[int, tuple[str, int, str]]:

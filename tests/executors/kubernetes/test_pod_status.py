@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from support.kube_api import make_launch, make_plan, pod
 
-from mlbench_tui.executors import manifests
-from mlbench_tui.executors.pod_status import layout_of, run_status
+from mlbench_tui.executors.kubernetes import manifests
+from mlbench_tui.executors.kubernetes.pod_status import layout_of, run_status
 from mlbench_tui.lifecycle import RunHandle, RunState
 
 HANDLE = RunHandle("kubernetes", "bench", "run-0001")

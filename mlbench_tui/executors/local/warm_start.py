@@ -1,10 +1,11 @@
-"""Warm starts of local ranks: the executor's side of ``mlbench_worker.warm``.
+"""Warm starts of local ranks: the executor's side of the fork server (``mlbench_worker.warm``),
+spoken through its protocol (``mlbench_worker.warm_protocol``; the engine never imports the server).
 
 A one-rank local run is forked from a server that has already imported torch and the tasks,
 instead of starting a fresh interpreter that imports them (seconds per run on a GPU machine).
 The server is started on first use and kept for the runs that follow; what it imported depends
 only on its environment, so it serves runs whose environment differs from its own in nothing
-but the per-run variables below (none of them is read at import): a run with other thread
+but the per-run variables (``rank_env.RUN_VARIABLES``, none of them read at import): a run with other thread
 counts or another spec ``env`` gets a server of its own (the previous one is closed). Every run
 starts cold with ``MLBENCH_WARM_START=0``, and so does any run the server cannot take (it failed
 to preload, died, or did not answer): a warm start is only ever a faster way to the same rank.
@@ -23,31 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlbench_worker.warm import Exited, Ready, Started, StartRequest
+from mlbench_worker import rank_env
+from mlbench_worker.warm_protocol import SERVER_MODULE, SWITCH, Exited, Ready, Started, StartRequest
 
-from mlbench_tui.executors import processes
+from mlbench_tui.executors.local import processes
 
-SWITCH = "MLBENCH_WARM_START"
-"""``0`` (or ``off``, ``false``, ``no``) starts every local rank cold."""
 READY_TIMEOUT_S = 300.0  # importing torch from a cold disk can take a minute
 ANSWER_TIMEOUT_S = 30.0  # a fork answers at once
-RUN_VARIABLES = frozenset(
-    {
-        "PYTHONUNBUFFERED",
-        "MLBENCH_CONFIG",
-        "MLBENCH_RUN_ID",
-        "MLBENCH_SERVER_URL",
-        "MLBENCH_RUN_TOKEN",
-        "MLBENCH_SPOOL_DIR",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-)
-"""What the executor sets per run: read when the rank runs, never when a module is imported."""
 EXIT_FILE = "warm-exit.json"  # in the run directory: the server's record of the rank's end
 
 
@@ -61,7 +44,7 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 def import_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The part of a rank's environment its imports may read: everything but the per-run variables."""
-    return {key: value for key, value in env.items() if key not in RUN_VARIABLES}
+    return {key: value for key, value in env.items() if key not in rank_env.RUN_VARIABLES}
 
 
 @dataclass
@@ -151,7 +134,7 @@ def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "mlbench_worker.warm"],
+                    [sys.executable, "-m", SERVER_MODULE],
                     env=environment,
                     cwd=log_path.parent,
                     stdin=subprocess.PIPE,

@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
-from mlbench_tui.executors import manifests
 from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.executors.kubernetes import manifests
+from mlbench_tui.executors.kubernetes import pod as pod_template
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()
@@ -66,7 +67,7 @@ def _run_pods(
     config.write_text(config_map["data"]["config.json"])
     container = job["spec"]["template"]["spec"]["containers"][0]
     command = [sys.executable, *container["command"][1:]]
-    command[command.index(manifests.CONFIG_FILE)] = str(config)
+    command[command.index(pod_template.CONFIG_FILE)] = str(config)
     port = str(_free_port())
     procs = []
     for index in range(job["spec"]["completions"]):
@@ -125,7 +126,7 @@ def test_pods_of_two_ranks_each_run_their_ranks_through_torchrun(server: Any, tm
     """hardware.ranks_per_node 2, 4 workers: two pods, each one's torchrun (its command and
     PET_* environment as rendered) starts its node's two ranks, rendezvous with pod 0, and tees
     every line with its rank in front, so the pod's log splits by rank."""
-    from mlbench_tui.executors.pod_logs import split_rank
+    from mlbench_tui.executors.kubernetes.pod_logs import split_rank
     from mlbench_tui.plan import expand
     from mlbench_tui.spec.loader import validate_data
     from mlbench_tui.store.api_models import RunCreate

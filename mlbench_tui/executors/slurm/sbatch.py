@@ -23,10 +23,12 @@ import shlex
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+from mlbench_worker import rank_env
+
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.slurm_cluster import SlurmCluster
+from mlbench_tui.executors.slurm.cluster import SlurmCluster
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.spec.limits import SLURM_MAX_TIME_MINUTES
 from mlbench_tui.spec.shortforms import memory_bytes
@@ -36,8 +38,7 @@ SCRIPT_FILE = "job.sbatch"
 CONFIG_FILE = "config.json"
 BATCH_LOG = "batch.log"  # the batch script's own output (srun's messages)
 LOG_DIR = "logs"
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-TOKEN_VARIABLE = "MLBENCH_RUN_TOKEN"
+TOKEN_VARIABLE = rank_env.RUN_TOKEN
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
@@ -161,18 +162,16 @@ def _step_command(
 def _environment(
     plan: RunPlan, launch: LaunchContext, run_dir: str, server_url: str
 ) -> list[tuple[str, str]]:
-    threads = str(plan.resources.threads_per_rank)
-    env = {name: threads for name in THREAD_VARIABLES}
+    env = rank_env.thread_caps(plan.resources.threads_per_rank)
     env.update(plan.env)  # the spec's env may set its own thread counts
-    env.update(
-        {
-            "PYTHONUNBUFFERED": "1",
-            "MLBENCH_CONFIG": f"{run_dir}/{CONFIG_FILE}",
-            "MLBENCH_RUN_ID": launch.run_id,
-            "MLBENCH_SERVER_URL": server_url,
-            "MLBENCH_SPOOL_DIR": f"{run_dir}/spool",
-        }
-    )
+    env[rank_env.PYTHONUNBUFFERED] = "1"
+    reporting = rank_env.Reporting(
+        config=f"{run_dir}/{CONFIG_FILE}",
+        run_id=launch.run_id,
+        server_url=server_url,
+        spool_dir=f"{run_dir}/spool",
+    )  # the token is in sbatch's environment, never in the script
+    env.update(reporting.to_env())
     for name in env:
         if not _ENV_NAME.fullmatch(name) or name == TOKEN_VARIABLE:
             raise ExecutorError(f"environment variable name {name!r} cannot be set for a Slurm run")

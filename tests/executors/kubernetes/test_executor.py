@@ -16,8 +16,9 @@ import pytest
 from support.kube_api import MPIJOBS, KubeApi, make_launch, make_plan, pod
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import get_executor, manifests
-from mlbench_tui.executors.kubernetes import KubernetesExecutor
+from mlbench_tui.executors import get_executor
+from mlbench_tui.executors.kubernetes import manifests
+from mlbench_tui.executors.kubernetes.executor import KubernetesExecutor
 from mlbench_tui.lifecycle import RunHandle, RunState
 
 NS = "bench"
@@ -40,9 +41,8 @@ def test_registry_resolves_the_kubernetes_executor_lazily() -> None:
 
 def test_dryrun_is_pure_and_returns_the_manifests(executor: KubernetesExecutor, kube: KubeApi) -> None:
     dry = executor.dryrun(make_plan(), make_launch())
-    assert [m["kind"] for m in dry.manifests] == ["Job", "Secret", "ConfigMap", "Service"]
-    assert list(dry.manifests) == manifests.render(make_plan(), make_launch())
-    assert dry.worker_config["run_id"] == "run-0001"
+    assert [m["kind"] for m in dry.request.manifests] == ["Job", "Secret", "ConfigMap", "Service"]
+    assert list(dry.request.manifests) == manifests.render(make_plan(), make_launch())
     assert not [r for r in kube.requests() if r.resource is not None]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from support.kube_api import format_stamp
 
-from mlbench_tui.executors.pod_logs import LogCursor, parse_stamp, split_stamp, stream_lines
+from mlbench_tui.executors.kubernetes.pod_logs import LogCursor, parse_stamp, split_stamp, stream_lines
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ def test_the_cursor_admits_each_line_once_across_replays_even_with_equal_stamps(
 def test_a_pod_with_several_ranks_splits_its_log_by_the_prefix_torchrun_writes() -> None:
     from string import Template
 
-    from mlbench_tui.executors.pod_logs import RANK_LOG_PREFIX_TEMPLATE, split_rank
+    from mlbench_tui.executors.kubernetes.pod_logs import RANK_LOG_PREFIX_TEMPLATE, split_rank
 
     header = Template(RANK_LOG_PREFIX_TEMPLATE).safe_substitute(role_name="default", rank=12, local_rank=4)
     assert split_rank(f"{header}[rank 12] epoch 1") == (12, "[rank 12] epoch 1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlbench_tui.executors.api import RunState
-from mlbench_tui.executors.slurm_state import JobInfo, exit_code_of, parse_sacct, parse_squeue
+from mlbench_tui.executors.slurm.state import JobInfo, exit_code_of, parse_sacct, parse_squeue
 from mlbench_tui.lifecycle import LaunchMilestones
 
 

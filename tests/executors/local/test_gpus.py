@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlbench_tui.executors.local_gpus import machine_gpus
+from mlbench_tui.executors.local.gpus import machine_gpus
 
 UUIDS = ["GPU-1d6a0d3e-0000-aaaa", "GPU-9f31c2b7-1111-bbbb", "GPU-44e0aa51-2222-cccc", "GPU-c0ffee00-3333"]
 

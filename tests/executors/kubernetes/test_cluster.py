@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from support.kube_api import make_launch, make_plan
 
-from mlbench_tui.executors import manifests
-from mlbench_tui.executors.kube import call_json, make_api_client
-from mlbench_tui.executors.kubernetes import KubernetesExecutor
+from mlbench_tui.executors.kubernetes import manifests
+from mlbench_tui.executors.kubernetes.client import call_json, make_api_client
+from mlbench_tui.executors.kubernetes.executor import KubernetesExecutor
 from mlbench_tui.lifecycle import RunState
 
 KUBECONFIG = os.environ.get("MLBENCH_TEST_KUBECONFIG")

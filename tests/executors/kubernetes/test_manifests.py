@@ -12,9 +12,10 @@ import yaml
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import manifests, pod_status
+from mlbench_tui.executors.kubernetes import manifests, pod_status
+from mlbench_tui.executors.kubernetes import pod as pod_template
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
+GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"
 K8S_VERSION = "1.30"  # oldest version we support: Indexed Jobs, pod annotations, SSA all GA
 
 CASES: dict[str, dict[str, Any]] = {
@@ -242,9 +243,9 @@ def test_two_nodes_of_four_gpus_run_one_pod_per_node_with_torchrun() -> None:
     assert job["metadata"]["annotations"]["mlbench.io/ranks-per-node"] == "4"
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["command"] == manifests.node_command()
+    assert container["command"] == pod_template.node_command()
     assert container["command"][:3] == ["python", "-m", "torch.distributed.run"]
-    assert container["command"][-4:] == ["-m", "mlbench_worker", "--config", manifests.CONFIG_FILE]
+    assert container["command"][-4:] == ["-m", "mlbench_worker", "--config", pod_template.CONFIG_FILE]
     env = _env(container)
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"} & set(env)  # torchrun sets them
     assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("2", "4")
@@ -428,7 +429,7 @@ def _pod_env(container: dict[str, Any], index: int, secrets: dict[str, dict[str,
         elif "fieldRef" in source:
             assert (
                 source["fieldRef"]["fieldPath"]
-                == f"metadata.annotations['{manifests.COMPLETION_INDEX_ANNOTATION}']"
+                == f"metadata.annotations['{pod_template.COMPLETION_INDEX_ANNOTATION}']"
             )
             env[item["name"]] = str(index)
         else:
@@ -452,10 +453,10 @@ def test_worker_runtime_understands_the_pods_environment_and_config() -> None:
         rendezvous = detect_rendezvous(env)
         assert (rendezvous.rank, rendezvous.world_size) == (index, 2)
         assert rendezvous.master_addr == f"{job['metadata']['name']}-0.{svc['metadata']['name']}"
-        assert rendezvous.master_port == manifests.MASTER_PORT
+        assert rendezvous.master_port == pod_template.MASTER_PORT
         assert env["MLBENCH_RUN_TOKEN"] == make_launch().write_token
     config = parse_config(json.loads(config_map["data"]["config.json"]))
     assert config.run_id == "run-0001" and config.world_size == 2
-    assert container["command"][-1] == manifests.CONFIG_FILE
+    assert container["command"][-1] == pod_template.CONFIG_FILE
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert manifests.CONFIG_DIR in mounts
+    assert pod_template.CONFIG_DIR in mounts

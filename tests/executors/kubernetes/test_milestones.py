@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.kube_api import KubeApi, make_launch, make_plan, pod
 
-from mlbench_tui.executors.kubernetes import KubernetesExecutor
+from mlbench_tui.executors.kubernetes.executor import KubernetesExecutor
 from mlbench_tui.lifecycle import LaunchMilestones, RunHandle
 from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.time_to_accuracy import EventRecord

@@ -24,8 +24,8 @@ import pytest
 from support.slurm import SlurmCluster
 from support.smoke import mlbench
 
-from mlbench_tui.executors import processes
-from mlbench_tui.executors import slurm_cluster as slurm_clusters
+from mlbench_tui.executors.local import processes
+from mlbench_tui.executors.slurm import cluster as slurm_clusters
 
 pytestmark = pytest.mark.slow
 

@@ -14,11 +14,11 @@ import pytest
 from support.kube_api import make_launch, make_plan
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import sbatch
-from mlbench_tui.executors.slurm_cluster import SlurmCluster
+from mlbench_tui.executors.slurm import sbatch
+from mlbench_tui.executors.slurm.cluster import SlurmCluster
 from mlbench_tui.plan import RunPlan
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "sbatch"
+GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "sbatch"
 CLUSTER = SlurmCluster(name="hpc", partition="batch", account="proj-7", workdir="/shared/mlbench")
 RUN_DIR = "/shared/mlbench/run-0001"
 PYTHON = "/opt/venv/bin/python"

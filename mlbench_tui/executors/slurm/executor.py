@@ -1,6 +1,6 @@
 """The Slurm executor: one batch job per run, submitted from this (login) node.
 
-``dryrun`` renders the batch script (``executors.sbatch``); ``schedule`` writes it with the
+``dryrun`` renders the batch script (``sbatch``); ``schedule`` writes it with the
 worker config into the run's directory on the shared filesystem and submits it with
 ``sbatch --parsable``, the run's write token in sbatch's environment only. The handle
 ``slurm://<job>@<cluster>/<run-id>`` names the job. ``describe`` asks ``squeue`` (which keeps a
@@ -14,16 +14,22 @@ store by the runner. Every Slurm command runs from an argument list, never throu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import sbatch, slurm_state
+from mlbench_worker.wire import WorkerConfig
+from pydantic import BaseModel
+
+from mlbench_tui.errors import ExecutorError, MlbenchError
 from mlbench_tui.executors.api import (
     DryRun,
     Executor,
@@ -32,12 +38,16 @@ from mlbench_tui.executors.api import (
     RunHandle,
     RunState,
     RunStatus,
+    heredoc,
+    shell_exports,
 )
 from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
-from mlbench_tui.executors.run_files import read_json, write_json
-from mlbench_tui.executors.slurm_cluster import DEFAULT_NAME, SlurmCluster, resolve_cluster
-from mlbench_tui.executors.slurm_state import JobInfo
-from mlbench_tui.plan import RunPlan, worker_config
+from mlbench_tui.executors.run_files import read_record, write_config, write_record
+from mlbench_tui.executors.slurm import sbatch
+from mlbench_tui.executors.slurm import state as slurm_state
+from mlbench_tui.executors.slurm.cluster import DEFAULT_NAME, SlurmCluster, resolve_cluster
+from mlbench_tui.executors.slurm.state import JobInfo
+from mlbench_tui.plan import RunPlan, worker_settings
 
 SCHEME = "slurm"
 JOB_FILE = "job.json"  # job id, cluster and layout, written at submission
@@ -46,6 +56,31 @@ COMMAND_TIMEOUT_S = 30.0
 _JOB_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
 _WHERE = re.compile(r"^(?P<job>\d+)@(?P<cluster>[a-z][-a-z0-9]*)$")
 _NOT_FOUND = ("Invalid job id", "Invalid job ID", "invalid job id")
+
+
+class JobRecord(BaseModel):
+    """The submitted job and its layout, kept in the run directory."""
+
+    job_id: str
+    cluster: str
+    workers: int
+    nodes: int
+    tasks_per_node: int
+    submitted_at: float
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """The run's batch job and the worker config written beside it."""
+
+    job: sbatch.BatchJob
+    config: WorkerConfig
+
+    def lines(self) -> list[str]:
+        """sbatch's environment (the token as the placeholder), the script as a heredoc, the
+        submission."""
+        job = self.job
+        return [*shell_exports(job.env), *heredoc(job.script_path, job.script), shlex.join(job.sbatch)]
 
 
 def parse_handle(handle: RunHandle | str) -> tuple[RunHandle, str, str]:
@@ -59,11 +94,13 @@ def parse_handle(handle: RunHandle | str) -> tuple[RunHandle, str, str]:
     return resolved, match["job"], match["cluster"]
 
 
-class SlurmExecutor(Executor):
+class SlurmExecutor(Executor[SlurmRequest]):
     """Runs plans as Slurm batch jobs through the cluster's client tools."""
 
     name = SCHEME
     enforces_max_time = True
+    reconciles = True
+    plan_outputs = ("sbatch",)
 
     def __init__(
         self, runs_dir: str | Path | None = None, *, host: str | None = None, query_interval_s: float = 2.0
@@ -116,7 +153,7 @@ class SlurmExecutor(Executor):
 
     # -- dryrun / schedule -------------------------------------------------------------------
 
-    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun:
+    def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun[SlurmRequest]:
         """Pure apart from reading the cluster record: the script and the sbatch command."""
         cluster = self.cluster(sbatch.slurm_target(plan).cluster)
         run_dir = self.run_dir(cluster, launch.run_id)
@@ -128,17 +165,10 @@ class SlurmExecutor(Executor):
             python=cluster.python or sys.executable,
             host=self.host,
         )
-        return DryRun(
-            executor=SCHEME,
-            plan=plan,
-            launch=launch,
-            commands=(job.sbatch,),
-            env=job.env,
-            files=((job.script_path, job.script),),
-            worker_config=worker_config(plan, launch.run_id),
-        )
+        request = SlurmRequest(job=job, config=worker_settings(plan, launch.run_id))
+        return DryRun(executor=SCHEME, plan=plan, launch=launch, request=request)
 
-    def schedule(self, dryrun: DryRun) -> RunHandle:
+    def schedule(self, dryrun: DryRun[SlurmRequest]) -> RunHandle:
         """Write the run's files, submit the job, record its id; returns at once."""
         plan, run_id = dryrun.plan, dryrun.launch.run_id
         target = sbatch.slurm_target(plan)
@@ -150,11 +180,10 @@ class SlurmExecutor(Executor):
             self._check_pmix(cluster)
         (run_dir / sbatch.LOG_DIR).mkdir(parents=True, exist_ok=True)
         (run_dir / "spool").mkdir(exist_ok=True)
-        write_json(run_dir / sbatch.CONFIG_FILE, dryrun.worker_config)
-        for path, text in dryrun.files:
-            Path(path).write_text(text)
-        (command,) = dryrun.commands
-        done = self._slurm(cluster, list(command), env=dryrun.env)
+        job = dryrun.request.job
+        write_config(run_dir / sbatch.CONFIG_FILE, dryrun.request.config)
+        Path(job.script_path).write_text(job.script)
+        done = self._slurm(cluster, list(job.sbatch), env=job.env)
         match = _JOB_ID.fullmatch(done.stdout.strip())
         if done.returncode != 0 or match is None:
             detail = (done.stderr or done.stdout).strip().replace("sbatch: error: ", "")
@@ -163,18 +192,29 @@ class SlurmExecutor(Executor):
             )
         job_id = match[1]
         nodes, per_node = target.layout(plan.workers, plan.ranks_per_node)
-        write_json(
-            run_dir / JOB_FILE,
-            {
-                "job_id": job_id,
-                "cluster": cluster.name,
-                "workers": plan.workers,
-                "nodes": nodes,
-                "tasks_per_node": per_node,
-                "submitted_at": time.time(),
-            },
+        record = JobRecord(
+            job_id=job_id,
+            cluster=cluster.name,
+            workers=plan.workers,
+            nodes=nodes,
+            tasks_per_node=per_node,
+            submitted_at=time.time(),
         )
+        write_record(run_dir / JOB_FILE, record)
         return RunHandle(SCHEME, f"{job_id}@{cluster.name}", run_id)
+
+    def render_plans(self, plans: Sequence[RunPlan], output: str) -> str | None:
+        """``-o sbatch``: every run's batch script (plans of other targets are refused)."""
+        return plan_scripts(plans, self) if output == "sbatch" else None
+
+    def remove_files(self, handle: RunHandle) -> None:
+        """The run's directory on the cluster's shared filesystem, while its cluster is known."""
+        resolved, _, cluster_name = parse_handle(handle)
+        try:
+            run_dir = self.run_dir(self.cluster(cluster_name), resolved.run_id)
+        except MlbenchError:
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)
 
     def _check_pmix(self, cluster: SlurmCluster) -> None:
         """The mpi backend launches Open MPI ranks with ``srun --mpi=pmix``: refuse before
@@ -217,7 +257,7 @@ class SlurmExecutor(Executor):
             if info is not None:
                 if info.run_state.is_terminal() or info.run_state is RunState.UNKNOWN:
                     shown = self._slurm(cluster, ["scontrol", "show", "job", "--oneliner", job_id])
-                    return JobInfo(**{**info.__dict__, "exit_code": slurm_state.exit_code_of(shown.stdout)})
+                    return dataclasses.replace(info, exit_code=slurm_state.exit_code_of(shown.stdout))
                 return info
         elif not any(text in queue.stderr for text in _NOT_FOUND):
             raise ExecutorError(f"squeue failed: {queue.stderr.strip() or queue.returncode}")
@@ -244,16 +284,17 @@ class SlurmExecutor(Executor):
         resolved, job_id, cluster_name = parse_handle(handle)
         cluster = self.cluster(cluster_name)
         run_dir = self.run_dir(cluster, resolved.run_id)
-        final = read_json(run_dir / FINAL_FILE)
-        info = JobInfo(**final) if final is not None else self._job_now(cluster, job_id)
+        final = read_record(run_dir / FINAL_FILE, JobInfo)
+        info = final if final is not None else self._job_now(cluster, job_id)
         if info is None:
             return None
         if final is None and info.run_state.is_terminal():
             with contextlib.suppress(OSError):
-                write_json(run_dir / FINAL_FILE, dict(info.__dict__))
+                write_record(run_dir / FINAL_FILE, info)
         state = info.run_state
-        layout = read_json(run_dir / JOB_FILE) or {}
-        workers, per_node = int(layout.get("workers", 0)), int(layout.get("tasks_per_node", 1)) or 1
+        layout = read_record(run_dir / JOB_FILE, JobRecord)
+        workers = layout.workers if layout is not None else 0
+        per_node = (layout.tasks_per_node if layout is not None else 1) or 1
         nodes = self._node_names(cluster, info.nodes) if info.nodes else []
         message = info.message()
         ranks = [
@@ -310,7 +351,7 @@ class SlurmExecutor(Executor):
         return RankLogTailer(run_dir / sbatch.LOG_DIR, extra={-1: run_dir / sbatch.BATCH_LOG})
 
 
-def plan_scripts(plans: list[RunPlan], executor: SlurmExecutor | None = None) -> str:
+def plan_scripts(plans: Sequence[RunPlan], executor: SlurmExecutor | None = None) -> str:
     """What ``mlbench plan -o sbatch`` prints: every run's batch script, the run id previewed as
     the run name (``apply`` picks the real one) and the token left out, as in the script itself."""
     from mlbench_tui.errors import UsageError
@@ -331,7 +372,8 @@ def plan_scripts(plans: list[RunPlan], executor: SlurmExecutor | None = None) ->
     server_url = load_settings().server_url
     chunks = []
     for plan in plans:
-        dry = executor.dryrun(plan, LaunchContext(run_id=plan.name, server_url=server_url, write_token=""))
-        ((path, script),) = dry.files
-        chunks.append(f"# ---- {path} (submitted with: {' '.join(dry.commands[0])})\n{script}")
+        job = executor.dryrun(
+            plan, LaunchContext(run_id=plan.name, server_url=server_url, write_token="")
+        ).request.job
+        chunks.append(f"# ---- {job.script_path} (submitted with: {' '.join(job.sbatch)})\n{job.script}")
     return "\n".join(chunks)

@@ -18,17 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlbench_worker.warm import StartRequest
+from mlbench_worker.warm_protocol import RankMain, StartRequest
 from support.local_runs import local_plan
 
-from mlbench_tui.executors import processes, warm_start
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local import processes, warm_start
+from mlbench_tui.executors.local.executor import LocalExecutor
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.server.daemon import ensure_server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SPEC = """\
 apiVersion: mlbench/v1
@@ -59,7 +59,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _request(tmp_path: Path, name: str, argv: list[str], **env: str) -> StartRequest:
     (tmp_path / name).mkdir()
     return StartRequest(
-        argv=argv,
+        main=RankMain(module="mlbench_worker", args=argv),
         env=_env(**env),
         cwd=str(tmp_path / name),
         log_path=str(tmp_path / name / "rank-0.log"),
@@ -141,14 +141,18 @@ def _plan() -> RunPlan:
 SCHEDULE_AND_VANISH = """
 import dataclasses, os, sys
 from pathlib import Path
+from mlbench_worker.warm_protocol import RankMain
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local.executor import LocalExecutor
 from support.local_runs import local_plan
 plan = local_plan(workers=1)
 executor = LocalExecutor(Path(sys.argv[1]))
 launch = LaunchContext(run_id="r-vanish", server_url="http://127.0.0.1:9", write_token="t")
 dry = executor.dryrun(plan, launch)
-executor.schedule(dataclasses.replace(dry, worker_config={"task": "0a"}))  # unusable: exit 2
+bad = Path(sys.argv[1]).parent / "bad.json"
+bad.write_text('{"task": "0a"}')  # unusable: exit 2
+main = RankMain(module="mlbench_worker", args=["--config", str(bad)])
+executor.schedule(dataclasses.replace(dry, request=dataclasses.replace(dry.request, main=main)))
 os._exit(0)  # the watching process is gone before its rank ends
 """
 
@@ -160,24 +164,28 @@ def test_a_warm_ranks_end_is_known_after_its_executor_has_gone(tmp_path: Path) -
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     subprocess.run([sys.executable, "-c", SCHEDULE_AND_VANISH, str(runs)], env=env, check=True, cwd=ROOT)
     launch = json.loads((runs / "r-vanish" / "launch.json").read_text())
-    assert launch["warm_start"] is True
+    assert launch["mode"] == "forked"
     status = LocalExecutor(runs).wait("local://x/r-vanish", timeout=60)
     assert status.state is RunState.FAILED, status
     assert status.message == "rank 0 exited with code 2 (see its log: mlbench logs RUN --rank 0)"
 
 
-def test_scheduled_runs_are_forked_only_when_the_command_is_the_worker(tmp_path: Path) -> None:
-    """A dry run whose command was replaced (a wrapper, a test script) starts that command cold."""
-    executor = LocalExecutor(tmp_path / "runs")
-    launch = LaunchContext(run_id="r-script", server_url="http://127.0.0.1:9", write_token="t")
-    dry = executor.dryrun(_plan(), launch)
-    (command,) = dry.commands
-    script = (*command[: command.index("-u")], "-c", "print('script ran')")
-    handle = executor.schedule(dataclasses.replace(dry, commands=(script,)))
-    status = executor.wait(handle, timeout=60)
-    assert status.state is RunState.SUCCEEDED
-    assert json.loads((executor.run_dir("r-script") / "launch.json").read_text())["warm_start"] is False
-    assert "script ran" in "\n".join(executor.log_iter(handle, rank=0))
+def test_a_forked_rank_runs_any_python_main_and_warm_false_starts_it_cold(tmp_path: Path) -> None:
+    """What a rank runs is typed (a module or code, with arguments): a script is forked like the
+    worker; an executor made with ``warm=False`` starts the same run cold, as its dry run says."""
+    script = RankMain(code="import sys; print('script ran with', sys.argv[1:])", args=["a", "b"])
+    for warm, mode in ((True, "forked"), (False, "direct")):
+        executor = LocalExecutor(tmp_path / "runs", warm=warm)
+        launch = LaunchContext(run_id=f"r-script-{mode}", server_url="http://127.0.0.1:9", write_token="t")
+        dry = executor.dryrun(_plan(), launch)
+        assert dry.request.mode.value == mode and f"# launch: {mode}" in dry.text()
+        handle = executor.schedule(
+            dataclasses.replace(dry, request=dataclasses.replace(dry.request, main=script))
+        )
+        status = executor.wait(handle, timeout=60)
+        assert status.state is RunState.SUCCEEDED, status
+        assert json.loads((executor.run_dir(launch.run_id) / "launch.json").read_text())["mode"] == mode
+        assert "script ran with ['a', 'b']" in "\n".join(executor.log_iter(handle, rank=0))
 
 
 # -- through mlbench apply -------------------------------------------------------------------
@@ -208,7 +216,7 @@ def test_apply_forks_each_one_rank_run_of_a_sweep_and_leaves_no_server_behind(tm
     done = _mlbench("apply", "--quiet", str(spec))
     assert done.returncode == 0, done.stderr
     launches = _launches()
-    assert len(launches) == 3 and all(launch["warm_start"] for launch in launches)
+    assert len(launches) == 3 and all(launch["mode"] == "forked" for launch in launches)
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
     assert [r["state"] for r in results] == ["succeeded"] * 3
     assert all(r["startup"] and r["startup"]["phases"] for r in results)  # each rank said how it started
@@ -246,7 +254,7 @@ def test_warm_start_0_starts_cold_and_a_spec_env_reaches_a_forked_rank(tmp_path:
     spec.write_text(SPEC.format(name="cold", repeats=1, extra=""))
     done = _mlbench("apply", "--quiet", str(spec), env={**os.environ, "MLBENCH_WARM_START": "0"})
     assert done.returncode == 0, done.stderr
-    assert [launch["warm_start"] for launch in _launches()] == [False]
+    assert [launch["mode"] for launch in _launches()] == ["direct"]
 
     hang = tmp_path / "hang.yaml"
     extra = '  env: {MLBENCH_INJECT_FAULT: "rank=0,step=0,mode=hang"}\n'
@@ -270,7 +278,7 @@ def test_warm_start_0_starts_cold_and_a_spec_env_reaches_a_forked_rank(tmp_path:
         assert log is not None, "the forked rank never read its fault from the spec's env"
         run_id = log.parent.parent.name
         launch = json.loads((runs / run_id / "launch.json").read_text())
-        assert launch["warm_start"] is True
+        assert launch["mode"] == "forked"
         cancelled = _mlbench("cancel", run_id)
         assert cancelled.returncode == 0, cancelled.stderr
         assert _wait_gone(int(launch["pid"]))
@@ -308,7 +316,7 @@ def test_forked_ranks_use_cuda_and_nccl(tmp_path: Path) -> None:
     spec.write_text(GPU_SPEC)
     done = _mlbench("apply", "--quiet", str(spec))
     assert done.returncode == 0, done.stderr + done.stdout
-    assert [launch["warm_start"] for launch in _launches()] == [True, True]
+    assert [launch["mode"] for launch in _launches()] == ["forked", "forked"]
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
     assert [r["state"] for r in results] == ["succeeded"] * 2
 

@@ -16,12 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+from mlbench_worker import rank_env
+from mlbench_worker.warm_protocol import RankMain
 from support.local_runs import local_plan
 
 from mlbench_tui.errors import ExecutorError
-from mlbench_tui.executors import processes
 from mlbench_tui.executors.api import DryRun, LaunchContext
-from mlbench_tui.executors.local import LocalExecutor
+from mlbench_tui.executors.local import processes
+from mlbench_tui.executors.local.executor import LocalExecutor
+from mlbench_tui.executors.local.launch import LaunchMode, LocalRequest
 from mlbench_tui.executors.rank_logs import RankLogTailer
 from mlbench_tui.lifecycle import RunHandle, RunState
 
@@ -49,22 +52,21 @@ def _launch(run_id: str) -> LaunchContext:
 
 def _script_dryrun(
     executor: LocalExecutor, run_id: str, mode: str, backend: str = "gloo", workers: int = 2
-) -> DryRun:
-    """The executor's real dry run with the worker command swapped for RANK_SCRIPT."""
+) -> DryRun[LocalRequest]:
+    """The executor's real dry run with every rank running RANK_SCRIPT instead of the worker."""
     dry = executor.dryrun(_plan(backend, workers), _launch(run_id))
-    (command,) = dry.commands
-    cut = command.index("mlbench_worker") - 2  # drop "-m mlbench_worker --config FILE"
-    return dataclasses.replace(dry, commands=((*command[:cut], "-c", RANK_SCRIPT, mode),))
+    script = RankMain(code=RANK_SCRIPT, args=[mode])
+    return dataclasses.replace(dry, request=dataclasses.replace(dry.request, main=script))
 
 
 @pytest.fixture
 def executor(tmp_path: Path) -> LocalExecutor:
-    return LocalExecutor(tmp_path / "runs")
+    return LocalExecutor(tmp_path / "runs", warm=False)  # the cold launchers (warm starts: test_warm_start)
 
 
 def test_dryrun_is_pure_and_exact(executor: LocalExecutor) -> None:
     dry = executor.dryrun(_plan("gloo", 2, threads=3), _launch("r-000000000001"))
-    (command,) = dry.commands
+    command = dry.request.command
     assert command[1:4] == ("-m", "torch.distributed.run", "--standalone")
     assert command[command.index("--nproc-per-node") + 1] == "2"
     assert command[-3:] == (
@@ -72,9 +74,10 @@ def test_dryrun_is_pure_and_exact(executor: LocalExecutor) -> None:
         "--config",
         str(executor.runs_dir / "r-000000000001" / "config.json"),
     )
-    assert dry.env["OMP_NUM_THREADS"] == "3" and dry.env["MKL_NUM_THREADS"] == "3"
-    assert dry.env["MLBENCH_RUN_TOKEN"] == "secret-token" and dry.env["MLBENCH_RUN_ID"] == "r-000000000001"
-    assert dry.worker_config["world_size"] == 2
+    env = dry.request.env
+    assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
+    assert env["MLBENCH_RUN_TOKEN"] == "secret-token" and env["MLBENCH_RUN_ID"] == "r-000000000001"
+    assert dry.request.config.world_size == 2
     assert not executor.runs_dir.exists()  # nothing written by a dry run
 
 
@@ -83,11 +86,11 @@ def test_one_rank_starts_without_torchrun_as_rank_0_of_1(executor: LocalExecutor
     run of one rank starts its rank directly, with the environment torchrun would give it, and
     its exit code is the rank's."""
     dry = executor.dryrun(_plan("gloo", 1), _launch("r-one"))
-    (command,) = dry.commands
+    command = dry.request.command
     assert "torch.distributed.run" not in command
-    assert command[1:3] == ("-m", "mlbench_tui.executors.rank_exec")
+    assert command[1:3] == ("-m", "mlbench_tui.executors.local.rank_exec")
     rendezvous = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
-    assert [dry.env[name] for name in rendezvous] == ["0", "0", "1", "1", "127.0.0.1"]
+    assert [dry.request.env[name] for name in rendezvous] == ["0", "0", "1", "1", "127.0.0.1"]
     handle = executor.schedule(_script_dryrun(executor, "r-one", "exit3", workers=1))
     status = executor.wait(handle, timeout=60)
     assert status.state is RunState.FAILED
@@ -99,15 +102,15 @@ def test_one_rank_starts_without_torchrun_as_rank_0_of_1(executor: LocalExecutor
 
 def test_mpi_dryrun_flags() -> None:
     dry = LocalExecutor("/nonexistent", cpu_count=1).dryrun(_plan("mpi", 2), _launch("r-000000000002"))
-    (command,) = dry.commands
+    command = dry.request.command
+    assert dry.request.mode is LaunchMode.MPIEXEC and dry.request.fallback is None
     assert Path(command[0]).name == "mpiexec" and command[1:3] == ("-n", "2")
     assert "--oversubscribe" in command  # 2 ranks on 1 core
     assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
     assert (
         not LocalExecutor("/x", cpu_count=4)
         .dryrun(_plan("mpi", 2), _launch("r-1"))
-        .commands[0]
-        .count("--oversubscribe")
+        .request.command.count("--oversubscribe")
     )
 
 
@@ -191,7 +194,8 @@ def test_a_launcher_that_is_a_zombie_before_it_can_be_reaped_is_running_until_it
 ) -> None:
     release = tmp_path / "release"
     dry = executor.dryrun(_plan(), _launch("r-zombie"))
-    dry = dataclasses.replace(dry, commands=((sys.executable, "-c", ZOMBIE_LAUNCHER, str(release)),))
+    zombie = (sys.executable, "-c", ZOMBIE_LAUNCHER, str(release))  # then the shim's argv, unread
+    dry = dataclasses.replace(dry, request=dataclasses.replace(dry.request, launcher=zombie))
     handle = executor.schedule(dry)
     pid = int(json.loads((executor.run_dir("r-zombie") / "launch.json").read_text())["pid"])
     deadline = time.monotonic() + 30
@@ -232,11 +236,11 @@ def test_log_tailer_holds_partial_lines(tmp_path: Path) -> None:
 
 
 def test_rank_exec_usage_error() -> None:
-    from mlbench_tui.executors.rank_exec import main, rank_from_env
+    from mlbench_tui.executors.local.rank_exec import main
 
     assert main(["--bogus"]) == 2
-    assert rank_from_env({"OMPI_COMM_WORLD_RANK": "5"}) == 5
-    assert rank_from_env({}) == 0
+    assert rank_env.rank_of({"OMPI_COMM_WORLD_RANK": "5"}) == 5
+    assert rank_env.rank_of({}) == 0
     assert sys.executable
 
 

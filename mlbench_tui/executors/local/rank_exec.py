@@ -1,10 +1,11 @@
 """Per-rank shim: point this rank's stdout and stderr at its own log file, then exec the worker.
 
-Launchers (torchrun, mpiexec) start ``python -m mlbench_tui.executors.rank_exec --log-dir DIR --
-COMMAND...`` once per rank. The shim reads the rank from the launcher's environment, opens
+Launchers (torchrun, mpiexec) start ``python -m mlbench_tui.executors.local.rank_exec --log-dir DIR
+-- COMMAND...`` once per rank. The shim reads the rank from the launcher's environment, opens
 ``DIR/rank-<rank>.log`` and replaces itself with COMMAND (``os.execv``), so the worker runs as the
 launcher's direct child with no extra process in between and signals reach it unchanged.
-Stdlib only: it runs before the worker and must start fast.
+Stdlib only (and the stdlib-only rank environment contract): it runs before the worker and must
+start fast.
 """
 
 from __future__ import annotations
@@ -12,16 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "JOB_COMPLETION_INDEX")
-
-
-def rank_from_env(env: dict[str, str] | os._Environ[str]) -> int:
-    """The global rank set by the launcher (torchrun, Open MPI, PMI, Indexed Job); 0 if none."""
-    for name in RANK_VARIABLES:
-        value = env.get(name)
-        if value is not None and value.strip().isdigit():
-            return int(value)
-    return 0
+from mlbench_worker.rank_env import rank_of
 
 
 def log_path(log_dir: str, rank: int) -> str:
@@ -30,11 +22,14 @@ def log_path(log_dir: str, rank: int) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[0] != "--log-dir" or argv[2] != "--":
-        print("usage: python -m mlbench_tui.executors.rank_exec --log-dir DIR -- COMMAND...", file=sys.stderr)
+        print(
+            "usage: python -m mlbench_tui.executors.local.rank_exec --log-dir DIR -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
     log_dir, command = argv[1], argv[3:]
     os.makedirs(log_dir, exist_ok=True)
-    fd = os.open(log_path(log_dir, rank_from_env(os.environ)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(log_path(log_dir, rank_of(os.environ)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

