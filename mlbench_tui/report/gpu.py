@@ -39,12 +39,17 @@ def gpu_zero(record: RunRecord) -> float | None:
 
 
 def time_label(records: Sequence[RunRecord]) -> str:
-    """The time axis of GPU panels: since training started, unless a run never started training."""
-    return (
-        TIME_LABEL
-        if all(r.clock.start is not None for r in records)
-        else f"{TIME_LABEL}; else {SAMPLE_LABEL}"
-    )
+    """The time axis of GPU panels: since training started; a run that never started training
+    but sampled its GPU is timed from its first sample (``untrained_note`` says which)."""
+    drawn = [r for r in records if has_gpu_telemetry(r)]
+    return SAMPLE_LABEL if drawn and all(r.clock.start is None for r in drawn) else TIME_LABEL
+
+
+def untrained_note(record: RunRecord) -> str | None:
+    """The note of a run whose GPU lines start at its first sample: it never started training."""
+    if record.clock.start is None and has_gpu_telemetry(record):
+        return f"{record.result.name} never started training: its GPU lines start at its first sample"
+    return None
 
 
 def _samples(points: Sequence[MetricPoint]) -> list[tuple[float, float]]:

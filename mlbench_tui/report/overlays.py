@@ -25,6 +25,7 @@ from mlbench_tui.report.gpu import (
     gpu_zero,
     has_gpu_telemetry,
     time_label,
+    untrained_note,
 )
 from mlbench_tui.report.inputs import RunRecord
 from mlbench_tui.report.scaling import outcome_line
@@ -237,6 +238,8 @@ def _notes(records: Sequence[RunRecord]) -> list[str]:
         result = record.result
         if (why := outcome_line(result)) is not None:
             notes.append(f"{result.name}: {why}")
+        if (untrained := untrained_note(record)) is not None:
+            notes.append(untrained)
         telemetry = result.telemetry
         util = gpu_util_text(telemetry) if telemetry is not None else None
         if telemetry is not None and util is not None:

@@ -12,6 +12,7 @@ import os
 import socket
 
 from mlbench_tui.lifecycle import QUEUED_BY, queue_owner
+from mlbench_tui.server.daemon import alive
 from mlbench_tui.store.api_models import RunInfo
 
 
@@ -34,16 +35,6 @@ def queued_text(run: RunInfo) -> str | None:
 def orphan_reason(run: RunInfo) -> str | None:
     """Why a queued run will never start: the apply that queued it, on this host, is gone."""
     owner = queued_by(run)
-    if owner is None or owner[0] != socket.gethostname() or _alive(owner[1]):
+    if owner is None or owner[0] != socket.gethostname() or alive(owner[1]):
         return None
     return f"the apply that queued it (pid {owner[1]}) ended before starting it"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -306,7 +306,7 @@ def test_a_run_whose_ranks_all_stopped_stays_succeeded_when_apply_is_stopped(
     """SIGTERM reaches ``apply`` after the run's rank reported a successful stop but before its
     process exited (it hangs at exit on purpose, so the window is always open): apply cancels
     what is still running, and the run is still recorded as succeeded; the repeats not yet
-    started are not run."""
+    started are not run: they were queued (pending) and end cancelled, saying why."""
     assert mlbench("status").returncode == 0  # the server lives in this process and outlives apply
     extra = '  repeats: 3\n  env: {MLBENCH_INJECT_FAULT: "rank=0,step=exit,mode=hang"}\n'
     spec = _spec(tmp_path, "late-term", repetitions=2, max_exp=1, num_sizes=2, extra=extra)
@@ -333,8 +333,14 @@ def test_a_run_whose_ranks_all_stopped_stays_succeeded_when_apply_is_stopped(
     assert not processes.marked_pids(run_id)
     status = mlbench("status", run_id).stdout
     assert "state:    succeeded" in status, status
-    listed = json.loads(mlbench("results", "late-term", "-o", "json").stdout)["runs"]
-    assert [run["state"] for run in listed] == ["succeeded"], listed
+    listed = json.loads(mlbench("status", "-o", "json").stdout)["runs"]
+    mine = sorted((run for run in listed if run["spec_name"] == "late-term"), key=lambda run: run["repeat"])
+    assert [(run["state"], run["handle"] is None) for run in mine] == [
+        ("succeeded", False),
+        ("cancelled", True),  # never launched
+        ("cancelled", True),
+    ], mine
+    assert {run["error"] for run in mine[1:]} == {"apply was interrupted before it started this run"}
 
 
 STRESS_RUNS = 30

@@ -289,9 +289,15 @@ class CompareScreen(Screen[None]):
         ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
         records = [RunRecord(r.known_result(), "", self.sweeps.get(r.id, {})) for r in ordered]
         colours: dict[str, str] = {}
+        counts = sorted({r.result.workers for r in training(records)})
+        no_scaling = (
+            "needs a 1-worker run that reached its goal"
+            if len(counts) > 1
+            else f"every run used {counts[0] if counts else 1} worker(s): no other worker count to compare"
+        )
+        scaling = scaling_figures(training(records), colours)
         charts = (
-            ("#speedup-chart", SPEEDUP_TITLE, scaling_figures(training(records), colours), "Speedup",
-             "needs a 1-worker run that reached its goal"),
+            ("#speedup-chart", SPEEDUP_TITLE, scaling, "Speedup", no_scaling),
             ("#busbw-chart", BUSBW_TITLE, sweep_figures(sweeps(records), colours), "Bus bandwidth",
              "no all-reduce run compared"),
         )  # fmt: skip

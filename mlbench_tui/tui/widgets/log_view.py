@@ -177,7 +177,8 @@ class LogView(Vertical):
         if self.ranks is not None and not any(e.rank in self.ranks for e in source):
             who = _ranks_label(self.ranks).removeprefix("r")
             ranks = f"rank {who}" if len(self.ranks) == 1 else f"ranks {who}"
-            return f"{ranks} wrote no log lines so far ({len(source)} lines from the others)"
+            others = sum(1 for e in self.entries if e.rank not in self.ranks)
+            return f"{ranks} wrote no log lines so far ({others} lines from the others)"
         return "no line matches the search"
 
     # -- controls ---------------------------------------------------------------------------

@@ -69,7 +69,10 @@ def summary_renderable(run: RunDetail) -> Group:
         ("workers", run.workers),
         ("goal", goal_text),
         ("target", run.target_kind + (f"  {run.handle}" if run.handle else "")),
-        ("resources", ", ".join(f"{k}={v}" for k, v in resources.items() if v not in (None, 0, ""))),
+        (
+            "resources",
+            ", ".join(f"{k}={_spec_value(v)}" for k, v in resources.items() if v not in (None, 0, "")),
+        ),
         ("data", data),
         ("created", _when(run.created)),
         ("started", _when(run.started)),
@@ -90,11 +93,11 @@ def ran_hyperparameters(plan: RunPlan) -> list[tuple[str, Text]]:
     rows = []
     for key, value in sorted(plan.hyperparameters.items()):
         if key in options and options[key] != value:
-            text = Text(str(options[key]), style="bold")
-            text.append(f"  (data.options; plan {value})", style="grey50")
+            text = Text(_spec_value(options[key]), style="bold")
+            text.append(f"  (data.options; plan {_spec_value(value)})", style="grey50")
             rows.append((key, text))
         else:
-            rows.append((key, Text(str(value))))
+            rows.append((key, Text(_spec_value(value))))
     return rows
 
 
@@ -158,6 +161,17 @@ def environment_renderable(env: dict[str, Any]) -> Group:
         return Group(Text(""), Text("Environment: not reported yet", style="grey50"))
     rows = list(readable_fingerprint(env, per_run=True).items())  # as the report shows them
     return Group(Text(""), _kv_table(rows, "Environment"))
+
+
+def _spec_value(value: Any) -> str:
+    """A value as a spec writes it: ``true``, ``[fp32, fp16]``, never Python's ``True`` or ``['fp32']``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_spec_value(v) for v in value) + "]"
+    if value is None:
+        return "null"
+    return str(value)
 
 
 def _num(value: float | None) -> str:
