@@ -448,6 +448,9 @@ def test_export_check_prints_the_checkers_report(
     assert main(["export", "mllog-2a-gloo-1w", "--out", str(archive), "--org", "Lab", "--check"]) == 0
     out, err = capsys.readouterr()
     assert "open_logreg-epsilon.yaml" in out and out.rstrip().endswith("SUCCESS")
+    assert (
+        "mlbench-export-" not in out and f"{archive}/mllog_rules/" in out
+    )  # the archive's files, no gone temp dir
     assert f"wrote {archive}" in err and "complies" in err
     assert _value(_log(archive), "submission_org") == "Lab"
 
