@@ -13,7 +13,7 @@ from typing import Any
 
 from mlbench_tui.formatting import format_elapsed
 from mlbench_tui.lifecycle import RunState, queue_owner
-from mlbench_tui.results.scoring import reached_time, speedup
+from mlbench_tui.results.scoring import is_sweep, reached_time, speedup
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.goal import GoalStatus, goal_status
 
@@ -90,7 +90,7 @@ def run_row(run: RunInfo, goal_points: Sequence[tuple[float, float]] = ()) -> Ru
         eta_s=status.eta_s if status and run.state in (RunState.RUNNING, RunState.PENDING) else None,
         created=_ts(run.created),
         error=run.error,
-        implementation=result.variant if result is not None else "",
+        implementation=result.variant if result is not None and not is_sweep(result) else "",
         queued_by=owner[1] if (owner := queue_owner(run.state, run.handle, run.labels)) else None,
     )
 
@@ -187,7 +187,7 @@ def compare_rows(
                 workers=run.workers,
                 state=run.state.value,
                 reached=res.reached,
-                implementation=res.variant,
+                implementation="—" if is_sweep(res) else res.variant,  # 0a sweeps its dtypes, as results says
                 time_to_accuracy_s=tta(run),
                 wall_time_s=res.wall_time_s,
                 vs_baseline=base_total / total if base_total and total else None,
