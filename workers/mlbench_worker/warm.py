@@ -170,9 +170,17 @@ class Server:
                     _write_atomic(path, exited.model_dump_json())
 
     def _forget(self) -> None:
-        """In a new child: drop the server's descriptors (the child owns none of them)."""
+        """In a new child: drop the server's descriptors (the child owns none of them).
+
+        Each is closed through its owner, once: closing ``replies`` by number would leave its file
+        object to close that number again at exit, by then some library's descriptor (gloo's
+        store loop, say, which then spins on a closed epoll). The request pipe (fd 0) is left for
+        ``become_rank`` to replace with /dev/null.
+        """
         self.selector.close()
-        for fd in [self.requests, self.replies.fileno(), *self.pidfds.values()]:
+        with contextlib.suppress(OSError):
+            self.replies.close()
+        for fd in self.pidfds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.children.clear()

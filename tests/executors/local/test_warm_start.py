@@ -108,6 +108,39 @@ def test_a_killed_rank_reads_minus_its_signal_and_the_server_ends_after_its_last
     assert server.wait(timeout=60) == 0
 
 
+def test_a_forked_rank_keeps_every_descriptor_it_opens_until_it_exits(tmp_path: Path) -> None:
+    """The server's descriptors are closed once, in the child, before the rank runs: none is
+    closed again at the rank's exit, when its number belongs to the rank (gloo's store loop spun
+    forever on a closed epoll that way, and its rank never ended)."""
+    out = tmp_path / "fds.txt"
+    code = f"""
+import atexit, os, sys
+files = [open(os.devnull) for _ in range(8)]
+def check():
+    bad = []
+    for f in files:
+        try:
+            os.fstat(f.fileno())
+        except OSError:
+            bad.append(f.fileno())
+    with open({str(out)!r}, "w") as o:
+        o.write(f"closed under the rank: {{bad}}")
+atexit.register(check)
+sys.exit(3)
+"""
+    (tmp_path / "c").mkdir()
+    request = StartRequest(
+        main=RankMain(code=code),
+        env=_env(),
+        cwd=str(tmp_path / "c"),
+        log_path=str(tmp_path / "c" / "rank-0.log"),
+        status_path=str(tmp_path / "c" / warm_start.EXIT_FILE),
+    )
+    rank = warm_start.start(request, tmp_path)
+    assert rank.wait(timeout=60) == 3, Path(request.log_path).read_text()
+    assert out.read_text() == "closed under the rank: []"
+
+
 def test_another_import_environment_gets_another_server(tmp_path: Path) -> None:
     """Thread counts are read when libraries load: a run with another count is not forked from a
     server that loaded them with the old one (and the old server goes once idle)."""
