@@ -35,6 +35,8 @@ fmt:
     ruff format mlbench_tui workers tests benchmarks infra
     ruff check --fix .
 
+# Type-check: the engine (mlbench_tui) with mypy --strict's flags, the worker and the Pulumi
+# programs with the settings in pyproject.toml.
 typecheck:
     mypy
     mypy --explicit-package-bases infra

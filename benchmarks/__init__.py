@@ -28,4 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "tui_scale": "benchmarks.tui_scale",
     "report": "benchmarks.report",
     "warm_start": "benchmarks.warm_start",
+    "spec_fuzz": "benchmarks.spec_fuzz",
+    "spec_sweep": "benchmarks.spec_sweep",
+    "wire_decode": "benchmarks.wire_decode",
 }

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mlbench_worker import wire
+
 
 @dataclass
 class Target:
@@ -43,7 +45,7 @@ class Target:
         now = time.time()
         steps = [f"@STEP{i:03d}@" for i in range(n)]
         if self.kind == "ours":
-            metrics = [{"name": "train_loss", "value": 0.5, "step": st, "t": now} for st in steps]
+            metrics = [{"name": wire.TRAIN_LOSS, "value": 0.5, "step": st, "t": now} for st in steps]
             body = json.dumps({"rank": client, "seq": "@CALL@", "metrics": metrics})
         elif n == 1:
             body = json.dumps(

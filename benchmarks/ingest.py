@@ -1,4 +1,14 @@
-"""Metric ingest: our server vs an MLflow tracking server (SQLite backend), and vs raw SQLite.
+"""Metric ingest: our server vs an MLflow tracking server (SQLite backend), vs raw SQLite, and vs
+our own ingest path as it was before the record was guarded.
+
+What the guards cost (issue 35), measured in the same sitting against today's path without them
+(``benchmarks/ingest_server.py``: the same app and writer, no write rules, no Host check), each
+scenario alternating between the two servers so a change in machine load hits both alike:
+
+* throughput with the checks within 5% of without (ratio >= 0.95) in each scenario
+* p99 latency of a 100-metric POST at 16 clients (half the checked server's capacity) <= 20 ms
+* a spool of 100,000 metrics (100 batches of 1,000, written by the worker's reporter) imported
+  into a store, as a server does when it starts, in under 2 s
 
 Goals (issue 3), all measured in one run on the same machine:
 
@@ -45,6 +55,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from mlbench_worker import wire
+
 from benchmarks.http_load import Target, latency_under_load, load, sequential
 from benchmarks.stats import quantile_interval
 
@@ -54,6 +66,9 @@ ADMIN = "bench-admin-token"
 # MLflow's latency phase lasts long enough for this many requests at half its capacity.
 PEER_LATENCY_REQUESTS = 500
 GOALS = {"seq100": 20.0, "conc16": 50.0, "single": 10.0, "ceiling": 0.7, "p99_ms": 20.0}
+CHECKS_GOAL = 0.95  # throughput with the guards / without
+SPOOL_METRICS = 100_000
+SPOOL_GOAL_S = 2.0
 
 
 def default_peer_venv() -> Path:
@@ -94,14 +109,16 @@ def _post_json(url: str, body: dict[str, Any], token: str | None = None) -> dict
         return result
 
 
-def start_ours(workdir: Path) -> tuple[subprocess.Popen[bytes], Target]:
-    env = dict(os.environ, MLBENCH_HOME=str(workdir / "home"), MLBENCH_TOKEN=ADMIN)
+def start_ours(workdir: Path, *, guarded: bool = True) -> tuple[subprocess.Popen[bytes], Target]:
+    """``mlbench server`` (``guarded``), or today's path without the guards (``ingest_server``)."""
+    name = "ours" if guarded else "today"
+    env = dict(os.environ, MLBENCH_HOME=str(workdir / f"home-{name}"), MLBENCH_TOKEN=ADMIN)
+    db = str(workdir / f"{name}.db")
+    command = ["-m", "mlbench_tui", "server", "--port", "0", "--db", db]
+    if not guarded:
+        command = ["-m", "benchmarks.ingest_server", "--db", db]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlbench_tui", "server", "--port", "0", "--db", str(workdir / "ours.db")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
+        [sys.executable, *command], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT
     )
     assert proc.stdout is not None
     url = proc.stdout.readline().decode().strip()
@@ -110,7 +127,7 @@ def start_ours(workdir: Path) -> tuple[subprocess.Popen[bytes], Target]:
     run_id, token = created["run"]["id"], created["write_token"]
     port = int(url.rsplit(":", 1)[1])
     target = Target(
-        "mlbench",
+        "mlbench" if guarded else "mlbench-today",
         "127.0.0.1",
         port,
         f"/v1/runs/{run_id}/metrics:batch",
@@ -247,7 +264,7 @@ def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tupl
             start = time.perf_counter()
             while time.perf_counter() - start < slice_s:
                 now = time.time()
-                ours = [("train_loss", seq * batch + i, None, now, 0.5) for i in range(batch)]
+                ours = [(wire.TRAIN_LOSS, seq * batch + i, None, now, 0.5) for i in range(batch)]
                 writer.ingest("metrics", run.id, 0, "", seq, ours)
                 seq += 1
                 ours_rows += batch
@@ -256,6 +273,55 @@ def ceiling(workdir: Path, seconds: float, batch: int, rounds: int = 10) -> tupl
         db.close()
         store.close()
     return ours_rows / ours_time, raw_rows / raw_time
+
+
+# ----------------------------------------------------------------------------- guards
+
+
+def guarded_vs_today(
+    ours: Target, today: Target, clients: int, procs: int, secs: float, rounds: int = 2
+) -> dict[str, tuple[float, float]]:
+    """Throughput (metrics/s) of each scenario on the guarded server and on today's path, measured
+    in alternating slices (ours, today, today, ours, ...) and averaged: ``key -> (ours, today)``."""
+    for target in (ours, today):
+        sequential(target, 100, 1.0, seq0=10**9)  # warm-up (not measured)
+    totals: dict[str, list[float]] = {key: [0.0, 0.0] for key in ("seq100", "conc16", "single")}
+    slice_s = secs / rounds
+    for round_ in range(rounds):
+        order = ((0, ours), (1, today)) if round_ % 2 == 0 else ((1, today), (0, ours))
+        for side, target in order:
+            base = (round_ + 1) * 10**7
+            totals["seq100"][side] += sequential(target, 100, slice_s, seq0=base)
+            totals["conc16"][side] += load(target, clients, 100, slice_s, procs=procs, seq0=base + 10**6)[0]
+            totals["single"][side] += sequential(target, 1, slice_s, seq0=base + 2 * 10**6)
+    return {key: (mine / rounds, theirs / rounds) for key, (mine, theirs) in totals.items()}
+
+
+def spool_import_seconds(workdir: Path, metrics: int = SPOOL_METRICS) -> tuple[float, int]:
+    """Seconds to import a spool of ``metrics`` metrics (batches of 1,000, as the worker's reporter
+    writes them when it reaches no server) into a store, as a server does when it starts; and the
+    rows it stored."""
+    from mlbench_worker.reporter import Reporter
+
+    from mlbench_tui.server.spools import SpoolImporter
+    from mlbench_tui.store.api_models import RunCreate, RunUpdate
+    from mlbench_tui.store.store import Store
+
+    spool = workdir / "spool"
+    reporter = Reporter(None, "r-bench", "token", 0, spool_dir=str(spool), interval=3600)
+    now = time.time()
+    for step in range(metrics):
+        reporter.metric(wire.TRAIN_LOSS, 1.0 / (step + 1), step=step, t=now + step * 1e-3)
+        if step % 1000 == 999:
+            reporter.flush()  # one spooled batch per 1,000 metrics, as a busy rank's reporter cuts them
+    reporter.close()
+    with Store(workdir / "spooled.db") as store:
+        run, _ = store.create_run(RunCreate(name="spooled", workers=1))
+        store.update_run(run.id, RunUpdate(spool=str(spool)))
+        start = time.perf_counter()
+        imported = SpoolImporter(store).import_all()
+        elapsed = time.perf_counter() - start
+    return elapsed, imported.rows
 
 
 # ----------------------------------------------------------------------------- report
@@ -329,8 +395,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ours_results: dict[str, float] = {}
     ours_proc, ours = start_ours(workdir)
+    today_proc, today = start_ours(workdir, guarded=False)
     try:
-        ours_results = _peer_scenarios(ours, args.clients, args.procs, secs)
+        guarded = guarded_vs_today(ours, today, args.clients, args.procs, secs)
+        ours_results = {key: mine for key, (mine, _) in guarded.items()}
         # p99 under load: all clients at half the measured capacity (the goal's load is steady;
         # the burst run, all clients at once, and a quarter of the capacity are for information).
         capacity_rps = ours_results["conc16"] / 100
@@ -340,8 +408,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             for share, steady, seq in ((0.5, True, 3), (0.5, False, 5), (0.25, True, 7))
         }
+        today_latency = latency_under_load(
+            today, args.clients, 0.5 * capacity_rps, args.latency_seconds, args.procs, True, 3
+        )
     finally:
         stop_process(ours_proc)
+        stop_process(today_proc)
 
     peer_best: dict[str, tuple[float, int]] = {}
     # MLflow's latency at half of its own capacity, per worker count: (p99, rate, latencies)
@@ -393,6 +465,29 @@ def main(argv: list[str] | None = None) -> int:
             load_text = f"{args.clients} clients at {rate:,.1f} requests/s, --workers {workers}"
             print(f"{'  MLflow, half its capacity':<34} {_latency(peer_lat, load_text)}", end="")
             print(f"   p99 {peer_p99 * 1000 / p99:,.1f}x ours", flush=True)
+    print("the guards (writes only while a run lives, inside its world; the Host check) vs today's path:")
+    for key, label in labels.items():
+        mine, theirs = guarded[key]
+        ratio = mine / theirs
+        mark = "ok" if ratio >= CHECKS_GOAL else "MISSED"
+        print(
+            f"  {label:<32} {mine:>12,.0f} {theirs:>12,.0f}   {ratio:>7.3f}x   "
+            f"goal >= {CHECKS_GOAL:g}x {mark}   metrics/s (guarded, today)"
+        )
+    guarded_p99, today_p99 = _pct(latencies[(0.5, True)], 0.99) * 1000, _pct(today_latency, 0.99) * 1000
+    load_text = f"{args.clients} clients at {0.5 * capacity_rps:,.0f} requests/s"
+    print(f"  {'p99, guarded':<32} {_latency(latencies[(0.5, True)], load_text)}", end="")
+    print(f"   goal p99 <= {goal:g} ms " + ("ok" if guarded_p99 <= goal else "MISSED"))
+    print(
+        f"  {'p99, today':<32} {_latency(today_latency, load_text)}   {guarded_p99 / today_p99:.2f}x today's"
+    )
+    spool_s, rows = spool_import_seconds(workdir)
+    mark = "ok" if spool_s < SPOOL_GOAL_S else "MISSED"
+    rate = rows / spool_s
+    print(
+        f"{'spool import at server start':<34} {rows:,} metrics in {spool_s:.2f} s ({rate:,.0f} rows/s)"
+        f"   goal < {SPOOL_GOAL_S:g} s {mark}"
+    )
     ours_store, raw = ceiling(workdir, 2 * secs, 1000)
     ratio = ours_store / raw
     mark = "ok" if ratio >= GOALS["ceiling"] else "MISSED"

@@ -45,6 +45,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "workers")]  # run as a script by torchrun, too
 
+from mlbench_worker import wire  # noqa: E402
+
 from benchmarks.stats import median_interval  # noqa: E402
 
 SIDES = ("ours", "ours-nchw", "ddp", "ddp-cl")
@@ -268,7 +270,9 @@ def report(
         )
     ddp_ratios = [d / o for o, d in zip(times["ours"], times["ddp"], strict=True)]
     print(f"  ratio DDP (NCHW)/ours (runtime defaults): {statistics.median(ddp_ratios):6.3f} wall")
-    phases = {k[len("phase_") :]: v for k, v in totals.items() if k.startswith("phase_")}
+    phases = {
+        k.removeprefix(wire.PHASE_PREFIX): v for k, v in totals.items() if k.startswith(wire.PHASE_PREFIX)
+    }
     total = max(1e-9, sum(phases.values()))
     shares = ", ".join(f"{k} {v / total * 100:.1f}%" for k, v in phases.items())
     print(f"  ours, share of step by phase: {shares}")

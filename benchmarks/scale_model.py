@@ -196,10 +196,10 @@ class RunModel:
         lr = 0.02 * self.ranks * min(1.0, epoch / max(1.0, math.log2(max(2, self.ranks))))
         step_time = self.step_s * (1.0 + 0.004 * noise(p.rank, window, 5))
         return [
-            {"name": "train_loss", "value": loss, "step": step, "epoch": epoch, "t": t},
-            {"name": "train_Prec@1", "value": prec, "step": step, "epoch": epoch, "t": t},
-            {"name": "lr", "value": lr, "step": step, "epoch": epoch, "t": t},
-            {"name": "step_time", "value": step_time, "step": step, "epoch": epoch, "t": t},
+            {"name": wire.TRAIN_LOSS, "value": loss, "step": step, "epoch": epoch, "t": t},
+            {"name": wire.TRAIN_PREC1, "value": prec, "step": step, "epoch": epoch, "t": t},
+            {"name": wire.LR, "value": lr, "step": step, "epoch": epoch, "t": t},
+            {"name": wire.STEP_TIME, "value": step_time, "step": step, "epoch": epoch, "t": t},
         ]
 
     def totals(self, p: RankProfile, window: int, t: float) -> list[dict[str, Any]]:
@@ -208,17 +208,17 @@ class RunModel:
         epoch = steps / (self.steps_per_window * self.windows_per_epoch)
         compute = p.compute_s * steps
         values = {
-            "time_compute": compute,
-            "time_communication": p.comm_s * steps,
-            "time_preprocess": p.load_s * steps,
-            "time_metrics": p.metrics_s * steps,
-            "time_train": self.step_s * steps,
-            "time_validation": self.VAL_S * math.floor(epoch),
-            "phase_batch_load": p.load_s * steps,
+            wire.TIME_COMPUTE: compute,
+            wire.TIME_COMMUNICATION: p.comm_s * steps,
+            wire.TIME_PREPROCESS: p.load_s * steps,
+            wire.TIME_METRICS: p.metrics_s * steps,
+            wire.TIME_TRAIN: self.step_s * steps,
+            wire.TIME_VALIDATION: self.VAL_S * math.floor(epoch),
+            wire.phase_metric("batch_load"): p.load_s * steps,
         }
-        values.update({f"phase_{name}": compute * share for name, share in PHASE_SHARE.items()})
-        values["phase_agg"] = p.comm_s * steps
-        values["phase_comp_metrics"] = p.metrics_s * steps
+        values.update({wire.phase_metric(name): compute * share for name, share in PHASE_SHARE.items()})
+        values[wire.phase_metric("agg")] = p.comm_s * steps
+        values[wire.phase_metric("comp_metrics")] = p.metrics_s * steps
         return [{"name": n, "value": v, "step": steps, "epoch": epoch, "t": t} for n, v in values.items()]
 
     def telemetry(self, p: RankProfile, sample: int, seconds: float, t: float) -> list[dict[str, Any]]:
@@ -242,8 +242,8 @@ class RunModel:
         accuracy = self.val_accuracy(epoch)
         loss = 0.3 + 1.9 * math.exp(-3.0 * epoch / max(1, self.goal_epoch))
         return [
-            {"name": "val_global_Prec@1", "value": accuracy, "step": step, "epoch": float(epoch), "t": t},
-            {"name": "val_global_loss", "value": loss, "step": step, "epoch": float(epoch), "t": t},
+            {"name": wire.VAL_GLOBAL_PREC1, "value": accuracy, "step": step, "epoch": float(epoch), "t": t},
+            {"name": wire.VAL_GLOBAL_LOSS, "value": loss, "step": step, "epoch": float(epoch), "t": t},
         ]
 
     # ---------------------------------------------------------------------- logs, events

@@ -123,7 +123,7 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     tracker = Tracker(ctx.device)
     tracker.train()
     torch.manual_seed(0)
-    peer_model = task.build_model(ours.corpus.vocab_size, sizes)
+    peer_model = task.build_model(ours.corpus.vocab_size, task.options(**sizes))
     peer_model.load_state_dict(ours.model.state_dict())
     peer = DistributedDataParallel(peer_model)
     peer_opt = torch.optim.Adam(peer.parameters(), lr=1e-3, betas=ours.hp.adam_betas)

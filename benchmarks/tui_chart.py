@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mlbench_worker import wire
+
 SIZES = ((80, 16), (120, 24), (200, 50))
 
 
@@ -53,7 +55,7 @@ async def _measure(points: int, series: int, repeats: int) -> list[tuple[str, st
 
     class Bench(App[None]):
         def compose(self) -> ComposeResult:
-            yield MetricChart("train_loss", goal=0.5, id="chart")
+            yield MetricChart(wire.TRAIN_LOSS, goal=0.5, id="chart")
             yield Sparkline([y for _, y in datasets[0]], id="spark")
 
     rows: list[tuple[str, str, tuple[float, float]]] = []

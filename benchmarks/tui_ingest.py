@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tab", default="charts", choices=("overview", "ranks", "charts", "logs"))
     args = parser.parse_args(argv)
 
+    from mlbench_worker import wire
+
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunCreate
 
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
         with MlbenchClient(url, "bench-admin-token") as client:
-            goal = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
+            goal = {"metric": wire.VAL_GLOBAL_PREC1, "target": 80.0, "direction": "max", "kind": "full"}
             created = client.create_run(
                 RunCreate(name="ingest-bench", task="1a", backend="gloo", workers=2, goal=goal)
             )

@@ -53,18 +53,18 @@ MODES = ("ours", "peer")
 
 @contextlib.contextmanager
 def per_rank_mode() -> Iterator[None]:
-    """The run screen without its wide-run mode (the peer): ``run_detail.wide`` always False
+    """The run screen without its wide-run mode (the peer): ``run_charts.wide`` always False
     (every rank's history and live series, no bands), the rank table with every rank, in rank
     order (no cap of ``TABLE_ROWS`` worst ranks). Restored on exit."""
-    from mlbench_tui.tui.screens import run_detail
+    from mlbench_tui.tui import run_charts
     from mlbench_tui.tui.widgets import rank_table
 
     saved = {
-        (run_detail, "wide"): run_detail.wide,
+        (run_charts, "wide"): run_charts.wide,
         (rank_table, "TABLE_ROWS"): rank_table.TABLE_ROWS,
         (rank_table, "worst_first"): rank_table.worst_first,
     }
-    setattr(run_detail, "wide", lambda run: False)  # noqa: B010 (a patched global, not an attribute)
+    setattr(run_charts, "wide", lambda run: False)  # noqa: B010 (a patched global, not an attribute)
     setattr(rank_table, "TABLE_ROWS", 1 << 30)  # noqa: B010
     setattr(rank_table, "worst_first", lambda views: sorted(views, key=lambda v: v.rank))  # noqa: B010
     try:
@@ -125,7 +125,7 @@ def _painted(screen: Any, ranks: int) -> bool:
     summary = str(screen.query_one(RankTable).query_one("#rank-summary").render())
     if f"{ranks} ranks" not in summary or "step time p50" not in summary:
         return False
-    chart = screen._charts.get(STEP_TIME)
+    chart = screen.charts.charts.get(STEP_TIME)
     return chart is not None and any(len(s) for s in chart.series.values())
 
 

@@ -28,6 +28,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "tui" / "store.sqlite3"
 
 CHILD = """
 import sys, time
+from mlbench_worker import wire
 from mlbench_tui.tui.app import MlbenchApp
 
 class Timed(MlbenchApp):
@@ -57,10 +58,12 @@ def _server(db: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
 
 
 def _seed(url: str, token: str, runs: int) -> None:
+    from mlbench_worker import wire
+
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunCreate
 
-    goal = {"metric": "val_global_Prec@1", "target": 80.0, "direction": "max", "kind": "full"}
+    goal = {"metric": wire.VAL_GLOBAL_PREC1, "target": 80.0, "direction": "max", "kind": "full"}
     with MlbenchClient(url, token) as client:
         for i in range(runs):
             request = RunCreate(

@@ -1,14 +1,16 @@
-"""A sweep of one-rank local runs started cold and warm, side by side.
+"""Local runs of 1, 2 and 4 ranks started cold and warm, side by side.
 
-The peer is the cold start every one-rank local run had before (a fresh interpreter that
-imports torch and the task: ``MLBENCH_WARM_START=0``); ours forks each rank from one process
-that imported them once (``mlbench_worker.warm``). Both apply the same spec (``--runs`` repeats
-of a short task, one rank) in a throw-away ``MLBENCH_HOME`` each, alternately, and the medians of
-``apply``'s wall time and of each run's startup (run created to its rank's first step, the
-first run of each apply left out: it pays for the server's imports) are printed with ratios.
-On a GPU machine, ``--gpu`` makes the runs nccl ranks on one GPU.
+The peer is the cold start every local run had before (fresh interpreters that import torch and
+the task, through torchrun beyond one rank: ``MLBENCH_WARM_START=0``); ours forks every rank
+from one process that imported them once (``mlbench_worker.warm``), under a launcher forked there
+too that plays torchrun's agent. For each world size both sides apply the same spec (``--runs``
+repeats of a short task) in a throw-away ``MLBENCH_HOME`` each, alternately, and the medians of
+``apply``'s wall time and of each run's startup (run created to its slowest rank's first step:
+the launcher's part plus that rank's phases) are printed with the ratios. The first run of each
+apply is shown apart: it pays for the server's imports, as a one-run ``apply`` (the quick start)
+does. On a GPU machine, ``--gpu`` makes the runs nccl ranks, one GPU each.
 
-    python -m benchmarks warm_start [--runs 6] [--rounds 2] [--task 2a] [--gpu]
+    python -m benchmarks warm_start [--workers 1 2 4] [--runs 4] [--rounds 2] [--task 2a] [--gpu]
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SPEC = """\
 apiVersion: mlbench/v1
@@ -32,7 +33,7 @@ metadata:
   name: warm-bench
 spec:
   task: {task}
-  workers: 1
+  workers: {workers}
   backend: {backend}
   target: local
   repeats: {runs}
@@ -42,10 +43,22 @@ BODIES = {
     "2a": "  data: {source: synthetic, options: {train_samples: 2048, val_samples: 256}}\n"
     "  goal: light\n  hyperparameters: {max_epochs: 10}\n",
 }
+SIDES = {False: "cold (MLBENCH_WARM_START=0)", True: "warm (forked)"}
 
 
-def apply_once(spec: Path, home: Path, warm: bool) -> tuple[float, list[float]]:
-    """``mlbench apply`` of ``spec`` in ``home``: its wall time and each run's startup seconds."""
+@dataclass
+class Side:
+    """What one side measured at one world size."""
+
+    walls: list[float] = field(default_factory=list)
+    firsts: list[float] = field(default_factory=list)  # the first run of each apply
+    rest: list[float] = field(default_factory=list)  # the runs after it
+    phases: list[dict[str, float]] = field(default_factory=list)  # of the runs after the first
+
+
+def apply_once(spec: Path, home: Path, warm: bool) -> tuple[float, list[float], list[dict[str, float]]]:
+    """``mlbench apply`` of ``spec`` in ``home``: its wall time, each run's startup seconds and
+    its slowest rank's phases, in the spec's order."""
     env = {**os.environ, "MLBENCH_HOME": str(home), "MLBENCH_WARM_START": "1" if warm else "0"}
     started = time.perf_counter()
     done = subprocess.run(
@@ -57,7 +70,7 @@ def apply_once(spec: Path, home: Path, warm: bool) -> tuple[float, list[float]]:
     )
     wall = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"apply failed ({'warm' if warm else 'cold'}):\n{done.stderr[-2000:]}")
+        raise SystemExit(f"apply failed ({SIDES[warm]}):\n{done.stderr[-2000:]}")
     listed = subprocess.run(
         [sys.executable, "-m", "mlbench_tui", "results", str(spec), "-o", "json"],
         env=env,
@@ -65,48 +78,84 @@ def apply_once(spec: Path, home: Path, warm: bool) -> tuple[float, list[float]]:
         text=True,
         check=True,
     )
-    startups = []
+    startups, phases = [], []
     for run in json.loads(listed.stdout)["runs"]:  # in the spec's order: repeat 1 first
         startup = run.get("startup") or {}
         if startup.get("phases"):
             startups.append(sum(startup["phases"].values()) + (startup.get("launcher_s") or 0.0))
-    return wall, startups
+            phases.append({"launcher": startup.get("launcher_s") or 0.0, **startup["phases"]})
+    return wall, startups, phases
+
+
+def measure(args: argparse.Namespace, workers: int, tmp: Path) -> dict[bool, Side]:
+    backend = "nccl" if args.gpu else "gloo"
+    body = BODIES[args.task] + ("  hardware: {gpu: 1}\n" if args.gpu else "")
+    spec = tmp / f"spec-{workers}.yaml"
+    spec.write_text(SPEC.format(task=args.task, workers=workers, backend=backend, runs=args.runs, body=body))
+    sides = {False: Side(), True: Side()}
+    for round_ in range(args.rounds):
+        for warm in (False, True):  # a fresh store each time: the results are that apply's runs
+            home = tmp / f"home-{workers}-{round_}-{'warm' if warm else 'cold'}"
+            wall, startups, phases = apply_once(spec, home, warm)
+            side = sides[warm]
+            side.walls.append(wall)
+            side.firsts += startups[:1]
+            side.rest += startups[1:]
+            side.phases += phases[1:]
+    return sides
+
+
+def median_phases(phases: list[dict[str, float]]) -> str:
+    names = sorted(
+        {name for item in phases for name in item},
+        key=lambda n: -statistics.median([item.get(n, 0.0) for item in phases]),
+    )
+    parts = [(name, statistics.median([item.get(name, 0.0) for item in phases])) for name in names]
+    return ", ".join(f"{name} {seconds:.3f}" for name, seconds in parts if seconds >= 0.0005)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=6, help="runs per apply (default 6)")
-    parser.add_argument("--rounds", type=int, default=2, help="applies per side (default 2)")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2, 4], help="world sizes (default 1 2 4)"
+    )
+    parser.add_argument("--runs", type=int, default=4, help="runs per apply (default 4)")
+    parser.add_argument("--rounds", type=int, default=2, help="applies per side and world size (default 2)")
     parser.add_argument("--task", choices=sorted(BODIES), default="0a")
-    parser.add_argument("--gpu", action="store_true", help="nccl ranks on one GPU")
+    parser.add_argument("--gpu", action="store_true", help="nccl ranks, one GPU each")
     args = parser.parse_args(argv)
     if args.runs < 2:
-        parser.error("--runs must be at least 2 (the first run of each apply is left out)")
-    backend = "nccl" if args.gpu else "gloo"
-    body = BODIES[args.task] + ("  hardware: {gpu: 1}\n" if args.gpu else "")
-    walls: dict[bool, list[float]] = {False: [], True: []}
-    starts: dict[bool, list[float]] = {False: [], True: []}
-    with tempfile.TemporaryDirectory(prefix="mlbench-warm-bench-") as tmp:
-        spec = Path(tmp) / "spec.yaml"
-        spec.write_text(SPEC.format(task=args.task, backend=backend, runs=args.runs, body=body))
-        for round_ in range(args.rounds):
-            for warm in (False, True):  # a fresh store each time: the results are that apply's runs
-                home = Path(tmp) / f"home-{round_}-{'warm' if warm else 'cold'}"
-                wall, startups = apply_once(spec, home, warm)
-                walls[warm].append(wall)
-                starts[warm] += startups[1:]
-    cold_wall, warm_wall = statistics.median(walls[False]), statistics.median(walls[True])
-    cold_start, warm_start = statistics.median(starts[False]), statistics.median(starts[True])
+        parser.error("--runs must be at least 2 (the first run of each apply is shown apart)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"{args.runs} one-rank {args.task} runs per apply ({backend}), {args.rounds} applies per side, "
-        f"medians; startup = run created to its rank's first step, first run of each apply left out"
+        f"{args.runs} {args.task} runs per apply ({'nccl' if args.gpu else 'gloo'}), {args.rounds} applies "
+        f"per side, medians; startup = run created to its slowest rank's first step; "
+        f"{os.cpu_count()} cores, load average {load:.1f} at the start"
     )
-    print(f"  {'side':<28} {'apply wall s':>12} {'startup s':>10}")
-    print(f"  {'cold (MLBENCH_WARM_START=0)':<28} {cold_wall:>12.2f} {cold_start:>10.3f}")
-    print(f"  {'warm (forked)':<28} {warm_wall:>12.2f} {warm_start:>10.3f}")
+    header = f"  {'ranks':>5} {'side':<28} {'apply wall s':>12} {'first run s':>11} {'startup s':>10}"
+    summary = []
+    with tempfile.TemporaryDirectory(prefix="mlbench-warm-bench-") as tmp:
+        for workers in args.workers:
+            sides = measure(args, workers, Path(tmp))
+            print(header)
+            for warm, side in sides.items():
+                print(
+                    f"  {workers:>5} {SIDES[warm]:<28} {statistics.median(side.walls):>12.2f} "
+                    f"{statistics.median(side.firsts):>11.3f} {statistics.median(side.rest):>10.3f}"
+                )
+            cold, warm_side = sides[False], sides[True]
+            wall_ratio = statistics.median(cold.walls) / statistics.median(warm_side.walls)
+            start_cold, start_warm = statistics.median(cold.rest), statistics.median(warm_side.rest)
+            print(
+                f"  {workers:>5} cold / warm: apply wall {wall_ratio:.2f}x, startup per run "
+                f"{start_cold / start_warm:.1f}x ({start_cold - start_warm:.2f} s saved per run)"
+            )
+            for warm, side in sides.items():
+                print(f"        {SIDES[warm]} phases (median s): {median_phases(side.phases)}")
+            summary.append((workers, start_cold, start_warm))
     print(
-        f"  cold / warm: apply wall {cold_wall / warm_wall:.2f}x, startup per run "
-        f"{cold_start / warm_start:.1f}x ({cold_start - warm_start:.2f} s saved per run)"
+        "  startup per run, cold -> warm: "
+        + "; ".join(f"{w} rank(s) {c:.2f} -> {h:.2f} s" for w, c, h in summary)
     )
     return 0
 

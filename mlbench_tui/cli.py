@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from mlbench_tui import __version__
-from mlbench_tui.errors import MlbenchError
+from mlbench_tui.errors import MlbenchError, from_os_error
 
 # Registry of command groups: one module per group, each exposing ``register(subparsers)``.
 # A new group is one new module plus one line here.
@@ -59,3 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a full disk, a read-only folder: say which and what to do
+        error = from_os_error(exc)
+        print(error.render(), file=sys.stderr)
+        return error.exit_code

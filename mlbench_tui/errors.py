@@ -83,8 +83,43 @@ class RunFailedError(MlbenchError):
     """One or more benchmark runs ended in a failed state."""
 
 
+class Conflict(MlbenchError):
+    """A write the store refuses in the state it is in: a run already under way, a run that has
+    ended, a rank that has stopped, a rank outside the run. The HTTP API answers it with
+    ``status`` and ``reason`` (``{"error": reason, "detail": message}``)."""
+
+    def __init__(self, message: str, *, reason: str = "conflict", status: int = 409, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.reason = reason
+        self.status = status
+
+
 class NotFound(MlbenchError):
     """A run (or what was asked of it) does not exist: the store raises it, the HTTP API answers
     it as 404, the HTTP client raises it again from that 404, and the CLI prints it."""
 
     status = 404
+
+
+def from_os_error(exc: OSError) -> MlbenchError:
+    """An ``OSError`` met writing or reading a file, as a message naming the file and what to do
+    (a full disk, a read-only folder, a missing permission) instead of a traceback."""
+    import errno
+
+    where = exc.filename or "a file"
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return MlbenchError(
+            f"no space left on the disk of {where} ({reason})",
+            hint="free space on that disk (or point MLBENCH_HOME / MLBENCH_DB elsewhere) and run the "
+            "command again; nothing already stored is lost",
+        )
+    if exc.errno == errno.EROFS:
+        return MlbenchError(
+            f"{where} is on a read-only file system",
+            hint="read commands (status, results, logs, report, tui) still work; to write, point "
+            "MLBENCH_HOME / MLBENCH_DB at a writable folder",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return MlbenchError(f"permission denied: {where}", hint="check the owner and mode of that path")
+    return MlbenchError(f"{reason}: {where}")

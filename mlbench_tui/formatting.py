@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from mlbench_worker import wire
+
 UNKNOWN = "—"
 MISSING = "-"
 DEFAULT_CURRENCY = "USD"
@@ -158,7 +160,7 @@ def format_metric(name: str, value: float | None, *, unknown: str = MISSING) -> 
     if value is None or not math.isfinite(value):
         return unknown
     short = name.rsplit("/", 1)[-1]
-    if short == "step_time" or short.startswith("phase_"):
+    if short == wire.STEP_TIME or short.startswith(wire.PHASE_PREFIX):
         return format_step(value)
     if "latency" in short:
         return format_latency(value)

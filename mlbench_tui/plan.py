@@ -13,14 +13,23 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from mlbench_worker import wire
+from mlbench_worker.data.options import parse_data_options
 from mlbench_worker.hyperparams import parse_hyperparameters
 from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, ImplementationConfig, WorkerConfig
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
-from mlbench_tui.spec.targets import Target
+from mlbench_tui.spec.targets import LocalTarget, Target
 
 ImplementationPlan = ImplementationConfig
 """How the worker executes steps (the spec's ``implementation``): the wire's type, one declaration."""
@@ -96,7 +105,14 @@ class RunPlan(_Frozen):
         description="Effective hyperparameters (defaults + overrides, scaled)."
     )
     implementation: ImplementationPlan = Field(default_factory=ImplementationPlan)
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment for every rank and its launcher."
+    )
+    rank_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables that load code (spec.env_loading_code): the ranks only set them, by starting "
+        "again with them before their imports; no launcher runs with them.",
+    )
     target: Target = Field(description="The spec's target: local processes, a Kubernetes or a Slurm cluster.")
     price_per_hour: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
@@ -114,11 +130,42 @@ class RunPlan(_Frozen):
 
         return of_plan(self.task, self.hyperparameters)
 
+    @model_serializer(mode="wrap")
+    def _without_empty_rank_env(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An empty ``rank_env`` stays out of the plan's JSON, so plans read as they did before it."""
+        data: dict[str, Any] = handler(self)
+        if not self.rank_env:
+            data.pop("rank_env", None)
+        return data
+
     @field_serializer("target")
     def _target_as_written(self, target: BaseModel) -> dict[str, Any]:
         """Unset options stay out of the plan's JSON (the ConfigMap, the store), as in the spec."""
         dumped: dict[str, Any] = target.model_dump(mode="json", exclude_none=True)
         return dumped
+
+
+MAX_WARNED_RUNS = 5
+
+
+def plan_warnings(plans: Sequence[RunPlan], cpu_count: int) -> list[str]:
+    """What will run, but not as measured on a machine of ``cpu_count`` cores: local runs whose
+    ranks x threads exceed the cores share them, so their times measure the sharing."""
+    crowded = [
+        plan
+        for plan in plans
+        if isinstance(plan.target, LocalTarget) and plan.workers * plan.resources.threads_per_rank > cpu_count
+    ]
+    out = [
+        f"run {plan.name} starts {plan.workers} local rank(s) x {plan.resources.threads_per_rank} thread(s) "
+        f"on {cpu_count} core(s): the ranks share the cores, so its times measure the sharing "
+        "(lower workers or hardware.cpu, or use a cluster target)"
+        for plan in crowded[:MAX_WARNED_RUNS]
+    ]
+    if len(crowded) > MAX_WARNED_RUNS:
+        more = len(crowded) - MAX_WARNED_RUNS
+        out.append(f"... and {more} more run(s) with more ranks x threads than cores")
+    return out
 
 
 def worker_settings(plan: RunPlan, run_id: str) -> WorkerConfig:
@@ -140,10 +187,15 @@ def worker_settings(plan: RunPlan, run_id: str) -> WorkerConfig:
         gpu_type=plan.resources.gpu_type if on_gpu else None,
         gpu_type_strict=plan.resources.gpu_type_strict,
         threads_per_rank=plan.resources.threads_per_rank,
-        data=wire.DataConfig(plan.data.source, plan.data.path, dict(plan.data.options)),
+        data=wire.DataConfig(
+            plan.data.source,
+            plan.data.path,
+            parse_data_options(plan.task, plan.data.source, plan.data.options),
+        ),
         hyperparameters=parse_hyperparameters(plan.task, plan.hyperparameters),
         implementation=plan.implementation,
         telemetry_interval_s=plan.telemetry_interval_s,
+        rank_env=dict(plan.rank_env),
     )
 
 
@@ -223,7 +275,9 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     )
     if not task.reads_data and "data" not in body.model_fields_set:
         data = DataPlan(source="synthetic")  # e.g. all-reduce measures generated tensors, nothing to download
-    env = {"OMP_NUM_THREADS": str(threads), **body.env}
+    loading_code = set(body.env_loading_code)
+    env = {"OMP_NUM_THREADS": str(threads), **{k: v for k, v in body.env.items() if k not in loading_code}}
+    rank_env = {k: v for k, v in body.env.items() if k in loading_code}
     plans: list[RunPlan] = []
     for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):
         hp = _effective_hyperparameters(spec, backend, workers)
@@ -249,6 +303,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     hyperparameters=dict(hp),
                     implementation=implementation,
                     env=dict(env),
+                    rank_env=dict(rank_env),
                     target=body.target,
                     price_per_hour=body.price_per_hour,
                     labels=dict(spec.metadata.labels),

@@ -72,11 +72,13 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     assert proc.returncode == 0, proc.stderr
     roots_line, worker_line = proc.stdout.splitlines()
     roots = set(roots_line.split())
-    # the worker's stdlib-only wire, the hyperparameter declarations it shares with the engine
-    # and the rank's environment (the names a spec's env may not set)
+    # the worker's stdlib-only wire (and how it declares messages), the hyperparameter
+    # declarations it shares with the engine and the rank's environment (the names a spec's env
+    # may not set)
     assert set(worker_line.split()) == {
         "mlbench_worker",
         "mlbench_worker.wire",
+        "mlbench_worker.wire_types",
         "mlbench_worker.hyperparams",
         "mlbench_worker.knobs",
         "mlbench_worker.rank_env",
@@ -94,3 +96,47 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
         "platformdirs",
     }
     assert third_party <= allowed, third_party - allowed
+
+
+# What the TUI may import of the engine (the contract "tui-over-http" in pyproject.toml forbids
+# the rest): the wire models and read protocol, the server's client, and what computes locally.
+TUI_MAY_IMPORT = (
+    "mlbench_tui.store.api_models",
+    "mlbench_tui.store.wire_models",
+    "mlbench_tui.store.read_api",
+    "mlbench_tui.server.client",
+    "mlbench_tui.server.paging",
+    "mlbench_tui.server.records",
+    "mlbench_tui.owners",
+    "mlbench_tui.spec",
+    "mlbench_tui.plan",
+    "mlbench_tui.results",
+    "mlbench_tui.report",
+    "mlbench_tui.formatting",
+    "mlbench_tui.settings",
+    "mlbench_tui.errors",
+    "mlbench_tui.lifecycle",
+    "mlbench_tui.ranksets",
+)
+PACKAGE_INITS = ("mlbench_tui", "mlbench_tui.__main__", "mlbench_tui.store", "mlbench_tui.server")
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_every_engine_module_is_allowed_to_the_tui_or_forbidden_by_its_contract() -> None:
+    """A new engine module is placed on one side of "the TUI talks to the engine only over HTTP"."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
+    forbidden = tuple(contracts["tui-over-http"]["forbidden_modules"])
+    modules = []
+    for path in sorted((ROOT / "mlbench_tui").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    engine = [m for m in modules if not _within(m, ("mlbench_tui.tui",)) and m not in PACKAGE_INITS]
+    unplaced = [m for m in engine if not _within(m, TUI_MAY_IMPORT) and not _within(m, forbidden)]
+    assert unplaced == [], f"add these to tui-over-http's forbidden_modules or to TUI_MAY_IMPORT: {unplaced}"
+    assert [m for m in engine if _within(m, TUI_MAY_IMPORT) and _within(m, forbidden)] == []

@@ -12,6 +12,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from mlbench_tui.commands.spec import max_runs_option, positive_int
 from mlbench_tui.commands.usage import documented
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run several runs at once while cores allow (ranks x threads)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    max_runs_option(p)
     p.set_defaults(handler=cmd_apply)
 
     p = sub.add_parser(
@@ -50,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         **documented("status"),
     )
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or name")
-    p.add_argument("-n", "--limit", type=_positive, default=50, help="how many runs to list (default 50)")
+    p.add_argument("-n", "--limit", type=positive_int, default=50, help="how many runs to list (default 50)")
     p.add_argument(
         "-o",
         "--output",
@@ -154,13 +156,6 @@ def _rank_choice(text: str) -> object:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def _positive(text: str) -> int:
-    value = _rank(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _rank(text: str) -> int:
     try:
         value = int(text)
@@ -199,6 +194,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             force=args.force,
             parallel=args.parallel,
             quiet=args.quiet,
+            max_runs=args.max_runs,
         )
         return apply(args.paths, options)
     finally:

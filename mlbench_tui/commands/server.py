@@ -26,7 +26,24 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--require-read-token",
         action="store_true",
-        help="require the read token for reads even on loopback (always required on other addresses)",
+        help=argparse.SUPPRESS,  # reads always need the read token now; kept so old scripts still run
+    )
+    parser.add_argument(
+        "--prefer-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="listen on PORT when it is free, else as --port says (commands restart a store's server "
+        "on the port its last one had, so running ranks find it again)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host is NAME (a name clients reach this server by, e.g. a DNS "
+        "name in front of it); by default only its own address, and on 0.0.0.0 this machine's names "
+        "(more: MLBENCH_SERVER_HOSTS, comma-separated)",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -53,18 +70,25 @@ def _run(args: argparse.Namespace) -> int:
     if args.idle_timeout is not None and not args.idle_timeout > 0:
         raise UsageError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
 
+    if args.prefer_port is not None and not 0 < args.prefer_port <= 65535:
+        raise UsageError(f"--prefer-port must be between 1 and 65535, got {args.prefer_port}")
+
     def ready(info: ServerInfo) -> None:
-        reads = "open (loopback)" if info.open_reads else "read token required"
-        print(f"mlbench server {info.url} store={info.store} reads={reads}", file=sys.stderr, flush=True)
+        print(
+            f"mlbench server {info.url} store={info.store} reads=read token required",
+            file=sys.stderr,
+            flush=True,
+        )
         print(info.url, flush=True)
 
     return serve_foreground(
         args.db,
         host=args.host,
         port=port,
-        open_reads=not args.require_read_token,
         admin_token=os.environ.get("MLBENCH_TOKEN") or None,
         read_token=os.environ.get("MLBENCH_READ_TOKEN") or None,
         on_ready=ready,
         idle_timeout=args.idle_timeout,
+        prefer_port=args.prefer_port,
+        allow_hosts=tuple(args.allow_host),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
+    max_runs_option(p)
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser(
@@ -53,6 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="table",
         help="output format (sbatch: the batch scripts of a slurm target)",
     )
+    max_runs_option(p)
     p.set_defaults(handler=cmd_plan)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the spec language", **documented("schema"))
@@ -111,6 +114,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # --------------------------------------------------------------------------- helpers
 
 
+DEFAULT_MAX_RUNS = 1000  # mlbench_tui.spec.limits.MAX_RUNS (not imported: --help stays light)
+
+
+def max_runs_option(p: argparse.ArgumentParser) -> None:
+    """``--max-runs N``: the most runs the specs may expand to together."""
+    p.add_argument(
+        "--max-runs",
+        type=positive_int,
+        default=DEFAULT_MAX_RUNS,
+        metavar="N",
+        help=f"the most runs the specs may expand to together (default {DEFAULT_MAX_RUNS}); a larger sweep "
+        "is refused before anything is planned",
+    )
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain, left-aligned text table (no colours, safe to pipe)."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
@@ -147,14 +176,13 @@ def _yaml_dump(data: Any) -> str:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Validate every spec under the paths; print issues to stderr, exit 2 on any."""
-    from mlbench_tui.plan import expand
     from mlbench_tui.spec.loader import collect_paths
 
-    loaded, issues = collect_paths(args.paths)
+    loaded, issues = collect_paths(args.paths, max_runs=args.max_runs)
     if args.output == "json":
         doc = {
             "ok": not issues,
-            "specs": [_spec_summary(item, len(expand(item.spec))) for item in loaded],
+            "specs": [_spec_summary(item, item.spec.run_count()) for item in loaded],
             "issues": [_issue_json(i) for i in issues],
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -167,7 +195,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
     if not args.quiet:
         for item in loaded:
-            runs = len(expand(item.spec))
+            runs = item.spec.run_count()
             print(f"ok  {item.file}: {item.spec.metadata.name} (task {item.spec.spec.task}, {runs} run(s))")
     for note in placement_notes(loaded):
         print(note, file=sys.stderr)
@@ -214,14 +242,16 @@ def _spec_summary(item: LoadedSpec, runs: int) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Load specs (exit 2 on any problem) and print their expanded run plans."""
-    from mlbench_tui.plan import expand
+    from mlbench_tui.plan import expand, plan_warnings
     from mlbench_tui.runs.plans import check_placement
     from mlbench_tui.spec.loader import load_paths
 
     plans: list[RunPlan] = []
-    for item in load_paths(args.paths):
+    for item in load_paths(args.paths, max_runs=args.max_runs):
         plans.extend(expand(item.spec))
     check_placement(plans)
+    for warning in plan_warnings(plans, os.cpu_count() or 1):
+        print(f"warning: {warning}", file=sys.stderr)
     sys.stdout.write(render_plans(plans, args.output))
     return 0
 
@@ -314,6 +344,8 @@ def _resolve_task(key: str) -> TaskInfo:
 
 
 def _task_json(task: TaskInfo) -> dict[str, Any]:
+    from mlbench_tui.reference.task_pages import data_option_rows
+
     return {
         "id": task.id,
         "name": task.name,
@@ -337,6 +369,13 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
         "choices": {k: list(v) for k, v in task.choices.items()},
         "descriptions": {k: task.knobs[k].description for k in task.defaults},
         "notes": task.notes,
+        "data_options": {
+            source: {
+                name: {"default": default, "description": task_knob.description, "bounds": bounds}
+                for name, default, task_knob, bounds in data_option_rows(cls)
+            }
+            for source, cls in task.data_options.items()
+        },
     }
 
 

@@ -45,17 +45,23 @@ def cmd_tui(args: argparse.Namespace) -> int:
     if specs is not None and not specs.exists():
         raise UsageError(f"--specs: {specs} does not exist")
 
+    reattach = None
     if args.server:
         url = args.server.rstrip("/")
         token = args.token or os.environ.get("MLBENCH_READ_TOKEN") or os.environ.get("MLBENCH_TOKEN")
         admin = os.environ.get("MLBENCH_TOKEN")
     else:  # the store's server, shared with apply, status and cancel (started detached if none runs)
+        from mlbench_tui.server.client import Attachment
         from mlbench_tui.server.daemon import ensure_server
 
         local = ensure_server(args.db)
         url = local.url
         token = args.token or local.read_token or None
         admin = local.admin_token or None
+
+        def reattach() -> Attachment:  # the store's server again, when this one went away
+            found = ensure_server(args.db)
+            return Attachment(found.url, found.admin_token)
 
     from mlbench_tui.tui.app import MlbenchApp
 
@@ -66,6 +72,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         keymap=settings.keymap,
         spec_path=specs,
         error_log=settings.paths.state_dir / "tui-errors.log",
+        reattach=reattach,
     )
     app.run()
     return app.return_code or 0

@@ -16,6 +16,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from mlbench_worker import rank_env
@@ -150,6 +151,11 @@ class Executor(abc.ABC, Generic[R]):
     def submit(self, plan: RunPlan, launch: LaunchContext) -> RunHandle:
         return self.schedule(self.dryrun(plan, launch))
 
+    def prepare(self, plan: RunPlan) -> None:
+        """Start, without waiting, what ``plan``'s runs will need before they are created (the
+        local executor's warm-start server imports torch meanwhile); the default needs nothing."""
+        return None
+
     def check_placement(self, plan: RunPlan) -> None:
         """Raise ``ExecutorError`` when this target cannot place ``plan`` (asked before any run
         starts, so a sweep is refused whole); the default places every plan."""
@@ -186,6 +192,11 @@ class Executor(abc.ABC, Generic[R]):
     def log_tailer(self, handle: RunHandle) -> LogTailer:
         """A tailer of the run's logs while it runs (``apply`` ships its lines into the store)."""
         raise self._unsupported("tailing logs")
+
+    def spool_dir(self, handle: RunHandle) -> Path | None:
+        """The folder, readable on this machine, where the run's ranks keep batches they could
+        not send (the server imports it); None where this machine cannot read it (pods)."""
+        return None
 
     def _unsupported(self, what: str) -> ExecutorError:
         return ExecutorError(f"the {self.name or type(self).__name__} executor does not support {what}")

@@ -16,10 +16,15 @@ T = TypeVar("T")
 
 
 def write_text(path: Path, text: str) -> None:
-    """Replace ``path`` at once: a reader sees the old file or the new one, never half."""
+    """Replace ``path`` at once: a reader sees the old file or the new one, never half; an
+    ``OSError`` (a full disk) names ``path``, and no half-written temporary file stays."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def write_record(path: Path, record: Any) -> None:

@@ -79,6 +79,18 @@ def _meta(name: str, namespace: str, component: str) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": _labels(component)}
 
 
+def service_hosts(namespace: str) -> list[str]:
+    """``--allow-host`` for each name pods reach the server's Service by (it answers only the
+    Host values naming it; a name in a target's ``server_url`` is added with MLBENCH_SERVER_HOSTS)."""
+    names = [
+        SERVER,
+        f"{SERVER}.{namespace}",
+        f"{SERVER}.{namespace}.svc",
+        f"{SERVER}.{namespace}.svc.cluster.local",
+    ]
+    return [arg for name in names for arg in ("--allow-host", name)]
+
+
 def server_objects(
     namespace: str, *, image: str = DEFAULT_IMAGE, storage: str = "1Gi"
 ) -> list[dict[str, Any]]:
@@ -101,6 +113,7 @@ def server_objects(
             str(SERVER_PORT),
             "--db",
             f"{STORE_DIR}/mlbench.db",
+            *service_hosts(namespace),
         ],
         "env": [{"name": "MLBENCH_HOME", "value": STORE_DIR}, *token_env],
         "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],

@@ -9,9 +9,12 @@ task added to the catalog gets its page with no other edit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import typing
 from collections.abc import Mapping
+from typing import Any
 
 from mlbench_tui.report.anchors import anchors_for, published_for
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
@@ -89,6 +92,45 @@ def hyperparameter_table(task: TaskInfo) -> str:
     return "\n".join(rows)
 
 
+def data_option_rows(cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
+    """Each data option of ``cls``: name, default, its knob, and its bounds (or choices) as text."""
+    from mlbench_worker.knobs import field_types, knobs, show_bound
+
+    out = []
+    types = field_types(cls)
+    for field in dataclasses.fields(cls):
+        option = knobs(cls)[field.name]
+        if typing.get_origin(types[field.name]) is typing.Literal:
+            out.append((field.name, field.default, option, ", ".join(typing.get_args(types[field.name]))))
+            continue
+        bounds = ", ".join(
+            f"{op} {show_bound(v)}"
+            for op, v in ((">=", option.ge), (">", option.gt), ("<=", option.le), ("<", option.lt))
+            if v is not None
+        )
+        out.append((field.name, field.default, option, bounds))
+    return out
+
+
+def data_options_lines(task: TaskInfo) -> list[str]:
+    """A table of ``data.options`` per data source (typed; unknown names are refused)."""
+    lines: list[str] = []
+    for source, cls in task.data_options.items():
+        lines += [
+            "",
+            f"`data: {{source: {source}, options: {{...}}}}` takes:",
+            "",
+            "| option | default | bounds or choices | what it is |",
+            "|---|---|---|---|",
+        ]
+        for name, default, option, bounds in data_option_rows(cls):
+            default_text = _cell(json.dumps(default))
+            lines.append(
+                f"| `{name}` | `{default_text}` | {_cell(bounds) or '-'} | {_cell(option.description)} |"
+            )
+    return lines
+
+
 def _goal_lines(task: TaskInfo) -> list[str]:
     goal = task.goal
     if goal is None:
@@ -149,6 +191,7 @@ def task_page(task: TaskInfo, datasets: Mapping[str, str]) -> str:
         "## Dataset",
         "",
         *_data_lines(task, datasets),
+        *data_options_lines(task),
         "",
         "## How it runs",
         "",

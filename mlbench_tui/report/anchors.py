@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mlbench_worker import wire
+
 
 @dataclass(frozen=True)
 class Anchor:
@@ -43,9 +45,9 @@ class Anchor:
 
 _N1 = "GCP n1-standard-4"
 ANCHORS: tuple[Anchor, ...] = (
-    Anchor("1a", "val_global_Prec@1", 80.0, 407.0, 1, "1x T4", "PyTorch 1.5", _N1, "MLBench"),
-    Anchor("1a", "val_global_Prec@1", 80.0, 1191.0, 1, "1x T4", "TensorFlow", _N1, "MLBench"),
-    Anchor("1a", "val_global_Prec@1", 80.0, 5895.0, 1, "3 vCPUs", "PyTorch 1.5", _N1, "MLBench"),
+    Anchor("1a", wire.VAL_GLOBAL_PREC1, 80.0, 407.0, 1, "1x T4", "PyTorch 1.5", _N1, "MLBench"),
+    Anchor("1a", wire.VAL_GLOBAL_PREC1, 80.0, 1191.0, 1, "1x T4", "TensorFlow", _N1, "MLBench"),
+    Anchor("1a", wire.VAL_GLOBAL_PREC1, 80.0, 5895.0, 1, "3 vCPUs", "PyTorch 1.5", _N1, "MLBench"),
 )
 
 

@@ -23,7 +23,7 @@ from mlbench_tui.report.training import ranks_figures
 
 if TYPE_CHECKING:
     from mlbench_tui.report.draw import ImageFormat
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 
 class ReportError(MlbenchError):

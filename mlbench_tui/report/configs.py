@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mlbench_worker import wire
+
 from mlbench_tui.formatting import format_duration, format_step
 from mlbench_tui.report.anchors import anchors_for
 from mlbench_tui.report.inputs import RunRecord
@@ -77,7 +79,7 @@ def time_rows(records: Sequence[RunRecord]) -> list[TimeRow]:
                 continue
             reached = [m for m in mine if m.result.reached and m.result.time_to_accuracy_s is not None]
             captures = [m.result.graph_capture_s for m in reached if m.result.graph_capture_s]
-            steps = [p.value for m in reached for p in m.points("step_time")]
+            steps = [p.value for m in reached for p in m.points(wire.STEP_TIME)]
             comm = [m.result.time_split.communication_fraction for m in reached if m.result.time_split]
             tta = format_duration(score.time_to_accuracy_s)
             if score.reached > 1 and score.min_s is not None and score.max_s is not None:

@@ -20,7 +20,7 @@ from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_metrics
 
 if TYPE_CHECKING:
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 POINTS_PER_SERIES = 400  # buckets per (metric, rank): more than a figure's width in points
 

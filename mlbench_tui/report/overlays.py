@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Sequence
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 
 from mlbench_tui.formatting import format_duration, format_energy
 from mlbench_tui.report.anchors import published_for
@@ -55,7 +56,7 @@ def _goal_panel(records: Sequence[RunRecord], names: dict[str, str]) -> Panel:
     series, marks, refs = [], [], []
     for i, record in enumerate(records):
         result = record.result
-        train = {p.step: p.value for p in record.lowest_rank("time_train")}
+        train = {p.step: p.value for p in record.lowest_rank(wire.TIME_TRAIN)}
         points = [(train[p.step], p.value) for p in record.lowest_rank(goal.metric) if p.step in train]
         if not points:
             continue
@@ -94,8 +95,8 @@ def _loss_panel(records: Sequence[RunRecord], names: dict[str, str]) -> Panel:
     series = []
     for i, record in enumerate(records):
         lines: tuple[tuple[str, LineStyle, str], ...] = (
-            ("train_loss", "-", names[record.run_id]),
-            ("val_global_loss", "--", "_"),  # "_": no legend entry of its own
+            (wire.TRAIN_LOSS, "-", names[record.run_id]),
+            (wire.VAL_GLOBAL_LOSS, "--", "_"),  # "_": no legend entry of its own
         )
         for metric, style, label in lines:
             kept = [p for p in record.lowest_rank(metric) if p.step is not None]
@@ -119,7 +120,7 @@ def _median_by_step(points: Sequence[MetricPoint]) -> tuple[tuple[float, ...], t
 def _step_panel(records: Sequence[RunRecord], names: dict[str, str]) -> Panel:
     series = []
     for i, record in enumerate(records):
-        x, y = _median_by_step(record.points("step_time"))
+        x, y = _median_by_step(record.points(wire.STEP_TIME))
         if x:
             series.append(Series(names[record.run_id], x, y, run_colour(i), marker=None))
     return Panel(

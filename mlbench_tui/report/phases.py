@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlbench_worker import wire
+
 from mlbench_tui.report.figure import BarStack, Panel
 from mlbench_tui.report.inputs import RunRecord
 
-PHASE_PREFIX = "phase_"
 PHASES: tuple[tuple[str, str, str, str], ...] = (  # (tracker name, words, colour, hatch)
     ("batch_load", "data loading", "#55A868", ".."),
     ("fwd_pass", "forward", "#4C72B0", ""),
@@ -49,7 +50,7 @@ def step_phases(record: RunRecord) -> dict[str, float] | None:
     per_phase: dict[str, list[float]] = {}
     for name, _, _, _ in PHASES:
         last: dict[int, tuple[int, float]] = {}
-        for point in record.points(PHASE_PREFIX + name):
+        for point in record.points(wire.phase_metric(name)):
             if point.step:
                 last[point.rank] = (point.step, point.value)
         if last:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlbench_worker import wire
+
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan
 from mlbench_tui.report.anchors import PUBLISHED, anchors_for
@@ -296,7 +298,7 @@ def _split_panel(records: Sequence[RunRecord]) -> Panel:
         split = record.result.time_split
         if split is None:
             continue
-        train = _mean_last(record, "time_train")
+        train = _mean_last(record, wire.TIME_TRAIN)
         tracked = split.compute + split.communication + split.preprocess
         other = max(0.0, train - tracked) if train is not None else split.metrics
         groups.setdefault(bar_key(record), []).append(

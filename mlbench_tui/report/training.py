@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from mlbench_worker import wire
+
 from mlbench_tui.report.figure import GOAL_COLOUR, SPARE_COLOURS, Figure, Panel, Series
 from mlbench_tui.report.gpu import rank_util_panel
 from mlbench_tui.report.inputs import RunRecord
@@ -27,7 +29,7 @@ def stragglers(record: RunRecord) -> dict[int, float]:
     """The ranks that held the others up (``results.ranks``' rule on each rank's busy time per
     step): rank -> how much busier than the other ranks' median (0.25 = 25%)."""
     busy: dict[int, float] = {}
-    for rank in record.ranks("step_time"):
+    for rank in record.ranks(wire.STEP_TIME):
         figures = RankFigures(rank)
         for name in RANK_METRICS:
             points = record.points(name, rank)
@@ -46,8 +48,8 @@ def _xy(points: Sequence[MetricPoint], scale: float = 1.0) -> tuple[tuple[float,
 
 def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
     """Step time per rank (ms), stragglers drawn thicker and named."""
-    ranks = record.ranks("step_time")
-    by_rank = {rank: record.points("step_time", rank) for rank in ranks}
+    ranks = record.ranks(wire.STEP_TIME)
+    by_rank = {rank: record.points(wire.STEP_TIME, rank) for rank in ranks}
     slow = stragglers(record)
     series = []
     if len(ranks) <= MAX_RANK_LINES:
@@ -112,7 +114,7 @@ def ranks_figure(record: RunRecord) -> Figure:
 
 def ranks_figures(records: Sequence[RunRecord]) -> list[Figure]:
     """One ranks figure per run that had more than one rank, by spec, backend, workers, repeat."""
-    several = [r for r in records if len(r.ranks("step_time")) > 1 or r.result.workers > 1]
+    several = [r for r in records if len(r.ranks(wire.STEP_TIME)) > 1 or r.result.workers > 1]
     ordered = sorted(
         several,
         key=lambda r: (r.result.spec_name, r.result.framework, r.result.backend, r.result.workers,

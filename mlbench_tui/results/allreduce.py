@@ -14,11 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mlbench_worker import wire
+
 from mlbench_tui.formatting import format_bandwidth, format_number, render_table, without_empty
 from mlbench_tui.results.scoring import SPREAD_LIMIT, LeftOut, olympic_mean, variation
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
-PREFIX = "allreduce_"
+PREFIX = wire.ALLREDUCE_PREFIX
 FIGURES = ("latency_p50", "latency_p99", "busbw")
 ITEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 

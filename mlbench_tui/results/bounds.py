@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from mlbench_worker import sysmetrics as sm
+from mlbench_worker import wire
 
 from mlbench_tui.formatting import format_duration
 from mlbench_tui.results.model import RunResult, Suspect
@@ -77,7 +78,7 @@ def _utilisation(result: RunResult) -> list[Suspect]:
 
 def _phases(result: RunResult, metrics: list[MetricPoint]) -> list[Suspect]:
     split = result.time_split
-    train = last_per_rank(metrics, "time_train")
+    train = last_per_rank(metrics, wire.TIME_TRAIN)
     if split is None or not train:
         return []
     phases = split.compute + split.communication + split.preprocess + split.metrics

@@ -30,8 +30,9 @@ from mlbench_worker.hyperparams import AllReduce
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import Suspect
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.spec.tasks import TASKS, TaskInfo
 
 EventType = Literal["POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"]
@@ -262,7 +263,7 @@ def _comm_precision(plan: RunPlan, facts: wire.RunStart, metrics: Sequence[Metri
     if reported in _PRECISIONS:
         return _PRECISIONS[reported]
     if TASKS[plan.task].sweep is not None:  # 0a: what its curves measured
-        measured = {p.name.split("_")[1] for p in metrics if p.name.startswith("allreduce_")}
+        measured = {p.name.split("_")[1] for p in metrics if p.name.startswith(wire.ALLREDUCE_PREFIX)}
         return next((_PRECISIONS[d] for d in ("fp16", "bf16") if d in measured), "fp32")
     return _PRECISIONS[plan.resources.precision]
 
@@ -315,8 +316,8 @@ def _sweep(plan: RunPlan, metrics: Sequence[MetricPoint], *, start: float) -> li
     figure_of, unit = ("busbw", "GB/s") if plan.workers > 1 else ("latency_p50", "s")
     points: dict[tuple[str, int], dict[str, MetricPoint]] = {}  # (dtype, size) -> figure -> point
     for p in metrics:
-        if p.rank == 0 and p.name.startswith("allreduce_") and p.step is not None:
-            dtype, _, figure = p.name.removeprefix("allreduce_").partition("_")
+        if p.rank == 0 and p.name.startswith(wire.ALLREDUCE_PREFIX) and p.step is not None:
+            dtype, _, figure = p.name.removeprefix(wire.ALLREDUCE_PREFIX).partition("_")
             points.setdefault((dtype, p.step), {})[figure] = p
     measured = sorted(
         ((dtype, size, figures) for (dtype, size), figures in points.items() if figure_of in figures),

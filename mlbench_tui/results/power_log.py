@@ -18,8 +18,9 @@ from mlbench_worker import sysmetrics as sm
 from mlbench_worker import wire
 
 from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.mllog import Entry, render
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 POWER_DIR = "power"
 MEASUREMENT_TYPE = "nvml_gpu_board"

@@ -132,6 +132,11 @@ def is_sweep(result: RunResult) -> bool:
     return result.goal is None and ((task is not None and task.sweep is not None) or bool(result.allreduce))
 
 
+def _family(score: ConfigScore) -> tuple[str, str, str, str]:
+    """The configurations a speedup compares: the same spec, framework, backend and variant."""
+    return (score.spec_name, score.framework, score.backend, score.variant)
+
+
 def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
     """Group results by configuration (``config_key``), score each group over the repeats that
     count, and add speedup and efficiency where the same spec, framework, backend and variant
@@ -165,16 +170,15 @@ def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
                 ),
             )
         )
-    family = lambda s: (s.spec_name, s.framework, s.backend, s.variant)  # noqa: E731
-    baseline = {family(s): s for s in scores if s.workers == 1 and s.time_to_accuracy_s is not None}
+    baseline = {_family(s): s for s in scores if s.workers == 1 and s.time_to_accuracy_s is not None}
     counts: dict[tuple[str, str, str, str], set[int]] = {}
     for score in scores:
         if score.time_to_accuracy_s is not None:
-            counts.setdefault(family(score), set()).add(score.workers)
+            counts.setdefault(_family(score), set()).add(score.workers)
     scored = []
     for score in scores:
-        base = baseline.get(family(score))
-        if base is not None and len(counts.get(family(score), ())) > 1:
+        base = baseline.get(_family(score))
+        if base is not None and len(counts.get(_family(score), ())) > 1:
             gain, efficiency = speedup(base.time_to_accuracy_s, score.time_to_accuracy_s, score.workers)
             if gain is not None:
                 score = replace(score, speedup=gain, efficiency=efficiency, baseline_runs=base.reached)

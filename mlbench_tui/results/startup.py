@@ -10,8 +10,8 @@ from mlbench_worker import wire
 
 from mlbench_tui.lifecycle import LaunchMilestones
 from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import StartupFigures
-from mlbench_tui.results.time_to_accuracy import EventRecord
 
 LAUNCHERS = {"local": "spawn", "slurm": "queued and spawned", "kubernetes": "scheduled, pulled and started"}
 """What the launcher's part holds on each target."""

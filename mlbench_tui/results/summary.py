@@ -25,6 +25,7 @@ from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results import provenance
 from mlbench_tui.results.bounds import suspects
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.results.scoring import cost_to_target
@@ -32,7 +33,6 @@ from mlbench_tui.results.startup import startup_figures
 from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
     TRACKER_TOTALS,
-    EventRecord,
     MetricPoint,
     allreduce_summary,
     goal_outcome,
@@ -95,7 +95,11 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     utilisation and energy come from (not the per-step training series)."""
     wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
     goal_metric = goal.metric if goal is not None else None
-    return [n for n in names if n in wanted or n == goal_metric or n.startswith(("allreduce_", "val_"))]
+    return [
+        n
+        for n in names
+        if n in wanted or n == goal_metric or n.startswith((wire.ALLREDUCE_PREFIX, wire.VAL_PREFIX))
+    ]
 
 
 def _ranks_outcome(
@@ -122,7 +126,8 @@ def settle_state(
     whatever became of its launcher or of ``apply`` afterwards (cancelled or killed once the work
     was done); ``UNKNOWN`` (the launcher's exit status was lost) is decided by the ranks'
     ``run_stop`` events alone; a worker that stopped with status ``failed`` fails the run even
-    when every process exited 0; a failed run names the first rank that failed and why."""
+    when every process exited 0; a failed run names the first rank that failed and why, not a
+    rank that only lost a peer (the executor's message names a rank killed by a signal)."""
     stops = ev.last_stops(events)
     ranks_state, ranks_message = _ranks_outcome(message, stops, workers)
     if state is RunState.UNKNOWN or ranks_state is RunState.SUCCEEDED:
@@ -131,9 +136,12 @@ def settle_state(
     if state is RunState.SUCCEEDED and failed_stop is not None:
         state, message = RunState.FAILED, str(failed_stop.payload.reason)
     if state is RunState.FAILED:
-        failure = ev.first(events, wire.RankFailed)
-        if failure is not None:
-            message = f"rank {failure.payload.rank} failed: {failure.payload.exception}"
+        failures = ev.of(events, wire.RankFailed)
+        cause = next((f for f in failures if not f.payload.peer_failure), None)
+        if cause is None and message is None and failures:
+            cause = failures[0]  # only ranks that lost a peer, and nothing else says why
+        if cause is not None:  # (a rank killed outright reports nothing: the executor names it)
+            message = f"rank {cause.payload.rank} failed: {cause.payload.exception}"
     return state, message
 
 

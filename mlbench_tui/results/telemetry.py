@@ -25,8 +25,9 @@ from mlbench_worker import sysmetrics as sm
 from mlbench_worker import wire
 
 from mlbench_tui.results import events as ev
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import RankTelemetryFigures, TelemetryFigures
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 JOULES_PER_KWH = 3.6e6
 MIN_READINGS = 60  # MLPerf's power rules: at least 60 readings per run

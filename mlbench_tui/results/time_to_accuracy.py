@@ -187,9 +187,9 @@ def allreduce_summary(
     ceiling = sweep.busbw_ceiling_gbps
     by_dtype: dict[str, dict[str, Any]] = {}
     for point in metrics:
-        if not point.name.startswith("allreduce_") or point.rank != 0:
+        if not point.name.startswith(wire.ALLREDUCE_PREFIX) or point.rank != 0:
             continue
-        dtype, _, kind = point.name.removeprefix("allreduce_").partition("_")
+        dtype, _, kind = point.name.removeprefix(wire.ALLREDUCE_PREFIX).partition("_")
         entry = by_dtype.setdefault(dtype, {"sizes": 0})
         size = point.step if point.step is not None else 0
         if kind == "busbw" and not latency_only:

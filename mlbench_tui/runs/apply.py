@@ -20,6 +20,7 @@ from mlbench_tui.detached import Detached, start_detached
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors import executor_for
 from mlbench_tui.lifecycle import UNCHANGED
+from mlbench_tui.plan import plan_warnings
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
     PLAN_HEADER,
@@ -32,6 +33,7 @@ from mlbench_tui.runs.plans import (
 )
 from mlbench_tui.runs.progress import ProgressPrinter
 from mlbench_tui.runs.watch import Runner
+from mlbench_tui.spec.limits import MAX_RUNS
 
 if TYPE_CHECKING:
     from mlbench_tui.executors.api import Executor
@@ -48,6 +50,7 @@ class ApplyOptions:
     force: bool = False
     parallel: bool = False
     quiet: bool = False
+    max_runs: int = MAX_RUNS
 
 
 def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
@@ -61,6 +64,7 @@ def detach(paths: Sequence[str], options: ApplyOptions) -> tuple[int, Path]:
         argv.append("--force")
     if options.parallel:
         argv.append("--parallel")
+    argv += ["--max-runs", str(options.max_runs)]
 
     def planned(started: Detached) -> bool:  # it reached the store and printed its plan
         return started.proc.poll() == 0 or PLAN_HEADER in started.log_path.read_text(errors="replace")
@@ -78,8 +82,10 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
 
     out = out or sys.stdout
     printer = ProgressPrinter(err, quiet=options.quiet)
-    planned = load_plans(paths)
+    planned = load_plans(paths, max_runs=options.max_runs)
     check_placement([item.plan for item in planned])
+    for warning in plan_warnings([item.plan for item in planned], os.cpu_count() or 1):
+        printer.note(f"warning: {warning}")
     if options.dry_run:
         from mlbench_tui.settings import load_settings
 
@@ -99,15 +105,19 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
         printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
         printer.note("watch with: mlbench status   (or mlbench tui)")
         return 0
+    cache: dict[str, Executor[Any]] = {}
+    for item in planned:  # what the runs will need starts now, beside the metrics server
+        executor_for(item.plan, cache).prepare(item.plan)
     with _metrics_server(planned) as (client, server_url):
         return _apply_planned(planned, options, client, server_url, printer, out)
 
 
 @contextlib.contextmanager
-def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str]]:
+def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str | None]]:
     """The server the runs report to: the in-cluster one (port-forwarded) for targets whose
     ranks report inside the cluster, otherwise the local one (found or started detached by
-    ``server.daemon``)."""
+    ``server.daemon``; its client re-attaches to the store's server if that one goes away, so
+    the URL ranks get is wherever the server is when they launch: None)."""
     cache: dict[str, Executor[Any]] = {}
     if any(executor_for(item.plan, cache).in_cluster_server for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
@@ -119,15 +129,14 @@ def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClie
                 return
     from mlbench_tui.server.daemon import ensure_server
 
-    server = ensure_server()
-    yield server.client(), server.url
+    yield ensure_server().client(), None
 
 
 def _apply_planned(
     planned: Sequence[PlannedRun],
     options: ApplyOptions,
     client: MlbenchClient,
-    server_url: str,
+    server_url: str | None,
     printer: ProgressPrinter,
     out: Any,
 ) -> int:
@@ -145,10 +154,16 @@ def _apply_planned(
         if runner.results:
             print(render_results(runner.results), file=out)
         raise
-    print(render_results([*earlier, *results]), file=out)
+    shown = [*earlier, *results]
+    if shown:
+        print(render_results(shown), file=out)
     failed = [r for r in results if not r.succeeded]
     if failed:
         names = ", ".join(f"{r.name} ({r.state})" for r in failed)
         printer.note(f"{len(failed)} run(s) did not succeed: {names}")
-        return 1
-    return 0
+    if runner.under_way:
+        printer.note(
+            f"{len(runner.under_way)} run(s) not started here, already under way in another process: "
+            + ", ".join(runner.under_way)
+        )
+    return 1 if failed or runner.under_way else 0

@@ -24,9 +24,10 @@ from pydantic import ValidationError
 
 from mlbench_tui.errors import MlbenchError, UsageError
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.mllog import RULES, Compliance, check
 from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.runs.lookup import resolve_run
 from mlbench_tui.runs.reads import read_events, read_metrics
 

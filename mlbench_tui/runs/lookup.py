@@ -21,7 +21,7 @@ from mlbench_tui.store.api_models import RankUpdate
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 
 RUN_ID = re.compile(r"^r-[0-9a-f]{12}$")
@@ -60,12 +60,15 @@ def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
     if status is None or not (status.state.is_terminal() or status.state is RunState.UNKNOWN):
         return run
     # The server settles UNKNOWN (exit status lost) from the ranks' own run_stop events.
-    updated = client.update_run(
-        run.id,
-        state=status.state,
-        finished=datetime.now(UTC),
-        error=status.message if status.state != RunState.SUCCEEDED else None,
-    )
+    try:
+        updated = client.update_run(
+            run.id,
+            state=status.state,
+            finished=datetime.now(UTC),
+            error=status.message if status.state != RunState.SUCCEEDED else None,
+        )
+    except MlbenchError:  # a store that cannot be written now (read-only, full): shown as stored
+        return run
     for rank in status.ranks:  # the ranks end as the run did
         with contextlib.suppress(MlbenchError):
             client.update_rank(run.id, rank.rank, RankUpdate(state=updated.state, host=rank.host))

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import REDACTED, DryRun, Executor, LaunchContext
 from mlbench_tui.lifecycle import STARTS, UNCHANGED, already_succeeded
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.spec.limits import MAX_RUNS
 
 if TYPE_CHECKING:
     from mlbench_tui.plan import RunPlan
@@ -41,22 +41,16 @@ class PlannedRun:
         return self.existing.result or RunResult(name=self.plan.name, state=self.existing.state)
 
 
-def load_plans(paths: Sequence[str]) -> list[PlannedRun]:
-    """Load every spec under ``paths`` (raising one SpecError with all issues) and expand it."""
+def load_plans(paths: Sequence[str], *, max_runs: int = MAX_RUNS) -> list[PlannedRun]:
+    """Load every spec under ``paths`` (raising one SpecError with all issues, runs over
+    ``max_runs`` and runs sharing a name among them) and expand it."""
     from mlbench_tui.plan import expand
     from mlbench_tui.spec import load_paths
 
     planned: list[PlannedRun] = []
-    for loaded in load_paths(list(paths)):
+    for loaded in load_paths(list(paths), max_runs=max_runs):
         for plan in expand(loaded.spec):
             planned.append(PlannedRun(plan=plan, spec_text=loaded.text, source=loaded.file))
-    names = [p.plan.name for p in planned]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise MlbenchError(
-            f"two specs produce runs with the same name: {', '.join(duplicates)}",
-            hint="give each spec its own metadata.name",
-        )
     return planned
 
 

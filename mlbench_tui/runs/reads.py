@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.events import EventRecord
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.paging import all_events, all_metrics
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from mlbench_tui.runs.reads import read_metrics
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
     from mlbench_tui.store.api_models import RunDetail, RunInfo
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 
 def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:

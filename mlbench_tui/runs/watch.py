@@ -1,10 +1,17 @@
 """Watching submitted runs: create each in the store, submit it, ship its rank logs into the store,
 print its progress, record its final state; ``parallel`` starts the next run while the ones
 running leave enough cores. Any exit, Ctrl-C included, cancels every run still launched.
+
+A run is created owned by this process and only when no other live process runs one of that name
+(two applies of one spec run it once); an interrupt while it is created and launched waits until
+it is known, so it is cancelled and recorded, never stranded; a failure before or during launch,
+whatever it is, records the run failed with its reason. The client re-attaches to the store's
+server when it went away (a restarted server), so watching goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -13,22 +20,23 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mlbench_worker.hyperparams import AllReduce, AnyHyperparameters
-from mlbench_worker.wire import parse_event
+from mlbench_worker.wire import LogIn, parse_event
 
-from mlbench_tui.errors import MlbenchError, NotFound
+from mlbench_tui.errors import MlbenchError, NotFound, from_os_error
 from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
 from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
+from mlbench_tui.owners import RunOwner
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.summary import host_fingerprint, summarize_run
+from mlbench_tui.runs.interrupts import deferred_interrupts
 from mlbench_tui.runs.plans import PlannedRun, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
 from mlbench_tui.runs.queue import queue_label
 from mlbench_tui.spec.tasks import get_task
 from mlbench_tui.store.api_models import (
     MAX_TEXT_LEN,
-    LogIn,
     RankUpdate,
     RunCreate,
     RunCreated,
@@ -54,7 +62,7 @@ class ActiveRun:
     token: str
     handle: RunHandle
     progress: RunProgress
-    executor: Executor
+    executor: Executor[Any]
     event_cursor: int = 0
     metric_cursor: int = 0
     tailer: LogTailer | None = None
@@ -81,6 +89,21 @@ def _merged(known: LaunchMilestones | None, status: RunStatus | None) -> LaunchM
     return new if known is None else known.merged(new)
 
 
+def _launch_failure(exc: Exception) -> str:
+    """Why a run could not be launched, in a sentence (never a traceback)."""
+    if isinstance(exc, MlbenchError):
+        return exc.message
+    if isinstance(exc, OSError):
+        error = from_os_error(exc)
+        return f"{error.message} ({error.hint})" if error.hint else error.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _under_way(exc: MlbenchError) -> bool:
+    """The server refused the run: another live process runs one of that name."""
+    return getattr(exc, "reason", None) == "run_under_way"
+
+
 def _max_epochs(hp: AnyHyperparameters) -> float | None:
     return None if isinstance(hp, AllReduce) else float(hp.max_epochs)
 
@@ -99,21 +122,45 @@ class Runner:
     ) -> None:
         self.client = client
         self.printer = printer or ProgressPrinter()
-        self.server_url = server_url or client.url
+        self._server_url = server_url  # None: wherever the client's server is at launch time
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
-        self.executors: dict[str, Executor] = {}
+        self.executors: dict[str, Executor[Any]] = {}
         self.results: list[RunResult] = []  # of the runs that ended, in order
-        self._launched: dict[str, tuple[Executor, RunHandle]] = {}  # submitted, not yet finished
+        self.under_way: list[str] = []  # plans another live process already runs (not started here)
+        self.owner = RunOwner.this_process()
+        self._launched: dict[str, tuple[Executor[Any], RunHandle]] = {}  # submitted, not yet finished
+        self._active: list[ActiveRun] = []  # launched and watched, in order
         self._queued: dict[str, RunCreated] = {}  # by run name: registered pending, not yet submitted
+
+    @property
+    def server_url(self) -> str:
+        """The URL ranks report to: the one given, else the client's server now."""
+        return self._server_url or self.client.url
 
     # one run -------------------------------------------------------------------------------
 
     def start(self, item: PlannedRun) -> ActiveRun | None:
-        """Create the run in the store and submit it; a launch failure marks it failed."""
+        """Create the run in the store and launch it; a launch failure marks it failed, a run of
+        the same name under way elsewhere is left to it (None for both)."""
+        with deferred_interrupts():  # an interrupt lands once the run is launched and known
+            return self._start(item)
+
+    def _start(self, item: PlannedRun) -> ActiveRun | None:
         plan = item.plan
         queued = self._queued.pop(plan.name, None)
-        created = queued or self.client.create_run(RunCreate.from_plan(plan, spec_text=item.spec_text))
+        if queued is not None:
+            created = queued
+        else:
+            request = RunCreate.from_plan(plan, spec_text=item.spec_text)
+            request.owner, request.exclusive = self.owner, True
+            try:
+                created = self.client.create_run(request)
+            except MlbenchError as exc:
+                if not _under_way(exc):
+                    raise
+                self._note_under_way(plan.name, exc)
+                return None
         run_id, token = created.run.id, created.write_token
         task = get_task(plan.task)
         sweep = task.sweep if task is not None else None
@@ -130,13 +177,23 @@ class Runner:
         try:
             executor = executor_for(plan, self.executors)
             handle = executor.submit(plan, launch)
-        except MlbenchError as exc:
-            self.printer.note(f"{plan.name}: failed to start: {exc.message}")
-            failed = self._end(plan, run_id, RunState.FAILED, exc.message)
-            self._keep(failed or summarize_run(plan, RunState.FAILED, [], [], message=exc.message))
+        except Exception as exc:  # whatever it is, the run is recorded failed with why
+            reason = _launch_failure(exc)
+            self.printer.note(f"{plan.name}: failed to start: {reason}")
+            with contextlib.suppress(MlbenchError):  # no rank started: none stays "pending"
+                never = RankUpdate(state=RunState.FAILED, message="not started")
+                self.client.update_ranks(run_id, [(rank, never) for rank in range(plan.workers)])
+            failed = self._end(plan, run_id, RunState.FAILED, f"failed to start: {reason}")
+            self._keep(failed or summarize_run(plan, RunState.FAILED, [], [], message=reason))
             return None
         self._launched[run_id] = (executor, handle)
-        update = RunUpdate(state=RunState.RUNNING, handle=str(handle), started=_now())
+        spool = executor.spool_dir(handle)
+        update = RunUpdate(
+            state=RunState.RUNNING,
+            handle=str(handle),
+            started=_now(),
+            spool=None if spool is None else str(spool),
+        )
         dequeued = LaunchMilestones(dequeued=time.time()) if queued is not None else None
         if dequeued is not None:  # its start is timed from leaving the queue, not from being queued
             update.launch = dequeued
@@ -144,6 +201,7 @@ class Runner:
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
         active = ActiveRun(item, run_id, token, handle, progress, executor, milestones=dequeued)
+        self._active.append(active)
         try:
             active.tailer = executor.log_tailer(handle)
         except MlbenchError as exc:  # the run goes on; its logs stay where the executor keeps them
@@ -201,6 +259,8 @@ class Runner:
         except MlbenchError:
             status = None
         self._launched.pop(active.run_id, None)
+        if active in self._active:
+            self._active.remove(active)
         active.milestones = _merged(active.milestones, status)
         # UNKNOWN (the launcher's exit status was lost) is settled by the server from what the
         # ranks reported: a run every rank says ended normally is a success.
@@ -281,11 +341,8 @@ class Runner:
         for rank, batch_lines in by_rank.items():
             for start in range(0, len(batch_lines), LOG_BATCH_LINES):
                 try:
-                    self.client.post_logs(
-                        active.run_id,
-                        batch_lines[start : start + LOG_BATCH_LINES],
-                        rank=rank,
-                        token=active.token,
+                    self.client.post_logs(  # the engine's own token: a stopped rank's last lines too
+                        active.run_id, batch_lines[start : start + LOG_BATCH_LINES], rank=rank
                     )
                 except MlbenchError as exc:  # logs stay in the run directory; never stop the run for them
                     self.printer.note(f"{active.progress.name}: could not store logs: {exc.message}")
@@ -361,25 +418,21 @@ class Runner:
     def run_all(self, planned: Sequence[PlannedRun], *, parallel: bool = False) -> list[RunResult]:
         """Run the plans in order (several at once with ``parallel`` while cores allow)."""
         queue = [item for item in planned if not item.skipped]
-        active: list[ActiveRun] = []
-        self._register(queue[1:])
         try:
-            while queue or active:
-                while queue and self._fits(queue[0], active, parallel):
-                    started = self.start(queue.pop(0))
-                    if started is not None:
-                        active.append(started)
-                for run in list(active):
+            queue = self._register(queue)
+            while queue or self._active:
+                while queue and self._fits(queue[0], self._active, parallel):
+                    self.start(queue.pop(0))
+                for run in list(self._active):
                     if self.poll(run):
                         self.finish(run)
-                        active.remove(run)
-                if active:
+                if self._active:
                     time.sleep(self.poll_s)
         except KeyboardInterrupt:
             self.printer.note("interrupted: cancelling active runs")
             self._cancel_launched()
             self._unqueue("apply was interrupted before it started this run")
-            for run in active:
+            for run in list(self._active):
                 self.finish(run)
             raise
         except BaseException:
@@ -388,13 +441,29 @@ class Runner:
             raise
         return self.results
 
-    def _register(self, queue: Sequence[PlannedRun]) -> None:
-        """Register the runs that will wait for earlier ones, as pending, so the store shows the
-        queue; each is submitted later under the same run (``start``)."""
-        for item in queue:
+    def _register(self, queue: list[PlannedRun]) -> list[PlannedRun]:
+        """Register the runs that will wait for earlier ones, as pending and owned by this apply,
+        so the store shows the queue; each is submitted later under the same run (``start``).
+        Returns the queue less the runs another live apply already has under way."""
+        kept = queue[:1]
+        for item in queue[1:]:
             request = RunCreate.from_plan(item.plan, spec_text=item.spec_text)
             request.labels.update(queue_label())
-            self._queued[item.plan.name] = self.client.create_run(request)
+            request.owner, request.exclusive = self.owner, True
+            try:
+                self._queued[item.plan.name] = self.client.create_run(request)
+            except MlbenchError as exc:
+                if not _under_way(exc):
+                    raise
+                self._note_under_way(item.plan.name, exc)
+                continue
+            kept.append(item)
+        return kept
+
+    def _note_under_way(self, name: str, exc: MlbenchError) -> None:
+        why = exc.message.split(": ", 1)[-1]  # past "server answered 409 (run_under_way)"
+        self.printer.note(f"{name}: not started: {why} (watch it with: mlbench status {name})")
+        self.under_way.append(name)
 
     def _unqueue(self, why: str) -> None:
         """End the queued runs that will not start now: cancelled, with ``why``."""
@@ -410,8 +479,8 @@ class Runner:
         for executor, handle in list(self._launched.values()):
             try:
                 executor.cancel(handle)
-            except MlbenchError as exc:
-                self.printer.note(f"could not cancel {handle}: {exc.message}")
+            except Exception as exc:  # a full disk, a cluster API down: say so, cancel the others
+                self.printer.note(f"could not cancel {handle}: {_launch_failure(exc)}")
 
     def _fits(self, item: PlannedRun, active: list[ActiveRun], parallel: bool) -> bool:
         return fits(

@@ -20,14 +20,17 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.types import ASGIApp
 
 from mlbench_tui import __version__
 from mlbench_tui.server import errors, stream_events
 from mlbench_tui.server.auth import AuthConfig, Authorizer
+from mlbench_tui.server.hosts import HostCheck, HostPolicy
 from mlbench_tui.server.ingest import IngestFastPath, Ingestor
 from mlbench_tui.server.reads import ReadGate
 from mlbench_tui.server.routes import events, logs, metrics, runs, streams
 from mlbench_tui.server.routes.context import Api, json_response
+from mlbench_tui.server.spools import SpoolImporter
 from mlbench_tui.server.stream import Hub
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import ErrorBody, EventBatch, Health, LogBatch, MetricBatch
@@ -46,17 +49,24 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
+def create_app(
+    store: Store,
+    auth: AuthConfig,
+    hosts: HostPolicy | None = None,
+    spools: SpoolImporter | None = None,
+) -> ASGIApp:
     """The ASGI app over ``store``; the caller owns the store's lifetime.
 
-    The outermost layer is ``IngestFastPath``, which answers the three ingest routes itself and
-    hands everything else (and the lifespan) to the FastAPI app, its ``app`` attribute.
+    The outermost layer is ``HostCheck`` (with a ``hosts`` policy: requests naming another host
+    are answered 421), then ``IngestFastPath``, which answers the three ingest routes itself and
+    hands everything else (and the lifespan) to the FastAPI app.
     """
     hub = Hub(
         lambda run_id, after, names: store.read(lambda c: queries.metric_summary(c, run_id, after, names))
     )
     authz = Authorizer(auth, store)
-    api = Api(store, auth, authz, Ingestor(store, authz), ReadGate(store.engine), hub)
+    importer = spools or SpoolImporter(store)
+    api = Api(store, auth, authz, Ingestor(store, authz), ReadGate(store.engine), hub, importer)
     if store.writer is not None:
         store.writer.listeners.append(hub.publish)
 
@@ -118,4 +128,5 @@ def create_app(store: Store, auth: AuthConfig) -> IngestFastPath:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    return IngestFastPath(app, api.ingestor)
+    served = IngestFastPath(app, api.ingestor)
+    return served if hosts is None else HostCheck(served, hosts)

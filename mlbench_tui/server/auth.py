@@ -2,7 +2,9 @@
 
 Tokens are compared in constant time (``hmac.compare_digest``) and never logged or echoed. A
 missing or unknown token is 401; a valid token that may not do this (a read token writing, one
-run's token writing to another run) is 403.
+run's token writing to another run) is 403; a run's token once its run has ended is 409. Every
+read needs the read (or admin) token, on loopback too: a web page the user visits can reach
+127.0.0.1, but it cannot know the token, which only the server's 0600 files hold.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import hmac
 import ipaddress
 import secrets
 from dataclasses import dataclass, field
+from enum import Enum
 
 from starlette.requests import Request
 
 from mlbench_tui.store.store import Store
+from mlbench_tui.store.write_rules import run_ended
 
 
 class AuthError(Exception):
@@ -27,17 +31,24 @@ class AuthError(Exception):
         self.message = message
 
 
+class Access(Enum):
+    """Who writes to a run: the engine (admin token) or the run's ranks (its write token)."""
+
+    ADMIN = "admin"
+    RUN = "run"
+
+
 @dataclass(frozen=True)
 class AuthConfig:
-    """The server's tokens and read policy."""
+    """The server's tokens and read policy (``open_reads``: reads without a token, tests only)."""
 
     admin_token: str = field(repr=False)
     read_token: str = field(repr=False)
-    open_reads: bool = True
+    open_reads: bool = False
 
     @classmethod
     def generate(
-        cls, *, open_reads: bool = True, admin: str | None = None, read: str | None = None
+        cls, *, open_reads: bool = False, admin: str | None = None, read: str | None = None
     ) -> AuthConfig:
         return cls(
             admin_token=admin or secrets.token_urlsafe(32),
@@ -105,11 +116,12 @@ class Authorizer:
             raise AuthError(403, "forbidden", "a run write token cannot read; use the read token")
         raise AuthError(401, "invalid_token", "invalid token")
 
-    def write_run(self, request: Request, run_id: str) -> bool | None:
-        """Allow the run's own write token (or the admin token); None when the run does not exist."""
+    def write_run(self, request: Request, run_id: str) -> Access | None:
+        """Allow the run's own write token while the run lives (or the admin token); None when
+        the run does not exist."""
         return self.write_run_token(bearer(request), run_id)
 
-    def write_run_token(self, token: str | None, run_id: str) -> bool | None:
+    def write_run_token(self, token: str | None, run_id: str) -> Access | None:
         """``write_run`` for an already extracted bearer token."""
         writer = self.store.writer
         if writer is not None and not writer.has_run(run_id):
@@ -119,10 +131,14 @@ class Authorizer:
                 401, "missing_token", "writing needs the run's write token (Authorization: Bearer)"
             )
         if self.is_admin(token):
-            return True
+            return Access.ADMIN
         ok = self.store.check_run_token(run_id, token)
-        if ok is None or ok:
-            return ok
+        if ok is None:
+            return None
+        if ok:
+            if writer is not None and writer.run_ended(run_id):
+                raise run_ended(run_id)
+            return Access.RUN
         if _eq(token, self.config.read_token) or self._is_some_run_token(token):
             raise AuthError(403, "forbidden", "this token may not write to this run")
         raise AuthError(401, "invalid_token", "invalid token")

@@ -4,18 +4,26 @@ Synchronous (httpx) and thread-safe, so the Textual TUI calls it from thread wor
 are the wire models of ``mlbench_tui.store.api_models``; failures raise ``ServerError`` with a
 message fit for the user (connection refused, bad token, invalid request), and ``NotFound`` for
 an unknown run, as the store itself does.
+
+Every read needs a token. A client made without one takes the read token this user's server
+records hold for its URL (``records.credentials_for``), so callers never handle it. A client made
+with ``reattach`` survives its server going away: a request that could not reach the server asks
+``reattach`` for the store's server now (found, or started again) and is sent there once more.
 """
 
 from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
 import orjson
+from mlbench_worker.wire import LogIn
+from mlbench_worker.wire_types import to_json
 from pydantic import BaseModel, TypeAdapter
 
 from mlbench_tui.errors import NotFound, ServerError
@@ -23,7 +31,6 @@ from mlbench_tui.store.api_models import (
     BatchAck,
     EventsPage,
     Health,
-    LogIn,
     LogsPage,
     MetricBands,
     MetricName,
@@ -55,6 +62,12 @@ class ServerTimeout(ServerError):
 class ServerUnreachable(ServerError):
     """No server answers at the client's address (never started, or stopped since)."""
 
+    def __init__(
+        self, message: str, *, hint: str | None = None, cause: httpx.HTTPError | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.cause = cause
+
 
 class ServerHTTPError(ServerError):
     """The server answered with an error status; ``status`` and ``reason`` say which."""
@@ -74,6 +87,14 @@ class StreamEvent:
     id: str | None = None
 
 
+@dataclass(frozen=True)
+class Attachment:
+    """Where a client's server is now: its URL and the token to use there."""
+
+    url: str
+    token: str | None = field(repr=False, default=None)
+
+
 def needs_tls(url: str) -> bool:
     """Whether ``url`` is served over TLS. Only then does an httpx client need its certificate
     store loaded (``verify``): loading it costs tens of ms per client, and a plain-http client
@@ -84,14 +105,41 @@ def needs_tls(url: str) -> bool:
 class MlbenchClient:
     """Client of one server with one bearer token (admin, read, or a run's write token)."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        reattach: Callable[[], Attachment] | None = None,
+    ) -> None:
+        self._timeout = timeout
+        self._reattach = reattach
+        self._attach_lock = threading.Lock()
+        self._session = secrets.token_hex(6)
+        self._seq = itertools.count()
+        self._connect(url, token if token else _recorded_token(url))
+
+    def _connect(self, url: str, token: str | None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=needs_tls(url))
-        self._timeout = timeout
-        self._session = secrets.token_hex(6)
-        self._seq = itertools.count()
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=self._timeout, verify=needs_tls(self.url)
+        )
+
+    def reattached(self) -> bool:
+        """Find the server again (``reattach``); True when it now lives elsewhere or anew."""
+        if self._reattach is None:
+            return False
+        with self._attach_lock:
+            found = self._reattach()
+            if (found.url.rstrip("/"), found.token) == (self.url, self.token):
+                return True  # the same server (it came back on its port) or one that answers again
+            old = self._http
+            self._connect(found.url, found.token)
+        old.close()
+        return True
 
     def close(self) -> None:
         self._http.close()
@@ -121,8 +169,29 @@ class MlbenchClient:
             headers = {**(headers or {}), "Content-Type": "application/json"}
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            resp = self._http.request(
-                method, path, content=content, params=clean, headers=headers, timeout=limit
+            resp = self._send(method, path, content, clean, headers, limit)
+        except ServerUnreachable as exc:
+            if self._reattach is None or not _resendable(method, path, exc.cause):
+                raise
+            self.reattached()  # the store's server now (it came back, or another was started)
+            resp = self._send(method, path, content, clean, headers, limit)
+        if resp.status_code >= 400:
+            raise _error(resp)
+        return resp
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        params: Mapping[str, Any],
+        headers: dict[str, str] | None,
+        limit: float,
+    ) -> httpx.Response:
+        """One request; transport failures as ``ServerTimeout`` / ``ServerUnreachable``."""
+        try:
+            return self._http.request(
+                method, path, content=content, params=params, headers=headers, timeout=limit
             )
         except httpx.TimeoutException as exc:
             raise ServerTimeout(
@@ -132,10 +201,8 @@ class MlbenchClient:
             raise ServerUnreachable(
                 f"cannot reach mlbench server at {self.url}: {exc}",
                 hint="start one with 'mlbench server', or check MLBENCH_SERVER_URL",
+                cause=exc,
             ) from None
-        if resp.status_code >= 400:
-            raise _error(resp)
-        return resp
 
     @staticmethod
     def _model(resp: httpx.Response, model: type[M]) -> M:
@@ -248,7 +315,7 @@ class MlbenchClient:
     ) -> BatchAck:
         """Store log lines of one rank: texts (in ``stream``) or whole ``LogIn`` lines."""
         typed = (LogIn(text=line, stream=stream) if isinstance(line, str) else line for line in lines)
-        items = [line.model_dump(mode="json", exclude_none=True) for line in typed]
+        items = [to_json(line) for line in typed]
         return self._batch(run_id, "logs", "lines", items, rank, seq, token)
 
     def post_events(
@@ -377,6 +444,21 @@ class MlbenchClient:
 
 
 KEEPALIVE = "keepalive"
+
+
+def _resendable(method: str, path: str, exc: httpx.HTTPError | None) -> bool:
+    """Whether a request that failed with ``exc`` may be sent again to a re-found server: one
+    that never reached a server (connection refused), or one whose repetition changes nothing
+    (reads, updates, ingest batches, deduplicated by their sequence number)."""
+    if isinstance(exc, httpx.ConnectError):
+        return True
+    return method != "POST" or path.endswith(":batch")
+
+
+def _recorded_token(url: str) -> str | None:
+    from mlbench_tui.server.records import credentials_for
+
+    return credentials_for(url)
 
 
 def parse_sse(lines: Iterable[str], *, keepalives: bool = False) -> Iterator[StreamEvent]:

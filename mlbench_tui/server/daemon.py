@@ -5,8 +5,15 @@ calls ``ensure_server``. It reuses the server recorded for the store when that o
 answers, is of this version and serves this store; otherwise it starts ``mlbench server
 --idle-timeout`` in a session of its own and waits until it answers (Bazel's client/server
 model). No command serves HTTP in its own process, so a server never vanishes with the command
-that started it. A lock file per store makes commands starting at once meet on one server; a
-record whose process is gone is replaced; a detached server of another version is stopped first.
+that started it. A lock file per store makes commands starting at once meet on one server (a
+lock held too long is reported with its holder, never waited on in silence); a record whose
+process is gone is replaced; a detached server of another version is stopped first.
+
+Each store keeps an identity beside its record (a 0600 file): its admin and read tokens and the
+port its last server listened on. A server started after another was killed takes the same
+tokens and, when free, the same port, so ranks, ``apply`` and the TUI carry on against it; a
+client made from a record re-attaches to the store's server (found or started again here) when
+its server went away.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -25,15 +33,17 @@ from typing import TYPE_CHECKING
 
 from mlbench_tui import __version__
 from mlbench_tui.errors import ServerError
+from mlbench_tui.server.records import servers_dir
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
-    from mlbench_tui.store.reader import RunReader
+    from mlbench_tui.store.read_api import RunReader
 
 IDLE_TIMEOUT_ENV = "MLBENCH_SERVER_IDLE_TIMEOUT"
 IDLE_TIMEOUT_S = 900.0  # a detached server's default: exit 15 minutes after its last use
 START_TIMEOUT_S = 60.0  # hang guard for a detached server's start (importing the app is slow)
 STOP_TIMEOUT_S = 15.0
+LOCK_WAIT_S = START_TIMEOUT_S + 15.0  # another command may hold the lock while its server starts
 
 
 @dataclass(frozen=True)
@@ -51,22 +61,74 @@ class ServerInfo:
     idle_timeout: float | None = None  # set for a detached server (it exits when idle)
 
     def client(self, *, admin: bool = True, timeout: float = 30.0) -> MlbenchClient:
-        from mlbench_tui.server.client import MlbenchClient
+        """A client of this server that re-attaches to the store's server (found, or started
+        again) when this one went away; a server named by ``MLBENCH_SERVER_URL`` is not replaced."""
+        from mlbench_tui.server.client import Attachment, MlbenchClient
 
-        return MlbenchClient(self.url, self.admin_token if admin else self.read_token, timeout=timeout)
+        store = self.store
+
+        def reattach() -> Attachment:
+            info = ensure_server(store)
+            return Attachment(info.url, info.admin_token if admin else info.read_token)
+
+        token = self.admin_token if admin else self.read_token
+        return MlbenchClient(self.url, token, timeout=timeout, reattach=reattach if store else None)
 
 
-def servers_dir() -> Path:
-    """``<state dir>/servers``: one state file (and lock, and log) per store."""
-    from mlbench_tui.settings import Paths
+@dataclass(frozen=True)
+class StoreIdentity:
+    """What every server of one store keeps (a 0600 file beside its record): its tokens, so a
+    restarted server honours the ones clients hold, and the port it last listened on."""
 
-    return Paths.from_env().state_dir / "servers"
+    admin_token: str = field(repr=False)
+    read_token: str = field(repr=False)
+    port: int | None = None
 
 
 def state_path(store: str | Path) -> Path:
     """The state file of the server of ``store`` (named by a digest of its absolute path)."""
     digest = hashlib.sha256(str(Path(store).expanduser().resolve()).encode()).hexdigest()[:16]
     return servers_dir() / f"{digest}.json"
+
+
+def identity_path(store: str | Path) -> Path:
+    return state_path(store).with_suffix(".identity")
+
+
+def store_identity(store: str | Path) -> StoreIdentity:
+    """The store's identity, made (with new tokens) the first time a server serves it."""
+    path = identity_path(store)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return StoreIdentity(str(data["admin_token"]), str(data["read_token"]), data.get("port"))
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    identity = StoreIdentity(secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+    _write_private(path, asdict(identity))
+    return identity
+
+
+def remember_port(store: str | Path, port: int) -> None:
+    """Record the port the store's server listens on now (its successor tries it first)."""
+    identity = store_identity(store)
+    if identity.port != port:
+        with contextlib.suppress(OSError):
+            _write_private(identity_path(store), {**asdict(identity), "port": port})
+
+
+def _write_private(path: Path, data: dict[str, object]) -> None:
+    """Write JSON ``data`` to ``path`` atomically with mode 0600 (an ``OSError`` names ``path``)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def read_state(path: Path) -> ServerInfo | None:
@@ -87,12 +149,7 @@ def recorded_servers() -> list[ServerInfo]:
 def write_state(info: ServerInfo) -> Path:
     """Record ``info`` atomically with mode 0600 (it holds tokens)."""
     path = state_path(info.store)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(asdict(info), fh)
-    os.replace(tmp, path)
+    _write_private(path, asdict(info))
     return path
 
 
@@ -107,17 +164,13 @@ def remove_state(info: ServerInfo) -> None:
 
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a child of ours that exited is reaped, not counted)."""
+    from mlbench_tui.owners import pid_alive
+
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def probe(info: ServerInfo, store: Path | None = None, timeout: float = 2.0) -> bool:
@@ -172,17 +225,22 @@ def idle_timeout() -> float:
 
 @contextlib.contextmanager
 def _store_lock(store: Path) -> Iterator[None]:
-    """Exclusive ``flock`` on the store's server lock file: one finder/starter at a time."""
-    import fcntl
+    """Exclusive ``flock`` on the store's server lock file: one finder/starter at a time; a
+    holder that keeps it too long is named on stderr, then in the error."""
+    from mlbench_tui.locks import held, wait_bound
 
-    path = state_path(store).with_suffix(".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    def note(text: str) -> None:
+        print(f"mlbench: {text}", file=sys.stderr, flush=True)
+
+    with held(
+        state_path(store).with_suffix(".lock"),
+        what=f"the server lock of store {store}",
+        wait=wait_bound(LOCK_WAIT_S),
+        hint="another mlbench command is finding or starting this store's server; if that process "
+        "is stuck, stop it (kill PID) and run the command again",
+        note=note,
+    ):
         yield
-    finally:
-        os.close(fd)
 
 
 def _env_server() -> ServerInfo | None:
@@ -241,12 +299,16 @@ def ensure_server(db_path: str | Path | None = None) -> ServerInfo:
 
 
 def _start_detached(store: Path) -> ServerInfo:
-    """``mlbench server --port 0 --idle-timeout T`` for ``store`` in its own session; returns its
-    record once it answers. It makes its own tokens (the caller's MLBENCH_TOKEN is not passed)."""
+    """``mlbench server --port 0 --idle-timeout T`` for ``store`` in its own session (on the port
+    its last server had, when free); returns its record once it answers. It takes the store's
+    tokens (the caller's MLBENCH_TOKEN is not passed)."""
     from mlbench_tui.detached import Detached, start_detached
 
     argv = [sys.executable, "-m", "mlbench_tui", "server", "--port", "0", "--db", str(store)]
     argv += ["--idle-timeout", f"{idle_timeout():g}"]
+    last = store_identity(store).port
+    if last:
+        argv += ["--prefer-port", str(last)]
     env = {k: v for k, v in os.environ.items() if k not in ("MLBENCH_TOKEN", "MLBENCH_READ_TOKEN")}
     log_path = state_path(store).with_suffix(".log")
     found: list[ServerInfo] = []

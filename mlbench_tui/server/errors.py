@@ -16,9 +16,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mlbench_tui.errors import NotFound, StoreError, UsageError
+from mlbench_tui.errors import Conflict, NotFound, StoreError, UsageError
+from mlbench_tui.locks import LockHeld
 from mlbench_tui.server.auth import AuthError
 from mlbench_tui.server.reads import ReadAborted
+from mlbench_tui.store.engine import StoreFull, StoreLocked, StoreReadOnly
 
 log = logging.getLogger("mlbench.server")
 
@@ -51,10 +53,12 @@ def error_parts(exc: BaseException) -> tuple[int, str, Any]:
         return 404, "not_found", exc.message
     if isinstance(exc, UsageError):
         return 422, "invalid_request", exc.message
+    if isinstance(exc, Conflict):
+        return exc.status, exc.reason, exc.message
     if isinstance(exc, ReadAborted):
         return 503, exc.reason, exc.message
-    if isinstance(exc, StoreError):
-        return 503, "store_error", exc.message
+    if isinstance(exc, StoreError | LockHeld):
+        return _store_answer(exc)
     if isinstance(exc, RequestValidationError):
         return 422, "invalid_request", clean_errors(exc.errors())
     if isinstance(exc, StarletteHTTPException):
@@ -63,6 +67,19 @@ def error_parts(exc: BaseException) -> tuple[int, str, Any]:
         )
         return exc.status_code, reason, exc.detail
     return 500, "internal_error", "internal server error (see the server log)"
+
+
+def _store_answer(exc: StoreError | LockHeld) -> tuple[int, str, Any]:
+    """A store that cannot do this now: full (507), read-only, locked or failing (503); the
+    detail says what to do."""
+    text = f"{exc.message} (hint: {exc.hint})" if exc.hint else exc.message
+    if isinstance(exc, StoreFull):
+        return 507, "disk_full", text
+    if isinstance(exc, StoreReadOnly):
+        return 503, "store_read_only", text
+    if isinstance(exc, StoreLocked | LockHeld):
+        return 503, "store_locked", text
+    return 503, "store_error", text
 
 
 def answer(exc: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
@@ -85,6 +102,7 @@ async def _respond(_request: Request, exc: Exception) -> Response:
 HANDLED = (
     ApiError,
     AuthError,
+    Conflict,
     NotFound,
     StoreError,
     UsageError,

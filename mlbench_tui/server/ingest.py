@@ -6,37 +6,38 @@ serves exactly these three routes without FastAPI's routing, dependency and midd
 everything else goes on to FastAPI, whose routes of the same paths stay for the OpenAPI document
 and behave identically (same ``Ingestor``, same body reader, same error map).
 
-Metric batches, the bulk of the traffic, are decoded by a msgspec mirror of the wire model
-``MetricBatch``, cheaper than pydantic. The mirror is stricter than pydantic (no lax coercions
-such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then accepts it
-or produces the usual 422 reasons, so the API answers exactly as the wire model says.
+Metric batches, the bulk of the traffic, are decoded by msgspec, cheaper than pydantic: its
+struct is derived from the wire contract's one declaration of ``MetricBatch`` (``mlbench_worker.wire``,
+``store.wire_models``), as is the API's pydantic model. msgspec is stricter than pydantic (no lax
+coercions such as ``"step": 1.0``); whatever it refuses is parsed again by pydantic, which then
+accepts it or produces the usual 422 reasons, so the API answers exactly as the wire model says.
+A metric name's pattern (no control characters) is checked once per new name, not per metric.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 import time
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
+from mlbench_worker import wire
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlbench_tui.errors import NotFound, StoreError
-from mlbench_tui.server.auth import Authorizer
+from mlbench_tui.errors import NotFound
+from mlbench_tui.server.auth import Access, Authorizer
 from mlbench_tui.server.errors import ApiError, answer, clean_errors
 from mlbench_tui.store.api_models import (
-    MAX_BATCH_ITEMS,
     MAX_BODY_BYTES,
-    MAX_NAME_LEN,
     MAX_PAYLOAD_BYTES,
-    MAX_RANK,
     EventBatch,
     LogBatch,
     MetricBatch,
 )
+from mlbench_tui.store.series import SeriesCatalog
 from mlbench_tui.store.store import Store, dumps_json
+from mlbench_tui.store.wire_models import msgspec_struct
 from mlbench_tui.store.writer import Writer
 
 MODELS: dict[str, type[BaseModel]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
@@ -44,44 +45,28 @@ _PREFIX = "/v1/runs/"
 _SUFFIXES = {"metrics:batch": "metrics", "logs:batch": "logs", "events:batch": "events"}
 
 
-# ---- msgspec mirror of api_models.MetricBatch (a test pins that it never accepts more)
-
-_Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
-_SESSION = re.compile(r"[A-Za-z0-9._-]*")  # api_models.Session
-_CONTROL = re.compile(r"[\x00-\x1f]")  # api_models.Name allows none
-
-
-class _FastMetric(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LEN)]  # + _CONTROL check
-    value: _Finite | None
-    step: Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | None = None
-    epoch: _Finite | None = None
-    t: _Finite | None = None
-
-
-class _FastMetricBatch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    rank: Annotated[int, msgspec.Meta(ge=0, le=MAX_RANK)]
-    seq: Annotated[int, msgspec.Meta(ge=0, le=2**62)]
-    metrics: Annotated[list[_FastMetric], msgspec.Meta(min_length=1, max_length=MAX_BATCH_ITEMS)]
-    session: Annotated[str, msgspec.Meta(max_length=64)] = ""  # + _SESSION check
-
-
-_FAST_METRICS = msgspec.json.Decoder(_FastMetricBatch)
+_FAST_METRICS = msgspec.json.Decoder(msgspec_struct(wire.MetricBatch, skip_patterns=frozenset({"name"})))
+_CONTROL = re.compile(r"[\x00-\x1f]")  # wire.MetricName allows none
 
 
 def fast_metric_batch(body: bytes) -> Any | None:
-    """The batch decoded by the msgspec mirror, or None where pydantic must decide."""
+    """The batch decoded by msgspec, or None where pydantic must decide."""
     try:
-        batch = _FAST_METRICS.decode(body)
+        return _FAST_METRICS.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    if batch.session and _SESSION.fullmatch(batch.session) is None:
-        return None
-    return batch
+
+
+def fast_metric_parts(rank: int, seq: int, session: str, items: bytes) -> Any | None:
+    """``fast_metric_batch`` for a batch whose rank, seq and session were decoded already and whose
+    metrics are still JSON (a spool line): the items are spliced into one body, not re-encoded,
+    and the whole batch is checked by the one decoder."""
+    head = b'{"rank":%d,"seq":%d,"session":%s,"metrics":' % (rank, seq, msgspec.json.encode(session))
+    return fast_metric_batch(head + items + b"}")
 
 
 def valid_name(name: str) -> bool:
-    """``api_models.Name``'s pattern (the mirror already checked the length)."""
+    """``wire.MetricName``'s pattern (msgspec already checked the length)."""
     return _CONTROL.search(name) is None
 
 
@@ -101,58 +86,80 @@ class Ingestor:
 
     async def handle(self, run_id: str, kind: str, token: str | None, body: bytes) -> bytes:
         """Store the batch in ``body``; returns the JSON acknowledgement (after commit)."""
-        if self.authz.write_run_token(token, run_id) is None:
+        access = self.authz.write_run_token(token, run_id)
+        if access is None:
             raise NotFound(f"run {run_id} not found")
-        writer = self.store.writer
-        if writer is None:
-            raise StoreError("store is read-only")
+        writer = self.store.require_writer()
+        by_run = access is Access.RUN
         if kind == "metrics":
             rank, session, seq, params = self._metric_params(writer, run_id, body)
-            accepted, duplicate = await writer.ingest_metrics_async(run_id, rank, session, seq, params)
+            accepted, duplicate = await writer.ingest_metrics_async(
+                run_id, rank, session, seq, params, by_run
+            )
             return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
-        batch: Any = _validate(MODELS[kind], body)
+        batch: Any = validated(kind, body)
         now = time.time()
         rank = batch.rank
-        rows: list[tuple[Any, ...]]
-        if kind == "logs":
-            rows = [
-                (run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text)
-                for ln in batch.lines
-            ]
-        else:
-            rows = [
-                (run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events
-            ]
-        accepted, duplicate = await writer.ingest_async(kind, run_id, rank, batch.session, batch.seq, rows)
+        rows = log_rows(run_id, batch, now) if kind == "logs" else event_rows(run_id, batch, now)
+        accepted, duplicate = await writer.ingest_async(
+            kind, run_id, rank, batch.session, batch.seq, rows, by_run
+        )
         return b'{"accepted":%d,"duplicate":%s}' % (accepted, b"true" if duplicate else b"false")
 
     def _metric_params(self, writer: Writer, run_id: str, body: bytes) -> tuple[int, str, int, list[Any]]:
-        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid.
+        """(rank, session, seq, ``MetricChunk.params``) of a metric batch; ApiError 422 when invalid."""
+        batch: Any = validated("metrics", body)
+        params = metric_params(writer.series, run_id, batch, time.time(), body)
+        return batch.rank, batch.session, batch.seq, params
 
-        A name the store's series catalog knows needs no check, so a steady stream of batches
-        costs one dict lookup per metric beyond decoding; a new name is checked once.
-        """
-        batch: Any = fast_metric_batch(body)
-        if batch is None:
-            batch = _validate(MetricBatch, body)
-        catalog = writer.series
-        ids = catalog.ids(run_id)
-        now = time.time()
-        rank = batch.rank
-        params: list[Any] = []
-        add = params.extend
-        for m in batch.metrics:
-            name = m.name
-            sid = ids.get(name)
-            if sid is None:
-                if not valid_name(name):
+
+def metric_params(
+    catalog: SeriesCatalog, run_id: str, batch: Any, now: float, body: bytes | None = None
+) -> list[Any]:
+    """``MetricChunk.params`` of a decoded metric batch (either decoder's); ApiError 422 for a name
+    the wire model refuses (with pydantic's reasons when the request ``body`` is given).
+
+    A name the store's series catalog knows needs no check, so a steady stream of batches
+    costs one dict lookup per metric beyond decoding; a new name is checked once.
+    """
+    ids = catalog.ids(run_id)
+    rank = batch.rank
+    params: list[Any] = []
+    add = params.extend
+    for m in batch.metrics:
+        name = m.name
+        sid = ids.get(name)
+        if sid is None:
+            if not valid_name(name):
+                if body is not None:
                     _validate(MetricBatch, body)  # raises with pydantic's reasons
-                    raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")  # not reached
-                sid = catalog.id(run_id, name)
-                ids = catalog.ids(run_id)
-            t = m.t
-            add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
-        return rank, batch.session, batch.seq, params
+                raise ApiError(422, "invalid_request", f"invalid metric name {name!r}")
+            sid = catalog.id(run_id, name)
+            ids = catalog.ids(run_id)
+        t = m.t
+        add((sid, rank, m.step, m.epoch, now if t is None else t, m.value))
+    return params
+
+
+def log_rows(run_id: str, batch: Any, now: float) -> list[tuple[Any, ...]]:
+    """The ``logs`` rows (without id) of a validated log batch; lines without a time get ``now``."""
+    rank = batch.rank
+    return [(run_id, rank, ln.stream, ln.seq, now if ln.t is None else ln.t, ln.text) for ln in batch.lines]
+
+
+def event_rows(run_id: str, batch: Any, now: float) -> list[tuple[Any, ...]]:
+    """The ``events`` rows (without id) of a validated event batch (payloads as JSON text)."""
+    rank = batch.rank
+    return [(run_id, rank, e.kind, _payload(e.payload), now if e.t is None else e.t) for e in batch.events]
+
+
+def validated(kind: str, body: bytes) -> Any:
+    """The batch in ``body`` (a ``metrics:batch``, ``logs:batch`` or ``events:batch`` request
+    body) as the API accepts it; ApiError 422 with pydantic's reasons otherwise."""
+    if kind == "metrics":
+        fast = fast_metric_batch(body)
+        return fast if fast is not None else _validate(MetricBatch, body)
+    return _validate(MODELS[kind], body)
 
 
 def _validate(model: type[BaseModel], body: bytes) -> Any:

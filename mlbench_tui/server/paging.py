@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from mlbench_tui.results.time_to_accuracy import EventRecord, MetricPoint
+from mlbench_tui.results.events import EventRecord
+from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.store.api_models import EventsPage, MetricsPage
 
 NAMES_PER_READ = 50  # metric names per read (the API's limit is 100)

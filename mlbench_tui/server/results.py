@@ -18,10 +18,10 @@ from mlbench_tui.errors import NotFound
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results import provenance
+from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import olympic_mean, reached_time, speedup
 from mlbench_tui.results.summary import needed_metrics, settle_state, summarize_run
-from mlbench_tui.results.time_to_accuracy import EventRecord
 from mlbench_tui.server.paging import all_events, all_metrics
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, RunDetail, RunInfo, RunUpdate
@@ -38,14 +38,16 @@ def ends_run(update: RunUpdate) -> bool:
     return update.state.is_terminal() or update.state is RunState.UNKNOWN
 
 
-def with_result(store: Store, conn: Connection, run_id: str, update: RunUpdate) -> RunUpdate:
+def with_result(
+    store: Store, conn: Connection, run_id: str, update: RunUpdate, *, again: bool = False
+) -> RunUpdate:
     """``update`` with the run's settled final state, its error and its computed result; as it is
-    when the run already ended with a result (a result is computed once)."""
+    when the run already ended with a result (a result is computed once), unless ``again``."""
     run = queries.get_run(conn, run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found")
     assert update.state is not None
-    if run.result is not None and run.state.is_terminal():
+    if run.result is not None and run.state.is_terminal() and not again:
         return update
     events = all_events(lambda since: queries.events(conn, run_id, since=since, limit=MAX_PAGE))
     plan = _plan(run)
@@ -147,3 +149,14 @@ def _add_speedup(conn: Connection, run: RunDetail, result: RunResult) -> None:
     baseline = olympic_mean(times)
     result.speedup, result.efficiency = speedup(baseline, reached_time(result), result.workers)
     result.one_worker_time_s = baseline
+
+
+def resettled(store: Store, conn: Connection, run_id: str) -> RunUpdate | None:
+    """The update that settles an ended run again and recomputes its result from its record as
+    it is now (batches imported from its spool after it ended); None for a run still going."""
+    run = queries.get_run(conn, run_id)
+    if run is None or not run.state.is_terminal():
+        return None
+    host = run.result.fingerprint if run.result is not None else None
+    update = RunUpdate(state=run.state, error=run.error, host=host)
+    return with_result(store, conn, run_id, update, again=True)

@@ -3,7 +3,10 @@ detached server runs), and ``EmbeddedServer`` in a thread (tests and benchmarks)
 
 A serving process records itself in its store's state file (``daemon.py``); given an idle
 timeout it exits once unused for that long. One store has one writer: a second server on the
-same file is refused by the store's lock file.
+same file is refused by the store's lock file. Before it answers, a server imports every run's
+spool (what ranks could not send) and records failed the runs whose ``apply`` ended before
+launching them; it answers only requests naming its own address as Host. A store it cannot write
+(a read-only mount) is served for reading.
 """
 
 from __future__ import annotations
@@ -13,23 +16,26 @@ import gc
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench_tui import __version__
-from mlbench_tui.errors import ServerError
-from mlbench_tui.server.daemon import ServerInfo, remove_state, write_state
+from mlbench_tui.errors import MlbenchError, ServerError
+from mlbench_tui.server.daemon import ServerInfo, remember_port, remove_state, store_identity, write_state
 
 if TYPE_CHECKING:
     import uvicorn
-    from sqlalchemy import Connection
 
+    from mlbench_tui.server.auth import AuthConfig
     from mlbench_tui.server.idle import IdleWatch
+    from mlbench_tui.server.spools import SpoolImporter
     from mlbench_tui.store.store import Store
 
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+SWEEP_S = 10.0  # how often a serving process looks for runs whose apply ended before launching them
 
 
 def listen_backlog() -> int:
@@ -56,6 +62,57 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.listen(listen_backlog())
     sock.set_inheritable(True)
     return sock
+
+
+def bind_preferred(host: str, port: int, preferred: int | None) -> socket.socket:
+    """``bind_socket`` on ``preferred`` when given and free, else on ``port``."""
+    if preferred:
+        try:
+            return bind_socket(host, preferred)
+        except ServerError:
+            pass
+    return bind_socket(host, port)
+
+
+def serving_tokens(
+    store: Store,
+    *,
+    remembered: bool,
+    admin: str | None = None,
+    read: str | None = None,
+    open_reads: bool = False,
+) -> AuthConfig:
+    """The tokens a server of ``store`` answers: the ones given, else (``remembered``) the store's
+    identity, so clients and ranks holding them carry on across a restart, else new ones."""
+    from mlbench_tui.server.auth import AuthConfig
+
+    if remembered and not (admin and read):
+        identity = store_identity(store.path)
+        admin, read = admin or identity.admin_token, read or identity.read_token
+    return AuthConfig.generate(open_reads=open_reads, admin=admin, read=read)
+
+
+def prepare_serving(store: Store) -> SpoolImporter:
+    """What a process does before it serves ``store``: import every run's spool and record
+    failed the runs whose apply ended before launching them (both logged on stderr)."""
+    from mlbench_tui.server.owned_runs import end_stranded
+    from mlbench_tui.server.spools import SpoolImporter
+
+    importer = SpoolImporter(store)
+    if store.writer is None:
+        return importer
+    try:
+        imported = importer.import_all()
+        if imported.files:
+            print(f"mlbench server: imported {imported}", file=sys.stderr, flush=True)
+        stranded = end_stranded(store)
+        if stranded:
+            print(
+                f"mlbench server: recorded never-launched runs failed: {', '.join(stranded)}", file=sys.stderr
+            )
+    except MlbenchError as exc:  # a full disk: serve what is stored; the spools stay for later
+        print(f"mlbench server: {exc.render()}", file=sys.stderr, flush=True)
+    return importer
 
 
 def _url(sock: socket.socket) -> str:
@@ -98,23 +155,26 @@ class EmbeddedServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        open_reads: bool = True,
+        open_reads: bool = False,
         record: bool = True,
+        allow_hosts: tuple[str, ...] = (),
     ) -> None:
-        from mlbench_tui.server.auth import AuthConfig, is_loopback
+        from mlbench_tui.server.hosts import HostPolicy
         from mlbench_tui.store.store import Store
 
-        self.store = Store(db_path)
+        self.store = Store.for_server(db_path)
         try:
-            self.auth = AuthConfig.generate(open_reads=open_reads and is_loopback(host))
+            self.auth = serving_tokens(self.store, remembered=True, open_reads=open_reads)
             self._sock = bind_socket(host, port)
+            spools = prepare_serving(self.store)
         except BaseException:
             self.store.close()
             raise
         self.url = _url(self._sock)
         from mlbench_tui.server.app import create_app
 
-        self._server = make_server(create_app(self.store, self.auth))
+        hosts = HostPolicy.for_address(host, self._sock.getsockname()[1], allow_hosts)
+        self._server = make_server(create_app(self.store, self.auth, hosts, spools))
         self._thread = threading.Thread(target=self._run, name="mlbench-server", daemon=True)
         self._record = record
         self.info = ServerInfo(
@@ -172,26 +232,27 @@ def serve_foreground(
     *,
     host: str = "127.0.0.1",
     port: int = 8765,
-    open_reads: bool = True,
     admin_token: str | None = None,
     read_token: str | None = None,
     on_ready: Any = None,
     idle_timeout: float | None = None,
+    prefer_port: int | None = None,
+    allow_hosts: tuple[str, ...] = (),
 ) -> int:
     """Run the server in this thread until SIGINT/SIGTERM, or until idle for ``idle_timeout``
-    seconds when given; records itself in its store's state file meanwhile."""
+    seconds when given; records itself in its store's state file meanwhile. ``prefer_port`` is
+    tried before ``port``; ``allow_hosts`` are names it answers besides its own address."""
 
     from mlbench_tui.server.app import create_app
-    from mlbench_tui.server.auth import AuthConfig, is_loopback
+    from mlbench_tui.server.hosts import HostPolicy
     from mlbench_tui.server.idle import IdleWatch
     from mlbench_tui.store.store import Store
 
-    store = Store(db_path)
+    store = Store.for_server(db_path)
     try:
-        auth = AuthConfig.generate(
-            open_reads=open_reads and is_loopback(host), admin=admin_token, read=read_token
-        )
-        sock = bind_socket(host, port)
+        auth = serving_tokens(store, remembered=True, admin=admin_token, read=read_token)
+        sock = bind_preferred(host, port, prefer_port)
+        bound = int(sock.getsockname()[1])
         info = ServerInfo(
             url=_url(sock),
             pid=os.getpid(),
@@ -203,7 +264,8 @@ def serve_foreground(
             version=__version__,
             idle_timeout=idle_timeout,
         )
-        app = create_app(store, auth)
+        spools = prepare_serving(store)
+        app = create_app(store, auth, HostPolicy.for_address(host, bound, allow_hosts), spools)
         watch = IdleWatch(app) if idle_timeout is not None else None
         server = make_server(app if watch is None else watch)
         # Move everything loaded so far out of the cyclic GC's way: fewer, shorter GC pauses
@@ -218,11 +280,11 @@ def serve_foreground(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, early_exit)
         write_state(info)
+        remember_port(store.path, bound)
         if on_ready is not None:
             on_ready(info)
         done = threading.Event()
-        if watch is not None and idle_timeout is not None:
-            _watch_idle(server, watch, store, idle_timeout, done)
+        _keep_house(server, watch, store, idle_timeout, done)
         try:
             server.run(sockets=[sock])
         finally:
@@ -234,18 +296,27 @@ def serve_foreground(
     return 0
 
 
-def _watch_idle(
-    server: uvicorn.Server, idle: IdleWatch, store: Store, timeout: float, done: threading.Event
+def _keep_house(
+    server: uvicorn.Server,
+    idle: IdleWatch | None,
+    store: Store,
+    timeout: float | None,
+    done: threading.Event,
 ) -> None:
-    """Stop ``server`` once ``idle`` says idle for ``timeout`` seconds with no run of ``store`` going."""
+    """While ``server`` serves: record failed, every ``SWEEP_S``, runs whose apply ended before
+    launching them; with ``idle`` and ``timeout``, stop the server once idle that long with no
+    run whose owner lives."""
     from mlbench_tui.server.idle import watch_idle
-    from mlbench_tui.store import queries
+    from mlbench_tui.server.owned_runs import end_stranded, owners_alive
 
-    def going(conn: Connection) -> bool:
-        return any(queries.list_runs(conn, state=state, limit=1) for state in ("pending", "running"))
+    swept = time.monotonic()
 
     def runs_going() -> bool:
-        return store.read(going)
+        nonlocal swept
+        if time.monotonic() - swept >= SWEEP_S:
+            end_stranded(store)
+            swept = time.monotonic()
+        return owners_alive(store)
 
     def stop() -> None:
         server.should_exit = True
@@ -254,7 +325,11 @@ def _watch_idle(
         while not server.started:
             if done.wait(0.05):
                 return
+        if idle is None or timeout is None:
+            while not done.wait(SWEEP_S):
+                runs_going()
+            return
         idle.touch()
         watch_idle(idle, timeout, runs_going, stop, done)
 
-    threading.Thread(target=watch, name="mlbench-idle", daemon=True).start()
+    threading.Thread(target=watch, name="mlbench-housekeeping", daemon=True).start()

@@ -62,6 +62,16 @@ _TYPE_WORDS = {
 }
 
 
+@dataclass(frozen=True)
+class PolicyIssue:
+    """A rule violation at ``loc`` (a path into the spec document), with an optional hint."""
+
+    loc: Loc
+    message: str
+    hint: str | None = None
+    at_key: bool = False  # point at the key itself (unknown or fixed keys), not its value
+
+
 @dataclass
 class Positions:
     """Where each node of one YAML document starts (1-based line and column)."""
@@ -83,14 +93,20 @@ class Positions:
         return self.keys.get(loc) or self.of_value(loc)
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_@<>/-]+$")
+
+
 def dotted(loc: Loc) -> str:
-    """``("spec", "backend", 1)`` -> ``spec.backend[1]``."""
+    """``("spec", "backend", 1)`` -> ``spec.backend[1]``; a key with spaces, dots or other
+    characters is quoted (``node_selector['gpu type']``), so a message stays on one line."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _PLAIN_KEY.fullmatch(str(part)):
             out += ("." if out else "") + str(part)
+        else:
+            out += f"[{str(part)!r}]"
     return out or "document"
 
 
@@ -210,7 +226,8 @@ def issue_from_error(
 ) -> SpecIssue:
     """One pydantic error (``ValidationError.errors()`` item) as a located ``SpecIssue``."""
     etype: str = error["type"]
-    loc, rest = clean_loc(tuple(error["loc"]), data)
+    at_key = tuple(error["loc"])[-1:] == ("[key]",)  # a mapping's key (a label's) is what failed
+    loc, rest = clean_loc(tuple(error["loc"])[: -1 if at_key else None], data)
     where = dotted(loc)
     ctx = error.get("ctx") or {}
     value = error.get("input")
@@ -231,7 +248,7 @@ def issue_from_error(
         where_parent = dotted(loc) if loc else "the document"
         return SpecIssue(file, line, col, f"missing required key '{key}' in {where_parent}")
 
-    line, col = positions.of_value(loc) if loc else positions.start
+    line, col = (positions.of_key(loc) if at_key else positions.of_value(loc)) if loc else positions.start
     if etype == "union_tag_invalid":
         tag = ctx.get("tag")
         choices = _choices(str(ctx.get("expected_tags", "")))

@@ -12,6 +12,7 @@ import typing
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from mlbench_worker.data.options import DATA_OPTIONS
 from mlbench_worker.hyperparams import (
     HYPERPARAMETERS,
     AnyHyperparameters,
@@ -69,7 +70,7 @@ def of_plan(task: str, values: Mapping[str, Any]) -> AnyHyperparameters:
     return typing.cast(AnyHyperparameters, typed)
 
 
-def _field(cls: type[TaskHyperparameters], name: str) -> tuple[Any, Any]:
+def _field(cls: type[Any], name: str) -> tuple[Any, Any]:
     """A pydantic field definition (type, ``Field``) of the dataclass field ``name``."""
     spec = knobs(cls)[name]
     default = next(f.default for f in dataclasses.fields(cls) if f.name == name)
@@ -86,13 +87,15 @@ def _field(cls: type[TaskHyperparameters], name: str) -> tuple[Any, Any]:
     )
 
 
-def _override_model(task: str, cls: type[TaskHyperparameters]) -> type[BaseModel]:
+def _override_model(
+    task: str, cls: type[Any], suffix: str = "Overrides", what: str = "override"
+) -> type[BaseModel]:
     fields = {name: _field(cls, name) for name, spec in knobs(cls).items() if spec.policy == "override"}
-    config = ConfigDict(extra="forbid", title=f"{cls.__name__}Overrides")
+    config = ConfigDict(extra="forbid", title=f"{cls.__name__}{suffix}")
     model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-        f"{cls.__name__}Overrides",
+        f"{cls.__name__}{suffix}",
         __config__=config,
-        __doc__=f"What a spec of task {task} may override: {(cls.__doc__ or '').strip()}",
+        __doc__=f"What a spec of task {task} may {what}: {(cls.__doc__ or '').strip()}",
         **fields,
     )
     return model
@@ -103,6 +106,13 @@ OVERRIDE_MODELS: Mapping[str, type[BaseModel]] = {
 }
 """Task id -> the pydantic model of the overrides a spec of that task may write."""
 
+OPTION_MODELS: Mapping[str, type[BaseModel]] = {
+    task: _override_model(task, cls, "Options", "give its synthetic data")
+    for (task, source), cls in DATA_OPTIONS.items()
+    if source == "synthetic"
+}
+"""Task id -> the pydantic model of the synthetic ``data.options`` a spec of that task may write."""
+
 
 def select_by_task(schema: dict[str, Any]) -> None:
     """Add to the spec body's JSON Schema one ``if task is T then hyperparameters is T's model`` per
@@ -112,7 +122,20 @@ def select_by_task(schema: dict[str, Any]) -> None:
     schema["allOf"] = [
         {
             "if": {"properties": {"task": {"enum": [task.id, task.name]}}, "required": ["task"]},
-            "then": {"properties": {"hyperparameters": OVERRIDE_MODELS[task.id].model_json_schema()}},
+            "then": {"properties": _task_properties(task.id)},
         }
         for task in TASKS.values()
     ]
+
+
+def _task_properties(task: str) -> dict[str, Any]:
+    """The body properties one task constrains: its overrides, and its synthetic data's options."""
+    out: dict[str, Any] = {"hyperparameters": OVERRIDE_MODELS[task].model_json_schema()}
+    options = OPTION_MODELS.get(task)
+    synthetic = {"properties": {"source": {"const": "synthetic"}}, "required": ["source"]}
+    out["data"] = {
+        "if": synthetic,
+        "then": {"properties": {"options": options.model_json_schema() if options else {"maxProperties": 0}}},
+        "else": {"properties": {"options": {"maxProperties": 0}}},
+    }
+    return out

@@ -18,12 +18,18 @@ MAX_YAML_NODES = 2_000  # YAML nodes per file, aliases expanded (guards against 
 MAX_ISSUES = 100  # problems reported per file; more are summed up in one line
 
 MAX_DURATION_S = 365 * 86400.0  # max_time, a grace, any duration
+MIN_MAX_TIME_S = 1.0  # a run's max_time: less would stop it before its first step
 # MIN_TELEMETRY_INTERVAL_S and MAX_TELEMETRY_INTERVAL_S are the wire's: the ranks check them too
 MAX_SLURM_GRACE_S = 86400.0
 SLURM_MAX_TIME_MINUTES = 2**32 - 3  # Slurm's INFINITE and NO_VAL sit just above
 MAX_PRICE = 1e9  # per hour or per kWh, in any currency
 MAX_CPU_CORES = 4096.0
 MAX_MEMORY_BYTES = 2**60  # one exbibyte per rank: beyond any node, still an int64 for Kubernetes
+MIN_MEMORY_BYTES = 64 * 2**20  # a rank's interpreter alone takes more
+MIN_CPU_CORES = 0.001  # Kubernetes' smallest CPU unit (1m)
 MAX_GPUS_PER_RANK = 16
-MAX_SAMPLES = 2**31 - 1  # synthetic data sizes
+MAX_SEED = 2**31 - 1  # spec.seed, and seed + repeat of every repeat
+MAX_DESCRIPTION = 2000  # characters of metadata.description ("a sentence or two")
+MAX_IMAGE_REFERENCE = 512  # an image reference (its name alone is at most 255)
+MAX_RUNS = 1000  # runs one validate, plan or apply takes unless --max-runs says more
 MAX_TOLERATION_SECONDS = 2**31 - 1

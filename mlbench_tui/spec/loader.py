@@ -9,43 +9,37 @@ Nothing here raises anything but ``SpecError``.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from mlbench_tui.errors import SpecError, SpecIssue
-from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, issue_from_error
-from mlbench_tui.spec.limits import MAX_ISSUES, MAX_YAML_NODES
+from mlbench_tui.spec.composer import TooComplex, YamlProblem, composer_for
+from mlbench_tui.spec.converter import Converter, TooLarge, node_start
+from mlbench_tui.spec.diagnostics import Loc, Positions, did_you_mean, dotted, issue_from_error
+from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS, MAX_SPEC_BYTES
 from mlbench_tui.spec.models import API_VERSION, KIND, BenchmarkSpec
 from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_issues
 from mlbench_tui.spec.reading import (
-    BoundedComposer,
-    TooComplex,
     broken_link,
     comment_hints,
-    control_character,
     file_size,
     flow_nesting,
     json_comment_line,
     nesting_message,
+    other_yaml_versions,
     read_capped,
     size_problem,
+    unprintable,
 )
 from mlbench_tui.spec.salvage import salvage, under
 from mlbench_tui.spec.tasks import get_task
 
 YAML_SUFFIXES = (".yaml", ".yml")
-
-_VAR_RE = re.compile(r"\$\$|\$\{([^}:]*)(?::-([^}]*))?\}")
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INT_RE = re.compile(r"^[-+]?[0-9]+$")
-_FLOAT_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 
 
 @dataclass(frozen=True)
@@ -57,191 +51,8 @@ class LoadedSpec:
     document: int  # 0-based index of the document in its file
     line: int  # 1-based line where the document starts
     text: str  # the document's source text as written (before interpolation)
-
-
-# --------------------------------------------------------------------------- YAML -> data
-
-
-class _Converter:
-    """Turns a ruamel round-trip tree into plain data, recording positions and problems."""
-
-    def __init__(self, file: str, environ: Mapping[str, str]) -> None:
-        self.file = file
-        self.environ = environ
-        self.positions = Positions()
-        self.issues: list[SpecIssue] = []
-        self.failed_locs: set[Loc] = set()
-        self._nodes = 0
-        self._active: set[int] = set()
-
-    def issue(self, pos: tuple[int, int], message: str, hint: str | None = None) -> None:
-        self.issues.append(SpecIssue(self.file, pos[0], pos[1], message, hint))
-
-    def convert(self, node: Any, loc: Loc, pos: tuple[int, int]) -> Any:
-        self._nodes += 1
-        if self._nodes > MAX_YAML_NODES:
-            raise _TooLarge
-        from ruamel.yaml.comments import TaggedScalar
-
-        if isinstance(node, dict | list) and id(node) in self._active:
-            self.issue(pos, f"{_dotted(loc)}: recursive YAML alias")
-            self.failed_locs.add(loc)
-            return None
-        if isinstance(node, TaggedScalar):
-            self.issue(pos, f"{_dotted(loc)}: unsupported YAML tag '{node.tag}'", "remove the tag")
-            self.failed_locs.add(loc)
-            return None
-        if isinstance(node, Mapping):
-            tag = getattr(getattr(node, "tag", None), "value", None)
-            if tag and isinstance(tag, str) and tag.startswith("!") and not tag.startswith("!!"):
-                self.issue(pos, f"{_dotted(loc)}: unsupported YAML tag '{tag}'", "remove the tag")
-            self._active.add(id(node))
-            out: dict[str, Any] = {}
-            lc = getattr(node, "lc", None)
-            for key, value in node.items():
-                kpos = _lc_pos(lc, "key", key, pos)
-                vpos = _lc_pos(lc, "value", key, kpos)
-                if not isinstance(key, str) or not _encodable(key):
-                    self.issue(
-                        kpos, f"{_dotted(loc)}: keys must be strings, got {type(key).__name__} {key!r}"
-                    )
-                    self.failed_locs.add(loc)
-                    continue
-                child: Loc = (*loc, key)
-                if bad := control_character(key, "key"):
-                    self.issue(kpos, f"{_dotted(loc)}: {bad}", "remove it")
-                    self.failed_locs.add(child)
-                    continue
-                self.positions.keys[child] = kpos
-                if isinstance(value, Mapping) and len(value):
-                    vpos = _node_start(value, vpos)
-                self.positions.values[child] = vpos
-                out[str(key)] = self.convert(value, child, vpos)
-            self._active.discard(id(node))
-            return out
-        if isinstance(node, list):
-            self._active.add(id(node))
-            items: list[Any] = []
-            lc = getattr(node, "lc", None)
-            for i, value in enumerate(node):
-                ipos = _lc_pos(lc, "item", i, pos)
-                child = (*loc, i)
-                self.positions.values[child] = ipos
-                items.append(self.convert(value, child, ipos))
-            self._active.discard(id(node))
-            return items
-        return self.scalar(node, loc, pos)
-
-    def scalar(self, node: Any, loc: Loc, pos: tuple[int, int]) -> Any:
-        if node is None or isinstance(node, bool):
-            return node
-        if isinstance(node, int):
-            return int(node)
-        if isinstance(node, float):
-            return float(node)
-        if isinstance(node, _dt.datetime | _dt.date):
-            return node.isoformat()
-        if isinstance(node, str):
-            if not _encodable(node):
-                self.issue(pos, f"{_dotted(loc)}: invalid unicode escape (a lone surrogate such as \\ud800)")
-                self.failed_locs.add(loc)
-                return None
-            if bad := control_character(node):
-                self.issue(pos, f"{_dotted(loc)}: {bad}", "remove it (a tab or a newline is fine)")
-                self.failed_locs.add(loc)
-                return None
-            return self.interpolate(node, loc, pos, plain=type(node) is str)
-        if isinstance(node, bytes):
-            self.issue(pos, f"{_dotted(loc)}: binary values are not supported")
-            self.failed_locs.add(loc)
-            return None
-        return str(node)
-
-    def interpolate(self, text: str, loc: Loc, pos: tuple[int, int], *, plain: bool) -> Any:
-        """Expand ``${VAR}`` and ``${VAR:-default}``; ``$$`` is a literal ``$``.
-
-        A plain (unquoted) scalar that is exactly one ``${VAR}`` takes the YAML type of the value,
-        so ``workers: ${WORKERS}`` with ``WORKERS=4`` is the integer 4.
-        """
-        if "$" not in text:
-            return text
-        missing: list[str] = []
-
-        def repl(match: re.Match[str]) -> str:
-            if match.group(0) == "$$":
-                return "$"
-            name, default = match.group(1), match.group(2)
-            if not _NAME_RE.fullmatch(name):
-                self.issue(pos, f"{_dotted(loc)}: invalid variable reference '{match.group(0)}'")
-                self.failed_locs.add(loc)
-                return match.group(0)
-            if name in self.environ:
-                return self.environ[name]
-            if default is not None:
-                return default
-            missing.append(name)
-            return match.group(0)
-
-        result = _VAR_RE.sub(repl, text)
-        for name in missing:
-            self.issue(
-                pos,
-                f"{_dotted(loc)}: environment variable '{name}' is not set",
-                f"export {name}=... or write ${{{name}:-default}}",
-            )
-            self.failed_locs.add(loc)
-        if plain and not missing and _VAR_RE.fullmatch(text.strip()) and text.strip() != "$$":
-            return _retype(result)
-        return result
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _retype(text: str) -> Any:
-    """The YAML core-schema type of an interpolated plain scalar."""
-    s = text.strip()
-    if _INT_RE.fullmatch(s):
-        return int(s)
-    if _FLOAT_RE.fullmatch(s):
-        return float(s)
-    if s.lower() in ("true", "false"):
-        return s.lower() == "true"
-    if s.lower() in ("null", "~", ""):
-        return None if s else text
-    return text
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _node_start(node: Any, fallback: tuple[int, int] = (1, 1)) -> tuple[int, int]:
-    """1-based start of a ruamel collection node, or ``fallback`` when ruamel kept none."""
-    lc = getattr(node, "lc", None)
-    line, col = getattr(lc, "line", None), getattr(lc, "col", None)
-    if isinstance(line, int) and isinstance(col, int):
-        return (line + 1, col + 1)
-    return fallback
-
-
-def _lc_pos(lc: Any, what: str, key: Any, fallback: tuple[int, int]) -> tuple[int, int]:
-    try:
-        line, col = getattr(lc, what)(key)
-        return (int(line) + 1, int(col) + 1)
-    except Exception:  # ruamel has no position for this node (e.g. merged keys)
-        return fallback
-
-
-def _dotted(loc: Loc) -> str:
-    from mlbench_tui.spec.diagnostics import dotted
-
-    return dotted(loc)
+    positions: Positions = field(default_factory=Positions, compare=False, repr=False)
+    """Where each key and value of the document is, for problems found after loading (the plan's)."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -346,7 +157,7 @@ def _partial_policy(data: Mapping[str, Any], file: str, pos: Positions, bad: set
 
 def _policy_issue(issue: PolicyIssue, file: str, pos: Positions) -> SpecIssue:
     line, col = pos.of_key(issue.loc) if issue.at_key else pos.of_value(issue.loc)
-    return SpecIssue(file, line, col, f"{_dotted(issue.loc)}: {issue.message}", issue.hint)
+    return SpecIssue(file, line, col, f"{dotted(issue.loc)}: {issue.message}", issue.hint)
 
 
 def _sorted(issues: list[SpecIssue]) -> list[SpecIssue]:
@@ -410,13 +221,18 @@ def collect_text(
         return [], [SpecIssue(file, 1, 1, too_large)]
     if not text.strip():
         return [], [_empty_file(file)]
+    if raw := unprintable(text):
+        return [], _capped([_raw_character(file, line, col, char) for line, col, char in raw], file)
+    if versions := other_yaml_versions(text):
+        return [], [_other_version(file, line, version) for line, version in versions]
     if (deep := flow_nesting(text)) is not None:
         line = text.count("\n", 0, deep) + 1
         col = deep - (text.rfind("\n", 0, deep) + 1) + 1
         return [], [SpecIssue(file, line, col, nesting_message())]
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
-    yaml.Composer = BoundedComposer
+    problems: list[YamlProblem] = []
+    yaml.Composer = composer_for(problems)
     docs: list[Any] = []
     issues: list[SpecIssue] = []
     try:
@@ -426,10 +242,7 @@ def collect_text(
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = exc.problem or exc.context or "invalid YAML"
-        if type(exc).__name__ == "DuplicateKeyError":
-            problem = problem.replace("found duplicate key", "duplicate key")
-            issues.append(SpecIssue(file, line, col, problem, "remove or merge the repeated key"))
-        elif isinstance(exc, TooComplex):
+        if isinstance(exc, TooComplex):
             issues.append(SpecIssue(file, line, col, problem))
         else:
             context = ""
@@ -444,32 +257,67 @@ def collect_text(
                 else None
             )
             issues.append(SpecIssue(file, line, col, f"YAML syntax error: {problem}{context}", hint))
-    except (YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
-        issues.append(SpecIssue(file, 1, 1, f"cannot parse YAML: {exc}"))
+    except (YAMLError, RecursionError, ValueError, TypeError, OverflowError, AssertionError) as exc:
+        # ruamel's own consistency checks are assertions: an input that trips one is still bad YAML
+        issues.append(SpecIssue(file, 1, 1, "cannot parse YAML: " + " ".join(str(exc).split())))
     loaded: list[LoadedSpec] = []
     starts: list[int] = []
-    converted: list[tuple[int, Any, _Converter]] = []
+    converted: list[tuple[int, Any, Converter]] = []
     for index, doc in enumerate(docs):
         if doc is None:
             continue
-        conv = _Converter(file, env)
-        conv.positions.start = _node_start(doc)
+        conv = Converter(file, env)
+        conv.positions.start = node_start(doc)
+        for problem in problems:
+            if problem.document == index and problem.refused:
+                conv.failed_locs.add(problem.loc)
         try:
             data = conv.convert(doc, (), conv.positions.start)
-        except (_TooLarge, RecursionError):
+        except (TooLarge, RecursionError):
             issues.append(SpecIssue(file, *conv.positions.start, "document too large or too deeply nested"))
             continue
         starts.append(conv.positions.start[0])
         converted.append((index, data, conv))
-    if not converted and not issues:
+    if not converted and not issues and not problems:
         return [], [_empty_file(file)]
     texts = _document_texts(text, starts)
+    composed = {index for index, _data, _conv in converted}
+    issues.extend(_yaml_issue(p, file) for p in problems if p.document not in composed)
     for (index, data, conv), doc_text in zip(converted, texts, strict=True):
+        yaml_issues = [_yaml_issue(p, file) for p in problems if p.document == index]
         spec, doc_issues = validate_document(data, file, conv.positions, conv.failed_locs)
-        issues.extend(comment_hints(_sorted(conv.issues + doc_issues), text))
-        if spec is not None and not conv.issues:
-            loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text))
+        issues.extend(comment_hints(_sorted(conv.issues + yaml_issues + doc_issues), text))
+        if spec is not None and not conv.issues and not yaml_issues:
+            loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text, conv.positions))
     return loaded, _capped(issues, file)
+
+
+def _other_version(file: str, line: int, version: str) -> SpecIssue:
+    return SpecIssue(
+        file,
+        line,
+        1,
+        f"this file asks for YAML {version or '(no version)'} (%YAML {version}), whose booleans and "
+        "numbers differ from YAML 1.2 ('yes' is true, '010' is 8, '1:30' is 90): a spec is YAML 1.2",
+        "remove the %YAML line",
+    )
+
+
+def _raw_character(file: str, line: int, col: int, char: str) -> SpecIssue:
+    code = ord(char)
+    escape = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return SpecIssue(
+        file,
+        line,
+        col,
+        f"character U+{code:04X} written raw: YAML text holds no control character but tab and line breaks",
+        f'remove it, or write it as an escape in a double-quoted string ("{escape}")',
+    )
+
+
+def _yaml_issue(problem: YamlProblem, file: str) -> SpecIssue:
+    where = f"{dotted(problem.loc)}: " if problem.loc else ""
+    return SpecIssue(file, problem.line, problem.col, where + problem.message, problem.hint)
 
 
 def _capped(issues: list[SpecIssue], file: str) -> list[SpecIssue]:
@@ -485,10 +333,11 @@ def _capped(issues: list[SpecIssue], file: str) -> list[SpecIssue]:
 
 
 def load_text(
-    text: str, file: str = "<string>", environ: Mapping[str, str] | None = None
+    text: str, file: str = "<string>", environ: Mapping[str, str] | None = None, *, max_runs: int = MAX_RUNS
 ) -> list[LoadedSpec]:
     """Every spec in ``text``; raises ``SpecError`` with all issues if any document is invalid."""
     loaded, issues = collect_text(text, file, environ)
+    issues.extend(set_issues(loaded, max_runs))
     if issues:
         raise SpecError(issues)
     return loaded
@@ -507,9 +356,12 @@ def spec_files(path: Path) -> list[Path]:
 
 
 def collect_paths(
-    paths: Sequence[str | Path], environ: Mapping[str, str] | None = None
+    paths: Sequence[str | Path], environ: Mapping[str, str] | None = None, *, max_runs: int = MAX_RUNS
 ) -> tuple[list[LoadedSpec], list[SpecIssue]]:
-    """Every valid spec under ``paths`` (files or directories) and every issue; never raises."""
+    """Every valid spec under ``paths`` (files or directories) and every issue; never raises.
+
+    The specs together may expand to at most ``max_runs`` runs (one apply), and no two runs may
+    share a name."""
     loaded: list[LoadedSpec] = []
     issues: list[SpecIssue] = []
     seen: set[Path] = set()
@@ -555,8 +407,15 @@ def collect_paths(
             got, problems = _collect_bytes(data, more, str(file), environ)
             loaded.extend(got)
             issues.extend(problems)
-    issues.extend(_duplicate_names(loaded))
+    issues.extend(set_issues(loaded, max_runs))
     return loaded, issues
+
+
+def collect_bytes(
+    data: bytes, file: str = "<bytes>", environ: Mapping[str, str] | None = None
+) -> tuple[list[LoadedSpec], list[SpecIssue]]:
+    """Every spec in ``data`` (a file's bytes) and every issue; never raises."""
+    return _collect_bytes(data[:MAX_SPEC_BYTES], len(data) > MAX_SPEC_BYTES, file, environ)
 
 
 def _collect_bytes(
@@ -572,30 +431,91 @@ def _collect_bytes(
     return collect_text(text, file, environ)
 
 
-def _duplicate_names(loaded: list[LoadedSpec]) -> list[SpecIssue]:
-    first: dict[str, LoadedSpec] = {}
-    out = []
+def set_issues(loaded: Sequence[LoadedSpec], max_runs: int = MAX_RUNS) -> list[SpecIssue]:
+    """What a set of specs may not do together: expand to more than ``max_runs`` runs, or give two
+    runs one name (each at the later spec, naming where the earlier one is). Names are compared
+    among the specs within the cap, so the check costs no more than the runs it allows."""
+    out: list[SpecIssue] = []
+    total = 0
     for item in loaded:
-        name = item.spec.metadata.name
-        if name in first:
-            other = first[name]
-            out.append(
-                SpecIssue(
-                    item.file,
-                    item.line,
-                    1,
-                    f"duplicate benchmark name '{name}' (also at {other.file}:{other.line})",
-                    "give each spec a unique metadata.name; run names derive from it",
-                )
-            )
-        else:
-            first[name] = item
+        total += item.spec.run_count()
+        if total > max_runs:
+            out.append(_too_many_runs(loaded, item, max_runs))
+            break
+    named: dict[str, LoadedSpec] = {}
+    owner: dict[str, LoadedSpec] = {}
+    spec_names = {item.spec.name for item in loaded}
+    # a run's name starts with its spec's: only specs one of whose names prefixes another's can clash
+    prefixed = {
+        n
+        for n in spec_names
+        for m in spec_names
+        if m != n and (m.startswith(n + "-") or n.startswith(m + "-"))
+    }
+    for item in loaded:
+        first = named.setdefault(item.spec.name, item)
+        if first is not item:  # the store and `mlbench results` know a spec by its name
+            out.append(_shared_names(item, first, []))
+            continue
+        if item.spec.name not in prefixed or item.spec.run_count() > max_runs:
+            continue  # no clash is possible, or it is refused above (its names cost what the cap guards)
+        clashes: dict[int, tuple[LoadedSpec, list[str]]] = {}
+        for name in item.spec.run_names():
+            other = owner.setdefault(name, item)
+            if other is not item:
+                clashes.setdefault(id(other), (other, []))[1].append(name)
+        for other, names in clashes.values():
+            out.append(_shared_names(item, other, names))
     return out
 
 
-def load_paths(paths: Sequence[str | Path], environ: Mapping[str, str] | None = None) -> list[LoadedSpec]:
+def _place(item: LoadedSpec, loc: Loc, *, key: bool = False) -> tuple[int, int]:
+    if not item.positions.values:  # validated from data (no positions)
+        return (item.line, 1)
+    return item.positions.of_key(loc) if key else item.positions.of_value(loc)
+
+
+def _too_many_runs(loaded: Sequence[LoadedSpec], item: LoadedSpec, max_runs: int) -> SpecIssue:
+    total = sum(each.spec.run_count() for each in loaded)
+    body = item.spec.spec
+    factors = (
+        f"{len(body.framework)} framework(s) x {len(body.backend)} backend(s) x {len(body.workers)} world "
+        f"size(s) x {body.repeats} repeat(s) = {item.spec.run_count():,}"
+    )
+    where = "this spec expands" if len(loaded) == 1 else f"these {len(loaded)} specs expand"
+    return SpecIssue(
+        item.file,
+        *_place(item, ("spec",), key=True),
+        f"{where} to {total:,} runs, more than the {max_runs:,} one apply takes "
+        f"({item.spec.name}: {factors})",
+        f"sweep fewer values, or pass --max-runs {total} to take them all",
+    )
+
+
+def _shared_names(item: LoadedSpec, other: LoadedSpec, names: list[str]) -> SpecIssue:
+    line, col = _place(other, ("metadata", "name"))
+    where = f"{other.file}:{line}:{col}"
+    if item.spec.name == other.spec.name:
+        message = f"duplicate benchmark name '{item.spec.name}' (also at {where})"
+    else:
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        message = (
+            f"run '{names[0]}'{more} of this spec would share its name with a run of spec "
+            f"'{other.spec.name}' at {where}"
+        )
+    return SpecIssue(
+        item.file,
+        *_place(item, ("metadata", "name")),
+        message,
+        "give each spec a unique metadata.name; run names derive from it",
+    )
+
+
+def load_paths(
+    paths: Sequence[str | Path], environ: Mapping[str, str] | None = None, *, max_runs: int = MAX_RUNS
+) -> list[LoadedSpec]:
     """Every spec under ``paths``; raises ``SpecError`` listing every issue if anything is wrong."""
-    loaded, issues = collect_paths(paths, environ)
+    loaded, issues = collect_paths(paths, environ, max_runs=max_runs)
     if issues:
         raise SpecError(issues)
     return loaded

@@ -10,16 +10,18 @@ can be reported at its own line.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from mlbench_worker import rank_env
 from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, HostAllocator, ImplementationConfig
 from pydantic import (
     BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
+    JsonValue,
     Tag,
     WithJsonSchema,
     field_validator,
@@ -27,20 +29,29 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mlbench_tui.spec.base import DNS1123_LABEL, LABEL_KEY, StrictModel, with_short_form
+from mlbench_tui.spec.base import (
+    DNS1123_LABEL,
+    LABEL_KEY,
+    LabelKey,
+    StrictModel,
+    with_short_form,
+)
+from mlbench_tui.spec.currencies import ISO_4217
+from mlbench_tui.spec.environment import ENV_NAME
 from mlbench_tui.spec.hardware import Gpu, GpuField, Hardware
 from mlbench_tui.spec.hyperparameters import select_by_task
 from mlbench_tui.spec.limits import (
+    MAX_DESCRIPTION,
     MAX_PRICE,
-    MAX_SAMPLES,
+    MAX_SEED,
     MAX_TELEMETRY_INTERVAL_S,
     MIN_TELEMETRY_INTERVAL_S,
 )
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     BackendSweep,
-    Duration,
     FrameworkSweep,
+    MaxTime,
     WorkersSweep,
     duration_at_most,
     duration_schema,
@@ -51,7 +62,7 @@ from mlbench_tui.spec.shortforms import (
     show_value,
 )
 from mlbench_tui.spec.targets import LocalTarget, Target
-from mlbench_tui.spec.tasks import TASK_KEYS, get_task
+from mlbench_tui.spec.tasks import GOAL_METRICS, TASK_KEYS, get_task
 
 API_VERSION = "mlbench/v1"
 KIND = "Benchmark"
@@ -67,18 +78,8 @@ __all__ = [  # re-exported
     "parse_memory",
 ]
 
-GOAL_METRICS: dict[str, Literal["max", "min"]] = {
-    "val_global_Prec@1": "max",
-    "val_global_Perplexity": "min",
-    "val_global_BLEU-Score": "max",
-    "val_global_loss": "min",
-}
 
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = LABEL_KEY
-
-# Environment variables the engine sets for every rank; a spec may not override them.
-RESERVED_ENV: frozenset[str] = rank_env.RESERVED
 
 
 # --------------------------------------------------------------------------- sections
@@ -92,16 +93,19 @@ class Metadata(StrictModel):
         "characters); run names are '<name>-<backend>-<workers>w[-r<i>]'.",
         json_schema_extra={"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
     )
-    labels: dict[str, str] = Field(
+    labels: dict[LabelKey, Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict,
         json_schema_extra={
-            "propertyNames": {"pattern": _LABEL_KEY_RE.pattern, "maxLength": 253},
+            "propertyNames": {"pattern": _LABEL_KEY_RE.pattern, "maxLength": 317},
             "additionalProperties": {"type": "string", "maxLength": 63},
         },
-        description="Free-form key/value labels, copied to every run and Kubernetes object.",
+        description="Free-form key/value labels (keys in Kubernetes' label syntax, values of at most 63 "
+        "characters), copied to every run and, made valid label values, to its Kubernetes objects.",
     )
     description: str | None = Field(
-        default=None, description="What this benchmark is for, in a sentence or two."
+        default=None,
+        max_length=MAX_DESCRIPTION,
+        description="What this benchmark is for, in a sentence or two.",
     )
 
     @field_validator("name")
@@ -114,16 +118,6 @@ class Metadata(StrictModel):
                 "and '-', starting and ending with a letter or digit (e.g. '{suggestion}')",
                 {"value": show_value(value), "suggestion": _dns_suggestion(value)},
             )
-        return value
-
-    @field_validator("labels")
-    @classmethod
-    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, val in value.items():
-            if len(key) > 253 or not _LABEL_KEY_RE.fullmatch(key):
-                raise PydanticCustomError("label", "invalid label key {key}", {"key": show_value(key)})
-            if len(val) > 63:
-                raise PydanticCustomError("label", "label '{key}' is longer than 63 characters", {"key": key})
         return value
 
 
@@ -156,7 +150,7 @@ class CustomGoal(StrictModel):
 
     def resolved_direction(self) -> Literal["max", "min"]:
         """The explicit direction, or the metric's natural one."""
-        return self.direction or GOAL_METRICS[self.metric]
+        return self.direction or GOAL_METRICS[self.metric].direction
 
 
 def _goal_tag(value: Any) -> str | None:
@@ -266,7 +260,9 @@ class Data(StrictModel):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Source options, e.g. for synthetic data {train_samples: 2048, val_samples: 512}.",
+        description="Options of the source, declared per task (mlbench_worker.data.options; see "
+        "`mlbench tasks TASK`), e.g. for synthetic data {train_samples: 2048, val_samples: 512}; "
+        "a prepared path or a download takes none.",
     )
 
     @model_validator(mode="after")
@@ -279,16 +275,6 @@ class Data(StrictModel):
             raise PydanticCustomError(
                 "data_path", "data.path is not used with source 'synthetic': remove it or use source 'path'"
             )
-        for key in ("train_samples", "val_samples"):
-            val = self.options.get(key)
-            if val is not None and (
-                isinstance(val, bool) or not isinstance(val, int) or not 1 <= val <= MAX_SAMPLES
-            ):
-                raise PydanticCustomError(
-                    "data_options",
-                    "data.options.{key} must be a positive integer of at most {most}",
-                    {"key": key, "most": MAX_SAMPLES},
-                )
         return self
 
 
@@ -324,6 +310,9 @@ HyperparameterOverrides = Annotated[dict[str, Any], WithJsonSchema({"type": "obj
 and the body's schema gives each task's model (``select_by_task``)."""
 
 
+_CURRENCIES: list[JsonValue] = [*sorted(ISO_4217)]
+
+
 class BenchmarkBody(StrictModel):
     """What to run, on what, where, and until when."""
 
@@ -342,7 +331,7 @@ class BenchmarkBody(StrictModel):
         description="'full' (the official target), 'light' (a relaxed target) or "
         "{metric, target, direction}. Default: full; tasks without a goal (0a) take none.",
     )
-    max_time: Duration | None = Field(
+    max_time: MaxTime | None = Field(
         default=None, description="Stop a run after this much wall time: '30m', '2h', '1h30m' or seconds."
     )
     workers: WorkersSweep = Field(
@@ -378,14 +367,23 @@ class BenchmarkBody(StrictModel):
         "learning-rate schedule, like MLPerf), checked against the task's declared types and bounds. "
         "See `mlbench tasks TASK`.",
     )
-    seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Random seed; repeat i uses seed + i.")
+    seed: int = Field(default=42, ge=0, le=MAX_SEED, description="Random seed; repeat i uses seed + i.")
     repeats: int = Field(
         default=1, ge=1, le=100, description="Runs per configuration (scored with an olympic mean)."
     )
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra environment variables for every rank.",
-        json_schema_extra={"propertyNames": {"pattern": _ENV_NAME_RE.pattern}},
+        description="Extra environment variables for every rank (and its launcher). Those the ranks "
+        "read (MLBENCH_INJECT_FAULT, MLBENCH_COLLECTIVE_TIMEOUT_S, thread counts) are checked as the "
+        "ranks read them; those that load code (LD_PRELOAD, PYTHONPATH, PATH, ...) need env_loading_code.",
+        json_schema_extra={"propertyNames": {"pattern": ENV_NAME.pattern}},
+    )
+    env_loading_code: list[str] = Field(
+        default_factory=list,
+        description="The variables of env that load code into the processes started with them "
+        "(LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH, PYTHONHOME, PATH, BASH_ENV, ...), named again to say "
+        "they are meant: they are then set for the ranks only (each rank starts again with them), "
+        "never for the launchers (torchrun, mpiexec, srun, the batch script).",
     )
     price_per_hour: float | None = Field(
         default=None,
@@ -406,24 +404,23 @@ class BenchmarkBody(StrictModel):
     )
     currency: str | None = Field(
         default=None,
-        pattern=r"^[A-Z]{3}$",
         description="ISO 4217 code of price_per_hour and price_per_kwh (EUR, CHF, ...); unset: USD.",
+        json_schema_extra={"enum": _CURRENCIES},
     )
 
-    @field_validator("env")
+    @field_validator("currency")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not _ENV_NAME_RE.fullmatch(name):
-                raise PydanticCustomError(
-                    "env", "invalid environment variable name {name}", {"name": show_value(name)}
-                )
-            if name in RESERVED_ENV:
-                raise PydanticCustomError(
-                    "env",
-                    "environment variable '{name}' is set by mlbench and cannot be overridden",
-                    {"name": name},
-                )
+    def _currency(cls, value: str | None) -> str | None:
+        if value is not None and value not in ISO_4217:
+            suggestion = value.upper() if value.upper() in ISO_4217 else None
+            suggestion = suggestion or next(
+                (c for c in sorted(ISO_4217) if value.upper().startswith(c)), None
+            )
+            raise PydanticCustomError(
+                "currency",
+                "{value} is not an ISO 4217 currency code (EUR, USD, CHF, ...)",
+                {"value": show_value(value), "hint": f"did you mean '{suggestion}'?" if suggestion else None},
+            )
         return value
 
 
@@ -463,12 +460,25 @@ class BenchmarkSpec(StrictModel):
             suffix += f"-r{self.spec.repeats - 1 if repeat is None else repeat}"
         return suffix
 
+    def run_count(self) -> int:
+        """How many runs the spec expands to (frameworks x backends x world sizes x repeats),
+        counted without expanding them."""
+        body = self.spec
+        return len(body.framework) * len(body.backend) * len(body.workers) * body.repeats
+
+    def run_names(self) -> Iterator[str]:
+        """Every run's name, in the plan's order."""
+        body = self.spec
+        for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):
+            for repeat in range(body.repeats):
+                yield self.metadata.name + self.run_suffix(framework, backend, workers, repeat)
+
     def normalized(self) -> dict[str, Any]:
         """The spec as plain JSON data, short forms expanded; the input of the spec hash.
 
-        Implementation choices, telemetry and the energy price left at their defaults and an unset
-        ``ranks_per_node`` are omitted,
-        so specs written before they existed keep their hash (and their stored runs)."""
+        Implementation choices, telemetry and the energy price left at their defaults, an unset
+        ``ranks_per_node`` and an empty ``env_loading_code`` are omitted, so specs written before
+        they existed keep their hash (and their stored runs)."""
         doc = self.model_dump(mode="json", by_alias=True)
         if self.spec.implementation == Implementation():
             del doc["spec"]["implementation"]
@@ -480,4 +490,6 @@ class BenchmarkSpec(StrictModel):
             del doc["spec"]["price_per_kwh"]
         if self.spec.currency is None:
             del doc["spec"]["currency"]
+        if not self.spec.env_loading_code:
+            del doc["spec"]["env_loading_code"]
         return doc

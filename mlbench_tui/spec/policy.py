@@ -7,26 +7,20 @@ so the loader can point at the exact line. Messages say what to change, not only
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from mlbench_tui.spec.diagnostics import did_you_mean
+from mlbench_worker.data.options import check_data_options
+
+from mlbench_tui.spec.datasets import data_path_issues
+from mlbench_tui.spec.diagnostics import Loc, PolicyIssue, did_you_mean
+from mlbench_tui.spec.environment import env_issues
 from mlbench_tui.spec.hyperparameters import overridden, override_problems
-from mlbench_tui.spec.models import BenchmarkSpec
+from mlbench_tui.spec.models import BenchmarkSpec, CustomGoal
+from mlbench_tui.spec.scaling import scaling_issues
 from mlbench_tui.spec.targets import KubernetesTarget, SlurmTarget
-from mlbench_tui.spec.tasks import TaskInfo, get_task
+from mlbench_tui.spec.tasks import GOAL_METRICS, TaskInfo, get_task
 
-Loc = tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class PolicyIssue:
-    """A rule violation at ``loc`` (a path into the spec document), with an optional hint."""
-
-    loc: Loc
-    message: str
-    hint: str | None = None
-    at_key: bool = False  # point at the key itself (unknown or fixed keys), not its value
+__all__ = ["PolicyIssue", "hyperparameter_issues", "policy_issues"]
 
 
 def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
@@ -44,7 +38,9 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_name_issues(spec),
         *_slurm_issues(spec),
         *_node_issues(spec),
+        *env_issues(dict(spec.spec.env), spec.spec.env_loading_code, spec.spec.workers, spec.spec.target),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
+        *scaling_issues(spec, task),
     ]
 
 
@@ -240,12 +236,21 @@ def _node_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
 
 
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
-    if not task.reads_data and "data" in spec.spec.model_fields_set and spec.spec.data.source != "synthetic":
+    data = spec.spec.data
+    if not task.reads_data and "data" in spec.spec.model_fields_set and data.source != "synthetic":
         yield PolicyIssue(
             ("spec", "data"),
             f"task {task.id} ({task.name}) generates its inputs and reads no dataset: "
             "remove spec.data or set it to 'synthetic'",
         )
+        return
+    _typed, problems = check_data_options(task.id, data.source, data.options)
+    for problem in problems:
+        hint = problem.hint or (did_you_mean(problem.name, problem.choices) if problem.at_key else None)
+        if not problem.at_key and problem.choices:
+            hint = did_you_mean(str(data.options.get(problem.name)), problem.choices)
+        yield PolicyIssue(("spec", "data", "options", problem.name), problem.message, hint, problem.at_key)
+    yield from data_path_issues(data.source, data.path, spec.spec.target)
 
 
 def _goal_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
@@ -253,6 +258,46 @@ def _goal_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
     if task.goal is None and goal is not None:
         yield PolicyIssue(
             ("spec", "goal"), f"task {task.id} ({task.name}) is a sweep without a goal: remove spec.goal"
+        )
+        return
+    if not isinstance(goal, CustomGoal):
+        return
+    if goal.metric not in task.goal_metrics:
+        yield PolicyIssue(
+            ("spec", "goal", "metric"),
+            f"task {task.id} ({task.name}) does not report {goal.metric}: its goals watch "
+            f"{' or '.join(task.goal_metrics)}",
+        )
+        return
+    metric = GOAL_METRICS[goal.metric]
+    direction = goal.resolved_direction()
+    if direction != metric.direction:
+        better, verb = ("higher", "maximised") if metric.direction == "max" else ("lower", "minimised")
+        yield PolicyIssue(
+            ("spec", "goal", "direction"),
+            f"direction {direction} on {goal.metric}: {metric.what} is better {better}, so an untrained "
+            "model meets this goal",
+            f"remove direction ({goal.metric} is {verb})",
+        )
+        return
+    reachable = goal.target <= metric.highest if direction == "max" else goal.target >= metric.lowest
+    trivial = goal.target <= metric.lowest if direction == "max" else goal.target >= metric.highest
+    if not reachable:
+        bound = metric.highest if direction == "max" else metric.lowest
+        yield PolicyIssue(
+            ("spec", "goal", "target"),
+            f"{goal.metric} ({metric.what}) is never {'above' if direction == 'max' else 'below'} {bound:g}: "
+            f"a target of {goal.target:g} is never reached",
+            f"use a target {'at most' if direction == 'max' else 'at least'} {bound:g}",
+        )
+    elif trivial:
+        yield PolicyIssue(
+            ("spec", "goal", "target"),
+            f"{goal.metric} ({metric.what}) is never {'below' if direction == 'max' else 'above'} "
+            f"{goal.target:g}: an untrained model meets this goal",
+            f"use the task's goal ('full': {task.goal.full:g}, 'light': {task.goal.light:g})"
+            if task.goal
+            else None,
         )
 
 

@@ -1,5 +1,5 @@
-"""Reading spec text within bounds: the size cap before parsing, a YAML composer that stops at the
-first node too deep or one too many, control characters in values, and a hint for JSON comments.
+"""Reading spec text within bounds: the size cap before parsing, flow collections nested too deep
+(found before the parser's quadratic scan of them), and a hint for JSON comments.
 
 These checks keep ``validate`` fast on any input (each limit is met before the costly step it
 guards) and turn what YAML itself would report badly into a message at the right line.
@@ -11,48 +11,17 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import IO, Any
-
-from ruamel.yaml.composer import Composer
-from ruamel.yaml.error import MarkedYAMLError
+from typing import IO
 
 from mlbench_tui.errors import SpecIssue
-from mlbench_tui.spec.limits import MAX_SPEC_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+from mlbench_tui.spec.limits import MAX_SPEC_BYTES, MAX_YAML_DEPTH
 
 _FLOW_TOKEN = re.compile(r"[\[\]{}\"'#]")
 _QUOTED = {'"': re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL), "'": re.compile(r"'(?:[^']|'')*'")}
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _JSON_COMMENT = re.compile(r"^\s*(//|/\*)|[\s,\[{]//")
-
-
-class TooComplex(MarkedYAMLError):
-    """A document nested deeper, or holding more nodes, than a spec may."""
-
-
-class BoundedComposer(Composer):
-    """ruamel's composer that refuses, at the node where it happens, nesting deeper than
-    ``MAX_YAML_DEPTH`` or more than ``MAX_YAML_NODES`` nodes in one file (before building them)."""
-
-    def __init__(self, loader: Any = None) -> None:
-        super().__init__(loader)
-        self.nodes = 0
-        self.nesting = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        mark = self.parser.peek_event().start_mark
-        self.nodes += 1
-        if self.nodes > MAX_YAML_NODES:
-            raise TooComplex(problem=f"more than {MAX_YAML_NODES} YAML values in one file", problem_mark=mark)
-        self.nesting += 1
-        try:
-            if self.nesting > MAX_YAML_DEPTH:
-                raise TooComplex(
-                    problem=nesting_message(),
-                    problem_mark=mark,
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self.nesting -= 1
+# What YAML text may hold (YAML 1.2, 5.1): tab, line breaks, printable ASCII, NEL and the rest of
+# Unicode but surrogates, U+FFFE and U+FFFF.
+_UNPRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def flow_nesting(text: str) -> int | None:
@@ -81,6 +50,30 @@ def flow_nesting(text: str) -> int | None:
     return None
 
 
+def unprintable(text: str) -> list[tuple[int, int, str]]:
+    """Line, column and character of every character YAML text may not hold raw (a NUL, a bell),
+    found before parsing, which would stop at the first."""
+    out = []
+    for match in _UNPRINTABLE.finditer(text):
+        start = match.start()
+        line = text.count("\n", 0, start) + 1
+        out.append((line, start - (text.rfind("\n", 0, start) + 1) + 1, match.group()))
+    return out
+
+
+_YAML_DIRECTIVE = re.compile(r"^%YAML(?:[ \t]+(\S*))?", re.MULTILINE)
+
+
+def other_yaml_versions(text: str) -> list[tuple[int, str]]:
+    """Line and version of every ``%YAML`` directive that asks for another YAML than 1.2, found
+    before parsing (ruamel reads 1.1 by other rules and stops with an assertion on 1.0)."""
+    return [
+        (text.count("\n", 0, match.start()) + 1, match.group(1) or "")
+        for match in _YAML_DIRECTIVE.finditer(text)
+        if match.group(1) != "1.2"
+    ]
+
+
 def nesting_message() -> str:
     return f"nested more than {MAX_YAML_DEPTH} levels deep: a spec nests 5 at most"
 
@@ -104,15 +97,6 @@ def file_size(path: Path) -> int:
     """The size ``stat`` gives, 0 for what is not a regular file (a pipe: its reading is capped)."""
     info = path.stat()
     return info.st_size if path.is_file() else 0
-
-
-def control_character(text: str, what: str = "value") -> str | None:
-    """A message naming the first control character in ``text`` (tab and newline are fine) and
-    where it is, or None."""
-    match = _CONTROL.search(text)
-    if match is None:
-        return None
-    return f"control character U+{ord(match.group()):04X} at character {match.start() + 1} of the {what}"
 
 
 def json_comment_line(text: str, until_line: int) -> int | None:

@@ -50,9 +50,14 @@ def salvage(data: Mapping[str, Any], errors: Sequence[ErrorDetails]) -> tuple[Be
             present, rest = clean_loc(tuple(error["loc"]), doc)
             if error["type"] == "missing":
                 where = (*present, *rest)
-                if where not in STAND_INS or not _set(doc, where, copy.deepcopy(STAND_INS[where])):
+                if where in STAND_INS and _set(doc, where, copy.deepcopy(STAND_INS[where])):
+                    removed.add(where)
+                    continue
+                parent = _field(where[:-1])
+                if len(parent) < 2:  # a required section of the document itself (spec.task, spec)
                     return None, removed
-                removed.add(where)
+                _delete(doc, parent)  # a section missing a key it needs (a target's image) goes whole
+                removed.add(parent)
                 continue
             field = _field(present)
             if not field:

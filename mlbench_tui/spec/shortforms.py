@@ -16,7 +16,14 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from mlbench_tui.spec.limits import MAX_CPU_CORES, MAX_DURATION_S, MAX_MEMORY_BYTES
+from mlbench_tui.spec.limits import (
+    MAX_CPU_CORES,
+    MAX_DURATION_S,
+    MAX_MEMORY_BYTES,
+    MIN_CPU_CORES,
+    MIN_MAX_TIME_S,
+    MIN_MEMORY_BYTES,
+)
 
 BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
 FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
@@ -68,8 +75,8 @@ def parse_duration(value: Any) -> Any:
     return seconds
 
 
-def duration_at_most(most: float) -> Callable[[Any], Any]:
-    """``parse_duration`` that also refuses more than ``most`` seconds."""
+def duration_at_most(most: float, least: float = 0.0) -> Callable[[Any], Any]:
+    """``parse_duration`` that also refuses more than ``most`` seconds (and fewer than ``least``)."""
 
     def parse(value: Any) -> Any:
         seconds = parse_duration(value)
@@ -78,6 +85,12 @@ def duration_at_most(most: float) -> Callable[[Any], Any]:
                 "duration",
                 "duration {value} is longer than {most}, the most this field takes",
                 {"value": show_value(value), "most": show_seconds(most)},
+            )
+        if seconds < least:
+            raise PydanticCustomError(
+                "duration",
+                "duration {value} is shorter than {least}, the least this field takes",
+                {"value": show_value(value), "least": show_seconds(least)},
             )
         return seconds
 
@@ -95,8 +108,18 @@ def parse_cpu(value: Any) -> Any:
             "invalid CPU quantity {value}: use cores ('2', '1.5') or millicores ('500m')",
             {"value": show_value(value)},
         )
-    if cpu_cores(text) <= 0:
-        raise PydanticCustomError("cpu", "CPU quantity must be positive")
+    if cpu_cores(text) < MIN_CPU_CORES:
+        raise PydanticCustomError(
+            "cpu",
+            "CPU quantity {value} is less than 1m, the smallest Kubernetes takes",
+            {"value": show_value(value)},
+        )
+    if round(cpu_cores(text) * 1000, 6) % 1:
+        raise PydanticCustomError(
+            "cpu",
+            "CPU quantity {value} is finer than 1m (a thousandth of a core), which Kubernetes does not take",
+            {"value": show_value(value)},
+        )
     if cpu_cores(text) > MAX_CPU_CORES:
         raise PydanticCustomError(
             "cpu",
@@ -123,9 +146,17 @@ def parse_memory(value: Any) -> Any:
             {"value": show_value(value)},
         )
     number = text.rstrip("kKMGTPEi")
-    if float(number) * _MEMORY_UNITS[text[len(number) :]] > MAX_MEMORY_BYTES:
+    size = float(number) * _MEMORY_UNITS[text[len(number) :]]
+    if size > MAX_MEMORY_BYTES:
         raise PydanticCustomError(
             "memory", "memory quantity {value} is more than 1Ei per rank", {"value": show_value(value)}
+        )
+    if size < MIN_MEMORY_BYTES:
+        raise PydanticCustomError(
+            "memory",
+            "memory quantity {value} is less than 64Mi: a rank's interpreter alone takes more (bytes unless "
+            "a unit follows, e.g. '512Mi', '12Gi')",
+            {"value": show_value(value)},
         )
     return text
 
@@ -260,6 +291,11 @@ def duration_schema(most: float) -> WithJsonSchema:
 
 Duration = Annotated[
     float, BeforeValidator(duration_at_most(MAX_DURATION_S)), duration_schema(MAX_DURATION_S)
+]
+MaxTime = Annotated[
+    float,
+    BeforeValidator(duration_at_most(MAX_DURATION_S, MIN_MAX_TIME_S)),
+    duration_schema(MAX_DURATION_S),
 ]
 CpuQuantity = Annotated[
     str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -13,11 +14,14 @@ from mlbench_tui.spec.base import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     HTTP_URL,
+    IMAGE_REFERENCE,
     LABEL_KEY,
     LABEL_VALUE,
+    LabelKey,
+    LabelValue,
     StrictModel,
 )
-from mlbench_tui.spec.limits import MAX_SLURM_GRACE_S, MAX_TOLERATION_SECONDS
+from mlbench_tui.spec.limits import MAX_IMAGE_REFERENCE, MAX_SLURM_GRACE_S, MAX_TOLERATION_SECONDS
 from mlbench_tui.spec.sbatch_options import ALIASES, SbatchArgError, parse_entry
 from mlbench_tui.spec.shortforms import duration_at_most, duration_schema, show_value
 
@@ -31,13 +35,38 @@ def _kubernetes_name(value: str, pattern: re.Pattern[str], most: int, what: str)
 
 
 def _server_url(value: str | None) -> str | None:
-    if value is not None and not HTTP_URL.fullmatch(value):
+    if value is None:
+        return None
+    if not HTTP_URL.fullmatch(value):
         raise PydanticCustomError(
             "server_url",
             "server_url {value} is not an http(s) URL such as 'http://login1:8765'",
             {"value": show_value(value)},
         )
+    parts = urlsplit(value)
+    if parts.username is not None or parts.password is not None:
+        raise PydanticCustomError(
+            "server_url",
+            "server_url {value} holds credentials: they would be written into manifests, batch scripts and "
+            "logs (the ranks get a run token of their own)",
+            {"value": show_value(_without_credentials(value)), "hint": "remove 'user:password@'"},
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if (port is not None and not 1 <= port <= 65535) or not parts.hostname:
+        raise PydanticCustomError(
+            "server_url",
+            "server_url {value} does not name a host and a port from 1 to 65535",
+            {"value": show_value(value)},
+        )
     return value
+
+
+def _without_credentials(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 ServerUrl = Annotated[str | None, AfterValidator(_server_url)]
@@ -96,7 +125,7 @@ class KubernetesTarget(StrictModel):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Image pull policy; default: Kubernetes' own (Always for ':latest')."
     )
-    node_selector: dict[str, str] = Field(
+    node_selector: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, description="Node labels the pods must match."
     )
     tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate.")
@@ -109,10 +138,11 @@ class KubernetesTarget(StrictModel):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
+        if len(value) > MAX_IMAGE_REFERENCE or not IMAGE_REFERENCE.fullmatch(value):
             raise PydanticCustomError(
                 "image",
-                "image {value} is not an image reference: no spaces or newlines",
+                "image {value} is not an image reference: [registry[:port]/]name[:tag][@digest], the name's "
+                "parts in lowercase letters, digits and '._-' (e.g. 'ghcr.io/org/mlbench-worker:0.1')",
                 {"value": show_value(value)},
             )
         return value
@@ -123,14 +153,6 @@ class KubernetesTarget(StrictModel):
         if value is None:
             return None
         return _kubernetes_name(value, DNS1123_SUBDOMAIN, 253, "service account name (a DNS-1123 subdomain)")
-
-    @field_validator("node_selector")
-    @classmethod
-    def _node_selector(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, label in value.items():
-            _kubernetes_name(key, LABEL_KEY, 317, "node label key")
-            _kubernetes_name(label, LABEL_VALUE, 63, "node label value")
-        return value
 
     @field_validator("namespace")
     @classmethod
@@ -147,8 +169,9 @@ _SLURM_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 # token in a #SBATCH line.
 _SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+,-]*$")
 _SLURM_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|,*\[\]()!-]+$")
-# sbatch options mlbench sets from the spec (or needs left alone): an extra_args entry may not set
-# them under any name sbatch reads as them (prefixes, aliases, short options).
+# sbatch options mlbench sets from the spec (or needs left alone, such as those that hold or defer
+# a job): an extra_args entry may not set them under any name sbatch reads as them (prefixes,
+# aliases, short options).
 SLURM_MANAGED_OPTIONS: dict[str, str] = {
     "nodes": "target.nodes",
     "ntasks": "workers",
@@ -195,7 +218,17 @@ SLURM_MANAGED_OPTIONS: dict[str, str] = {
     "gid": "mlbench (the job runs as you)",
     "wrap": "the batch script",
     "array": "the batch script",
+    "deadline": "max_time",
 }
+SLURM_HOLDING_OPTIONS: dict[str, str] = {
+    "hold": "a held job does not start until someone releases it, and its run waits all that time",
+    "priority": "priority 0 holds a job (and only an operator sets a priority)",
+    "begin": "a deferred job starts later than the run it belongs to, which waits all that time",
+    "delay-boot": "a job that waits for its nodes to reboot keeps its run waiting",
+    "dependency": "a job that waits on another may never start, and its run waits all that time",
+    "kill-on-invalid-dep": "a job that waits on another may never start, and its run waits all that time",
+}
+"""sbatch options that hold or defer a job: refused like the managed ones, with why."""
 DEFAULT_SLURM_GRACE_S = 120.0
 
 
@@ -206,12 +239,17 @@ def _sbatch_option(entry: str) -> str:
         raise PydanticCustomError("slurm_option", "{why}", {"why": str(exc)}) from None
     for arg in args:
         name = ALIASES.get(arg.name, arg.name)
-        if name in SLURM_MANAGED_OPTIONS:
+        if name in SLURM_MANAGED_OPTIONS or name in SLURM_HOLDING_OPTIONS:
             written = "" if arg.written == f"--{name}" else f" (written {arg.written!r})"
+            managed = SLURM_MANAGED_OPTIONS.get(name)
             raise PydanticCustomError(
                 "slurm_option",
-                "extra_args may not set --{name}{written}: mlbench sets it from {source}",
-                {"name": name, "written": written, "source": SLURM_MANAGED_OPTIONS[name]},
+                "extra_args may not set --{name}{written}: {why}",
+                {
+                    "name": name,
+                    "written": written,
+                    "why": f"mlbench sets it from {managed}" if managed else SLURM_HOLDING_OPTIONS[name],
+                },
             )
     return entry
 

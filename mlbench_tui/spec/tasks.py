@@ -8,6 +8,7 @@ in ``mlbench_worker.hyperparams`` (stdlib, like this module).
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any, Literal
 
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import knobs as kn
+from mlbench_worker import wire
+from mlbench_worker.data.options import DATA_OPTIONS, DataOptions
 
 Backend = Literal["gloo", "nccl", "mpi"]
 Precision = Literal["fp32", "bf16", "fp16", "amp"]
@@ -25,6 +28,27 @@ LrScaling = Literal["none", "linear", "sqrt"]
 ALL_BACKENDS: tuple[str, ...] = ("gloo", "nccl", "mpi")
 ALL_PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
 ALL_FRAMEWORKS: tuple[str, ...] = ("pytorch", "tensorflow")
+
+
+@dataclass(frozen=True)
+class GoalMetric:
+    """A global validation metric a goal may watch: the direction that improves it and the values
+    it can take (a goal outside them is never reached, one at the far end is met untrained)."""
+
+    direction: Direction
+    lowest: float
+    highest: float
+    what: str
+
+
+GOAL_METRICS: Mapping[str, GoalMetric] = MappingProxyType(
+    {
+        wire.VAL_GLOBAL_PREC1: GoalMetric("max", 0.0, 100.0, "top-1 accuracy in percent"),
+        wire.VAL_GLOBAL_PERPLEXITY: GoalMetric("min", 1.0, math.inf, "perplexity"),
+        wire.VAL_GLOBAL_BLEU: GoalMetric("max", 0.0, 100.0, "BLEU"),
+        wire.VAL_GLOBAL_LOSS: GoalMetric("min", 0.0, math.inf, "the validation loss"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +115,11 @@ class TaskInfo:
     synthetic_sizes: tuple[str, ...] = ()  # hyperparameters a synthetic run takes from its data options
 
     @property
+    def goal_metrics(self) -> tuple[str, ...]:
+        """The global metrics this task reports that a goal may watch: its goal's and the loss."""
+        return () if self.goal is None else (self.goal.metric, wire.VAL_GLOBAL_LOSS)
+
+    @property
     def lr_linearly_scaled(self) -> bool:
         """True when the effective learning rate is ``base_lr * workers`` (MLBench's linear rule)."""
         return self.lr_scaling == "linear"
@@ -121,6 +150,13 @@ class TaskInfo:
         return out
 
     @property
+    def data_options(self) -> Mapping[str, type[DataOptions]]:
+        """The options a spec may give each data source of this task (``data.options``)."""
+        return MappingProxyType(
+            {source: cls for (task, source), cls in DATA_OPTIONS.items() if task == self.id}
+        )
+
+    @property
     def closed_division(self) -> Mapping[str, Any]:
         """The hyperparameters MLPerf's closed division holds at their official values."""
         fixed = {n for n, k in kn.knobs(self.hyperparameters).items() if k.in_closed_division}
@@ -147,11 +183,15 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             notes="sizes = unique ints of np.logspace(sizes_min_exp, sizes_max_exp, num_sizes); "
             "fp16 is dropped on mpi (Open MPI has no fp16 reduction).",
             sweep=TaskSweep(
-                prefix="allreduce_",
+                prefix=wire.ALLREDUCE_PREFIX,
                 count_figure="latency_p50",
                 unit="sizes",
                 x_label="size (elements)",
-                charts=("allreduce_fp32_busbw", "allreduce_fp16_busbw", "allreduce_fp32_latency_p50"),
+                charts=(
+                    wire.allreduce_metric("fp32", "busbw"),
+                    wire.allreduce_metric("fp16", "busbw"),
+                    wire.allreduce_metric("fp32", "latency_p50"),
+                ),
             ),
             no_cuda_graphs="it measures all-reduce calls themselves and has no training step to capture",
             reads_data=False,
@@ -162,7 +202,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Image classification: ResNet-20 on CIFAR-10",
             model="ResNet-20 (He et al. 2015, v1)",
             dataset="CIFAR-10 (50k train / 10k val)",
-            goal=TaskGoal(metric="val_global_Prec@1", direction="max", full=80.0, light=70.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PREC1, direction="max", full=80.0, light=70.0),
             hyperparameters=hps.ResNet20,
             backends=ALL_BACKENDS,
             precisions=ALL_PRECISIONS,
@@ -179,7 +219,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Linear learning: L2 logistic regression on epsilon",
             model="logistic regression (L2)",
             dataset="epsilon (LIBSVM, 400k x 2000 dense)",
-            goal=TaskGoal(metric="val_global_Prec@1", direction="max", full=89.0, light=80.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PREC1, direction="max", full=89.0, light=80.0),
             hyperparameters=hps.LogReg,
             backends=ALL_BACKENDS,
             precisions=("fp32", "bf16"),
@@ -194,7 +234,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Language modelling: AWD-LSTM on WikiText-2",
             model="AWD-LSTM (3 layers, 400 emb, 1150 hidden, tied weights)",
             dataset="WikiText-2 (2,088,628 train tokens, vocab 33,278)",
-            goal=TaskGoal(metric="val_global_Perplexity", direction="min", full=70.0, light=90.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PERPLEXITY, direction="min", full=70.0, light=90.0),
             hyperparameters=hps.AwdLstm,
             backends=ALL_BACKENDS,
             precisions=("fp32", "bf16", "amp"),
@@ -211,7 +251,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Machine translation: GNMT on WMT16 EN-DE",
             model="GNMT (stacked residual LSTM with attention)",
             dataset="WMT16 EN-DE (train len <= 75, test <= 150)",
-            goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=24.0, light=20.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_BLEU, direction="max", full=24.0, light=20.0),
             hyperparameters=hps.Gnmt,
             attention=True,
             backends=ALL_BACKENDS,
@@ -229,7 +269,7 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             title="Machine translation: Transformer (base) on WMT17 EN-DE",
             model="Transformer base (Vaswani et al. 2017)",
             dataset="WMT17 EN-DE (len <= 80)",
-            goal=TaskGoal(metric="val_global_BLEU-Score", direction="max", full=25.0, light=20.0),
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_BLEU, direction="max", full=25.0, light=20.0),
             hyperparameters=hps.Transformer,
             attention=True,
             backends=ALL_BACKENDS,
@@ -266,4 +306,4 @@ def default_charts(task_id: str, goal_metric: str | None) -> list[str]:
     task = get_task(task_id)
     if task is not None and task.sweep is not None:
         return list(task.sweep.charts)
-    return ["train_loss", *([goal_metric] if goal_metric else []), "step_time"]
+    return [wire.TRAIN_LOSS, *([goal_metric] if goal_metric else []), wire.STEP_TIME]

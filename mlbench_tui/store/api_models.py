@@ -1,8 +1,9 @@
 """Wire models of the ``/v1`` HTTP API: what clients send and receive, separate from the tables.
 
-These pydantic models are the contract between the server, the CLI/TUI client and the worker
-reporter (``workers/mlbench_worker/reporter.py`` builds the same JSON by hand; a contract test
-pins it). Limits live here so the server, the client and the OpenAPI document agree on them.
+These pydantic models are the contract between the server and the CLI/TUI client. The ingest
+batches ranks send are declared once, in ``mlbench_worker.wire``, and derived here
+(``wire_models``), as are their limits, so the worker's reporter (a contract test validates its
+requests), the server, the client and the OpenAPI document agree on them.
 
 Non-finite metric values: JSON has no NaN/Infinity, so a metric value is ``float | null`` and
 ``null`` means "not a finite number" (a diverged loss). Senders map NaN and +/-inf to ``null``;
@@ -14,22 +15,25 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
+from mlbench_worker import wire
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.owners import RunOwner
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES
+from mlbench_tui.store.wire_models import pydantic_model
 
-# Limits shared by the server, the client and the reporter (which copies them).
-MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_BATCH_ITEMS = 10_000
-MAX_NAME_LEN = 128
-MAX_TEXT_LEN = 16 * 1024
-MAX_KIND_LEN = 64
-MAX_PAYLOAD_BYTES = 64 * 1024
+# Limits shared by the server, the client and the reporter (the wire contract's).
+MAX_BODY_BYTES = wire.MAX_BODY_BYTES
+MAX_BATCH_ITEMS = wire.MAX_BATCH_ITEMS
+MAX_NAME_LEN = wire.MAX_NAME_LEN
+MAX_TEXT_LEN = wire.MAX_TEXT_LEN
+MAX_KIND_LEN = wire.MAX_KIND_LEN
+MAX_PAYLOAD_BYTES = wire.MAX_PAYLOAD_BYTES
 MAX_SPEC_TEXT = MAX_SPEC_BYTES  # what validate lets through is what the store takes
-MAX_RANK = 65_535
+MAX_RANK = wire.MAX_RANK
 MAX_POINTS = 100_000
 MAX_PAGE = 50_000
 
@@ -40,9 +44,7 @@ RUN_ID_PATTERN = r"^r-[0-9a-f]{12}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN, pattern=r"^[^\x00-\x1f]+$")]
 Rank = Annotated[int, Field(ge=0, le=MAX_RANK)]
-Seq = Annotated[int, Field(ge=0, le=2**62)]
-Session = Annotated[str, Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")]
-Stream = Literal["stdout", "stderr", "system"]
+Stream = wire.Stream
 
 
 class _Wire(BaseModel):
@@ -68,6 +70,14 @@ class RunCreate(_Wire):
     target_kind: str = Field(default="local", max_length=32)
     handle: str | None = Field(default=None, max_length=512)
     labels: dict[str, str] = Field(default_factory=dict)
+    owner: RunOwner | None = Field(
+        default=None, description="The process that launches and watches the run (apply)."
+    )
+    exclusive: bool = Field(
+        default=False,
+        description="Refuse (409 run_under_way) while another run of this name is under way with a live "
+        "owner: two applies of one spec run each run once.",
+    )
 
     @classmethod
     def from_plan(cls, plan: RunPlan, spec_text: str = "") -> RunCreate:
@@ -115,6 +125,12 @@ class RunUpdate(_Wire):
         default=None,
         description="When the target reached each step of launching the run (what it knows so far); "
         "they split the launcher's part of the run's start in its result.",
+    )
+    spool: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Folder (readable by the server) where the run's ranks keep batches they could not "
+        "send; the server imports it when the run ends and whenever it starts.",
     )
 
     @field_validator("started", "finished")
@@ -188,6 +204,7 @@ class RunInfo(BaseModel):
     launch: LaunchMilestones | None = Field(
         default=None, description="When the target reached each step of launching the run (None: unknown)."
     )
+    owner: RunOwner | None = Field(default=None, description="The process that launches and watches it.")
 
     def known_result(self) -> RunResult:
         """The stored result; for a run without one (still going, or ended before the server
@@ -207,6 +224,7 @@ class RunDetail(RunInfo):
     spec_text: str = ""
     plan: dict[str, Any] = Field(default_factory=dict)
     ranks: list[RankInfo] = Field(default_factory=list)
+    spool: str | None = Field(default=None, description="Where its ranks keep batches they could not send.")
 
 
 class RunCreated(BaseModel):
@@ -217,45 +235,13 @@ class RunCreated(BaseModel):
 # ------------------------------------------------------------------------------------ ingest
 
 
-class MetricIn(_Wire):
-    name: Name
-    value: FiniteFloat | None = Field(description="The value; null for NaN or infinity.")
-    step: int | None = Field(default=None, ge=-(2**62), le=2**62)
-    epoch: FiniteFloat | None = None
-    t: FiniteFloat | None = Field(
-        default=None, description="Wall time (unix seconds); the server's if absent."
-    )
-
-
-class LogIn(_Wire):
-    text: str = Field(max_length=MAX_TEXT_LEN)
-    stream: Stream = "stdout"
-    seq: int | None = Field(default=None, ge=0, le=2**62, description="Line number in the rank's stream.")
-    t: FiniteFloat | None = None
-
-
-class EventIn(_Wire):
-    kind: str = Field(min_length=1, max_length=MAX_KIND_LEN, pattern=r"^[A-Za-z0-9_.:-]+$")
-    payload: dict[str, Any] = Field(default_factory=dict)
-    t: FiniteFloat | None = None
-
-
-class _Batch(_Wire):
-    rank: Rank = Field(description="Rank that produced the batch.")
-    seq: Seq = Field(description="Batch sequence number per (rank, session, kind); retries reuse it.")
-    session: Session = Field(description="Sender instance id, so a restarted sender does not collide.")
-
-
-class MetricBatch(_Batch):
-    metrics: list[MetricIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
-
-
-class LogBatch(_Batch):
-    lines: list[LogIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
-
-
-class EventBatch(_Batch):
-    events: list[EventIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+# Derived from the wire contract's declarations (mlbench_worker.wire; see wire_models).
+MetricIn = pydantic_model(wire.MetricIn)
+LogIn = pydantic_model(wire.LogIn)
+EventIn = pydantic_model(wire.EventIn)
+MetricBatch = pydantic_model(wire.MetricBatch)
+LogBatch = pydantic_model(wire.LogBatch)
+EventBatch = pydantic_model(wire.EventBatch)
 
 
 class BatchAck(BaseModel):

@@ -139,6 +139,12 @@ _M0004 = """
 ALTER TABLE runs ADD COLUMN launch VARCHAR
 """
 
+# 0005: who owns a run (the apply that launches it) and where its ranks spool unsent batches.
+_M0005 = """
+ALTER TABLE runs ADD COLUMN owner VARCHAR;
+ALTER TABLE runs ADD COLUMN spool VARCHAR;
+"""
+
 Migration = tuple[str, Callable[[sqlite3.Connection], None]]
 
 
@@ -156,6 +162,7 @@ MIGRATIONS: list[Migration] = [
     ("0002_ranks_batches_labels", _script(_M0002)),
     ("0003_metric_series", _script(_M0003)),
     ("0004_run_launch", _script(_M0004)),
+    ("0005_run_owner_spool", _script(_M0005)),
 ]
 
 

@@ -31,9 +31,9 @@ from mlbench_tui.store.api_models import (
 
 RUN_INFO_COLUMNS = (
     "id, name, spec_name, spec_hash, task, backend, workers, repeat, goal, state, target_kind, handle, "
-    "created, started, finished, result, error, labels, launch"
+    "created, started, finished, result, error, labels, launch, owner"
 )
-RUN_DETAIL_COLUMNS = RUN_INFO_COLUMNS + ", spec_text, plan"
+RUN_DETAIL_COLUMNS = RUN_INFO_COLUMNS + ", spec_text, plan, spool"
 RANK_COLUMNS = "rank, state, host, pid, pod, exit_code, message, updated"
 
 MAX_REGEX_LEN = 256
@@ -65,6 +65,7 @@ def run_info_dict(row: Sequence[Any]) -> dict[str, Any]:
         "error": row[16],
         "labels": _json(row[17]) or {},
         "launch": _json(row[18]),
+        "owner": _json(row[19]),
     }
 
 
@@ -108,8 +109,9 @@ def get_run(conn: Connection, run_id: str) -> RunDetail | None:
     if row is None:
         return None
     data = run_info_dict(row)
-    data["spec_text"] = row[19]
-    data["plan"] = _json(row[20]) or {}
+    data["spec_text"] = row[20]
+    data["plan"] = _json(row[21]) or {}
+    data["spool"] = row[22]
     ranks = conn.exec_driver_sql(
         f"SELECT {RANK_COLUMNS} FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)
     ).fetchall()

@@ -1,9 +1,8 @@
 """Read-only access to a store file in this process, with the read methods of the HTTP client.
 
-``RunReader`` is what a read-only command needs (runs, one run, metric pages); ``MlbenchClient``
-answers it over HTTP and ``StoreReader`` from the file itself, through the same queries the
-server's read routes run, so ``mlbench report`` needs no server of its own. WAL lets it read
-beside a server that is writing the same store.
+``StoreReader`` answers ``RunReader`` (``store.read_api``: what a read-only command needs) from
+the file itself, through the same queries the server's read routes run, so ``mlbench report``
+needs no server of its own. WAL lets it read beside a server that is writing the same store.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import contextlib
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -21,35 +19,10 @@ from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.provenance import rules_digest
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, EventsPage, MetricsPage, RunDetail, RunInfo
-from mlbench_tui.store.engine import default_db_path, make_engine
+from mlbench_tui.store.engine import default_db_path, make_engine, read_only_uri
+from mlbench_tui.store.read_api import RunReader
 
-
-class RunReader(Protocol):
-    """The reads of runs and their metrics that ``MlbenchClient`` and ``StoreReader`` both answer."""
-
-    def list_runs(
-        self, *, state: str | None = None, spec_name: str | None = None, limit: int = 500
-    ) -> list[RunInfo]: ...
-
-    def get_run(self, run_id: str) -> RunDetail: ...
-
-    def metrics(
-        self,
-        run_id: str,
-        names: Sequence[str] | str | None = None,
-        *,
-        rank: int | None = None,
-        since: int = 0,
-        points: int | None = None,
-        limit: int | None = None,
-        timeout: float | None = None,
-    ) -> MetricsPage: ...
-
-    def events(
-        self, run_id: str, since: int = 0, *, kind: str | None = None, limit: int = 1000
-    ) -> EventsPage: ...
-
-    def close(self) -> None: ...
+__all__ = ["RunReader", "StoreReader"]
 
 
 class StoreReader:
@@ -69,13 +42,13 @@ class StoreReader:
         if not file.is_file():
             return None
         try:
-            with contextlib.closing(sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            with contextlib.closing(sqlite3.connect(read_only_uri(file), uri=True)) as conn:
                 done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
                 if done != {name for name, _ in MIGRATIONS} or _stale_results(conn):
                     return None
         except sqlite3.Error:
             return None
-        return cls(make_engine(file.resolve(), pool_size=1))
+        return cls(make_engine(file.resolve(), pool_size=1, read_only=True))
 
     def close(self) -> None:
         self._engine.dispose()

@@ -8,6 +8,7 @@ here and kept only as sha256 hashes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -20,7 +21,8 @@ from typing import Any, TypeVar
 import orjson
 from sqlalchemy import Connection
 
-from mlbench_tui.errors import NotFound, StoreError, UsageError
+from mlbench_tui.errors import Conflict, NotFound, StoreError, UsageError
+from mlbench_tui.owners import RunOwner
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     BatchAck,
@@ -33,7 +35,16 @@ from mlbench_tui.store.api_models import (
 )
 from mlbench_tui.store.changes import Change
 from mlbench_tui.store.checkpointer import Checkpointer
-from mlbench_tui.store.engine import FileLock, default_db_path, make_engine, prepare
+from mlbench_tui.store.engine import (
+    FileLock,
+    StoreReadOnly,
+    default_db_path,
+    make_engine,
+    prepare,
+    read_only_error,
+    writable,
+)
+from mlbench_tui.store.write_rules import WriteRules, rank_out_of_range
 from mlbench_tui.store.writer import Writer
 
 T = TypeVar("T")
@@ -58,19 +69,73 @@ def dumps_json(value: Any) -> str:
         raise UsageError(f"value cannot be stored as JSON: {exc}") from None
 
 
-class Store:
-    """A metric store file opened for reading and (by default) writing."""
+def refuse_if_under_way(conn: Connection, name: str) -> None:
+    """Raise ``Conflict`` (``run_under_way``) when a run named ``name`` has not ended and its
+    owner still lives: what makes two applies of one spec run each run once."""
+    rows = conn.exec_driver_sql(
+        "SELECT id, state, owner FROM runs"
+        " WHERE name = ? AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+        (name,),
+    ).fetchall()
+    for run_id, state, owner_json in rows:
+        if not owner_json:
+            continue
+        owner = RunOwner.model_validate_json(owner_json)
+        if owner.alive():
+            raise Conflict(
+                f"{name} is already under way as run {run_id} ({state}), launched by {owner}",
+                reason="run_under_way",
+                hint=f"watch it with: mlbench status {run_id}   (or stop it: mlbench cancel {run_id})",
+            )
 
-    def __init__(self, path: str | Path | None = None, *, write: bool = True, pool_size: int = 8) -> None:
+
+def _check_readable(path: Path) -> None:
+    """Refuse to read a store this code would first have to upgrade (it cannot, read-only)."""
+    import sqlite3
+
+    from mlbench_tui.store.engine import read_only_uri
+    from mlbench_tui.store.migrations import MIGRATIONS
+
+    try:
+        with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as conn:
+            done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read store {path}: {exc}") from exc
+    missing = [name for name, _ in MIGRATIONS if name not in done]
+    if missing:
+        raise StoreError(
+            f"store {path} cannot be written here and was made by an older mlbench (it lacks "
+            f"{', '.join(missing)}), so it cannot be upgraded to be read",
+            hint="copy it to a writable folder and point MLBENCH_DB (or --db) at the copy",
+        )
+
+
+class Store:
+    """A metric store file opened for reading and (by default) writing; its writer enforces the
+    write rules (``write_rules``) unless ``checks`` is False (the ingest benchmark's "before")."""
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        write: bool = True,
+        pool_size: int = 8,
+        checks: bool = True,
+    ) -> None:
         self.path = Path(path).expanduser().resolve() if path else default_db_path().resolve()
         self._lock: FileLock | None = None
+        self.read_only: StoreReadOnly | None = None if write else read_only_error(self.path, "opened to read")
         if write:
+            if not writable(self.path):
+                raise read_only_error(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock = FileLock(self.path.with_name(self.path.name + ".lock"))
             self._lock.acquire()
         try:
             self.migrations_applied = prepare(self.path) if write else []
-            self.engine = make_engine(self.path, pool_size=pool_size)
+            if not write:
+                _check_readable(self.path)
+            self.engine = make_engine(self.path, pool_size=pool_size, read_only=not write)
             self._token_hashes: dict[str, str] = {}
             self._name_stats: dict[str, tuple[int, queries.NameStats]] = {}
             self._name_lock = threading.Lock()
@@ -79,13 +144,25 @@ class Store:
             if write:
                 with self.engine.connect() as conn:
                     ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM runs")]
-                self.writer = Writer(self.engine, ids)
+                    rules = WriteRules.load(conn) if checks else None
+                self.writer = Writer(self.engine, ids, rules)
                 self.writer.listeners.append(self._forget_deleted)
                 self.checkpointer = Checkpointer(self.path, self.writer.write_lock)
         except BaseException:
             if self._lock:
                 self._lock.release()
             raise
+
+    @classmethod
+    def for_server(cls, path: str | Path | None = None) -> Store:
+        """The store as a server opens it: for writing, or for reading only where its folder or
+        file cannot be written (a read-only mount): every read works, writes answer why not."""
+        resolved = Path(path).expanduser().resolve() if path else default_db_path().resolve()
+        if resolved.exists() and not writable(resolved):
+            store = cls(resolved, write=False)
+            store.read_only = read_only_error(resolved)
+            return store
+        return cls(resolved)
 
     # ---- lifecycle
 
@@ -105,9 +182,10 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _w(self) -> Writer:
+    def require_writer(self) -> Writer:
+        """The writer, or the reason this store cannot be written (``StoreReadOnly``)."""
         if self.writer is None:
-            raise StoreError(f"store {self.path} is open read-only")
+            raise self.read_only or read_only_error(self.path, "opened to read")
         return self.writer
 
     def read(self, fn: Callable[[Connection], T]) -> T:
@@ -160,16 +238,19 @@ class Store:
         token = secrets.token_urlsafe(32)
         plan_json, labels_json = dumps_json(req.plan), dumps_json(req.labels)
         goal_json = None if req.goal is None else dumps_json(req.goal.model_dump(mode="json"))
+        owner_json = None if req.owner is None else req.owner.model_dump_json()
 
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
+            if req.exclusive:
+                refuse_if_under_way(conn, req.name)
             now = time.time()
             run_id = new_run_id()
             while queries.run_exists(conn, run_id):
                 run_id = new_run_id()
             conn.exec_driver_sql(
                 "INSERT INTO runs (id, name, spec_name, spec_hash, spec_text, plan, task, backend, workers,"
-                " repeat, goal, state, target_kind, handle, created, labels, token_hash, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+                " repeat, goal, state, target_kind, handle, created, labels, token_hash, updated, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     req.name,
@@ -188,6 +269,7 @@ class Store:
                     labels_json,
                     hash_token(token),
                     now,
+                    owner_json,
                 ),
             )
             conn.exec_driver_sql(
@@ -227,7 +309,7 @@ class Store:
                 if key in data:
                     value = data[key]
                     fields[key] = value.timestamp() if value is not None else None
-            for key in ("handle", "error"):
+            for key in ("handle", "error", "spool"):
                 if key in data:
                     fields[key] = data[key]
             if fields:
@@ -277,8 +359,12 @@ class Store:
         """Set the states of many ranks in one transaction; the answer lists each rank once."""
 
         def fn(conn: Connection) -> tuple[Any, list[Change]]:
-            if not queries.run_exists(conn, run_id):
+            row = conn.exec_driver_sql("SELECT workers FROM runs WHERE id = ?", (run_id,)).first()
+            if row is None:
                 raise NotFound(f"run {run_id} not found")
+            outside = [rank for rank, _ in updates if rank >= row[0]]
+            if outside:
+                raise rank_out_of_range(run_id, outside[0], int(row[0]))
             now = time.time()
             for rank, upd in updates:
                 data = upd.model_dump(exclude_unset=True)
@@ -311,25 +397,25 @@ class Store:
 
     def create_run(self, req: RunCreate) -> tuple[RunDetail, str]:
         fn, token = self.op_create_run(req)
-        detail: RunDetail = self._w().call(fn)
+        detail: RunDetail = self.require_writer().call(fn)
         return detail, token
 
     def update_run(self, run_id: str, upd: RunUpdate) -> RunDetail:
-        detail: RunDetail = self._w().call(self.op_update_run(run_id, upd))
+        detail: RunDetail = self.require_writer().call(self.op_update_run(run_id, upd))
         return detail
 
     def delete_run(self, run_id: str) -> None:
-        self._w().call(self.op_delete_run(run_id))
+        self.require_writer().call(self.op_delete_run(run_id))
 
     def update_rank(self, run_id: str, rank: int, upd: RankUpdate) -> RankInfo:
-        info: RankInfo = self._w().call(self.op_update_rank(run_id, rank, upd))
+        info: RankInfo = self.require_writer().call(self.op_update_rank(run_id, rank, upd))
         return info
 
     def ingest_metrics(
         self, run_id: str, rank: int, seq: int, rows: list[tuple[Any, ...]], session: str = ""
     ) -> BatchAck:
         """Store metric rows ``(name, step, epoch, t, value)`` of one batch (blocking until committed)."""
-        accepted, duplicate = self._w().ingest("metrics", run_id, rank, session, seq, rows)
+        accepted, duplicate = self.require_writer().ingest("metrics", run_id, rank, session, seq, rows)
         return BatchAck(accepted=accepted, duplicate=duplicate)
 
     def get_run(self, run_id: str) -> RunDetail:

@@ -53,6 +53,8 @@ class Run(SQLModel, table=True):
     error: str | None = None
     labels: str = _default("{}")
     launch: str | None = Field(default=None, description="The target's launch milestones (JSON).")
+    owner: str | None = Field(default=None, description="The process that launches and watches it (JSON).")
+    spool: str | None = Field(default=None, description="Folder where its ranks keep unsent batches.")
     token_hash: str = Field(description="sha256 of the run's write token; the token itself is never stored.")
     updated: float
 

@@ -17,13 +17,16 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, insert
 
-from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.errors import Conflict, MlbenchError, NotFound, StoreError
 from mlbench_tui.store.changes import Change, MetricChunk
+from mlbench_tui.store.engine import storage_error
 from mlbench_tui.store.series import SeriesCatalog
+from mlbench_tui.store.write_rules import WriteRules
 
 # A group transaction stops growing at this many rows or requests, to bound ack latency.
 MAX_GROUP_ROWS = 50_000
@@ -111,6 +114,7 @@ class _IngestJob(_Job):
     session: str = ""
     seq: int = 0
     rows: list[tuple[Any, ...]] = field(default_factory=list)  # rows without the leading id
+    by_run_token: bool = False  # sent with the run's write token: bound by every write rule
 
     def size(self) -> int:
         return len(self.rows)
@@ -123,6 +127,7 @@ class _MetricJob(_Job):
     session: str = ""
     seq: int = 0
     params: list[Any] = field(default_factory=list)  # MetricChunk.FIELDS of each row
+    by_run_token: bool = False
 
     def size(self) -> int:
         return len(self.params) // METRIC_WIDTH
@@ -145,13 +150,16 @@ class _Group:
     series_written: list[tuple[int, str, str]] = field(default_factory=list)  # (id, run id, name)
     metric_params: list[Any] = field(default_factory=list)
     metric_start: int = 0
+    undo_rules: list[Callable[[], None]] = field(default_factory=list)  # in the order applied
 
 
 class Writer:
     """The single writer thread: group commit, ack after commit, change notifications."""
 
-    def __init__(self, engine: Engine, known_runs: Iterable[str]) -> None:
+    def __init__(self, engine: Engine, known_runs: Iterable[str], rules: WriteRules | None = None) -> None:
         self._engine = engine
+        self.rules = rules  # None: store whatever a valid token sends (the benchmark's "before")
+        self._path = Path(engine.url.database or "")
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._runs: set[str] = set(known_runs)
         self._next_id: dict[str, int] = {}
@@ -201,21 +209,29 @@ class Writer:
         self._inline_thread = threading.get_ident() if loop is not None else None
 
     def ingest_async(
-        self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
+        self,
+        kind: str,
+        run_id: str,
+        rank: int,
+        session: str,
+        seq: int,
+        rows: list[tuple[Any, ...]],
+        by_run_token: bool = False,
     ) -> asyncio.Future[Any]:
         """Queue a log or event batch from a loop; resolves to ``(accepted, duplicate)`` after commit."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._submit_async(_IngestJob(fut, loop, kind, run_id, rank, session, seq, rows), loop)
+        job = _IngestJob(fut, loop, kind, run_id, rank, session, seq, rows, by_run_token)
+        self._submit_async(job, loop)
         return fut
 
     def ingest_metrics_async(
-        self, run_id: str, rank: int, session: str, seq: int, params: list[Any]
+        self, run_id: str, rank: int, session: str, seq: int, params: list[Any], by_run_token: bool = False
     ) -> asyncio.Future[Any]:
         """Queue a metric batch (``MetricChunk`` layout); resolves to ``(accepted, duplicate)``."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._submit_async(_MetricJob(fut, loop, run_id, rank, session, seq, params), loop)
+        self._submit_async(_MetricJob(fut, loop, run_id, rank, session, seq, params, by_run_token), loop)
         return fut
 
     def _submit_async(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
@@ -282,6 +298,15 @@ class Writer:
         Metric rows are ``(name, step, epoch, t, value)``; log and event rows are full table rows
         without the id.
         """
+        result: tuple[int, bool] = self.submit(kind, run_id, rank, session, seq, rows).result()
+        return result
+
+    def submit(
+        self, kind: str, run_id: str, rank: int, session: str, seq: int, rows: list[tuple[Any, ...]]
+    ) -> concurrent.futures.Future[Any]:
+        """Queue one batch (rows as ``ingest`` takes them) from a thread without waiting; the
+        future resolves to ``(accepted, duplicate)`` after commit. Many queued at once share
+        group transactions (a spool import)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         job: _Job
         if kind == "metrics":
@@ -291,8 +316,20 @@ class Writer:
         else:
             job = _IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
         self._put(job)
-        result: tuple[int, bool] = fut.result()
-        return result
+        return fut
+
+    def submit_metrics(
+        self, run_id: str, rank: int, session: str, seq: int, params: list[Any]
+    ) -> concurrent.futures.Future[Any]:
+        """``submit`` for a metric batch already in the ``MetricChunk`` layout (series ids from
+        ``series``, which hands them out only for a run the writer knows)."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(_MetricJob(fut, None, run_id, rank, session, seq, params))
+        return fut
+
+    def run_ended(self, run_id: str) -> bool:
+        """Whether ``run_id`` has ended (as of the last applied write); False without write rules."""
+        return self.rules is not None and self.rules.ended(run_id)
 
     def call(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> Any:
         """Run ``fn(conn)`` in the writer's transaction and return its result (blocking)."""
@@ -363,7 +400,8 @@ class Writer:
         except Exception as exc:
             self._undo(group)
             if len(jobs) == 1:
-                self._resolve(jobs, [(None, exc)], self._inline_thread)
+                failure = storage_error(exc, self._path) or exc  # a full disk says so, not "500"
+                self._resolve(jobs, [(None, failure)], self._inline_thread)
                 return
             for job in jobs:  # isolate the failing request: retry one per transaction
                 self._run_group([job])
@@ -384,6 +422,9 @@ class Writer:
             else:
                 self._runs.add(run_id)
         group.runs_changed = []
+        for undo in reversed(group.undo_rules):
+            undo()
+        group.undo_rules = []
         group.metric_params = []
         if group.series_written:
             self.series.put_back(group.series_written)
@@ -433,6 +474,9 @@ class Writer:
         if isinstance(job, _IngestJob):
             if job.run_id not in self._runs:
                 return None, NotFound(f"run {job.run_id} not found")
+            refused = self._refusal(job.run_id, job.rank, job.session, job.by_run_token)
+            if refused is not None:
+                return None, refused
             receipt = self._raw.execute(
                 self._receipt_sql, (job.run_id, job.rank, job.kind, job.session, job.seq)
             )
@@ -442,13 +486,17 @@ class Writer:
             rows = [(start + i, *row) for i, row in enumerate(job.rows)]
             self._next_id[job.kind] = start + len(rows)
             conn.exec_driver_sql(self._insert_sql[job.kind], rows)
+            if job.kind == "events" and self.rules is not None:
+                undo = self.rules.events_stored(job.run_id, job.rank, job.rows)
+                if undo is not None:
+                    group.undo_rules.append(undo)
             changes.append(Change(job.kind, job.run_id, rows))
             return (len(rows), False), None
         assert isinstance(job, _CallJob) and job.fn is not None
         try:
             with conn.begin_nested():
                 result, job_changes = job.fn(conn)
-        except StoreError as exc:
+        except MlbenchError as exc:
             return None, exc
         for change in job_changes:
             if change.kind == "run" and change.run_id not in self._runs:
@@ -457,14 +505,40 @@ class Writer:
             elif change.kind == "run_deleted" and change.run_id in self._runs:
                 self._runs.discard(change.run_id)
                 group.runs_changed.append((change.run_id, False))
+            if self.rules is not None:
+                self._note_run(change, group)
         changes.extend(job_changes)
         return result, None
+
+    def _note_run(self, change: Change, group: _Group) -> None:
+        """Keep the write rules' facts of a run in step with a run row just written."""
+        assert self.rules is not None
+        if change.kind == "run_deleted":
+            group.undo_rules.append(self.rules.run_deleted(change.run_id))
+        elif change.kind == "run" and change.rows:
+            detail = change.rows[0][0]  # the RunDetail the store operation returned
+            group.undo_rules.append(self.rules.run_changed(change.run_id, detail.workers, detail.state.value))
+
+    def _refusal(self, run_id: str, rank: int, session: str, by_run_token: bool) -> Conflict | None:
+        if self.rules is None:
+            return None
+        return self.rules.refusal(run_id, rank, session, by_run_token, self._session_wrote)
+
+    def _session_wrote(self, run_id: str, rank: int, session: str) -> bool:
+        found = self._raw.execute(
+            "SELECT 1 FROM batches WHERE run_id = ? AND rank = ? AND session = ? LIMIT 1",
+            (run_id, rank, session),
+        )
+        return found.fetchone() is not None
 
     def _apply_metrics(
         self, job: _MetricJob, changes: list[Change], group: _Group
     ) -> tuple[Any, BaseException | None]:
         if job.run_id not in self._runs:
             return None, NotFound(f"run {job.run_id} not found")
+        refused = self._refusal(job.run_id, job.rank, job.session, job.by_run_token)
+        if refused is not None:
+            return None, refused
         key = (job.run_id, job.rank, "metrics", job.session, job.seq)
         receipt = self._raw.execute(self._receipt_sql, key)
         if receipt.rowcount == 0:

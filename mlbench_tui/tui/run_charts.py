@@ -1,8 +1,9 @@
-"""Which charts a run screen opens with, and how each chart is titled and scaled.
+"""Which charts a run screen opens with, how each chart is titled and scaled, and what it reads.
 
 A run's charts follow what it can draw: a one-rank all-reduce sweep moves no data, so it charts
 latency (p50 per dtype) instead of bus bandwidth; a GPU run adds its GPU's utilisation, power and
-memory from the ``sys/gpu_*`` telemetry. Pure functions of the wire models, no Textual.
+memory from the ``sys/gpu_*`` telemetry. A run of many ranks charts its step time as percentile
+bands across ranks instead of a line per rank. Pure functions of the wire models, no Textual.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.spec.tasks import default_charts, get_task, sweep_of
 from mlbench_tui.store.api_models import RunDetail
+from mlbench_tui.tui.feed import HistoryPlan
 
 GPU_CHARTS = (sm.GPU_UTIL, sm.GPU_POWER_W, sm.GPU_MEM_USED_MIB)
+MAX_RANK_SERIES = 6  # a run of more ranks charts its step time as percentile bands across ranks
 BUSBW = "_busbw"
 LATENCY = "_latency_p50"
 
@@ -113,3 +116,24 @@ def opening_charts(run: RunDetail) -> list[str]:
     if gpu_run(run):
         names += [n for n in GPU_CHARTS if n not in names]
     return names
+
+
+def wide(run: RunDetail) -> bool:
+    """Whether a run has too many ranks to chart one line each (its step time is drawn as bands)."""
+    return run.workers > MAX_RANK_SERIES
+
+
+def per_rank(name: str) -> bool:
+    """Charts with one line per rank (up to ``MAX_RANK_SERIES``): step time and the telemetry."""
+    return name == STEP_TIME or sm.is_sys(name)
+
+
+def chart_plan(run: RunDetail, names: list[str]) -> HistoryPlan:
+    """The history of the charts of ``names``: every rank's on a run of a few ranks; on a wide
+    run rank 0's (global metrics are equal on every rank) and the step time as bands across
+    ranks, so the work stays that of a few series, not of one series per rank."""
+    if not wide(run):
+        return HistoryPlan(series=list(names))
+    return HistoryPlan(
+        one_rank=[n for n in names if n != STEP_TIME], bands=[STEP_TIME] if STEP_TIME in names else []
+    )

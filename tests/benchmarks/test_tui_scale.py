@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import BENCHMARKS, tui_scale
-from mlbench_tui.tui.screens import run_detail
+from mlbench_tui.tui import run_charts
 from mlbench_tui.tui.widgets import rank_table
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def test_it_prints_first_paint_and_live_cost_for_ours_and_the_peer(
 
 
 def test_the_peer_mode_is_undone_on_exit() -> None:
-    wide, rows = run_detail.wide, rank_table.TABLE_ROWS
+    wide, rows = run_charts.wide, rank_table.TABLE_ROWS
     with tui_scale.per_rank_mode():
-        assert run_detail.wide is not wide and rank_table.TABLE_ROWS > 1024
-    assert run_detail.wide is wide and rows == rank_table.TABLE_ROWS
+        assert run_charts.wide is not wide and rank_table.TABLE_ROWS > 1024
+    assert run_charts.wide is wide and rows == rank_table.TABLE_ROWS

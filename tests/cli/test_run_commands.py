@@ -66,13 +66,22 @@ def _spec(
     return path
 
 
+def _run_pids(run_id: str) -> set[int]:
+    """Every live process of a local run: its launcher (a forked group's, or torchrun), the
+    launcher's descendants, and whatever carries the run's marker (a forked rank carries none)."""
+    launch = json.loads(
+        (Path(os.environ["MLBENCH_HOME"]) / "state" / "runs" / run_id / "launch.json").read_text()
+    )
+    return processes.run_pids(run_id, launch["pid"], launch["start_ticks"])
+
+
 def _running_local_run(timeout: float = 120.0) -> str | None:
     """The id of the local run whose launcher and both ranks are up (None if none comes up)."""
     runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for launch in runs.glob("r-*/launch.json"):
-            if len(processes.marked_pids(launch.parent.name)) >= 3:  # torchrun + 2 ranks
+            if len(_run_pids(launch.parent.name)) >= 3:  # the launcher + 2 ranks
                 return launch.parent.name
         time.sleep(0.3)
     return None
@@ -208,16 +217,16 @@ def test_cancel_of_a_detached_run_leaves_no_process_behind(
     while time.monotonic() < deadline:
         listed = mlbench("status").stdout
         found = re.search(r"(r-[0-9a-f]{12})\s+long-gloo-2w\s+running", listed)
-        if found and len(processes.marked_pids(found[1])) >= 3:  # torchrun + 2 ranks
+        if found and len(_run_pids(found[1])) >= 3:  # the launcher + 2 ranks
             run_id = found[1]
             break
         time.sleep(0.5)
     assert run_id is not None, "the detached run never got going"
-    pids = processes.marked_pids(run_id)
+    pids = _run_pids(run_id)
     assert "sizes measured so far" in mlbench("status").stdout
     cancelled = mlbench("cancel", "long-gloo-2w")
     assert cancelled.returncode == 0 and "cancelled long-gloo-2w" in cancelled.stderr
-    assert not processes.marked_pids(run_id)
+    assert not _run_pids(run_id)
     assert not [pid for pid in pids if processes.is_alive(pid)]
     deadline = time.monotonic() + 30
     while processes.is_alive(apply_pid) and time.monotonic() < deadline:
@@ -240,7 +249,7 @@ def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
     run_id = _running_local_run()
     try:
         assert run_id is not None, "the run never got going"
-        pids = processes.marked_pids(run_id)
+        pids = _run_pids(run_id)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends to apply
         _, err = proc.communicate(timeout=60)
     finally:
@@ -248,7 +257,7 @@ def test_ctrl_c_on_apply_stops_every_rank(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 130
     assert "interrupted: cancelling active runs" in err
-    assert not processes.marked_pids(run_id)
+    assert not _run_pids(run_id)
     assert not [pid for pid in pids if processes.is_alive(pid)]
 
 
@@ -273,11 +282,11 @@ def test_cancel_after_apply_was_killed(tmp_path: Path, mlbench: Callable[..., Re
     ``mlbench cancel`` from another process still finds and stops every one of them."""
     spec = _spec(tmp_path, "orphan", repetitions=1_000_000, max_exp=4, num_sizes=8)
     run_id = _apply_then_kill_it(spec)
-    pids = processes.marked_pids(run_id)
+    pids = _run_pids(run_id)
     assert len(pids) >= 3  # the ranks outlived their apply
     assert "state:    running" in mlbench("status", run_id).stdout
     assert mlbench("cancel", run_id).returncode == 0
-    assert not processes.marked_pids(run_id)
+    assert not _run_pids(run_id)
     assert not [pid for pid in pids if processes.is_alive(pid)]
     assert "state:    cancelled" in mlbench("status", run_id).stdout
 
@@ -290,11 +299,11 @@ def test_a_run_whose_apply_was_killed_ends_as_its_ranks_said(
     assert mlbench("status").returncode == 0  # the server is a process of its own and outlives apply
     spec = _spec(tmp_path, "lost", repetitions=20, max_exp=3, num_sizes=4)
     run_id = _apply_then_kill_it(spec)
-    assert len(processes.marked_pids(run_id)) >= 3  # the ranks outlived their apply
+    assert len(_run_pids(run_id)) >= 3  # the ranks outlived their apply
     deadline = time.monotonic() + 120
-    while processes.marked_pids(run_id) and time.monotonic() < deadline:
+    while _run_pids(run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not processes.marked_pids(run_id), "the ranks did not finish"
+    assert not _run_pids(run_id), "the ranks did not finish"
     status = mlbench("status", run_id).stdout
     assert "state:    succeeded" in status, status
     assert re.search(r"ranks: .*\n +0  succeeded .*\n +1  succeeded", status), status
@@ -330,7 +339,7 @@ def test_a_run_whose_ranks_all_stopped_stays_succeeded_when_apply_is_stopped(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "interrupted" in err, err
     run_id = hanging[0].parent.parent.name
-    assert not processes.marked_pids(run_id)
+    assert not _run_pids(run_id)
     status = mlbench("status", run_id).stdout
     assert "state:    succeeded" in status, status
     listed = json.loads(mlbench("status", "-o", "json").stdout)["runs"]

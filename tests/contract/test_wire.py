@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from mlbench_worker import wire
+from mlbench_worker.data.options import Cifar10Synthetic
 from mlbench_worker.hyperparams import ResNet20
 from mlbench_worker.wire import ConfigError, config_document, parse_config
 
@@ -122,7 +123,12 @@ def test_an_absent_key_takes_the_one_declared_default() -> None:
     minimal = parse_config(required)
     # the task's own typed hyperparameters, every one its declared default
     expected = wire.WorkerConfig(
-        run_id="r", task="1a", backend="gloo", world_size=1, hyperparameters=ResNet20()
+        run_id="r",
+        task="1a",
+        backend="gloo",
+        world_size=1,
+        hyperparameters=ResNet20(),
+        data=wire.DataConfig(options=Cifar10Synthetic()),  # and its typed data options
     )
     assert minimal == expected
     assert minimal.implementation == ImplementationPlan() == wire.ImplementationConfig()

@@ -27,6 +27,9 @@ class ServerProcess:
     def admin(self) -> MlbenchClient:
         return MlbenchClient(self.url, ADMIN)
 
+    def reader(self) -> MlbenchClient:
+        return MlbenchClient(self.url, READ)
+
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

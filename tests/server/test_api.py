@@ -24,7 +24,7 @@ def _run(server: ServerProcess, workers: int = 2) -> tuple[str, str]:
 
 def test_health_and_openapi(server: ServerProcess) -> None:
     health = MlbenchClient(server.url).health()
-    assert health.status == "ok" and health.store == str(server.db.resolve()) and health.open_reads
+    assert health.status == "ok" and health.store == str(server.db.resolve()) and not health.open_reads
     doc = httpx.get(f"{server.url}/openapi.json").json()
     assert "/v1/runs/{run_id}/metrics:batch" in doc["paths"]
     body = doc["paths"]["/v1/runs/{run_id}/metrics:batch"]["post"]["requestBody"]
@@ -132,18 +132,23 @@ def test_bad_input_is_4xx_with_json_reason(server: ServerProcess) -> None:
     assert huge.status_code == 413 and huge.json()["error"] == "body_too_large"
     extra = post(b'{"rank":0,"seq":5,"metrics":[{"name":"x","value":1}],"bogus":1}')
     assert extra.status_code == 422
-    bad_regex = httpx.get(f"{server.url}/v1/runs/{run_id}/logs", params={"regex": "("})
+    reader = {"Authorization": f"Bearer {READ}"}
+    bad_regex = httpx.get(f"{server.url}/v1/runs/{run_id}/logs", params={"regex": "("}, headers=reader)
     assert bad_regex.status_code == 422 and "regex" in bad_regex.json()["detail"]
-    assert httpx.get(f"{server.url}/v1/runs/{run_id}/metrics", params={"points": 0}).status_code == 422
+    points = httpx.get(f"{server.url}/v1/runs/{run_id}/metrics", params={"points": 0}, headers=reader)
+    assert points.status_code == 422
     assert httpx.get(f"{server.url}/v1/nothing").json()["error"] == "not_found"
 
 
-def test_reads_need_the_read_token_when_configured(server_factory: Callable[..., ServerProcess]) -> None:
-    server = server_factory("--require-read-token")
-    run_id, _ = _run(server)
+def test_reads_need_the_read_token_on_loopback_too(server: ServerProcess) -> None:
+    # a page the user visits can reach 127.0.0.1, but it has no token: it reads nothing
+    run_id, token = _run(server)
+    for path in ("/v1/runs", f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/logs", f"/v1/runs/{run_id}/stream"):
+        refused = httpx.get(f"{server.url}{path}", timeout=10)
+        assert refused.status_code == 401 and refused.json()["error"] == "missing_token", path
     with pytest.raises(ServerHTTPError) as err:
-        MlbenchClient(server.url).get_run(run_id)
-    assert err.value.status == 401
+        MlbenchClient(server.url, token).get_run(run_id)  # a run's write token does not read
+    assert err.value.status == 403
     assert MlbenchClient(server.url, READ).get_run(run_id).id == run_id
     assert MlbenchClient(server.url, ADMIN).list_runs()[0].id == run_id
     with pytest.raises(ServerHTTPError) as err:
@@ -160,7 +165,7 @@ def test_live_streams_deliver_metrics_logs_and_run_changes(server: ServerProcess
     ready = threading.Event()
 
     def listen() -> None:
-        for event in MlbenchClient(server.url).stream(run_id, metrics_since=0):
+        for event in server.reader().stream(run_id, metrics_since=0):
             got.append((event.kind, event.data))
             ready.set()
             if event.kind == "run_deleted":
@@ -169,7 +174,7 @@ def test_live_streams_deliver_metrics_logs_and_run_changes(server: ServerProcess
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
     assert ready.wait(10)
-    runs_stream = MlbenchClient(server.url).stream(None)
+    runs_stream = server.reader().stream(None)
     assert next(runs_stream).kind == "hello"
     writer.post_metrics(run_id, [{"name": "loss", "value": 0.5, "step": 1}])
     writer.post_logs(run_id, ["hello"])

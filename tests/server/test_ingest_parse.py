@@ -58,6 +58,7 @@ EDGE_BODIES = [
     _batch('{"name":"a","value":1}', ',"session":null'),
     _batch('{"name":"a","value":1}', ',"session":"host-1.pid_2"'),
     _batch('{"name":"a","value":1}', ',"session":"bad session"'),
+    _batch('{"name":"a","value":1}', ',"session":"host-1\\n"'),  # Python's $ matches before a final \n
     _batch('{"name":"a","value":1}', ',"session":"' + "s" * 65 + '"'),
     b'{"rank":-1,"seq":1,"metrics":[{"name":"a","value":1}]}',
     b'{"rank":65536,"seq":1,"metrics":[{"name":"a","value":1}]}',

@@ -30,7 +30,7 @@ def _wide_run(server: ServerProcess) -> tuple[str, MlbenchClient]:
 
 def test_latest_and_bands_answer_for_every_rank_in_one_request(server: ServerProcess) -> None:
     run_id, _writer = _wide_run(server)
-    reader = MlbenchClient(server.url)
+    reader = server.reader()
     latest = reader.latest(run_id, ["step_time", "time_compute", "absent"])
     step_time, compute = latest.series
     assert step_time.rank == list(range(RANKS)) and step_time.step == [3] * RANKS
@@ -39,19 +39,19 @@ def test_latest_and_bands_answer_for_every_rank_in_one_request(server: ServerPro
     assert band.step == [1, 2, 3] and band.ranks == [RANKS] * 3
     assert band.p50 == [pytest.approx(0.17)] * 3 and band.p90 == [pytest.approx(0.24)] * 3
     assert band.max == [pytest.approx(0.25)] * 3 and band.max_rank == [15] * 3
-    missing = httpx.get(f"{server.url}/v1/runs/{run_id}/metrics/latest")
+    missing = reader._http.get(f"/v1/runs/{run_id}/metrics/latest")
     assert missing.status_code == 422 and missing.json()["error"] == "invalid_request"
 
 
 def test_logs_of_a_rank_set_and_their_tail(server: ServerProcess) -> None:
     run_id, _writer = _wide_run(server)
-    reader = MlbenchClient(server.url)
+    reader = server.reader()
     page = reader.logs(run_id, ranks="0-2, 14", limit=100)
     assert sorted({line.rank for line in page.lines}) == [0, 1, 2, 14] and len(page.lines) == 12
     tail = reader.logs(run_id, ranks="3-15", limit=2, tail=True)
     assert [line.text for line in tail.lines] == ["rank 15 line 1", "rank 15 line 2"]
     assert tail.cursor == max(line.id for line in reader.logs(run_id, limit=1000).lines)
-    bad = httpx.get(f"{server.url}/v1/runs/{run_id}/logs", params={"ranks": "0-x"})
+    bad = reader._http.get(f"/v1/runs/{run_id}/logs", params={"ranks": "0-x"})
     assert bad.status_code == 422 and bad.json()["detail"] == (
         "'0-x' in '0-x' is not a rank or a range of ranks (write ranks like 0-7,512)"
     )
@@ -68,7 +68,7 @@ def test_many_ranks_states_in_one_request(server: ServerProcess) -> None:
     assert detail.ranks[9].host == "node-1" and detail.ranks[9].pid == 109
     assert writer.update_ranks(run_id, [(3, RankUpdate(state="failed", exit_code=1))])[0].exit_code == 1
     with pytest.raises(ServerHTTPError) as err:  # a reader cannot set states
-        MlbenchClient(server.url).update_ranks(run_id, [(0, RankUpdate(state="failed"))])
+        server.reader().update_ranks(run_id, [(0, RankUpdate(state="failed"))])
     assert err.value.status in (401, 403)
     empty = httpx.put(
         f"{server.url}/v1/runs/{run_id}/ranks",

@@ -85,7 +85,7 @@ def test_coalesced_stream_summarises_while_plain_stream_gets_every_point(server:
     ready = {k: threading.Event() for k in got}
 
     def listen(key: str, coalesce: float | None) -> None:
-        for event in MlbenchClient(server.url).stream(run_id, metrics_since=0, coalesce=coalesce):
+        for event in server.reader().stream(run_id, metrics_since=0, coalesce=coalesce):
             got[key].append((event.kind, event.data))
             ready[key].set()
             if event.kind == "run_deleted":
@@ -138,9 +138,9 @@ def test_coalesced_stream_summarises_while_plain_stream_gets_every_point(server:
 def test_coalesce_interval_is_validated_and_documented(server: ServerProcess) -> None:
     run_id = server.admin().create_run(RunCreate(name="coalesce-bad", workers=1, task="1a")).run.id
     with pytest.raises(ServerHTTPError) as err:
-        next(MlbenchClient(server.url).stream(run_id, coalesce=0.001))
+        next(server.reader().stream(run_id, coalesce=0.001))
     assert err.value.status == 422
-    doc = MlbenchClient(server.url)._http.get("/openapi.json").json()
+    doc = server.reader()._http.get("/openapi.json").json()
     params = {p["name"] for p in doc["paths"]["/v1/runs/{run_id}/stream"]["get"]["parameters"]}
     assert "coalesce" in params and "MetricsSummary" in doc["components"]["schemas"]
 
@@ -150,7 +150,7 @@ def test_a_quiet_run_stream_sends_keepalives_as_often_as_asked(server: ServerPro
     """The TUI's stream reader looks whether it is still wanted at each keepalive: a quiet run's
     stream sends them at the asked interval (bounded), as ``keepalive`` events of the client."""
     run_id = server.admin().create_run(RunCreate(name="quiet", workers=1, task="1a")).run.id
-    with MlbenchClient(server.url) as client:
+    with server.reader() as client:
         events = client.stream(run_id, keepalive=0.2)
         kinds = [next(events).kind for _ in range(3)]
         events.close()

@@ -66,7 +66,21 @@ def test_duplicate_names_across_files_are_reported(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text(SPEC.format(name="same", workers=2))
     _, issues = collect_paths([tmp_path], environ={})
     assert [i.render() for i in issues] == [
-        f"{tmp_path / 'b.yaml'}:1:1: duplicate benchmark name 'same' (also at {tmp_path / 'a.yaml'}:1) "
+        f"{tmp_path / 'b.yaml'}:4:9: duplicate benchmark name 'same' (also at {tmp_path / 'a.yaml'}:4:9) "
+        "(hint: give each spec a unique metadata.name; run names derive from it)"
+    ]
+
+
+def test_runs_sharing_a_name_across_files_name_both_places(tmp_path: Path) -> None:
+    """'cmp' comparing frameworks names its runs cmp-pt-gloo-1w and cmp-tf-gloo-1w: the first is
+    also the one run of a spec called 'cmp-pt'."""
+    (tmp_path / "a.yaml").write_text(SPEC.format(name="cmp-pt", workers=1))
+    comparing = SPEC.format(name="cmp", workers=1) + "  framework: [pytorch, tensorflow]\n"
+    (tmp_path / "b.yaml").write_text(comparing)
+    _, issues = collect_paths([tmp_path], environ={})
+    assert [i.render() for i in issues] == [
+        f"{tmp_path / 'b.yaml'}:4:9: run 'cmp-pt-gloo-1w' of this spec would share its name with a run of "
+        f"spec 'cmp-pt' at {tmp_path / 'a.yaml'}:4:9 "
         "(hint: give each spec a unique metadata.name; run names derive from it)"
     ]
 

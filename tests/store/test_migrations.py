@@ -74,6 +74,7 @@ def test_older_store_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
             "0002_ranks_batches_labels",
             "0003_metric_series",
             "0004_run_launch",
+            "0005_run_owner_spool",
         ]
         run = store.get_run("r-0123456789ab")
         assert run.launch is None  # stored before launch milestones: none known

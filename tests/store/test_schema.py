@@ -22,7 +22,7 @@ def test_a_store_written_before_the_schema_came_from_the_models_opens_and_keeps_
     path = tmp_path / "store.db"
     shutil.copyfile(FIXTURE, path)
     with Store(path) as store:
-        assert store.migrations_applied == ["0004_run_launch"]
+        assert store.migrations_applied == ["0004_run_launch", "0005_run_owner_spool"]
         runs = {r.name: r for r in store.read(lambda c: queries.list_runs(c))}
         done, running = runs["fixture-done"], runs["fixture-running"]
         assert done.launch is None and store.get_run(done.id).launch is None  # no milestones then
@@ -73,10 +73,10 @@ def test_a_store_whose_schema_was_changed_outside_mlbench_is_refused_with_the_di
     db.commit()
     Store(path).close()
     db.execute("DROP INDEX ix_metrics_series_step")
-    db.execute("ALTER TABLE runs ADD COLUMN owner VARCHAR NOT NULL DEFAULT 'me'")
+    db.execute("ALTER TABLE runs ADD COLUMN custodian VARCHAR NOT NULL DEFAULT 'me'")
     db.commit()
     db.close()
     with pytest.raises(StoreError) as err:
         Store(path)
     assert "index ix_metrics_series_step is missing" in err.value.message
-    assert "table runs: column owner is not in the table models" in err.value.message
+    assert "table runs: column custodian is not in the table models" in err.value.message

@@ -33,7 +33,7 @@ def test_run_lifecycle_ranks_and_token_hashed_at_rest(store: Store) -> None:
 
 
 def test_ingest_is_idempotent_per_rank_session_seq(store: Store) -> None:
-    run, _ = store.create_run(RunCreate(name="r"))
+    run, _ = store.create_run(RunCreate(name="r", workers=2))
     rows = [("loss", i, None, 1.0, float(i)) for i in range(10)]
     assert store.ingest_metrics(run.id, 0, 7, rows).accepted == 10
     again = store.ingest_metrics(run.id, 0, 7, rows)

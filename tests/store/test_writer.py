@@ -19,7 +19,7 @@ from mlbench_tui.store.writer import LINGER_MIN_RATE, RATE_WINDOW_S, ArrivalRate
 
 
 def test_concurrent_writers_are_group_committed(store: Store) -> None:
-    run, _ = store.create_run(RunCreate(name="r"))
+    run, _ = store.create_run(RunCreate(name="r", workers=8))
     errors: list[BaseException] = []
 
     def send(rank: int) -> None:

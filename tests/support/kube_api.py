@@ -51,6 +51,7 @@ def make_plan(**overrides: Any) -> RunPlan:
     if target.get("kind", "kubernetes") == "kubernetes":
         image = f"mlbench-worker:{__version__}"
         target = {"kind": "kubernetes", "namespace": "bench", "image": image, **target}
+    task_1a = overrides.get("task", "1a") == "1a"
     fields: dict[str, Any] = {
         "name": "smoke-gloo-2w",
         "spec_name": "smoke",
@@ -63,11 +64,12 @@ def make_plan(**overrides: Any) -> RunPlan:
         "goal": GoalPlan(kind="light", metric="val_global_Prec@1", target=70.0, direction="max"),
         "max_time_s": 1800.0,
         "resources": ResourcesPlan(**{"cpu": "1", "threads_per_rank": 1, "memory": "2Gi", **resources}),
-        "data": DataPlan(**{"source": "synthetic", "options": {"train_samples": 256}, **data}),
-        # the 1a plan's, none for another task unless given (a plan's values are its task's)
-        "hyperparameters": {"batch_size": 32, "lr": 0.04, "max_epochs": 2}
-        if overrides.get("task", "1a") == "1a"
-        else {},
+        # the 1a plan's data options and hyperparameters, none for another task unless given (a
+        # plan's values are its task's)
+        "data": DataPlan(
+            **{"source": "synthetic", "options": {"train_samples": 256} if task_1a else {}, **data}
+        ),
+        "hyperparameters": {"batch_size": 32, "lr": 0.04, "max_epochs": 2} if task_1a else {},
         "target": target,
     }
     fields.update(overrides)

@@ -63,15 +63,17 @@ async def test_a_big_run_opens_with_its_charts_from_one_bounded_read(tmp_path: P
             # A hang guard only (the feed itself waits HISTORY_TIMEOUT_S for the history): what
             # is pinned is one bounded read, not how fast a busy machine answers it.
             deadline = time.monotonic() + 2 * HISTORY_TIMEOUT_S
-            while not (screen.run is not None and screen._charts and screen._charts["train_loss"].series):
+            while not (
+                screen.run is not None and screen.charts.charts and screen.charts.charts["train_loss"].series
+            ):
                 assert time.monotonic() < deadline, "the run screen never showed its charts"
                 await pilot.pause(0.05)
                 await asyncio.sleep(0.02)
             assert screen.feed is not None and screen.feed.loads == 1  # no read timed out and retried
             assert not screen.query_one("#loading").display
             # only what the screen shows was read: no history of the metrics it does not show
-            assert set(screen._metric_ranks) <= set(history_plan(screen.run).series)
-            assert not {"lr", "train_Prec@1"} & set(screen._metric_ranks)
+            assert set(screen.charts.metric_ranks) <= set(history_plan(screen.run).series)
+            assert not {"lr", "train_Prec@1"} & set(screen.charts.metric_ranks)
             await pilot.press("3")
             loss = screen.query_one("#chart-train_loss", MetricChart)
             points = len(loss.series["r0"])

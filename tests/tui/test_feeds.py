@@ -210,7 +210,8 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
         def do_GET(self) -> None:  # a proxy that answers metric reads 1 s late
             if "/metrics" in self.path:
                 time.sleep(1.0)
-            with urllib.request.urlopen(real + self.path) as upstream:
+            ahead = {"Authorization": self.headers.get("Authorization", "")}
+            with urllib.request.urlopen(urllib.request.Request(real + self.path, headers=ahead)) as upstream:
                 body = upstream.read()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -224,7 +225,9 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
     proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHistory)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
-        client = MlbenchClient(f"http://127.0.0.1:{proxy.server_address[1]}", None, timeout=0.3)
+        client = MlbenchClient(
+            f"http://127.0.0.1:{proxy.server_address[1]}", empty_server.info.read_token, timeout=0.3
+        )
         posted: list[Message] = []
         feed = RunFeed(
             client,

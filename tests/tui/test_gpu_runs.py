@@ -55,11 +55,11 @@ async def test_one_rank_allreduce_run_charts_its_latency(holdout_server: Embedde
     async with app.run_test(size=(140, 45)) as pilot:
         screen = await _open(pilot, app, ALLREDUCE_1W)
         await pilot.press("3")
-        charts = list(screen._charts)
+        charts = list(screen.charts.charts)
         assert charts[:2] == ["allreduce_fp32_latency_p50", "allreduce_fp16_latency_p50"]
         assert not any(name.endswith("_busbw") for name in charts)  # one rank moves no data
         await wait_for(pilot, lambda: _filled(screen), what="every chart drawn")
-        latency = screen._charts["allreduce_fp32_latency_p50"]
+        latency = screen.charts.charts["allreduce_fp32_latency_p50"]
         assert len(latency.series["r0"]) == 4  # the plan's num_sizes: every size measured
 
 
@@ -68,16 +68,16 @@ async def test_gpu_run_opens_with_gpu_charts(holdout_server: EmbeddedServer) -> 
     async with app.run_test(size=(140, 45)) as pilot:
         screen = await _open(pilot, app, GPU_TRAINING)
         await pilot.press("3")
-        assert list(screen._charts)[-3:] == [sm.GPU_UTIL, sm.GPU_POWER_W, sm.GPU_MEM_USED_MIB]
+        assert list(screen.charts.charts)[-3:] == [sm.GPU_UTIL, sm.GPU_POWER_W, sm.GPU_MEM_USED_MIB]
         await wait_for(pilot, lambda: _filled(screen), what="every chart drawn")
         titles = [str(c.border_title) for c in screen.query(MetricChart)]
         assert titles[-3:] == ["GPU utilisation (%)", "GPU power (W)", "GPU memory used (GiB)"]
-        memory = screen._charts[sm.GPU_MEM_USED_MIB].series["r0"]
+        memory = screen.charts.charts[sm.GPU_MEM_USED_MIB].series["r0"]
         assert memory.last is not None and 0 < memory.last[1] < 141  # GiB of a 141 GB H200, not MiB
-        gpu_memory = screen._charts[sm.GPU_MEM_USED_MIB]
+        gpu_memory = screen.charts.charts[sm.GPU_MEM_USED_MIB]
         total = await wait_for(pilot, lambda: gpu_memory.border_subtitle, what="the GPU's total")
         assert total == "of 140 GiB per GPU"  # the H200's 143,771 MiB
-        power = screen._charts[sm.GPU_POWER_W].series["r0"]
+        power = screen.charts.charts[sm.GPU_POWER_W].series["r0"]
         assert power.last is not None and power.last[0] >= 0  # seconds since the run started
 
 

@@ -135,7 +135,7 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         assert charts["val_global_Prec@1"].goal == 70.0
         assert len(charts["step time (ms)"].series) == 2  # one series per rank
         assert len(charts["train_loss"].series["r0"]) > 0
-        assert "lr" not in screen._metric_ranks  # only the shown metrics' history was loaded
+        assert "lr" not in screen.charts.metric_ranks  # only the shown metrics' history was loaded
 
         # the picker asks the server for every metric name; a new chart gets its history
         await pilot.press("m")
@@ -143,7 +143,7 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         assert {"lr", "phase_agg", "train_loss"} <= set(picker.names)
         picker.query_one(SelectionList).select("lr")
         await pilot.press("enter")
-        lr = await wait_for(pilot, lambda: screen._charts.get("lr"), what="the lr chart")
+        lr = await wait_for(pilot, lambda: screen.charts.charts.get("lr"), what="the lr chart")
         await wait_for(pilot, lambda: len(lr.series.get("r0", ())) == 9, what="lr history")
 
         # logs: search, only-matches, rank filter, follow, wrap, save

@@ -33,7 +33,7 @@ async def _opened(pilot: Any, app: Any, run_id: str) -> RunDetailScreen:
         lambda: (
             screen.run is not None
             and sum(v.step_time is not None for v in screen.ranks.values()) == 1024
-            and "p50" in screen._charts[STEP_TIME].series
+            and "p50" in screen.charts.charts[STEP_TIME].series
         ),
         what="ranks' figures and bands",
     )

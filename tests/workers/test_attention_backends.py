@@ -16,11 +16,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from mlbench_worker.data import toy_translation, wmt
+from mlbench_worker.data.options import GnmtSynthetic, ToyTranslation, TransformerSynthetic
 from mlbench_worker.tasks import gnmt, transformer
 from mlbench_worker.translation.batching import collate
 from mlbench_worker.translation.beam import beam_search
 
-CORPUS = toy_translation.synthetic({"train_samples": 300, "val_samples": 20, "vocab_words": 8}, seed=1)
+CORPUS = toy_translation.synthetic(ToyTranslation(train_samples=300, val_samples=20, vocab_words=8), seed=1)
 SIZES = {
     "4a": {"hidden_size": 16, "num_layers": 3, "dropout": 0.0},
     "4b": {
@@ -64,8 +65,9 @@ def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.dtype, tuple
 
 def _model(task: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    build = gnmt.build_model if task == "4a" else transformer.build_model
-    return build(CORPUS.vocab_size, SIZES[task])
+    if task == "4a":
+        return gnmt.build_model(CORPUS.vocab_size, GnmtSynthetic(**SIZES[task]))
+    return transformer.build_model(CORPUS.vocab_size, TransformerSynthetic(**SIZES[task]))
 
 
 def _train_and_translate(model: torch.nn.Module) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from mlbench_worker.data import epsilon
 from mlbench_worker.data.fetch import DatasetError
+from mlbench_worker.data.options import EpsilonSynthetic
 
 
 def _libsvm_lines(x: np.ndarray, y: np.ndarray) -> str:
@@ -80,7 +81,7 @@ def test_shards_are_disjoint_equal_and_identical_across_ranks() -> None:
 
 
 def test_batches_cover_the_shard_and_reshuffle_per_epoch() -> None:
-    split = epsilon.synthetic({"train_samples": 40, "val_samples": 8, "features": 6}, seed=3)["train"]
+    split = epsilon.synthetic(EpsilonSynthetic(train_samples=40, val_samples=8, features=6), seed=3)["train"]
     idx = np.arange(40)
     batches = epsilon.LinearBatches(split, idx, 16, seed=1)
     assert len(batches) == 3
@@ -94,7 +95,7 @@ def test_batches_cover_the_shard_and_reshuffle_per_epoch() -> None:
 
 def test_synthetic_is_epsilon_shaped_and_linearly_learnable() -> None:
     n_train, n_val, features, signal = 2048, 512, 2000, 1.5  # the generator's default signal
-    data = epsilon.synthetic({"train_samples": n_train, "val_samples": n_val}, seed=0)
+    data = epsilon.synthetic(EpsilonSynthetic(train_samples=n_train, val_samples=n_val), seed=0)
     train, val = data["train"], data["val"]
     assert train.x.shape == (n_train, features) and train.x.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(train.x, axis=1), 1.0, rtol=1e-5)

@@ -10,6 +10,7 @@ import torch
 from mlbench_worker.comm import SingleComm
 from mlbench_worker.context import Rendezvous, RunContext
 from mlbench_worker.data import toy_translation, wmt
+from mlbench_worker.data.options import GnmtSynthetic, ToyTranslation, TransformerSynthetic
 from mlbench_worker.tasks import gnmt, transformer
 from mlbench_worker.tracker import Tracker
 from mlbench_worker.translation.batching import BatchPlan, collate, token_batches
@@ -18,7 +19,7 @@ from mlbench_worker.translation.schedules import GNMTSchedule, InverseSqrtSchedu
 from mlbench_worker.translation.trainer import TranslationTrainer
 from mlbench_worker.wire import parse_config
 
-CORPUS = toy_translation.synthetic({"train_samples": 300, "val_samples": 20, "vocab_words": 8}, seed=1)
+CORPUS = toy_translation.synthetic(ToyTranslation(train_samples=300, val_samples=20, vocab_words=8), seed=1)
 GNMT_SIZES = {"hidden_size": 16, "num_layers": 3, "dropout": 0.0}
 TR_SIZES = {
     "d_model": 16,
@@ -148,9 +149,9 @@ def test_inverse_sqrt_schedule() -> None:
 def test_incremental_decoding_matches_the_full_forward(kind: str) -> None:
     torch.manual_seed(0)
     model = (
-        gnmt.build_model(CORPUS.vocab_size, GNMT_SIZES)
+        gnmt.build_model(CORPUS.vocab_size, GnmtSynthetic(**GNMT_SIZES))
         if kind == "gnmt"
-        else transformer.build_model(CORPUS.vocab_size, TR_SIZES)
+        else transformer.build_model(CORPUS.vocab_size, TransformerSynthetic(**TR_SIZES))
     ).eval()
     b = collate(CORPUS.length_filtered("test", 100), [0, 1, 2])
     with torch.no_grad():

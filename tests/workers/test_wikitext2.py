@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from mlbench_worker.data import wikitext2
 from mlbench_worker.data.fetch import DatasetError, RemoteFile, fetch
+from mlbench_worker.data.options import WikiText2Synthetic
 
 TRAIN = " \n = Valkyria = \n\n the game is <unk> good \n the end \n"
 VALID = " = Other = \n the unseen words \n"
@@ -89,7 +90,7 @@ def test_synthetic_language_is_more_predictable_than_its_unigrams() -> None:
     """Each word has at most ``branching`` successors, so the next word's conditional perplexity
     is at most 3, and conditioning never adds entropy, so the unigram perplexity of the same
     words is at least as high: both hold for the empirical counts of any seed's text."""
-    corpus = wikitext2.synthetic({"train_tokens": 20000, "vocab_size": 50, "branching": 3}, seed=0)
+    corpus = wikitext2.synthetic(WikiText2Synthetic(train_tokens=20000, vocab_size=50, branching=3), seed=0)
     ids = np.asarray(corpus.splits["train"])
     assert corpus.vocab_size == 50 and ids.max() < 50
     pairs = np.zeros((50, 50))

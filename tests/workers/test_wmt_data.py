@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError
+from mlbench_worker.data.options import ToyTranslation, TransformerSynthetic, parse_data_options
+from mlbench_worker.knobs import HyperparameterError
 
 EN_WORDS = ["the", "house", "is", "small", "big", "green", "red", "old", "new", "a", "cat", "dog", "sees"]
 DE_WORDS = [
@@ -176,7 +178,9 @@ def test_open_prepared_explains_an_unprepared_directory(tmp_path: Path) -> None:
 
 
 def test_synthetic_targets_are_the_mapped_reversed_sources() -> None:
-    corpus = toy_translation.synthetic({"train_samples": 50, "val_samples": 10, "vocab_words": 6}, seed=3)
+    corpus = toy_translation.synthetic(
+        ToyTranslation(train_samples=50, val_samples=10, vocab_words=6), seed=3
+    )
     words = 6
     mapping: dict[int, int] = {}
     for i in range(len(corpus.train)):
@@ -186,8 +190,8 @@ def test_synthetic_targets_are_the_mapped_reversed_sources() -> None:
             assert mapping.setdefault(int(s), int(t)) == int(t)  # one consistent word mapping
     assert len(set(mapping.values())) == len(mapping) <= words
     assert corpus.references[0] == corpus.detokenize(corpus.test.pair(0)[1].tolist())
-    with pytest.raises(DatasetError):
-        toy_translation.synthetic({"mode": "shuffle"}, seed=0)
+    with pytest.raises(HyperparameterError, match="'shuffle' for data option 'mode'"):
+        parse_data_options("4a", "synthetic", {"mode": "shuffle"})
 
 
 def test_mlbench_data_prepare_reports_a_corrupt_download_without_a_traceback(tmp_path: Path) -> None:
@@ -240,7 +244,7 @@ def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path)
         config, Rendezvous(0, 1, 0, None, None, "single"), SingleComm(), torch.device("cpu"), Quiet()
     )
     # real data trains the reference model; shrink it through the task's own builder for speed
-    tiny = {"d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1}
+    tiny = TransformerSynthetic(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1)
     task = dataclasses.replace(
         transformer.TASK, build_model=lambda vocab, _sizes: transformer.build_model(vocab, tiny)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlbench_worker.config import load_config
 from mlbench_worker.context import detect_rendezvous
+from mlbench_worker.data.options import Cifar10Synthetic
 from mlbench_worker.hyperparams import ResNet20
 from mlbench_worker.wire import ConfigError, parse_config
 
@@ -42,7 +44,7 @@ def test_engine_worker_config_parses_into_the_worker_dataclasses() -> None:
     assert config.seed == 8  # seed + repeat: repeats differ
     assert config.goal is not None and config.goal.reached(70.0) and not config.goal.reached(69.9)
     assert config.precision == "bf16" and config.max_time_s == 600.0
-    assert config.data.options == {"train_samples": 256}
+    assert config.data.options == Cifar10Synthetic(train_samples=256)  # typed, the rest defaults
     assert config.hyperparameters == ResNet20(batch_size=32, lr=0.04)  # typed, the rest official
     assert (config.device, config.gpu_type, config.gpu_type_strict) == ("cpu", None, True)
     assert config.implementation.cuda_graphs is False
@@ -76,11 +78,11 @@ def test_cuda_graphs_reach_the_worker_and_need_a_gpu_device() -> None:
         ),
         (
             {"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1, "goal": {"metric": "x"}},
-            "missing key goal.'target'",
+            "missing key 'goal.target'",
         ),
         (
             {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "telemetry_interval_s": "1s"},
-            "'telemetry_interval_s' must be a number of seconds or null",
+            "'telemetry_interval_s' must be float or null, got '1s'",
         ),
         (
             {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "telemetry_interval_s": 0.01},
@@ -96,10 +98,32 @@ def test_cuda_graphs_reach_the_worker_and_need_a_gpu_device() -> None:
             },
             "'telemetry_interval_s' must be between 0.1 and 3600.0",
         ),
+        (
+            {
+                "run_id": "r",
+                "task": "0a",
+                "backend": "gloo",
+                "world_size": 1,
+                "goal": {"metric": "x", "target": 1, "direction": "up"},
+            },
+            "'goal.direction' must be one of max, min, got 'up'",
+        ),
+        (
+            {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "max_time_s": 0},
+            "'max_time_s' must be > 0, got 0",
+        ),
+        (
+            {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": 1, "data": {"options": []}},
+            "'data.options' must be an object, got []",
+        ),
+        (
+            {"run_id": "r", "task": "0a", "backend": "gloo", "world_size": True},
+            "'world_size' must be int, got True",
+        ),
     ],
 )
 def test_invalid_configs_name_the_offending_key(doc: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse_config(doc)
 
 

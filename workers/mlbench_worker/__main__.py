@@ -3,7 +3,7 @@
 Exit status: 0 when the task ended (goal reached, sweep done, or stopped by ``max_time`` /
 ``max_epochs``; the ``run_stop`` event says which), 1 when this rank failed (after reporting
 ``rank_failed`` and ``run_stop`` failed), 2 for an unusable configuration, 130 when interrupted.
-Every rank's ``run_stop`` carries that status as ``exit_code``.
+Every rank's ``run_stop`` carries that status as ``exit_code`` (``mlbench_worker.rank_run``).
 """
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ import argparse
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
-from mlbench_worker import rank_env, wire
+from mlbench_worker import error_file, rank_env, wire
 from mlbench_worker.config import load_config
 from mlbench_worker.knobs import HyperparameterError
+from mlbench_worker.rank_env import RANK_ENV_APPLIED
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
-    from mlbench_worker.comm import Comm
     from mlbench_worker.context import Rendezvous, ReporterLike
 
 
@@ -72,23 +73,29 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
     )
     from mlbench_worker.faults import maybe_inject_fault_at_exit
     from mlbench_worker.fingerprint import fingerprint, rank_facts
-    from mlbench_worker.tasks import UnknownTaskError, load_task
+    from mlbench_worker.rank_run import RankRun
+    from mlbench_worker.tasks import Outcome, UnknownTaskError, load_task
 
-    comm: Comm | None = None
-    rank = rdv.rank
-    if rank == 0:  # MLPerf's init_start: setup (process group, data, model) starts here
-        wire.emit(reporter, wire.InitStart())
-    try:
+    run = RankRun(
+        reporter,
+        rdv.rank,
+        user_errors=(ConfigError, HyperparameterError, UnknownTaskError),
+        peer_failure=is_peer_failure,
+    )
+
+    def task() -> Outcome:
         allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         limit_threads(config.threads_per_rank)
         seed_everything(config.seed)
-        task = load_task(config.task)
+        train = load_task(config.task)
         CLOCK.mark("imports")
         placement = select_device(config, rdv)
         CLOCK.mark("device")
         comm = init_comm(config, rdv, placement.device)
         CLOCK.mark("rendezvous")
-        rank = comm.rank
+        run.rank = comm.rank
+        run.on_failure.append(lambda: comm.abort(1))
+        run.after_success += [comm.close, lambda: maybe_inject_fault_at_exit(comm.rank)]
         ctx = RunContext(
             config=config,
             rendezvous=rdv,
@@ -102,42 +109,12 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         if ctx.is_main:
             wire.emit(reporter, wire.Environment(facts=fingerprint(ctx, ranks)))
         CLOCK.mark("environment")
-        outcome = task(ctx)
+        outcome = train(ctx)
         ctx.mark_run_start()
-        CLOCK.report(reporter, rank)  # tasks without training steps: their start ends at run_start
-        # Every rank says how it stopped and the exit status it returns: when a launcher's own
-        # exit status is lost, the engine settles the run from these.
-        wire.emit(reporter, outcome.stop(exit_code=0))
-        ctx.log(f"run stopped: {outcome.status} ({outcome.reason})")
-        reporter.close(timeout=30.0)
-        comm.close()
-        maybe_inject_fault_at_exit(rank)
-        return 0
-    except KeyboardInterrupt:
-        wire.emit(reporter, wire.RunStop(status="aborted", reason=f"rank {rank} interrupted", exit_code=130))
-        reporter.close(timeout=5.0)
-        print(f"[rank {rank}] interrupted", file=sys.stderr, flush=True)
-        return 130
-    except BaseException as exc:
-        tb = traceback.format_exc()
-        summary = f"{type(exc).__name__}: {exc}"
-        peer = is_peer_failure(exc)
-        failure = wire.RankFailed(rank=rank, exception=summary, traceback=tb, peer_failure=peer)
-        wire.emit(reporter, failure)
-        what = "lost a peer" if peer else "failed"
-        user_error = isinstance(exc, (ConfigError, HyperparameterError, UnknownTaskError))
-        code = 2 if user_error else 1
-        wire.emit(
-            reporter, wire.RunStop(status="failed", reason=f"rank {rank} {what}: {summary}", exit_code=code)
-        )
-        reporter.close(timeout=10.0)
-        if user_error:
-            print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
-        else:
-            print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
-        if comm is not None:
-            comm.abort(1)
-        return code
+        CLOCK.report(reporter, comm.rank)  # tasks without training steps: their start ends at run_start
+        return outcome
+
+    return run.run(task)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(path)
     except (ConfigError, HyperparameterError) as exc:
+        error_file.record(exc, traceback.format_exc(), peer_failure=False)
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    restart_with_rank_env(config.rank_env, path)
     from mlbench_worker.context import detect_rendezvous
 
     try:
         rdv = detect_rendezvous()
     except ConfigError as exc:
+        error_file.record(exc, traceback.format_exc(), peer_failure=False)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from mlbench_worker.sampler import attach
@@ -168,6 +148,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_tensorflow_rank(config, rdv, reporter)
     return run_rank(config, rdv, reporter)
+
+
+def restart_with_rank_env(rank_env: Mapping[str, str], config_path: str) -> None:
+    """Start this rank again (same pid, ``execve``) with the code-loading variables its spec opted
+    in to (``LD_PRELOAD``, ``PYTHONPATH``, ...), unless it already runs with them.
+
+    They act when a process starts, so the rank sets them by starting again, before it imports
+    anything heavy; the launchers before it (torchrun, mpiexec, srun, a warm-start server) never
+    run with them. Returns only when there is nothing to do.
+    """
+    if not rank_env or os.environ.get(RANK_ENV_APPLIED) == "1":
+        return
+    argv = [sys.executable, "-u", "-m", "mlbench_worker", "--config", config_path]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, {**os.environ, **rank_env, RANK_ENV_APPLIED: "1"})
 
 
 def end_process(status: int) -> NoReturn:

@@ -42,6 +42,7 @@ class Comm(abc.ABC):
     world_size: int
     #: where small control tensors (flags, metric sums) must live for this backend
     control_device: torch.device = torch.device("cpu")
+    _flag: torch.Tensor | None = None  # share_from_rank0's, made on first use
 
     @abc.abstractmethod
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> None:
@@ -71,6 +72,15 @@ class Comm(abc.ABC):
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """Rank ``src``'s picklable ``obj`` on every rank (for small objects only)."""
         return self.allgather_object(obj)[src]
+
+    def share_from_rank0(self, value: int) -> int:
+        """Rank 0's ``value`` on every rank, through one small broadcast (a stop decision)."""
+        flag = self._flag
+        if flag is None:
+            flag = self._flag = torch.zeros(1, dtype=torch.int64, device=self.control_device)
+        flag[0] = value
+        self.broadcast(flag, src=0)
+        return int(flag[0])
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         """Whether ``all_reduce`` handles this dtype natively on this backend."""

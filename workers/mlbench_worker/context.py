@@ -13,21 +13,18 @@ import datetime
 import os
 import random
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import torch
 
 from mlbench_worker import rank_env
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
 from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
-from mlbench_worker.hyperparams import TaskHyperparameters
-from mlbench_worker.startup import CLOCK
-from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
-
-H = TypeVar("H", bound=TaskHyperparameters)
+from mlbench_worker.env_settings import parse_collective_timeout
+from mlbench_worker.rank_context import RankContext
+from mlbench_worker.wire import ConfigError, WorkerConfig
 
 
 class ReporterLike(Protocol):
@@ -139,7 +136,11 @@ def init_comm(config: WorkerConfig, rdv: Rendezvous, device: torch.device | None
         raise ConfigError("backend 'nccl' needs CUDA GPUs, and none is visible to this rank")
     if rdv.master_addr is None or rdv.master_port is None:
         raise ConfigError("rendezvous needs MASTER_ADDR and MASTER_PORT (or PET_MASTER_ADDR/PORT)")
-    timeout = datetime.timedelta(seconds=float(os.environ.get(rank_env.COLLECTIVE_TIMEOUT_S, "1800")))
+    try:
+        seconds = parse_collective_timeout(os.environ.get(rank_env.COLLECTIVE_TIMEOUT_S))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    timeout = datetime.timedelta(seconds=seconds)
     bound = device if config.backend == "nccl" and device is not None and device.type == "cuda" else None
     dist.init_process_group(
         backend=config.backend,
@@ -197,63 +198,13 @@ def seed_everything(seed: int) -> None:
 
 
 @dataclass
-class RunContext:
-    """What a task gets: config, rank, collectives, device and the reporter."""
+class RunContext(RankContext):
+    """What a PyTorch task gets: ``RankContext`` with the process group and the rank's device."""
 
-    config: WorkerConfig
-    rendezvous: Rendezvous
     comm: Comm
     device: torch.device
-    reporter: ReporterLike
-    started_at: float = field(default_factory=time.time)
-    run_started: bool = False
     placement: Placement | None = None  # set by the runtime (None: a CPU context built by hand)
     host_allocator: dict[str, object] = field(default_factory=dict)  # what the runtime did to malloc
-
-    @property
-    def rank(self) -> int:
-        return self.comm.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.comm.world_size
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0 reports the run-wide facts (global metrics, run events) once."""
-        return self.comm.rank == 0
-
-    def hyperparameters(self, kind: type[H]) -> H:
-        """The run's typed hyperparameters, as the task's own class ``kind`` (parsed once, from the
-        config); a config for another task is a ``ConfigError``."""
-        hp = self.config.hyperparameters
-        if not isinstance(hp, kind):
-            got, expected = type(hp).__name__, kind.__name__
-            raise ConfigError(f"task {self.config.task} got hyperparameters of {got}, expected {expected}")
-        return hp
-
-    def log(self, text: str, *, all_ranks: bool = False) -> None:
-        """A progress line on stdout (the executor captures it per rank); rank 0 only by default."""
-        if all_ranks or self.is_main:
-            print(f"[rank {self.rank}] {text}", flush=True)
-
-    def mark_run_start(self, facts: RunStart | None = None) -> None:
-        """Emit ``run_start`` once, when setup is done and the timed part begins (MLPerf rule).
-
-        ``facts`` ride on the event: what the setup found that the run's MLPerf log reports (the
-        sizes of the whole training and validation sets, the dtype gradients are all-reduced in).
-        """
-        if self.run_started:
-            return
-        self.run_started = True
-        self.started_at = time.time()
-        CLOCK.mark("model")  # setup done: the data (when the task marked it) and then the model
-        if self.is_main:
-            emit(self.reporter, facts or RunStart())
-
-    def elapsed(self) -> float:
-        """Seconds since ``run_start`` (or since the context was made)."""
-        return time.time() - self.started_at
 
     def on_local_rank0(self, prepare: Callable[[], object]) -> None:
         """Run ``prepare`` (a download, an unpacking into a shared directory) on local rank 0

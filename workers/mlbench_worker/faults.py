@@ -7,7 +7,8 @@ limits). ``step=exit`` acts after the rank has reported how it stopped and close
 group: a process that never exits although its rank's work is done (a teardown that hangs).
 ``mode=slow,factor=2`` makes the rank's compute phases take about twice as long from the start
 (it sleeps after each for what it took times ``factor - 1``): a straggler, for the rule that
-names the rank the others wait for. Unset, it costs one dictionary lookup at startup.
+names the rank the others wait for. Unset, it costs one dictionary lookup at startup. The value is
+parsed by ``mlbench_worker.env_settings``, which the spec's checks use too.
 """
 
 from __future__ import annotations
@@ -16,53 +17,16 @@ import functools
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from mlbench_worker import rank_env
+from mlbench_worker.env_settings import Fault, parse_fault
 
-MODES = ("raise", "hang", "slow")
-EXIT = "exit"
+__all__ = ["Fault", "InjectedFault", "parse_fault"]  # Fault and its parser are the contract's
 
 
 class InjectedFault(RuntimeError):
     """Raised on purpose by ``MLBENCH_INJECT_FAULT``."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Which rank fails, where (a training step, or ``None``: at exit) and how."""
-
-    rank: int
-    step: int | None
-    mode: str = "raise"
-    factor: float = 1.0
-    """How many times as long a slowed rank's compute takes (``mode=slow``)."""
-
-
-def parse_fault(spec: str | None) -> Fault | None:
-    """The fault ``spec`` (``MLBENCH_INJECT_FAULT``'s value) asks for; None when unset."""
-    if not spec:
-        return None
-    fields = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
-    mode = fields.get("mode", "raise")
-    if mode not in MODES:
-        raise ValueError(f"MLBENCH_INJECT_FAULT={spec!r}: mode must be 'raise', 'hang' or 'slow'")
-    step_text = fields.get("step", "0")
-    try:
-        rank = int(fields.get("rank", "0"))
-        step = None if step_text == EXIT else int(step_text)
-        factor = float(fields.get("factor", "2" if mode == "slow" else "1"))
-    except ValueError:
-        raise ValueError(
-            f"MLBENCH_INJECT_FAULT={spec!r}: expected 'rank=R,step=S' with integers (or step=exit)"
-            " and a number as factor"
-        ) from None
-    if mode == "slow" and not 1.0 < factor <= 100.0:
-        raise ValueError(
-            f"MLBENCH_INJECT_FAULT={spec!r}: a slow rank's factor must be above 1 and at most 100"
-        )
-    return Fault(rank, step, mode, factor)
 
 
 @functools.cache

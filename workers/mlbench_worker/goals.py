@@ -1,8 +1,9 @@
 """Collective stop decisions: every rank stops at the same step, for the same reason.
 
-Rank 0 decides from the global (all-reduced) validation metrics and its clock, and broadcasts
-one integer; every rank acts on that integer. No rank can keep training after another stopped
-(MLBench's bug #26), and ranks whose clocks disagree about ``max_time`` still agree.
+Rank 0 decides from the global (all-reduced) validation metrics and its clock, and shares one
+integer; every rank acts on that integer. No rank can keep training after another stopped
+(MLBench's bug #26), and ranks whose clocks disagree about ``max_time`` still agree. The sharing is
+the framework's (``Collective``: a torch ``Comm``, TensorFlow's strategy), so this imports neither.
 """
 
 from __future__ import annotations
@@ -10,11 +11,23 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
-import torch
-
-from mlbench_worker.comm import Comm
 from mlbench_worker.wire import GoalConfig
+
+
+class Collective(Protocol):
+    """What a stop decision (and a rank's context) needs of the ranks' collectives."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def share_from_rank0(self, value: int) -> int:
+        """Collective: rank 0's ``value``, returned on every rank."""
+        ...
 
 
 class Stop(enum.IntEnum):
@@ -39,13 +52,16 @@ class StopController:
     """Holds the goal and time budget; ``decide`` is a collective call on every rank."""
 
     def __init__(
-        self, comm: Comm, goal: GoalConfig | None, max_time_s: float | None, start: float | None = None
+        self,
+        comm: Collective,
+        goal: GoalConfig | None,
+        max_time_s: float | None,
+        start: float | None = None,
     ) -> None:
         self.comm = comm
         self.goal = goal
         self.max_time_s = max_time_s
         self.start = time.time() if start is None else start
-        self._flag = torch.zeros(1, dtype=torch.int64, device=comm.control_device)
 
     def goal_status(self, metrics: dict[str, float]) -> GoalStatus | None:
         """Evaluate the goal on global metrics; a task that does not produce the metric is a bug."""
@@ -74,9 +90,7 @@ class StopController:
         decision = self.local_decision(metrics)
         if self.comm.world_size == 1:
             return decision
-        self._flag[0] = int(decision)
-        self.comm.broadcast(self._flag, src=0)
-        return Stop(int(self._flag[0]))
+        return Stop(self.comm.share_from_rank0(int(decision)))
 
     @property
     def has_time_limit(self) -> bool:

@@ -25,6 +25,12 @@ from mlbench_worker.knobs import (
     knobs,
 )
 
+MAX_LR = 1e6  # a learning rate after every scaling (2a's 4 x 4096 workers is 16384)
+MAX_EPOCHS = 100_000
+MAX_BATCH = 2**20  # samples (or sequences) per worker per step
+MAX_STEPS = 10**9
+MAX_WARMUP_EPOCHS = 1e6  # after scaling (3a warms up over 3 x workers epochs)
+
 Optimizer = Literal["centralized_sgd", "centralized_adam", "power_sgd"]
 Aggregation = Literal["by_model", "by_layer"]
 AllReduceDtype = Literal["fp32", "fp16", "bf16"]
@@ -91,17 +97,25 @@ class TaskHyperparameters:
         applied to what the spec did not set (``given``) (unchanged by default)."""
         return self
 
+    def world_problems(self, workers: int) -> Iterator[HyperparameterProblem]:
+        """Values a run of ``workers`` ranks cannot split as they mean (none by default)."""
+        return iter(())
+
 
 @dataclass(frozen=True)
 class TrainingHyperparameters(TaskHyperparameters):
     """What every training task's loop reads: its epoch limit and how often it reports."""
 
-    report_every_steps: int = knob(10, "Steps between training-metric reports.", "tuning", ge=1)
-    stop_check_every_steps: int = knob(20, "Steps between the ranks' agreement on stopping.", "tuning", ge=1)
+    report_every_steps: int = knob(10, "Steps between training-metric reports.", "tuning", ge=1, le=10**6)
+    stop_check_every_steps: int = knob(
+        20, "Steps between the ranks' agreement on stopping.", "tuning", ge=1, le=10**6
+    )
     overlap_comm: bool | None = knob(
         None, "All-reduce gradient buckets during backward; None: the task's choice.", "tuning"
     )
-    bucket_mb: float | None = knob(None, "Gradient bucket size in MB; None: one flat buffer.", "tuning", gt=0)
+    bucket_mb: float | None = knob(
+        None, "Gradient bucket size in MB; None: one flat buffer.", "tuning", gt=0, le=1e5
+    )
 
 
 def _optimizer_graph_problems(optimizer: Optimizer) -> Iterator[HyperparameterProblem]:
@@ -120,16 +134,16 @@ class AllReduce(TaskHyperparameters):
     TASK: ClassVar[str] = "0a"
 
     sizes_min_exp: int = knob(
-        0, "Smallest message: 10^sizes_min_exp elements.", "override", ge=0, closed=True
+        0, "Smallest message: 10^sizes_min_exp elements.", "override", ge=0, le=9, closed=True
     )
     sizes_max_exp: int = knob(
         8, "Largest message: 10^sizes_max_exp elements.", "override", ge=0, le=9, closed=True
     )
     num_sizes: int = knob(
-        80, "Sizes in np.logspace(sizes_min_exp, sizes_max_exp).", "override", ge=1, closed=True
+        80, "Sizes in np.logspace(sizes_min_exp, sizes_max_exp).", "override", ge=1, le=1000, closed=True
     )
-    repetitions: int = knob(100, "Timed all-reduces per size.", "override", ge=1, closed=True)
-    warmup: int = knob(10, "Untimed all-reduces per size before the timed ones.", "override", ge=0)
+    repetitions: int = knob(100, "Timed all-reduces per size.", "override", ge=1, le=1_000_000, closed=True)
+    warmup: int = knob(10, "Untimed all-reduces per size before the timed ones.", "override", ge=0, le=10_000)
     dtypes: tuple[AllReduceDtype, ...] = knob(
         ("fp32", "fp16"), "Element types swept; fp16 is dropped on mpi (no fp16 reduction).", "override"
     )
@@ -142,6 +156,12 @@ class AllReduce(TaskHyperparameters):
             )
         if not self.dtypes:
             yield HyperparameterProblem("dtypes", "hyperparameter 'dtypes' must not be empty")
+        repeated = sorted({d for d in self.dtypes if self.dtypes.count(d) > 1})
+        if repeated:
+            yield HyperparameterProblem(
+                "dtypes",
+                f"hyperparameter 'dtypes' lists {', '.join(repeated)} more than once: each is swept once",
+            )
 
     def backend_problems(self, backend: str, given: frozenset[str]) -> Iterator[HyperparameterProblem]:
         if backend == "mpi" and "dtypes" in given and "fp16" in self.dtypes:
@@ -167,11 +187,19 @@ class ResNet20(TrainingHyperparameters):
 
     TASK: ClassVar[str] = "1a"
 
-    batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1)
-    max_epochs: int = knob(164, "Epochs before training stops without reaching the goal.", "override", ge=1)
-    lr: float = knob(0.02, "Learning rate per worker; the run uses lr x workers.", "override", gt=0)
-    warmup_epochs: float = knob(0.0, "Linear warm-up epochs; default log2(workers).", "override", ge=0)
-    plateau_patience: int = knob(2, "Epochs without val-loss improvement before a decay.", "override", gt=0)
+    batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1, le=MAX_BATCH)
+    max_epochs: int = knob(
+        164, "Epochs before training stops without reaching the goal.", "override", ge=1, le=MAX_EPOCHS
+    )
+    lr: float = knob(
+        0.02, "Learning rate per worker; the run uses lr x workers.", "override", gt=0, le=MAX_LR
+    )
+    warmup_epochs: float = knob(
+        0.0, "Linear warm-up epochs; default log2(workers).", "override", ge=0, le=MAX_WARMUP_EPOCHS
+    )
+    plateau_patience: int = knob(
+        2, "Epochs without val-loss improvement before a decay.", "override", gt=0, le=MAX_EPOCHS
+    )
     plateau_factor: float = knob(0.5, "LR factor on a plateau.", "override", gt=0, lt=1)
     momentum: float = knob(0.9, "SGD momentum.", ge=0)
     nesterov: bool = knob(True, "Nesterov momentum.")
@@ -180,11 +208,13 @@ class ResNet20(TrainingHyperparameters):
     aggregation: Aggregation = knob(
         "by_model", "Gradient all-reduce: one flat buffer or per layer.", "override"
     )
-    powersgd_rank: int = knob(1, "Rank of power_sgd's low-rank gradients.", "override", gt=0)
+    powersgd_rank: int = knob(1, "Rank of power_sgd's low-rank gradients.", "override", gt=0, le=1024)
     channels_last: Literal["auto"] | bool = knob(
         "auto", "Memory layout: auto is channels_last on CPU, NCHW on GPU.", "override"
     )
-    base_lr: float | None = knob(None, "Unscaled learning rate (the warm-up's start).", "derived", gt=0)
+    base_lr: float | None = knob(
+        None, "Unscaled learning rate (the warm-up's start).", "derived", gt=0, le=MAX_LR
+    )
 
     def graph_problems(self) -> Iterator[HyperparameterProblem]:
         return _optimizer_graph_problems(self.optimizer)
@@ -215,18 +245,22 @@ class LogReg(TrainingHyperparameters):
 
     TASK: ClassVar[str] = "2a"
 
-    batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1)
-    max_epochs: int = knob(164, "Epochs before training stops without reaching the goal.", "override", ge=1)
-    lr: float = knob(4.0, "Learning rate per worker; the run uses lr x workers.", "override", gt=0)
-    plateau_patience: int = knob(2, "Epochs without val-loss improvement before a decay.", "override", gt=0)
+    batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1, le=MAX_BATCH)
+    max_epochs: int = knob(
+        164, "Epochs before training stops without reaching the goal.", "override", ge=1, le=MAX_EPOCHS
+    )
+    lr: float = knob(4.0, "Learning rate per worker; the run uses lr x workers.", "override", gt=0, le=MAX_LR)
+    plateau_patience: int = knob(
+        2, "Epochs without val-loss improvement before a decay.", "override", gt=0, le=MAX_EPOCHS
+    )
     plateau_factor: float = knob(0.5, "LR factor on a plateau.", "override", gt=0, lt=1)
     l2: float = knob(2.5e-6, "L2 regularisation of the loss.", ge=0)
     optimizer: Optimizer = knob("centralized_sgd", "Distributed optimizer.", "override")
     aggregation: Aggregation = knob(
         "by_model", "Gradient all-reduce: one flat buffer or per layer.", "override"
     )
-    powersgd_rank: int = knob(1, "Rank of power_sgd's low-rank gradients.", "override", gt=0)
-    base_lr: float | None = knob(None, "Unscaled learning rate.", "derived", gt=0)
+    powersgd_rank: int = knob(1, "Rank of power_sgd's low-rank gradients.", "override", gt=0, le=1024)
+    base_lr: float | None = knob(None, "Unscaled learning rate.", "derived", gt=0, le=MAX_LR)
 
     def graph_problems(self) -> Iterator[HyperparameterProblem]:
         return _optimizer_graph_problems(self.optimizer)
@@ -254,18 +288,26 @@ class AwdLstm(TrainingHyperparameters):
     TASK: ClassVar[str] = "3a"
     optimizer: ClassVar[Optimizer] = "centralized_sgd"
 
-    batch_size: int = knob(80, "Sentences per worker per step.", "override", ge=1)
+    batch_size: int = knob(80, "Sentences per worker per step.", "override", ge=1, le=MAX_BATCH)
     bptt: int = knob(70, "Mean back-propagation-through-time length.", ge=1)
     lr: float = knob(
-        30.0, "Learning rate per worker; the run warms up to lr x sqrt(workers).", "override", gt=0
+        30.0,
+        "Learning rate per worker; the run warms up to lr x sqrt(workers).",
+        "override",
+        gt=0,
+        le=MAX_LR,
     )
-    warmup_epochs: float = knob(0.0, "Warm-up epochs; default 3 x workers.", "override", ge=0)
+    warmup_epochs: float = knob(
+        0.0, "Warm-up epochs; default 3 x workers.", "override", ge=0, le=MAX_WARMUP_EPOCHS
+    )
     weight_decay: float = knob(1.2e-6, "L2 weight decay.", ge=0)
     clip: float = knob(0.25, "Gradient norm clip.", gt=0)
     nonmono: int = knob(5, "Epochs without improvement before averaged SGD.", gt=0)
     alpha: float = knob(2.0, "Activation regularisation (AR).", ge=0)
     beta: float = knob(1.0, "Temporal activation regularisation (TAR).", ge=0)
-    max_epochs: int = knob(750, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    max_epochs: int = knob(
+        750, "Epochs before training stops without reaching the goal.", "override", ge=1, le=MAX_EPOCHS
+    )
     emb_size: int = knob(400, "Embedding size.", ge=1)
     hidden_size: int = knob(1150, "LSTM hidden size.", ge=1)
     num_layers: int = knob(3, "LSTM layers.", ge=1)
@@ -274,7 +316,9 @@ class AwdLstm(TrainingHyperparameters):
     dropouti: float = knob(0.65, "Input embedding dropout.", ge=0, lt=1)
     dropoute: float = knob(0.1, "Embedding (word) dropout.", ge=0, lt=1)
     wdrop: float = knob(0.5, "DropConnect on the hidden-to-hidden weights.", ge=0, lt=1)
-    base_lr: float | None = knob(None, "Unscaled learning rate (the warm-up's start).", "derived", gt=0)
+    base_lr: float | None = knob(
+        None, "Unscaled learning rate (the warm-up's start).", "derived", gt=0, le=MAX_LR
+    )
 
     def optimizer_settings(self) -> OptimizerSettings:
         """Plain SGD (averaged SGD later, in the task), weight decay as AWD-LSTM."""
@@ -300,7 +344,7 @@ class Translation(TrainingHyperparameters):
 
     optimizer: ClassVar[Optimizer] = "centralized_adam"
 
-    eval_batch_size: int = knob(64, "Sentences per beam-search batch.", "tuning", ge=1)
+    eval_batch_size: int = knob(64, "Sentences per beam-search batch.", "tuning", ge=1, le=MAX_BATCH)
 
 
 def _adam(hp: Gnmt | Transformer) -> OptimizerSettings:
@@ -319,15 +363,15 @@ class Gnmt(Translation):
 
     TASK: ClassVar[str] = "4a"
 
-    global_batch_size: int = knob(2048, "Sentences per update, over all workers.", "override", ge=1)
-    update_freq: int = knob(1, "Gradient accumulation steps per update.", "override", ge=1)
-    lr: float = knob(2e-3, "Peak learning rate.", "override", gt=0)
+    global_batch_size: int = knob(2048, "Sentences per update, over all workers.", "override", ge=1, le=2**26)
+    update_freq: int = knob(1, "Gradient accumulation steps per update.", "override", ge=1, le=2**16)
+    lr: float = knob(2e-3, "Peak learning rate.", "override", gt=0, le=MAX_LR)
     adam_betas: tuple[float, float] = knob((0.9, 0.999), "Adam's beta1 and beta2.")
     adam_eps: float = knob(1e-8, "Adam's epsilon.", gt=0)
-    warmup_steps: int = knob(200, "Exponential warm-up steps from 0 to lr.", "override", ge=0)
-    decay_start: float = knob(0.4, "Fraction of training when the decay starts.", "override", gt=0)
-    decay_interval: float = knob(0.05, "Fraction of training between decays.", "override", gt=0)
-    decay_steps: int = knob(4, "Most decays.", "override", gt=0)
+    warmup_steps: int = knob(200, "Exponential warm-up steps from 0 to lr.", "override", ge=0, le=MAX_STEPS)
+    decay_start: float = knob(0.4, "Fraction of training when the decay starts.", "override", gt=0, le=1)
+    decay_interval: float = knob(0.05, "Fraction of training between decays.", "override", gt=0, le=1)
+    decay_steps: int = knob(4, "Most decays.", "override", gt=0, le=1000)
     decay_factor: float = knob(0.5, "LR factor at each decay.", "override", gt=0, lt=1)
     label_smoothing: float = knob(0.1, "Label smoothing of the loss.", ge=0, lt=1)
     clip: float = knob(5.0, "Gradient norm clip.", gt=0)
@@ -335,7 +379,9 @@ class Gnmt(Translation):
     loss_scale_factor: float = knob(2, "Loss-scale growth and back-off factor.", gt=1)
     loss_scale_max: float | None = knob(8192, "Largest loss scale.", gt=0)
     loss_scale_window: int = knob(128, "Steps without overflow before the scale grows.", ge=1)
-    max_epochs: int = knob(8, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    max_epochs: int = knob(
+        8, "Epochs before training stops without reaching the goal.", "override", ge=1, le=MAX_EPOCHS
+    )
     max_len_train: int = knob(75, "Longest training sentence in tokens.", ge=1)
     max_len_test: int = knob(150, "Longest test sentence in tokens.", ge=1)
     beam_size: int = knob(5, "Beam width of the BLEU decoding.", ge=1)
@@ -343,6 +389,17 @@ class Gnmt(Translation):
     def length_limits(self) -> tuple[int, int]:
         """Longest train and test sentences."""
         return self.max_len_train, self.max_len_test
+
+    def world_problems(self, workers: int) -> Iterator[HyperparameterProblem]:
+        """Every micro-batch of every rank holds at least one sentence."""
+        parts = workers * self.update_freq
+        if self.global_batch_size < parts:
+            yield HyperparameterProblem(
+                "global_batch_size",
+                f"global_batch_size {self.global_batch_size} is split over {workers} workers x update_freq "
+                f"{self.update_freq} = {parts} micro-batches: some would hold no sentence",
+                hint=f"raise global_batch_size to at least {parts}, or lower workers or update_freq",
+            )
 
     def optimizer_settings(self) -> OptimizerSettings:
         """Adam, as MLBench's task 4a."""
@@ -360,24 +417,44 @@ class Transformer(Translation):
 
     TASK: ClassVar[str] = "4b"
 
-    global_batch_tokens: int = knob(131072, "Tokens per update, over all workers.", "override", ge=1)
-    update_freq: int = knob(1, "Gradient accumulation steps per update.", "override", ge=1)
-    lr: float = knob(1.976e-3, "Peak learning rate.", "override", gt=0)
+    global_batch_tokens: int = knob(
+        131072, "Tokens per update, over all workers.", "override", ge=1, le=2**34
+    )
+    update_freq: int = knob(1, "Gradient accumulation steps per update.", "override", ge=1, le=2**16)
+    lr: float = knob(1.976e-3, "Peak learning rate.", "override", gt=0, le=MAX_LR)
     adam_betas: tuple[float, float] = knob((0.9, 0.98), "Adam's beta1 and beta2.")
     adam_eps: float = knob(1e-9, "Adam's epsilon.", gt=0)
-    warmup_steps: int = knob(1000, "Linear warm-up steps to lr.", "override", ge=0)
+    warmup_steps: int = knob(1000, "Linear warm-up steps to lr.", "override", ge=0, le=MAX_STEPS)
     label_smoothing: float = knob(0.1, "Label smoothing of the loss.", ge=0, lt=1)
     loss_scale_init: float = knob(128, "Initial fp16 loss scale.", gt=0)
     loss_scale_factor: float = knob(2, "Loss-scale growth and back-off factor.", gt=1)
     loss_scale_window: int = knob(2000, "Steps without overflow before the scale grows.", ge=1)
-    max_epochs: int = knob(10, "Epochs before training stops without reaching the goal.", "override", ge=1)
+    max_epochs: int = knob(
+        10, "Epochs before training stops without reaching the goal.", "override", ge=1, le=MAX_EPOCHS
+    )
     max_len: int = knob(80, "Longest sentence in tokens.", ge=1)
     beam_size: int = knob(4, "Beam width of the BLEU decoding.", ge=1)
-    clip: float = knob(0.0, "Gradient norm clip; 0: none (MLBench's 4b does not clip).", "tuning", ge=0)
+    clip: float = knob(
+        0.0, "Gradient norm clip; 0: none (MLBench's 4b does not clip).", "tuning", ge=0, le=1e6
+    )
 
     def length_limits(self) -> tuple[int, int]:
         """Longest train and test sentences (one limit for both)."""
         return self.max_len, self.max_len
+
+    def world_problems(self, workers: int) -> Iterator[HyperparameterProblem]:
+        """Every micro-batch of every rank holds the longest sentence."""
+        parts = workers * self.update_freq
+        per_part = self.global_batch_tokens // parts
+        if per_part < self.max_len:
+            yield HyperparameterProblem(
+                "global_batch_tokens",
+                f"global_batch_tokens {self.global_batch_tokens} split over {workers} workers x update_freq "
+                f"{self.update_freq} leaves {per_part} tokens per micro-batch, fewer than the longest "
+                f"sentence ({self.max_len})",
+                hint=f"raise global_batch_tokens to at least {parts * self.max_len}, or lower workers or "
+                "update_freq",
+            )
 
     def optimizer_settings(self) -> OptimizerSettings:
         """Adam, as MLBench's task 4b."""

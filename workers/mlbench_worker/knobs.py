@@ -13,7 +13,7 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import NoneType, UnionType
+from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Literal
 
 Policy = Literal["override", "fixed", "derived", "tuning"]
@@ -45,7 +45,7 @@ class Knob:
         if not math.isfinite(value):
             return "must be a finite number"
         if self.gt is not None and self.lt is not None and not self.gt < value < self.lt:
-            return f"must be between {self.gt:g} and {self.lt:g}"
+            return f"must be between {show_bound(self.gt)} and {show_bound(self.lt)}"
         for bound, op, ok in (
             (self.gt, ">", lambda b: value > b),
             (self.ge, ">=", lambda b: value >= b),
@@ -53,8 +53,15 @@ class Knob:
             (self.le, "<=", lambda b: value <= b),
         ):
             if bound is not None and not ok(bound):
-                return f"must be {op} {bound:g}"
+                return f"must be {op} {show_bound(bound)}"
         return None
+
+
+def show_bound(bound: float) -> str:
+    """A bound as a person writes it: ``1000000``, ``0.5``, ``1e-08``."""
+    if float(bound).is_integer() and abs(bound) < 1e16:
+        return str(int(bound))
+    return f"{bound:g}"
 
 
 def knob(default: Any, description: str, policy: Policy = "fixed", **bounds: Any) -> Any:
@@ -83,13 +90,32 @@ class HyperparameterError(ValueError):
 
 def knobs(cls: type[Any]) -> dict[str, Knob]:
     """The fields of ``cls`` and their knobs, in declaration order."""
-    return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls)}
+    return dict(_knobs(cls))
 
 
 def field_types(cls: type[Any]) -> dict[str, Any]:
     """The resolved type of each field of ``cls``."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return dict(_field_types(cls))
+
+
+_KNOBS: dict[type[Any], Mapping[str, Knob]] = {}
+_TYPES: dict[type[Any], Mapping[str, Any]] = {}
+
+
+def _knobs(cls: type[Any]) -> Mapping[str, Knob]:
+    found = _KNOBS.get(cls)
+    if found is None:
+        found = _KNOBS[cls] = MappingProxyType({f.name: f.metadata["knob"] for f in dataclasses.fields(cls)})
+    return found
+
+
+def _field_types(cls: type[Any]) -> Mapping[str, Any]:
+    """Resolving annotations takes a millisecond per class; a plan check does it thousands of times."""
+    found = _TYPES.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = _TYPES[cls] = MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls)})
+    return found
 
 
 class _Mismatch(Exception):
@@ -168,13 +194,21 @@ def _coerce(value: Any, tp: Any) -> Any:
     raise _Mismatch(describe_type(tp))
 
 
+INT64 = (-(2**63), 2**63 - 1)
+
+
 def check_values(
-    cls: type[Any], task: str, values: Mapping[str, Any], policies: frozenset[Policy]
+    cls: type[Any],
+    task: str,
+    values: Mapping[str, Any],
+    policies: frozenset[Policy],
+    *,
+    what: str = "hyperparameter",
 ) -> tuple[dict[str, Any], list[HyperparameterProblem]]:
-    """``values`` checked against the declarations of ``cls`` (task ``task``'s): known, of a
-    ``policies`` a caller may set, of the right type and within bounds. Returns the typed values and
-    every problem."""
-    declared, types = knobs(cls), field_types(cls)
+    """``values`` checked against the declarations of ``cls`` (task ``task``'s ``what``s, such as
+    hyperparameters): known, of a ``policies`` a caller may set, of the right type, within bounds
+    and 64-bit integers. Returns the typed values and every problem."""
+    declared, types = _knobs(cls), _field_types(cls)
     settable = sorted(name for name, k in declared.items() if k.policy in policies)
     allowed = ", ".join(settable)
     typed: dict[str, Any] = {}
@@ -182,7 +216,7 @@ def check_values(
     for name, value in values.items():
         spec = declared.get(name)
         if spec is None or (spec.policy not in policies and spec.policy != "fixed"):
-            message = f"unknown hyperparameter '{name}' for task {task}; overridable: {allowed}"
+            message = f"unknown {what} '{name}' for {_of(task)}; {_settable(what)}: {allowed or 'none'}"
             problems.append(HyperparameterProblem(name, message, tuple(settable), at_key=True))
             continue
         if spec.policy not in policies:
@@ -191,19 +225,27 @@ def check_values(
         try:
             typed[name] = item = _coerce(value, types[name])
         except _Mismatch as bad:
-            problems.append(_mismatch(name, value, bad))
+            problems.append(_mismatch(name, value, bad, what))
             continue
         numbers = item if isinstance(item, tuple) else (item,)
         for number in numbers:
             if isinstance(number, int | float) and not isinstance(number, bool):
                 why = spec.bound_problem(number)
+                if why is None and isinstance(number, int) and not INT64[0] <= number <= INT64[1]:
+                    why = "must fit in 64 bits"
                 if why is not None:
                     shown = number if isinstance(item, tuple) else value  # as written
-                    problems.append(
-                        HyperparameterProblem(name, f"hyperparameter '{name}' {why}, got {shown}")
-                    )
+                    problems.append(HyperparameterProblem(name, f"{what} '{name}' {why}, got {shown}"))
                     break
     return typed, problems
+
+
+def _of(task: str) -> str:
+    return task if task.startswith("task ") else f"task {task}"
+
+
+def _settable(what: str) -> str:
+    return "overridable" if what == "hyperparameter" else "known"
 
 
 def _fixed(task: str, name: str, allowed: str) -> HyperparameterProblem:
@@ -215,12 +257,12 @@ def _fixed(task: str, name: str, allowed: str) -> HyperparameterProblem:
     )
 
 
-def _mismatch(name: str, value: Any, bad: _Mismatch) -> HyperparameterProblem:
+def _mismatch(name: str, value: Any, bad: _Mismatch, what: str) -> HyperparameterProblem:
     if bad.choices:
         expected = ", ".join(repr(c) for c in bad.choices)
-        message = f"invalid value {bad.item!r} for hyperparameter '{name}': expected one of {expected}"
+        message = f"invalid value {bad.item!r} for {what} '{name}': expected one of {expected}"
         return HyperparameterProblem(name, message, bad.choices)
-    return HyperparameterProblem(name, f"hyperparameter '{name}' must be {bad.expected}, got {value!r}")
+    return HyperparameterProblem(name, f"{what} '{name}' must be {bad.expected}, got {value!r}")
 
 
 ALL_POLICIES: frozenset[Policy] = frozenset({"override", "fixed", "derived", "tuning"})

@@ -35,6 +35,8 @@ COLLECTIVE_TIMEOUT_S = "MLBENCH_COLLECTIVE_TIMEOUT_S"
 DATA_DIR = "MLBENCH_DATA_DIR"
 TF_WORKERS = "MLBENCH_TF_WORKERS"
 """A Kubernetes TensorFlow rank's peers (``host:port,...``), from which it builds ``TF_CONFIG``."""
+RANK_ENV_APPLIED = "MLBENCH_RANK_ENV_APPLIED"
+"""Set in a rank that started again with its run's code-loading variables (``env_settings``)."""
 
 # -- rendezvous: torchrun and torch.distributed's env:// -------------------------------------
 
@@ -175,8 +177,8 @@ class TorchRendezvous:
     rank: int
     world_size: int
     master_addr: str
-    master_port: int
     run_id: str
+    master_port: int | None = None  # None: set apart (a forked group's launcher holds one)
     local_rank: int | None = None  # default: the rank (one node)
     local_world_size: int | None = None  # default: the world
     error_file: str | None = None
@@ -195,12 +197,13 @@ class TorchRendezvous:
             ROLE_WORLD_SIZE: str(self.world_size),
             ROLE_NAME: "default",
             MASTER_ADDR: self.master_addr,
-            MASTER_PORT: str(self.master_port),
             TORCHELASTIC_RESTART_COUNT: "0",
             TORCHELASTIC_MAX_RESTARTS: "0",
             TORCHELASTIC_RUN_ID: self.run_id,
             TORCHELASTIC_USE_AGENT_STORE: "False",  # rank 0 serves the rendezvous store
         }
+        if self.master_port is not None:
+            env[MASTER_PORT] = str(self.master_port)
         if self.error_file is not None:
             env[TORCHELASTIC_ERROR_FILE] = self.error_file
         return env
@@ -214,7 +217,7 @@ RUN_VARIABLES = frozenset(
         SERVER_URL,
         RUN_TOKEN,
         SPOOL_DIR,
-        *TorchRendezvous(0, 1, "", 0, "", error_file="").to_env(),
+        *TorchRendezvous(0, 1, "", "", master_port=0, error_file="").to_env(),
     }
 )
 """What an executor sets per run and per rank: read when the rank runs, never when a module is

@@ -6,7 +6,10 @@ seconds (``next_wait``; sooner when they fill), POSTs them to
 ``/v1/runs/{id}/{metrics,logs,events}:batch`` with the run's write token, and retries with
 exponential backoff. While the server is unreachable, batches go to a spool file (``spool.py``)
 and are re-sent in order once it answers again; each batch keeps its ``(session, seq)`` so a
-re-sent batch is stored once. ``close()`` (also run at interpreter exit) flushes what is left.
+re-sent batch is stored once. A server that does not know the run (404: another store's server
+took the dead one's port, or the run was deleted) counts as unreachable too: the batches stay in
+the spool, which the run's own server imports. ``close()`` (also run at interpreter exit) flushes
+what is left.
 
 Without a server URL the reporter still works: batches are written to the spool directory when
 one is configured (``MLBENCH_SPOOL_DIR``), so a later ``Reporter`` with a URL uploads them, and
@@ -37,15 +40,14 @@ from typing import Any
 
 from mlbench_worker import rank_env
 from mlbench_worker.spool import Batch, Spool
+from mlbench_worker.wire import MAX_KIND_LEN, MAX_NAME_LEN, MAX_PAYLOAD_BYTES, MAX_TEXT_LEN
 
-# Mirror of the server's limits (mlbench_tui.store.api_models); the contract test pins them.
+# The server's limits are the wire contract's (a contract test validates what this module sends
+# against the server's models, derived from the same declarations); batches stay smaller.
 MAX_BATCH_ITEMS = 1000
-MAX_NAME_LEN = 128
-MAX_TEXT_LEN = 16 * 1024
-MAX_KIND_LEN = 64
-MAX_PAYLOAD_BYTES = 64 * 1024
 _KEYS = {"metrics": "metrics", "logs": "lines", "events": "events"}
-_PERMANENT = {400, 401, 403, 404, 409, 413, 422}
+_PERMANENT = {400, 401, 403, 409, 413, 422}  # refused for good: dropped (422: invalid; 409: run ended)
+_NOT_THIS_RUN = 404  # a server that does not know the run: kept in the spool for the run's own
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _KIND_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 
@@ -326,6 +328,9 @@ class Reporter:
                 self._backoff = 0.0
                 self._down_until = 0.0
                 return True
+            if status == _NOT_THIS_RUN:
+                self._warn("http404", f"mlbench reporter: server does not know run {self.run_id}; spooling")
+                break
             if status in _PERMANENT:
                 self.dropped += len(batch["items"])
                 self._warn(

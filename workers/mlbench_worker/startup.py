@@ -3,7 +3,8 @@
 The rank stamps the end of each phase of its start (``mark``): the interpreter up to the worker's
 own code, the imports (torch, the task), device init, rendezvous and the process group, the
 exchange of every rank's facts and rank 0's environment fingerprint (the first collective), the
-task's setup (data ready, then model ready), CUDA-graph capture and the first step. Once the first
+task's setup (data ready, the modules torch imports on first use, then model ready), CUDA-graph
+capture and the first step. Once the first
 step is done (or the task's timed part begins, for tasks without steps) ``report`` sends them as
 one ``startup`` event with the process's own start time, so the engine can tell the launcher's
 part (spawn, scheduling) apart from the rank's and show the slowest rank's phases. MLPerf's
@@ -13,13 +14,20 @@ never includes any of this. Stdlib only; stamps are two ``time`` calls each.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 import time
 
 from mlbench_worker.wire import STARTUP, STARTUP_PHASES, EventSink, Startup, emit
 
 STARTUP_EVENT = STARTUP
 PHASES = STARTUP_PHASES
+LAZY_IMPORTS = ("torch._dynamo",)
+"""What torch imports on first use during a rank's setup: ``torch.optim.Optimizer`` imports its
+compiler stack (``torch._dynamo``, with sympy and torch.fx's symbolic shapes) when the first
+optimizer is built. A cold rank pays for it there (``lazy_imports``); the warm-start server
+preloads it."""
 
 
 def process_start_time() -> float | None:
@@ -93,3 +101,13 @@ class StartupClock:
 
 CLOCK = StartupClock()
 """This process's clock (one rank per process)."""
+
+
+def import_lazy(clock: StartupClock = CLOCK) -> None:
+    """Import ``LAZY_IMPORTS`` now, before torch would on first use, and count the time as the
+    ``lazy_imports`` phase (zero when they were imported already: a forked rank's are)."""
+    started = time.perf_counter()
+    for name in LAZY_IMPORTS:
+        if name not in sys.modules:
+            importlib.import_module(name)
+    clock.add("lazy_imports", time.perf_counter() - started)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
+from mlbench_worker import wire
 from mlbench_worker.phase_clock import PhaseClock, make_clock
 from mlbench_worker.stamp_schedule import STAMP_COST_CUDA_S, STAMP_COST_S, Record, StampSchedule
 
@@ -41,6 +42,12 @@ CATEGORIES: dict[str, str] = {
     "opt_step": "compute",
     "agg": "communication",
     "comp_metrics": "metrics",
+}
+TOTAL_OF_CATEGORY: dict[str, str] = {
+    "compute": wire.TIME_COMPUTE,
+    "communication": wire.TIME_COMMUNICATION,
+    "preprocess": wire.TIME_PREPROCESS,
+    "metrics": wire.TIME_METRICS,
 }
 T = TypeVar("T")
 
@@ -173,10 +180,10 @@ class Tracker:
     def totals(self) -> dict[str, float]:
         """The metrics reported per rank: ``time_*`` totals and ``phase_<name>``."""
         phases = self.phase_times()
-        out = {"time_compute": 0.0, "time_communication": 0.0, "time_preprocess": 0.0, "time_metrics": 0.0}
+        out = dict.fromkeys(wire.TRACKER_TOTALS, 0.0)
         for name, seconds in phases.items():
-            out[f"time_{CATEGORIES[name]}"] += seconds
-        out["time_train"] = self.train_time
-        out["time_validation"] = self.validation_time
-        out.update({f"phase_{name}": seconds for name, seconds in phases.items()})
+            out[TOTAL_OF_CATEGORY[CATEGORIES[name]]] += seconds
+        out[wire.TIME_TRAIN] = self.train_time
+        out[wire.TIME_VALIDATION] = self.validation_time
+        out.update({wire.phase_metric(name): seconds for name, seconds in phases.items()})
         return out

@@ -1,39 +1,37 @@
-"""Warm rank starts: one process that has imported torch and the tasks forks each local rank.
+"""Warm rank starts: one process that has imported torch and the tasks forks every local rank.
 
-Every one-rank local run would otherwise start a fresh interpreter that imports torch, CUDA's
-libraries and the task before its first step: seconds per run on a GPU machine (4.6 s of every
-case of ``gpu_suite`` on an H200), paid again by every run of a sweep. The local executor
-starts ``python -m mlbench_worker.warm`` once; it imports those modules (never CUDA: a CUDA
-context does not survive a fork), says ``Ready`` and then forks one child per ``StartRequest``
-line on its stdin. The child becomes the rank a cold start would have been: its own session,
-the run's directory, the run's whole environment, its output appended to the rank's log,
-unbuffered like ``python -u``, then ``mlbench_worker``'s ``main``. The server answers each request
-with ``Started`` (the pid), reaps its children as they end and writes each one's ``Exited``
-status to the file the request named, which is how the executor learns an exit status it
-cannot wait for. At end of input it exits once its last child has been reaped.
+Every local run would otherwise start fresh interpreters that import torch, CUDA's libraries and
+the task before the first step: seconds per rank on a GPU machine (4.6 s of every case of
+``gpu_suite`` on an H200), paid again by every run of a sweep. The local executor starts
+``python -m mlbench_worker.warm`` once; it imports those modules (never CUDA: a CUDA context does
+not survive a fork), says ``Ready`` and then forks one child per ``StartRequest`` line on its
+stdin: the run's launcher (``rank_group``), which forks the run's ranks and watches them as
+torchrun's agent would. The server answers each request with ``Started`` (the launcher's pid),
+reaps its children as they end and writes each one's ``Exited`` status to the file the request
+named, which is how the executor learns an exit status it cannot wait for. At end of input it
+exits once its last child has been reaped.
 
 Only what a module reads when it is imported can differ from a cold start, so the executor
 starts a server for one import-time environment and sends it only runs whose environment adds
-nothing read at import. The protocol is ``mlbench_worker.warm_protocol``. Stdlib and pydantic at import.
+nothing read at import. The protocol is ``mlbench_worker.warm_protocol``. Stdlib and pydantic
+at import.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import os
-import runpy
 import selectors
-import signal
 import sys
 import time
-import traceback
 from typing import IO
 
 from pydantic import BaseModel
 
-from mlbench_worker.warm_protocol import Exited, RankMain, Ready, Started, StartRequest
+from mlbench_worker import rank_group
+from mlbench_worker.startup import LAZY_IMPORTS
+from mlbench_worker.warm_protocol import Exited, Ready, Started, StartRequest
 
 PRELOAD = (
     "torch",
@@ -50,6 +48,8 @@ PRELOAD = (
     "mlbench_worker.sampler",
     "mlbench_worker.tracker",
     "mlbench_worker.tasks",
+    "runpy",
+    *LAZY_IMPORTS,
 )
 """Imported once by the server; the task modules of ``mlbench_worker.tasks.TASKS`` follow."""
 
@@ -187,67 +187,6 @@ class Server:
         self.pidfds.clear()
 
 
-def become_rank(request: StartRequest) -> int:
-    """In a forked child: turn into the rank a cold start would be, run it, return its status."""
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)  # fd 0 when the server's input was closed
-    if null != 0:
-        os.dup2(null, 0)
-        os.close(null)
-    log = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    if log > 2:
-        os.close(log)
-    # what `python -u` gives a cold rank: text written through to the log as it is printed
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, line_buffering=True)
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), write_through=True, line_buffering=True, errors="backslashreplace"
-    )
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    os.chdir(request.cwd)  # after the log is in place: a failure here is in the rank's log
-    os.environ.clear()
-    os.environ.update(request.env)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    return run_main(request.main)
-
-
-def run_main(main: RankMain) -> int:
-    """Run what ``python -u -m MODULE`` (or ``-c CODE``) would, in this process, with its
-    preloaded modules; returns the exit status the interpreter would have ended with."""
-    from mlbench_worker.startup import CLOCK
-
-    CLOCK.restart()  # this process's start is the fork, not the server's
-    try:
-        if main.module is not None:
-            sys.argv = [main.module, *main.args]  # run_module puts the module's file first
-            runpy.run_module(main.module, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = ["-c", *main.args]
-            exec(compile(main.code or "", "<string>", "exec"), {"__name__": "__main__"})
-    except SystemExit as exc:
-        return _exit_status(exc.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return 130
-    except BaseException:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
-def _exit_status(code: object) -> int:
-    """The status ``sys.exit(code)`` gives: None is 0, an int itself, anything else printed and 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
 def main() -> int:
     started = time.monotonic()
     replies: IO[bytes] = os.fdopen(os.dup(1), "wb")
@@ -261,9 +200,14 @@ def main() -> int:
     order = Server(sys.stdin.fileno(), replies).serve()
     if order is None:
         return 0
+    outcome = rank_group.lead(order)  # in the group's launcher; a rank forked there gets its order
+    if isinstance(outcome, int):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(outcome)  # the launcher imported nothing it must tear down
     from mlbench_worker.__main__ import end_process
 
-    end_process(become_rank(order))
+    end_process(rank_group.become_rank(outcome))
 
 
 if __name__ == "__main__":

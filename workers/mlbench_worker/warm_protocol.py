@@ -2,9 +2,10 @@
 say to each other, one JSON line each, and the record of how a forked rank ended.
 
 The executor writes a ``StartRequest`` line to the server's stdin; the server answers with
-``Started`` (the rank's pid, or why it was not started) on its stdout, after a first ``Ready``
-line that says what it preloaded (or why it cannot fork). When a forked rank ends the server
-writes its ``Exited`` record to the file the request named. This module is a contract: the engine
+``Started`` (the pid of the group's launcher, or why it was not started) on its stdout, after a
+first ``Ready`` line that says what it preloaded (or why it cannot fork). The launcher forks the
+run's ranks and keeps a ``GroupRecord``; when it ends the server writes its ``Exited`` record to
+the file the request named. This module is a contract: the engine
 imports it and never the server. Stdlib and pydantic.
 """
 
@@ -36,14 +37,38 @@ WORKER_MODULE = "mlbench_worker"
 """The rank runtime every run's ranks start (``python -m mlbench_worker --config FILE``)."""
 
 
+class RankSlot(BaseModel):
+    """One rank of a forked group: its own variables over the group's, its log and, with the
+    network dimension, the network namespace it joins before it opens any socket."""
+
+    rank: int
+    env: dict[str, str] = Field(default_factory=dict)
+    log_path: str = Field(description="The rank's log; its stdout and stderr are appended to it.")
+    netns: str | None = Field(
+        default=None, description="A network namespace to join (``/run/netns/NAME``) before the rank runs."
+    )
+
+
 class StartRequest(BaseModel):
-    """Start one rank: what a cold start gets from its command line and its launcher."""
+    """Start a run's ranks: what a cold launcher gets from its command line and its environment.
+
+    The server forks one process for the request, the group's launcher (torchrun's local agent,
+    forked): it leads a session of its own, forks every rank, watches them, and when one fails
+    stops the others; its ``GroupRecord`` says which rank failed first and why."""
 
     main: RankMain
-    env: dict[str, str] = Field(description="The rank's whole environment.")
+    env: dict[str, str] = Field(description="Every rank's environment (a slot's own variables win).")
     cwd: str
-    log_path: str = Field(description="The rank's log; its stdout and stderr are appended to it.")
-    status_path: str = Field(description="Where the server writes ``Exited`` when the rank ends.")
+    ranks: list[RankSlot]
+    launcher_log: str = Field(description="Where the group's launcher appends what it says.")
+    status_path: str = Field(description="Where the server writes ``Exited`` when the launcher ends.")
+    record_path: str = Field(description="Where the launcher keeps the ``GroupRecord``.")
+    master_host: str | None = Field(
+        default=None,
+        description="When set, the launcher holds a free port on this address for the group's "
+        "rendezvous and gives it to every rank as MASTER_PORT.",
+    )
+    grace_s: float = Field(default=10.0, description="How long stopped ranks get before SIGKILL.")
 
 
 class Ready(BaseModel):
@@ -56,15 +81,59 @@ class Ready(BaseModel):
 
 
 class Started(BaseModel):
-    """The answer to one ``StartRequest``: the rank's pid, or why it was not started."""
+    """The answer to one ``StartRequest``: the launcher's pid, or why it was not started."""
 
     pid: int | None = None
     error: str | None = None
 
 
 class Exited(BaseModel):
-    """A rank's end, as ``subprocess`` reports it: its exit status, or minus the killing signal."""
+    """A process's end, as ``subprocess`` reports it: its exit status, or minus the killing signal."""
 
     pid: int
     exit_code: int
     ended_at: float
+
+
+class RankPid(BaseModel):
+    rank: int
+    pid: int
+
+
+class RankFailure(BaseModel):
+    """The first rank that failed: its exit status (minus the signal that killed it) and, when it
+    recorded one, its exception (torch's error file, ``TORCHELASTIC_ERROR_FILE``)."""
+
+    rank: int
+    pid: int
+    exit_code: int
+    cause: str | None = None
+    ended_at: float
+
+
+class GroupRecord(BaseModel):
+    """What a forked group's launcher keeps in the run directory: its ranks as they started, the
+    rendezvous port it held, and once it ends, the first failure (None: every rank ended well)."""
+
+    pid: int
+    master_port: int | None = None
+    ranks: list[RankPid] = Field(default_factory=list)
+    ended: bool = False
+    failure: RankFailure | None = None
+    stopped_by: int | None = Field(default=None, description="The signal that stopped the group, if one did.")
+    start_error: str | None = Field(
+        default=None, description="Why the group's ranks could not all be started, if they could not."
+    )
+
+    def exit_status(self) -> int | None:
+        """The launcher's exit status once the group ended (None before): the root cause's (a
+        signal as 128 + its number), 128 + the signal that stopped the group, 1 when its ranks
+        could not all be started, else 0."""
+        if not self.ended:
+            return None
+        if self.failure is not None:
+            code = self.failure.exit_code
+            return code if code > 0 else 128 - code
+        if self.stopped_by is not None:
+            return 128 + self.stopped_by
+        return 1 if self.start_error is not None else 0

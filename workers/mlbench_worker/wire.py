@@ -1,23 +1,28 @@
-"""What crosses between the engine and a rank: event names and payloads, metric names, worker config.
+"""What crosses between the engine and a rank: ingest batches, event payloads, metric names, config.
 
 Standard library only, so the engine imports it without torch and worker images need no pydantic.
-Each event payload is a frozen dataclass: a rank builds it and sends ``to_payload()``; the engine
-reads a stored payload back with ``parse_event`` (payloads of earlier versions included: a missing
-or mistyped field becomes its default). The worker config is one typed tree: the engine builds it
-(``mlbench_tui.plan``), ``config_document`` serialises it, and the rank's ``parse_config`` reads it.
+Every message is declared once, as a frozen dataclass (``mlbench_worker.wire_types``: types, bounds,
+descriptions), and everything else derives from that declaration: ranks send the batches the
+reporter builds (a contract test validates them against the engine's API models, which are
+derived from these declarations, as is the server's msgspec decoder of metric batches); the one
+reader, ``wire_types.read``, reads a stored event payload tolerantly (payloads of earlier versions
+included: a missing or mistyped field becomes its default) and the rank's config strictly
+(``parse_config``, which the engine's ``config_document`` of ``mlbench_tui.plan``'s tree feeds).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import types
+import os
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
+from mlbench_worker.data.options import DataOptions, options_document, parse_data_options
 from mlbench_worker.hyperparams import TaskHyperparameters, parse_hyperparameters
+from mlbench_worker.wire_types import READER, Invalid, Limits, doc, jsonable, read, to_json
 
 # --- event names -------------------------------------------------------------------------------
 
@@ -51,12 +56,119 @@ VAL_GLOBAL_LOSS = "val_global_loss"
 VAL_GLOBAL_PREC1 = "val_global_Prec@1"
 VAL_GLOBAL_PERPLEXITY = "val_global_Perplexity"
 VAL_GLOBAL_BLEU = "val_global_BLEU-Score"
+VAL_PREFIX = "val_"  # every validation metric's
 ALLREDUCE_PREFIX = "allreduce_"
+PHASE_PREFIX = "phase_"
+METRIC_NAMES = (
+    TRAIN_LOSS,
+    TRAIN_PREC1,
+    LR,
+    STEP_TIME,
+    TIME_TRAIN,
+    TIME_VALIDATION,
+    *TRACKER_TOTALS,
+    GPU_MEMORY_PEAK_GIB,
+    VAL_GLOBAL_LOSS,
+    VAL_GLOBAL_PREC1,
+    VAL_GLOBAL_PERPLEXITY,
+    VAL_GLOBAL_BLEU,
+)
+"""Every metric name above; a test finds any of them, or a name with a prefix of ``METRIC_PREFIXES``,
+written as a literal outside this module (and ``sysmetrics``, whose ``sys/`` series are its own)."""
+METRIC_PREFIXES = (ALLREDUCE_PREFIX, PHASE_PREFIX)
 
 
 def allreduce_metric(dtype: str, figure: str) -> str:
     """Task 0a's per-size series, e.g. ``allreduce_fp32_busbw`` (the size is the metric's step)."""
     return f"{ALLREDUCE_PREFIX}{dtype}_{figure}"
+
+
+def phase_metric(phase: str) -> str:
+    """A rank's cumulative seconds in one of the tracker's phases, e.g. ``phase_agg``."""
+    return f"{PHASE_PREFIX}{phase}"
+
+
+# --- ingest batches: what a rank's reporter posts to /v1/runs/{id}/{metrics,logs,events}:batch -----
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BATCH_ITEMS = 10_000
+MAX_NAME_LEN = 128
+MAX_TEXT_LEN = 16 * 1024
+MAX_KIND_LEN = 64
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_RANK = 65_535
+MAX_SEQ = 2**62
+
+MetricName = Annotated[str, Limits(min_length=1, max_length=MAX_NAME_LEN, pattern=r"^[^\x00-\x1f]+$")]
+Rank = Annotated[int, Limits(ge=0, le=MAX_RANK)]
+Seq = Annotated[int, Limits(ge=0, le=MAX_SEQ)]
+Session = Annotated[str, Limits(max_length=64, pattern=r"^[A-Za-z0-9._-]*$")]
+Stream = Literal["stdout", "stderr", "system"]
+EventKind = Annotated[str, Limits(min_length=1, max_length=MAX_KIND_LEN, pattern=r"^[A-Za-z0-9_.:-]+$")]
+# Floats on the wire are finite: JSON has no NaN or infinity (a non-finite metric value is null).
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricIn:
+    """One value of one metric; the server keys it by ``(rank, name, step)``."""
+
+    name: MetricName
+    value: float | None = field(metadata=doc("The value; null for NaN or infinity."))
+    step: Annotated[int, Limits(ge=-MAX_SEQ, le=MAX_SEQ)] | None = None
+    epoch: float | None = None
+    t: float | None = field(default=None, metadata=doc("Wall time (unix seconds); the server's if absent."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogIn:
+    """One line a rank printed (or the launcher wrote about it: ``system``)."""
+
+    text: Annotated[str, Limits(max_length=MAX_TEXT_LEN)]
+    stream: Stream = "stdout"
+    seq: Seq | None = field(default=None, metadata=doc("Line number in the rank's stream."))
+    t: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventIn:
+    """One event: its kind (``*_START``, ``RUN_STOP`` ... above) and its payload (a ``Payload``'s)."""
+
+    kind: EventKind
+    payload: dict[str, Any] = field(default_factory=dict)
+    t: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """What every batch carries: who sent it, and the ``(rank, session, seq)`` a retry reuses."""
+
+    rank: Rank = field(metadata=doc("Rank that produced the batch."))
+    seq: Seq = field(metadata=doc("Batch sequence number per (rank, session, kind); retries reuse it."))
+    session: Session = field(
+        default="", metadata=doc("Sender instance id, so a restarted sender does not collide.")
+    )
+
+
+Items = Limits(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricBatch(Batch):
+    metrics: Annotated[list[MetricIn], Items]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogBatch(Batch):
+    lines: Annotated[list[LogIn], Items]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventBatch(Batch):
+    events: Annotated[list[EventIn], Items]
+
+
+BATCHES: dict[str, type[Batch]] = {"metrics": MetricBatch, "logs": LogBatch, "events": EventBatch}
+"""The batch of each ingest route (``/v1/runs/{id}/<kind>:batch``)."""
 
 
 # --- event payloads ----------------------------------------------------------------------------
@@ -75,20 +187,13 @@ class Payload:
     def to_payload(self) -> dict[str, Any]:
         """The JSON object a rank sends: unset (None) fields are left out, and so are NaN and
         infinity (JSON has neither); ``from_payload`` reads an absent field as its default."""
-        values = ((f.name, _jsonable(getattr(self, f.name))) for f in dataclasses.fields(self))
-        return {name: value for name, value in values if value is not None}
+        return to_json(self)
 
     @classmethod
-    def from_payload(cls: type[P], doc: Mapping[str, Any]) -> P:
+    def from_payload(cls: type[P], document: Mapping[str, Any]) -> P:
         """Read a stored payload; absent, null or mistyped fields take their defaults, extra ones
         are ignored (payloads of earlier and later versions read alike)."""
-        hints = typing.get_type_hints(cls)
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            value = _coerce(doc.get(f.name), hints[f.name])
-            if value is not _MISSING:
-                values[f.name] = value
-        return cls(**values)
+        return read(cls, document, strict=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,11 +214,11 @@ class Environment(Payload):
     facts: Mapping[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> dict[str, Any]:
-        return {k: _jsonable(v) for k, v in self.facts.items()}
+        return {k: jsonable(v) for k, v in self.facts.items()}
 
     @classmethod
-    def from_payload(cls, doc: Mapping[str, Any]) -> Environment:
-        return cls(facts=dict(doc))
+    def from_payload(cls, document: Mapping[str, Any]) -> Environment:
+        return cls(facts=dict(document))
 
     @property
     def gpu_model(self) -> str | None:
@@ -195,10 +300,10 @@ class RunStop(Progress):
     points: int | None = None  # task 0a: the (dtype, size) points measured
 
     @classmethod
-    def from_payload(cls, doc: Mapping[str, Any]) -> RunStop:
+    def from_payload(cls, document: Mapping[str, Any]) -> RunStop:
         """As ``Payload.from_payload``; a stop stored without ``exit_code`` (TensorFlow ranks before
         they sent the common form) exited 0 when it says success, and is unknown otherwise."""
-        stop = super().from_payload(doc)
+        stop = super().from_payload(document)
         if stop.exit_code is None and stop.status == "success":
             return dataclasses.replace(stop, exit_code=0)
         return stop
@@ -239,12 +344,15 @@ STARTUP_PHASES = (
     "rendezvous",
     "environment",
     "data",
+    "lazy_imports",
     "model",
     "graph_capture",
     "first_step",
 )
 """The phases of a rank's start, in the order it goes through them (a task may skip some: 0a has
-no model); ``mlbench_worker.startup`` stamps them."""
+no model); ``mlbench_worker.startup`` stamps them. ``lazy_imports`` is what torch imports the first
+time it is used during setup (its compiler stack, when the first optimizer is built): before it
+had a phase of its own it was nearly all of ``model``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,14 +363,7 @@ class Startup(Payload):
     KIND: ClassVar[str] = STARTUP
     rank: int | None = None
     process_start_t: float | None = None
-    phases: Mapping[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def from_payload(cls, doc: Mapping[str, Any]) -> Startup:
-        """As ``Payload.from_payload``; phases that are not a number of seconds are left out."""
-        read = super().from_payload(doc)
-        phases = {str(k): float(v) for k, v in read.phases.items() if _coerce(v, float) is not _MISSING}
-        return dataclasses.replace(read, phases=phases)
+    phases: Mapping[str, float] = field(default_factory=dict)  # not a number of seconds: left out
 
 
 EVENTS: dict[str, type[Payload]] = {
@@ -300,47 +401,6 @@ def parse_event(kind: str, doc: Mapping[str, Any]) -> Payload | None:
     return cls.from_payload(doc) if cls is not None else None
 
 
-_MISSING: Any = object()
-
-
-def _coerce(value: Any, hint: Any) -> Any:
-    """``value`` as ``hint`` when it is one (ints widen to float), else ``_MISSING`` (the default)."""
-    if value is None:
-        return _MISSING
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        for arm in get_args(hint):
-            if arm is not type(None) and (got := _coerce(value, arm)) is not _MISSING:
-                return got
-        return _MISSING
-    if origin is Literal:
-        return value if value in get_args(hint) else _MISSING
-    if hint is bool:
-        return value if isinstance(value, bool) else _MISSING
-    if hint is int:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value if isinstance(value, int) and not isinstance(value, bool) else _MISSING
-    if hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return float(value) if ok and math.isfinite(value) else _MISSING
-    if hint is str:
-        return value if isinstance(value, str) else _MISSING
-    if origin in (dict, Mapping) or hint in (dict, Mapping):
-        return dict(value) if isinstance(value, Mapping) else _MISSING
-    return value
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 # --- the worker config -------------------------------------------------------------------------
 
 Backend = Literal["gloo", "nccl", "mpi"]
@@ -359,7 +419,7 @@ MIN_TELEMETRY_INTERVAL_S = 0.1
 MAX_TELEMETRY_INTERVAL_S = 3600.0  # the spec's limit too (mlbench_tui.spec.limits; a test pins them)
 
 
-class ConfigError(ValueError):
+class ConfigError(Invalid):
     """The worker configuration is missing, unreadable or invalid."""
 
 
@@ -385,7 +445,12 @@ class DataConfig:
 
     source: DataSource = "synthetic"
     path: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: DataOptions = field(default_factory=DataOptions)
+    """The task's options for this source (``mlbench_worker.data.options``), typed."""
+
+    def check(self) -> None:
+        if self.source == "path" and not self.path:
+            raise ConfigError("data.source 'path' needs data.path (the prepared dataset directory)")
 
 
 @dataclass(frozen=True)
@@ -398,6 +463,31 @@ class ImplementationConfig:
     """``tuned``: the rank keeps freed heap memory for the next step (``mlbench_worker.allocator``)."""
 
 
+def _read_data(value: Any, config: Mapping[str, Any]) -> DataConfig:
+    """The data section: its ``path`` as the rank opens it (``~`` is this rank's home) and its
+    options typed for the task and source (``mlbench_worker.data.options``)."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("'data' must be an object")
+    options = value.get("options") or {}
+    if not isinstance(options, Mapping):
+        raise ConfigError("'data.options' must be an object")
+    data = read(DataConfig, {k: v for k, v in value.items() if k != "options"}, strict=True, where="data.")
+    return dataclasses.replace(
+        data,
+        path=None if data.path is None else os.path.expanduser(data.path),
+        options=parse_data_options(str(config.get("task", "")), data.source, options),
+    )
+
+
+def _read_hyperparameters(value: Any, config: Mapping[str, Any]) -> TaskHyperparameters:
+    """The task's typed hyperparameters (its defaults where the config has none)."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError("'hyperparameters' must be an object")
+    return parse_hyperparameters(config["task"], dict(value or {}))
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a rank needs to run one task of one run."""
@@ -405,149 +495,52 @@ class WorkerConfig:
     run_id: str
     task: str
     backend: Backend
-    world_size: int
+    world_size: Annotated[int, Limits(ge=1)]
     seed: int = 42
     run_name: str = ""
     framework: str = "pytorch"
     goal: GoalConfig | None = None
-    max_time_s: float | None = None
+    max_time_s: Annotated[float, Limits(gt=0)] | None = None
     precision: Precision = "fp32"
     device: Device = "cpu"
     gpu_type: str | None = None  # the GPU model the spec asks for ('A100'); None: any GPU
     gpu_type_strict: bool = True  # a rank on another model fails the run (else it only says so)
-    threads_per_rank: int = 1
-    data: DataConfig = field(default_factory=DataConfig)
-    hyperparameters: TaskHyperparameters = field(default_factory=TaskHyperparameters)
+    threads_per_rank: Annotated[int, Limits(ge=1)] = 1
+    data: DataConfig = field(default_factory=DataConfig, metadata={READER: _read_data})
+    hyperparameters: TaskHyperparameters = field(
+        default_factory=TaskHyperparameters, metadata={READER: _read_hyperparameters}
+    )
     implementation: ImplementationConfig = field(default_factory=ImplementationConfig)
-    telemetry_interval_s: float | None = DEFAULT_TELEMETRY_INTERVAL_S  # None: telemetry off
+    telemetry_interval_s: (
+        Annotated[float, Limits(ge=MIN_TELEMETRY_INTERVAL_S, le=MAX_TELEMETRY_INTERVAL_S)] | None
+    ) = DEFAULT_TELEMETRY_INTERVAL_S  # None (null): telemetry off
+    rank_env: dict[str, str] = field(default_factory=dict)
+    """Variables that load code (``env_settings.CODE_LOADING``) the spec opted in to: the rank
+    starts again with them before its imports, so its launcher never runs with them."""
+
+    def check(self) -> None:
+        if self.implementation.cuda_graphs and self.device != "cuda":
+            raise ConfigError("'implementation.cuda_graphs' needs device 'cuda' (CUDA graphs run on GPUs)")
 
 
 def config_document(config: WorkerConfig) -> dict[str, Any]:
-    """The config as the JSON object a rank reads (``MLBENCH_CONFIG``); ``parse_config`` inverts it."""
-    return dataclasses.asdict(config)
+    """The config as the JSON object a rank reads (``MLBENCH_CONFIG``); ``parse_config`` inverts it.
+    An empty ``rank_env`` is left out (a config written before it existed reads the same)."""
+    doc = dataclasses.asdict(config)
+    doc["data"]["options"] = options_document(config.data.options)
+    if not config.rank_env:
+        del doc["rank_env"]
+    return doc
 
 
-def _require(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str = "") -> Any:
-    if key not in doc:
-        raise ConfigError(f"missing key {where}{key!r}")
-    value = doc[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        raise ConfigError(f"{where}{key!r} must be {_kind_name(kind)}, got {value!r}")
-    return value
-
-
-def _optional(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-    value = doc.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        raise ConfigError(f"{key!r} must be {_kind_name(kind)}, got {value!r}")
-    return value
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    return " or ".join(k.__name__ for k in _as_tuple(kind))
-
-
-def _choice(value: str, allowed: tuple[str, ...], key: str) -> Any:
-    if value not in allowed:
-        raise ConfigError(f"{key!r} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
-def _object(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = doc.get(key) or {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"'{key}' must be an object")
-    return value
-
-
-def parse_config(doc: Any) -> WorkerConfig:
-    """Validate a decoded JSON document and build the ``WorkerConfig``; unknown keys are ignored.
-
-    Absent keys take the dataclasses' defaults, so each default is declared once, above."""
-    if not isinstance(doc, dict):
+def parse_config(document: Any) -> WorkerConfig:
+    """Validate a decoded JSON document and build the ``WorkerConfig`` (``wire_types.read``, strict):
+    unknown keys are ignored, absent ones take the dataclasses' defaults, declared once above."""
+    if not isinstance(document, dict):
         raise ConfigError("the worker config must be a JSON object")
-    defaults = WorkerConfig(run_id="", task="", backend="gloo", world_size=1)
-    impl_defaults, data_defaults = ImplementationConfig(), DataConfig()
-    goal = None
-    goal_doc = doc.get("goal")
-    if goal_doc is not None:
-        if not isinstance(goal_doc, dict):
-            raise ConfigError("'goal' must be an object or null")
-        goal = GoalConfig(
-            metric=_require(goal_doc, "metric", str, "goal."),
-            target=float(_require(goal_doc, "target", (int, float), "goal.")),
-            direction=_choice(str(goal_doc.get("direction", "max")), ("max", "min"), "goal.direction"),
-            kind=str(goal_doc.get("kind", "custom")),
-        )
-    data_doc = _object(doc, "data")
-    data = DataConfig(
-        source=_choice(str(data_doc.get("source", data_defaults.source)), DATA_SOURCES, "data.source"),
-        path=_optional(data_doc, "path", str, None),
-        options=dict(_object(data_doc, "options")),
-    )
-    if data.source == "path" and not data.path:
-        raise ConfigError("data.source 'path' needs data.path (the prepared dataset directory)")
-    world_size = _require(doc, "world_size", int)
-    if world_size < 1:
-        raise ConfigError(f"'world_size' must be >= 1, got {world_size}")
-    threads = _optional(doc, "threads_per_rank", int, defaults.threads_per_rank)
-    if threads < 1:
-        raise ConfigError(f"'threads_per_rank' must be >= 1, got {threads}")
-    impl_doc = _object(doc, "implementation")
-    implementation = ImplementationConfig(
-        cuda_graphs=bool(_optional(impl_doc, "cuda_graphs", bool, impl_defaults.cuda_graphs)),
-        host_allocator=_choice(
-            _optional(impl_doc, "host_allocator", str, impl_defaults.host_allocator),
-            HOST_ALLOCATORS,
-            "implementation.host_allocator",
-        ),
-    )
-    device = _choice(_optional(doc, "device", str, defaults.device), DEVICES, "device")
-    if implementation.cuda_graphs and device != "cuda":
-        raise ConfigError("'implementation.cuda_graphs' needs device 'cuda' (CUDA graphs run on GPUs)")
-    max_time = _optional(doc, "max_time_s", (int, float), None)
-    if max_time is not None and max_time <= 0:
-        raise ConfigError(f"'max_time_s' must be positive, got {max_time}")
-    return WorkerConfig(
-        run_id=_require(doc, "run_id", str),
-        task=_require(doc, "task", str),
-        backend=_choice(_require(doc, "backend", str), BACKENDS, "backend"),
-        world_size=world_size,
-        seed=_optional(doc, "seed", int, defaults.seed),
-        run_name=_optional(doc, "run_name", str, defaults.run_name),
-        framework=_optional(doc, "framework", str, defaults.framework),
-        goal=goal,
-        max_time_s=float(max_time) if max_time is not None else None,
-        precision=_choice(_optional(doc, "precision", str, defaults.precision), PRECISIONS, "precision"),
-        device=device,
-        gpu_type=_optional(doc, "gpu_type", str, None),
-        gpu_type_strict=_optional(doc, "gpu_type_strict", bool, defaults.gpu_type_strict),
-        threads_per_rank=threads,
-        data=data,
-        hyperparameters=parse_hyperparameters(doc["task"], dict(_object(doc, "hyperparameters"))),
-        implementation=implementation,
-        telemetry_interval_s=_telemetry_interval(doc),
-    )
-
-
-def _telemetry_interval(doc: Mapping[str, Any]) -> float | None:
-    """Seconds between telemetry samples: absent means the default, ``null`` means off."""
-    if "telemetry_interval_s" not in doc:
-        return DEFAULT_TELEMETRY_INTERVAL_S
-    value = doc["telemetry_interval_s"]
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"'telemetry_interval_s' must be a number of seconds or null, got {value!r}")
-    if not MIN_TELEMETRY_INTERVAL_S <= value <= MAX_TELEMETRY_INTERVAL_S:
-        raise ConfigError(
-            f"'telemetry_interval_s' must be between {MIN_TELEMETRY_INTERVAL_S} and "
-            f"{MAX_TELEMETRY_INTERVAL_S}, got {value!r}"
-        )
-    return float(value)
+    try:
+        return read(WorkerConfig, document, strict=True)
+    except ConfigError:
+        raise
+    except Invalid as exc:
+        raise ConfigError(str(exc)) from None

@@ -578,7 +578,7 @@ def _resolve(handle: RunHandle | str) -> RunHandle:
 
 
 def _suspended(owner: dict[str, Any], suspend: bool) -> dict[str, Any]:
-    out = json.loads(json.dumps(owner))
+    out: dict[str, Any] = json.loads(json.dumps(owner))
     if out["kind"] == "MPIJob":
         out["spec"]["runPolicy"]["suspend"] = suspend
     else:

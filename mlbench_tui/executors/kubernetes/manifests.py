@@ -317,7 +317,7 @@ def with_owner(obj: dict[str, Any], owner: dict[str, Any], uid: str) -> dict[str
         "controller": False,
         "blockOwnerDeletion": True,
     }
-    out = json.loads(json.dumps(obj))
+    out: dict[str, Any] = json.loads(json.dumps(obj))
     out["metadata"]["ownerReferences"] = [ref]
     return out
 

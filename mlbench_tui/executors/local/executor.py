@@ -1,11 +1,11 @@
 """The local executor: runs ranks as processes on this machine.
 
 How the ranks start is decided once, in the dry run (``launch``: a ``LaunchMode`` and a typed
-``LocalRequest``). The launcher (or a forked rank) leads a new session, so Ctrl-C in the terminal
-does not reach the ranks; the engine stops them through ``cancel``, which finds every process of
-the run (see ``processes``) and leaves none behind. Everything another process needs (launcher
-pid, exit status, cancel request) is kept as typed records in the run directory (``records``),
-so ``mlbench status``/``cancel`` work from any shell.
+``LocalRequest``). The launcher (a cold one, or a forked group's) leads a new session, so Ctrl-C
+in the terminal does not reach the ranks; the engine stops them through ``cancel``, which finds
+every process of the run (see ``processes``) and leaves none behind. Everything another process
+needs (launcher pid, exit status, cancel request) is kept as typed records in the run directory
+(``records``), so ``mlbench status``/``cancel`` work from any shell.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mlbench_worker import rank_env
-from mlbench_worker.warm_protocol import SWITCH, StartRequest
+from mlbench_worker.warm_protocol import SWITCH, GroupRecord, StartRequest
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import (
@@ -36,17 +36,19 @@ from mlbench_tui.executors.api import (
     RunStatus,
 )
 from mlbench_tui.executors.local import ports, processes, warm_start
+from mlbench_tui.executors.local.failures import RankEnd, launch_failure
 from mlbench_tui.executors.local.gpus import MachineGpus, machine_gpus
 from mlbench_tui.executors.local.launch import (
     LaunchMode,
     LocalRequest,
+    forked_ranks,
     launch_mode,
     launcher_argv,
     rank_environment,
     worker_main,
 )
-from mlbench_tui.executors.local.rank_exec import log_path
 from mlbench_tui.executors.local.records import (
+    GROUP_FILE,
     LAUNCH_FILE,
     LAUNCHER_LOG,
     CancelRecord,
@@ -55,14 +57,14 @@ from mlbench_tui.executors.local.records import (
     RunFiles,
 )
 from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
-from mlbench_tui.executors.run_files import write_config
+from mlbench_tui.executors.run_files import read_record, write_config
 from mlbench_tui.plan import RunPlan, worker_settings
 
 SCHEME = "local"
 
 
 class Launcher(Protocol):
-    """What ``schedule`` started: a launcher process, or a rank forked by a warm start."""
+    """What ``schedule`` started: a cold launcher process, or a forked group's launcher."""
 
     pid: int
 
@@ -74,6 +76,11 @@ class Launcher(Protocol):
 # The launchers this process started and has not reaped yet, by run directory. Only a parent can
 # read its child's exit status, so every executor instance in this process reaps through these.
 _CHILDREN: dict[Path, Launcher] = {}
+
+
+def _fork_environment(env: dict[str, str]) -> dict[str, str]:
+    """Every forked rank's environment: ``env`` with what torchrun adds unless it is set."""
+    return {rank_env.TORCH_NCCL_ASYNC_ERROR_HANDLING: "1", **env}
 
 
 def default_runs_dir() -> Path:
@@ -175,7 +182,7 @@ class LocalExecutor(Executor[LocalRequest]):
             run_dir=str(run_dir),
             config_path=config_path,
             config=worker_settings(plan, launch.run_id),
-            env=rank_environment(plan, reporting, mode),
+            env=rank_environment(plan, reporting, cold),
             reserve_port=cold in (LaunchMode.DIRECT, LaunchMode.MPIEXEC),
         )
         return DryRun(executor=SCHEME, plan=plan, launch=launch, request=request)
@@ -191,14 +198,20 @@ class LocalExecutor(Executor[LocalRequest]):
         (run_dir / "spool").mkdir(exist_ok=True)
         write_config(Path(request.config_path), request.config)
         env = {**os.environ, **request.env}
-        port = ports.reserve(self.runs_dir, run_id) if request.reserve_port else None
-        if port is not None:
-            env[rank_env.MASTER_PORT] = str(port)
-        try:
-            proc, mode = self._start(request, env, run_dir)
-        except ExecutorError:
-            ports.release(self.runs_dir, run_id, port)
-            raise
+        proc: Launcher | None = None
+        mode, port = request.mode, None
+        if mode is LaunchMode.FORKED:
+            proc = self._fork(request, env, run_id)
+        if proc is None:
+            mode = request.cold
+            port = ports.reserve(self.runs_dir, run_id) if request.reserve_port else None
+            if port is not None:
+                env[rank_env.MASTER_PORT] = str(port)
+            try:
+                proc = self._spawn(request.command, env, run_dir)
+            except ExecutorError:
+                ports.release(self.runs_dir, run_id, port)
+                raise
         _CHILDREN[run_dir] = proc
         files.write(
             LaunchRecord(
@@ -217,18 +230,11 @@ class LocalExecutor(Executor[LocalRequest]):
         )
         return self.handle_for(run_id)
 
-    def _start(
-        self, request: LocalRequest, env: dict[str, str], run_dir: Path
-    ) -> tuple[Launcher, LaunchMode]:
-        """The launcher (or forked rank) of ``request`` and the mode it started in."""
-        if request.mode is LaunchMode.FORKED:
-            forked = self._fork(request, env, run_dir)
-            if forked is not None:
-                return forked, LaunchMode.FORKED
-        command = request.command
+    def _spawn(self, command: tuple[str, ...], env: dict[str, str], run_dir: Path) -> subprocess.Popen[bytes]:
+        """A cold launcher leading a new session, its output in the launcher log."""
         with open(run_dir / LAUNCHER_LOG, "ab") as launcher_log:
             try:
-                proc = subprocess.Popen(
+                return subprocess.Popen(
                     list(command),
                     env=env,
                     cwd=run_dir,
@@ -239,32 +245,45 @@ class LocalExecutor(Executor[LocalRequest]):
                 )
             except OSError as exc:
                 raise ExecutorError(f"cannot start {command[0]}: {exc}") from exc
-        return proc, request.cold
 
-    def _fork(
-        self, request: LocalRequest, env: dict[str, str], run_dir: Path
-    ) -> warm_start.WarmProcess | None:
-        """The run's one rank forked by the warm-start server (``warm_start``); None: start it
-        cold (the launcher log says why)."""
+    def prepare(self, plan: RunPlan) -> None:
+        """Start the warm-start server for ``plan``'s forked ranks now, so its imports overlap
+        what ``apply`` does before the first run starts (the metrics server, the store)."""
+        launch = LaunchContext(run_id="r-prepare", server_url="", write_token="")
+        try:
+            request = self.dryrun(plan, launch).request
+        except ExecutorError:
+            return  # the run itself will say why
+        if request.mode is LaunchMode.FORKED:
+            warm_start.prepare(_fork_environment({**os.environ, **request.env}), self.runs_dir)
+
+    def _fork(self, request: LocalRequest, env: dict[str, str], run_id: str) -> warm_start.WarmProcess | None:
+        """Every rank forked by the warm-start server (``warm_start``), under a launcher forked
+        there too; None: start the run cold (the launcher log says why)."""
+        run_dir = Path(request.run_dir)
         start = StartRequest(
             main=request.main,
-            env=env,
+            env=_fork_environment(env),
             cwd=str(run_dir),
-            log_path=log_path(request.log_dir, 0),
+            ranks=forked_ranks(request, run_id),
+            launcher_log=str(run_dir / LAUNCHER_LOG),
             status_path=str(run_dir / warm_start.EXIT_FILE),
+            record_path=str(run_dir / GROUP_FILE),
+            master_host=request.master_addr,
         )
-        rank: warm_start.WarmProcess | None = None
+        group: warm_start.WarmProcess | None = None
         try:
-            rank = warm_start.start(start, self.runs_dir)
+            group = warm_start.start(start, self.runs_dir)
+            server = group.server.pid
             note = (
-                f"mlbench: rank 0 (pid {rank.pid}) forked by the warm-start server (pid {rank.server.pid});"
-                f" {SWITCH}=0 starts it cold"
+                f"mlbench: {request.workers} rank(s) forked by the warm-start server (pid {server}) "
+                f"under launcher pid {group.pid}; {SWITCH}=0 starts them cold"
             )
         except warm_start.Unavailable as exc:
-            note = f"mlbench: no warm start ({exc}); starting the rank cold"
+            note = f"mlbench: no warm start ({exc}); starting the ranks cold ({request.cold.value})"
         with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
             log.write(note + "\n")
-        return rank
+        return group
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -278,12 +297,16 @@ class LocalExecutor(Executor[LocalRequest]):
         """Record the launcher's exit status once it has ended (only its parent can see it)."""
         files = RunFiles(run_dir)
         proc = _CHILDREN.get(run_dir)
-        if proc is None:
+        if proc is None:  # a forked group's end is on file even when its executor has gone
             existing = files.exit()
-            exited = warm_start.read_exit(run_dir / warm_start.EXIT_FILE) if existing is None else None
-            if exited is None:  # a warm rank's end is on file even when its executor has gone
+            if existing is not None or launch.mode is not LaunchMode.FORKED:
                 return existing
-            code: int | None = exited.exit_code
+            exited = warm_start.read_exit(run_dir / warm_start.EXIT_FILE)
+            code: int | None = exited.exit_code if exited is not None else None
+            if code is None and not processes.is_alive(launch.pid, launch.start_ticks):
+                code = warm_start.end_of_group(run_dir / GROUP_FILE)  # the server died first
+            if code is None:
+                return None
         else:
             code = proc.poll()
             if code is None:
@@ -354,8 +377,10 @@ class LocalExecutor(Executor[LocalRequest]):
     def _rank_statuses(self, launch: LaunchRecord, state: RunState) -> list[RankStatus]:
         live: dict[int, int] = {}
         if not state.is_terminal():
-            if launch.mode is LaunchMode.FORKED and processes.is_alive(launch.pid, launch.start_ticks):
-                live[0] = launch.pid  # forked with its environment in memory only: /proc shows no marker
+            group = self._group(launch.run_id) if launch.mode is LaunchMode.FORKED else None
+            for forked in group.ranks if group is not None else ():  # no marker in /proc: in memory only
+                if processes.is_alive(forked.pid):
+                    live[forked.rank] = forked.pid
             for pid in processes.marked_pids(launch.run_id):
                 env = processes.read_environ(pid)
                 if any(name in env for name in (rank_env.RANK, rank_env.OMPI_RANK)):
@@ -369,21 +394,26 @@ class LocalExecutor(Executor[LocalRequest]):
             statuses.append(RankStatus(rank=rank, state=rank_state, host=self.host, pid=live.get(rank)))
         return statuses
 
+    def _group(self, run_id: str) -> GroupRecord | None:
+        """A forked run's group record (its ranks' pids, and once it ended, its root cause)."""
+        return read_record(self.run_dir(run_id) / GROUP_FILE, GroupRecord)
+
     def _failure_message(self, launch: LaunchRecord, state: RunState, code: int | None) -> str:
         if state is RunState.CANCELLED:
             return "cancelled"
+        group = self._group(launch.run_id) if launch.mode is LaunchMode.FORKED else None
+        if group is not None and group.failure is not None:
+            failure = group.failure
+            rank, exit_code = failure.rank, failure.exit_code
+            ended = RankEnd(rank, signal=-exit_code) if exit_code < 0 else RankEnd(rank, code=exit_code)
+            # The rank's own last error; a signal is named by the sentence already.
+            cause = failure.cause if failure.cause and not failure.cause.startswith("killed by ") else None
+            return ended.sentence(cause)
+        if group is not None and group.start_error is not None:
+            return f"the ranks were not all started: {group.start_error}"
         tail = self.launcher_log_tail(launch.run_id, lines=60)
-        root = [i for i, line in enumerate(tail) if line.startswith("Root Cause")]
-        if root:
-            tail = tail[root[-1] :]
-        # torchrun's error summary names the first failing rank and its exit code.
-        rank = next((m[1] for line in tail if (m := re.match(r"\s*rank\s*:\s*(\d+)", line))), None)
-        exit_code = next((m[1] for line in tail if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line))), None)
-        if rank is None and code is not None and launch.launcher_is_rank:
-            rank, exit_code = "0", str(code)  # the launcher was the rank itself
-        if rank is not None and exit_code is not None:
-            return f"rank {rank} exited with code {exit_code} (see its log: mlbench logs RUN --rank {rank})"
-        return f"launcher exited with code {code}"
+        started = any(self.log_dir(launch.run_id).glob("rank-*.log"))
+        return launch_failure(tail, code, direct=launch.mode is LaunchMode.DIRECT, ranks_started=started)
 
     def launcher_log_tail(self, run_id: str, lines: int = 20) -> list[str]:
         try:
@@ -417,7 +447,8 @@ class LocalExecutor(Executor[LocalRequest]):
             return
         finished = files.exit()
         if finished is None and not files.cancelled():
-            files.write(CancelRecord(requested_at=time.time(), by_pid=os.getpid()))
+            with contextlib.suppress(OSError):  # a full disk: stop the ranks all the same
+                files.write(CancelRecord(requested_at=time.time(), by_pid=os.getpid()))
         processes.terminate_run(resolved.run_id, launch.pid, launch.start_ticks)
         proc = _CHILDREN.get(run_dir)
         if proc is not None:
@@ -450,6 +481,9 @@ class LocalExecutor(Executor[LocalRequest]):
         yield from follow_rank_logs(
             tailer, lambda: self._finished(resolved), rank=rank, follow=follow, since=since, regex=regex
         )
+
+    def spool_dir(self, handle: RunHandle | str) -> Path:
+        return self.run_dir(self._resolve(handle).run_id) / "spool"
 
     def log_tailer(self, handle: RunHandle | str) -> RankLogTailer:
         """A tailer over this run's rank logs plus the launcher's own output (as rank -1)."""

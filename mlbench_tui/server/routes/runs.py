@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Annotated
 
@@ -71,6 +72,8 @@ def router(api: Api) -> APIRouter:
             raise NotFound(f"run {run_id} not found")
         if stale(detail) and await refresh(request, [run_id]):
             detail = await api.read(request, lambda c: queries.get_run(c, run_id))
+            if detail is None:  # deleted meanwhile
+                raise NotFound(f"run {run_id} not found")
         return json_response(detail)
 
     @routes.post(
@@ -112,7 +115,8 @@ def router(api: Api) -> APIRouter:
     async def update_run(run_id: RunId, body: RunUpdate, request: Request) -> Response:
         """Change a run; a final state without a result gets the run's result (``server.results``)."""
         api.authz.admin(request)
-        if ends_run(body):
+        if ends_run(body):  # the record complete first: what the ranks spooled, then the result
+            await asyncio.to_thread(api.spools.import_for, run_id, ended=True, settle=False)
             body = await api.read(request, lambda c: with_result(api.store, c, run_id, body))
         return json_response(await api.write(api.store.op_update_run(run_id, body)))
 

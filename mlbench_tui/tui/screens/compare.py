@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -38,14 +38,12 @@ from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import Backoff, sleep_until
 from mlbench_tui.tui.messages import ConnectionChanged
 from mlbench_tui.tui.rows import CompareRow, compare_rows
+from mlbench_tui.tui.shell import Shell, shell_of
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
 from mlbench_tui.tui.widgets.sweep_table import sweep_table
 from mlbench_tui.tui.widgets.table import FittedTable
-
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
 
 COLUMNS = (
     "run",
@@ -194,8 +192,8 @@ class CompareScreen(Screen[None]):
         self.unshown: list[str] = []  # the charts left out, and why
 
     @property
-    def mlbench(self) -> MlbenchApp:
-        return self.app  # type: ignore[return-value]
+    def mlbench(self) -> Shell:
+        return shell_of(self)
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,10 +17,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from mlbench_tui.tui.actions import bindings
+from mlbench_tui.tui.shell import Shell, shell_of
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
-
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
 
 QUICKSTART = "specs/quickstart.yaml"
 
@@ -63,8 +61,8 @@ class FirstRunScreen(Screen[None]):
     BINDINGS: ClassVar = bindings("first")
 
     @property
-    def mlbench(self) -> MlbenchApp:
-        return self.app  # type: ignore[return-value]
+    def mlbench(self) -> Shell:
+        return shell_of(self)
 
     def compose(self) -> ComposeResult:
         yield ConnectionBanner(id="banner")

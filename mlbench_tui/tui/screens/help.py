@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.table import Table
 from textual.app import ComposeResult
@@ -12,9 +12,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from mlbench_tui.tui.actions import help_rows
-
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
 
 
 def help_table(keymap: dict[str, str]) -> Table:
@@ -34,7 +31,10 @@ def help_table(keymap: dict[str, str]) -> Table:
 class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help.close")]
 
+    def __init__(self, keymap: dict[str, str]) -> None:
+        super().__init__()
+        self.keymap = keymap  # action id -> key, after the user's settings
+
     def compose(self) -> ComposeResult:
-        app: MlbenchApp = self.app  # type: ignore[assignment]
         with VerticalScroll(id="help-box"):
-            yield Static(help_table(app.resolved_keymap), id="help")
+            yield Static(help_table(self.keymap), id="help")

@@ -10,18 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mlbench_tui.tui.messages import CommandFinished
 from mlbench_tui.tui.screens.confirm import ConfirmScreen
-
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
+from mlbench_tui.tui.shell import Shell
 
 ACTIVE = ("running", "pending")
 
 
-def in_background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
+def in_background(app: Shell, what: str, job: Callable[[], str]) -> None:
     """Run ``job`` in a thread worker; its message becomes a notification, then the screens
     refresh (its error goes to the app's worker-error handler)."""
 
@@ -33,7 +30,7 @@ def in_background(app: MlbenchApp, what: str, job: Callable[[], str]) -> None:
     app.run_worker(run, name=what, thread=True, group="commands", exit_on_error=False)
 
 
-def launch(app: MlbenchApp, path: Path, *, force: bool = False) -> None:
+def launch(app: Shell, path: Path, *, force: bool = False) -> None:
     """``mlbench apply PATH --detach`` (``--force``): start the runs of a spec file or directory;
     the notification says what apply did (started, skipped as unchanged)."""
     from mlbench_tui.tui.screens.launch import applied
@@ -46,7 +43,7 @@ def launch(app: MlbenchApp, path: Path, *, force: bool = False) -> None:
     in_background(app, "launch", job)
 
 
-def cancel_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
+def cancel_run(app: Shell, run_id: str, name: str, state: str) -> None:
     if state not in ACTIVE:
         app.notify(f"{name} is {state}: nothing to cancel", severity="warning")
         return
@@ -62,7 +59,7 @@ def cancel_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
     app.push_screen(ConfirmScreen(f"Cancel run {name}?", "Every rank is stopped.", yes="Cancel run"), answer)
 
 
-def delete_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
+def delete_run(app: Shell, run_id: str, name: str, state: str) -> None:
     detail = "Its metrics, logs and events are deleted from the store."
     if state in ACTIVE:
         detail += " The run is still going: it is cancelled first."
@@ -80,7 +77,7 @@ def delete_run(app: MlbenchApp, run_id: str, name: str, state: str) -> None:
     app.push_screen(ConfirmScreen(f"Delete run {name}?", detail, yes="Delete"), answer)
 
 
-def _rerun_job(app: MlbenchApp, run_id: str, name: str) -> str:
+def _rerun_job(app: Shell, run_id: str, name: str) -> str:
     from mlbench_tui.settings import Paths
 
     detail = app.client.get_run(run_id)
@@ -88,7 +85,7 @@ def _rerun_job(app: MlbenchApp, run_id: str, name: str) -> str:
     return f"launched the spec of {name} again"
 
 
-def rerun(app: MlbenchApp, run_id: str, name: str) -> None:
+def rerun(app: Shell, run_id: str, name: str) -> None:
     def answer(yes: bool | None) -> None:
         if yes:
             in_background(app, "rerun", partial(_rerun_job, app, run_id, name))

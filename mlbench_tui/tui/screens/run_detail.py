@@ -1,49 +1,45 @@
 """The run screen: goal progress on top, then tabs for overview, ranks, charts and logs.
 
 State lives here and is changed only by ``on_run_changed`` (batches from ``RunFeed``): the run,
-per-rank views, goal metric points, environment and failures. Widgets get the deltas.
+per-rank views, goal metric points, environment and failures. Widgets get the deltas: the charts
+(``widgets.chart_grid``) own what they draw, the Logs tab's actions are ``run_logs``'.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from mlbench_worker import sysmetrics as sm
 from mlbench_worker import wire
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Grid, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.formatting import format_number
-from mlbench_tui.results.ranks import RANK_METRICS, STEP_TIME, percentile
+from mlbench_tui.results.ranks import RANK_METRICS
 from mlbench_tui.spec.tasks import sweep_of
-from mlbench_tui.store.api_models import EventOut, MetricBands, MetricName, RanksLatest, RunDetail
+from mlbench_tui.store.api_models import EventOut, MetricName, RanksLatest, RunDetail
 from mlbench_tui.tui import rank_telemetry, run_charts
 from mlbench_tui.tui.actions import bindings
-from mlbench_tui.tui.feed import HistoryPlan, RunFeed, fetch_history
-from mlbench_tui.tui.goal import find_underused, goal_status
-from mlbench_tui.tui.messages import RunBatch, RunChanged, RunGone, RunSlow, SeriesDelta
+from mlbench_tui.tui.feed import HistoryPlan, RunFeed
+from mlbench_tui.tui.goal import goal_status
+from mlbench_tui.tui.messages import RunChanged, RunGone, RunSlow, SeriesDelta
 from mlbench_tui.tui.rows import _ts
 from mlbench_tui.tui.screens import run_commands
 from mlbench_tui.tui.screens.run_logs import RunLogsActions
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
+from mlbench_tui.tui.widgets.chart_grid import ChartGrid
 from mlbench_tui.tui.widgets.goal_progress import GoalProgress
 from mlbench_tui.tui.widgets.log_view import LogEntry, LogView
-from mlbench_tui.tui.widgets.metric_chart import MetricChart
 from mlbench_tui.tui.widgets.rank_table import RankTable, RankView
 from mlbench_tui.tui.widgets.run_overview import environment_renderable, result_renderable, summary_renderable
 from mlbench_tui.tui.widgets.status_line import StatusLine
 
-MAX_RANK_SERIES = 6  # a run of more ranks charts its step time as percentile bands across ranks
 RANK_FIGURES = (*RANK_METRICS, *rank_telemetry.SERIES)  # what the rank table shows of each rank
-BANDS = (("p50", "p50"), ("p90", "p90"), ("max", "max"))  # percentiles across ranks: key, label
 
 
 def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
@@ -61,27 +57,6 @@ def _goal_points(d: SeriesDelta) -> list[tuple[float, float]]:
     return out
 
 
-def wide(run: RunDetail) -> bool:
-    """Whether a run has too many ranks to chart one line each (its step time is drawn as bands)."""
-    return run.workers > MAX_RANK_SERIES
-
-
-def chart_plan(run: RunDetail, names: list[str]) -> HistoryPlan:
-    """The history of the charts of ``names``: every rank's on a run of a few ranks; on a wide
-    run rank 0's (global metrics are equal on every rank) and the step time as bands across
-    ranks, so the work stays that of a few series, not of one series per rank."""
-    if not wide(run):
-        return HistoryPlan(series=list(names))
-    return HistoryPlan(
-        one_rank=[n for n in names if n != STEP_TIME], bands=[STEP_TIME] if STEP_TIME in names else []
-    )
-
-
-def per_rank(name: str) -> bool:
-    """Charts with one line per rank (up to ``MAX_RANK_SERIES``): step time and the telemetry."""
-    return name == STEP_TIME or sm.is_sys(name)
-
-
 def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan:
     """What a run screen reads when it opens, and its stream summarises: its charts (by default
     those of ``run_charts.opening_charts``), the goal metric (goal progress) and every rank's step time and
@@ -91,9 +66,9 @@ def history_plan(run: RunDetail, charts: list[str] | None = None) -> HistoryPlan
     names = list(charts) if charts is not None else run_charts.opening_charts(run)
     if goal and goal not in names:
         names.append(goal)
-    if not wide(run):
+    if not run_charts.wide(run):
         return HistoryPlan(series=names + [n for n in RANK_FIGURES if n not in names])
-    return dataclasses.replace(chart_plan(run, names), latest=list(RANK_FIGURES))
+    return dataclasses.replace(run_charts.chart_plan(run, names), latest=list(RANK_FIGURES))
 
 
 class RunDetailScreen(RunLogsActions):
@@ -111,19 +86,12 @@ class RunDetailScreen(RunLogsActions):
         self.goal_points: list[tuple[float, float]] = []
         self.goal_rank: int | None = None
         self.metric_names: list[MetricName] = []
-        self.chart_metrics: list[str] = []
         self.environment: dict[str, Any] = {}
         self.failures: list[wire.RankFailed] = []
         self.stop: wire.RunStop | None = None
         self.feed: RunFeed | None = None
         self.gone = False
-        self.rank_on_chart: int | None = None  # a wide run's rank whose step time is charted too
-        self._band_x = -math.inf  # the step of the last live band point (bands go forward only)
-        self._metric_ranks: dict[str, set[int]] = {}
-        self._charts: dict[str, MetricChart] = {}  # metric name -> its chart, in grid order
-        self._charts_built = False
         self._ranks_stale = False
-        self._t0: float | None = None  # x origin of the telemetry charts (seconds)
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="title")
@@ -138,7 +106,7 @@ class RunDetailScreen(RunLogsActions):
             with TabPane("Ranks [2]", id="ranks"):
                 yield RankTable(id="rank-view")
             with TabPane("Charts [3]", id="charts"):
-                yield Grid(id="chart-grid")
+                yield ChartGrid(self.run_id, self.ranks, id="chart-grid")
             with TabPane("Logs [4]", id="logs"):
                 yield Input(placeholder="regex to highlight (enter to apply, empty clears)", id="log-search")
                 yield Input(
@@ -204,7 +172,7 @@ class RunDetailScreen(RunLogsActions):
         if batch.latest is not None:
             self._add_latest(batch.latest)
         if batch.bands is not None:
-            self._add_bands(batch.bands)
+            self.charts.add_bands(batch.bands)
         if batch.series:
             self._add_series(batch.series.values())
         if batch.events:
@@ -237,8 +205,7 @@ class RunDetailScreen(RunLogsActions):
             logs = self.query_one(LogView)
             logs.origin_t = _ts(run.started) or _ts(run.created)
             logs.ranks_seen.update(range(run.workers))
-            self.chart_metrics = run_charts.opening_charts(run)
-            self._build_charts()
+        self.charts.set_run(run)
         self._update_title()
 
     def _add_latest(self, latest: RanksLatest) -> None:
@@ -255,140 +222,38 @@ class RunDetailScreen(RunLogsActions):
                 if epoch is not None and (view.epoch is None or epoch > view.epoch):
                     view.epoch = epoch
 
-    def _add_bands(self, found: MetricBands) -> None:
-        """A wide run's history of percentiles across ranks: one line per percentile."""
-        for band in found.bands:
-            chart = self._charts.get(band.name)
-            if chart is None:
-                continue
-            xs = [float(s) if s is not None else t for s, t in zip(band.step, band.t, strict=True)]
-            scale = run_charts.look(band.name).scale
-            for key, label in BANDS:
-                ys = [y * scale for y in getattr(band, key)]
-                chart.add_points(key, list(zip(xs, ys, strict=True)), label=label)
-            if xs:
-                self._band_x = max(self._band_x, xs[-1])
-
-    def _add_series(self, deltas: Iterable[SeriesDelta], *, charts_only: bool = False) -> None:
-        """Fold new points in: O(series) for rank views and goal, O(points) only for the charts
-        (of the chart rank, and on a wide run of the rank charted on demand)."""
+    def _add_series(self, deltas: Iterable[SeriesDelta]) -> None:
+        """Fold new points in: O(series) for rank views and goal; the charts take them after."""
+        deltas = list(deltas)
         goal_metric = self.run.goal.metric if self.run is not None and self.run.goal is not None else ""
-        band_x = None
         for d in deltas:
             if not len(d):
                 continue
-            self._metric_ranks.setdefault(d.name, set()).add(d.rank)
-            if not charts_only:
-                view = self.ranks.get(d.rank)
-                if view is None:
-                    view = self.ranks[d.rank] = RankView(d.rank)
-                step, epoch, value = d.last()
-                if value is not None and not view.take(d.name, value):
-                    view.telemetry.update(d.name, value)
-                if step is not None and sweep_of(d.name) is None and (view.step is None or step > view.step):
-                    view.step = step
-                if epoch is not None and (view.epoch is None or epoch > view.epoch):
-                    view.epoch = epoch
-                if d.name == goal_metric:
-                    if self.goal_rank is None:
-                        self.goal_rank = d.rank
-                    if d.rank == self.goal_rank:
-                        self.goal_points.extend(_goal_points(d))
-                if d.name == STEP_TIME and step is not None:
-                    band_x = step if band_x is None else max(band_x, step)
-            if d.name in self.chart_metrics:
-                self._chart_points(d.name, d.rank, d)
-        if band_x is not None and self._wide:
-            self._live_band(float(band_x))
-        if not charts_only:
-            self._label_gpu_memory()
-
-    def _label_gpu_memory(self) -> None:
-        """The GPU memory chart's subtitle: the GPU's total, which a rank reports once."""
-        chart = self._charts.get(sm.GPU_MEM_USED_MIB)
-        if chart is None or chart.border_subtitle:
-            return
-        totals = [v.telemetry.gpu_mem_total_mib for v in self.ranks.values()]
-        known = [t for t in totals if t is not None]
-        if known:
-            chart.border_subtitle = f"of {format_number(max(known) / 1024)} GiB per GPU"
+            view = self.ranks.get(d.rank)
+            if view is None:
+                view = self.ranks[d.rank] = RankView(d.rank)
+            step, epoch, value = d.last()
+            if value is not None and not view.take(d.name, value):
+                view.telemetry.update(d.name, value)
+            if step is not None and sweep_of(d.name) is None and (view.step is None or step > view.step):
+                view.step = step
+            if epoch is not None and (view.epoch is None or epoch > view.epoch):
+                view.epoch = epoch
+            if d.name == goal_metric:
+                if self.goal_rank is None:
+                    self.goal_rank = d.rank
+                if d.rank == self.goal_rank:
+                    self.goal_points.extend(_goal_points(d))
+        self.charts.add_series(deltas)
 
     @property
-    def _wide(self) -> bool:
-        return self.run is not None and wide(self.run)
-
-    def _chart_rank(self, name: str) -> int:
-        """Charts show rank 0 (global metrics are equal on every rank), or the lowest rank seen."""
-        ranks = self._metric_ranks.get(name)
-        return 0 if not ranks or 0 in ranks else min(ranks)
-
-    def _chart_points(self, name: str, rank: int, delta: SeriesDelta) -> None:
-        chart = self._charts.get(name)
-        if chart is None:
-            return
-        if not per_rank(name):
-            if rank == self._chart_rank(name):
-                scale = run_charts.look(name).scale
-                chart.add_points(f"r{rank}", [(x, y * scale) for x, y in delta.xy()], label=name)
-            return
-        if not self._wide:
-            shown = rank < MAX_RANK_SERIES
-        elif name == STEP_TIME:  # and the bands
-            shown = rank == self.rank_on_chart
-        else:  # the telemetry of a wide run: the chart rank's (its history is that rank's)
-            shown = rank == self._chart_rank(name)
-        if not shown:
-            return
-        scale = run_charts.look(name).scale
-        points = [(x, y * scale) for x, y in delta.xy()]
-        label = f"rank {rank}"
-        if sm.is_sys(name):  # sampled in time: x is seconds since the run started
-            origin = self._time_origin(points)
-            points = [(t - origin, v) for t, v in points]
-        if name == sm.GPU_UTIL:
-            utils = {
-                r: v.telemetry.gpu_util for r, v in self.ranks.items() if v.telemetry.gpu_util is not None
-            }
-            label += " ⚠ idle" if rank in find_underused(utils) else ""
-        chart.add_points(f"r{rank}", points, label=label)
-
-    def _time_origin(self, points: list[tuple[float, float]]) -> float:
-        """The x origin of time-sampled charts: the run's start, else the first sample seen."""
-        if self._t0 is None:
-            started = self.run.started if self.run is not None else None
-            self._t0 = started.timestamp() if started is not None else min(t for t, _ in points)
-        return self._t0
-
-    def _live_band(self, x: float) -> None:
-        """One point per band from every rank's latest step time: O(ranks) per update, and the
-        chart gets three points however many ranks reported."""
-        chart = self._charts.get(STEP_TIME)
-        if chart is None:
-            return
-        pairs = sorted((v.step_time, v.rank) for v in self.ranks.values() if v.step_time is not None)
-        if not pairs:
-            return
-        values = [v for v, _ in pairs]
-        self._band_x = x = max(self._band_x, x)
-        scale = run_charts.look(STEP_TIME).scale
-        for (key, label), value in zip(
-            BANDS, (percentile(values, 50), percentile(values, 90), values[-1]), strict=True
-        ):
-            chart.add_points(key, [(x, value * scale)], label=label)
+    def charts(self) -> ChartGrid:
+        return self.query_one(ChartGrid)
 
     def chart_rank(self, rank: int) -> None:
         """Chart one rank's step time beside the bands (a wide run; another rank replaces it)."""
         self.action_show_tab("charts")
-        if not self._wide or rank == self.rank_on_chart:
-            return
-        chart = self._charts.get(STEP_TIME)
-        if chart is not None and self.rank_on_chart is not None:
-            chart.remove_series(f"r{self.rank_on_chart}")
-        self.rank_on_chart = rank
-        if chart is None:
-            self.notify(f"chart step_time (m) to see rank {rank}'s step time", severity="warning")
-            return
-        self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=rank), replace=False)
+        self.charts.chart_rank(rank)
 
     @on(RankTable.RankChosen)
     def _rank_chosen(self, message: RankTable.RankChosen) -> None:
@@ -404,74 +269,6 @@ class RunDetailScreen(RunLogsActions):
                 self.failures.append(dataclasses.replace(payload, rank=rank))
             elif isinstance(payload, wire.RunStop):
                 self.stop = payload
-
-    # -- charts -----------------------------------------------------------------------------
-    def _build_charts(self) -> None:
-        """Chart ``chart_metrics``: charts that stay keep their widget and data, dropped ones go,
-        new ones are added at the end and get their history from the server."""
-        grid = self.query_one("#chart-grid", Grid)
-        goal = self.run.goal if self.run else None
-        old, self._charts = self._charts, {}
-        added = []
-        for name in self.chart_metrics:
-            chart = old.pop(name, None)
-            if chart is None:
-                sweep = sweep_of(name)
-                look = run_charts.look(name)
-                chart = MetricChart(
-                    look.title,
-                    metric=name,
-                    scale=look.scale,
-                    y_format=look.y_format,
-                    goal=goal.target if goal is not None and goal.metric == name else None,
-                    x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
-                    log_x=sweep is not None,
-                    id=f"chart-{_chart_id(name)}",
-                    classes="chart",
-                )
-                if name == STEP_TIME and self.run is not None and wide(self.run):
-                    chart.border_subtitle = f"p50 · p90 · max across {self.run.workers} ranks"
-                added.append(chart)
-            self._charts[name] = chart
-        for chart in old.values():
-            chart.remove()
-        if added:
-            grid.mount_all(added)
-        grid.styles.grid_size_rows = max(1, math.ceil(len(self._charts) / 2))
-        if self.run is not None and added and self._charts_built:  # the first ones come with the run
-            names = [name for name, c in self._charts.items() if c in added]
-            self._load_history(chart_plan(self.run, names))
-            if self.rank_on_chart is not None and STEP_TIME in names:
-                self._load_history(HistoryPlan(one_rank=[STEP_TIME], rank=self.rank_on_chart), replace=False)
-        self._charts_built = True
-
-    @work(thread=True, name="chart history", group="chart-history", exit_on_error=False)
-    def _load_history(self, plan: HistoryPlan, replace: bool = True) -> None:
-        """New charts (or a rank charted on demand) start with the run's whole history,
-        downsampled by the server."""
-        batch = fetch_history(self.mlbench.client, self.run_id, plan)
-        self.app.call_from_thread(self._show_history, plan, batch, replace)
-
-    def _show_history(self, plan: HistoryPlan, batch: RunBatch, replace: bool) -> None:
-        """History replaces what the stream drew meanwhile (points must come in x order): the
-        whole charts, or (``replace`` False) the series of the rank charted on demand."""
-        for name in {*(plan.series or ()), *plan.one_rank, *plan.bands}:
-            chart = self._charts.get(name)
-            if chart is None:
-                continue
-            if replace:
-                chart.clear()
-            else:
-                chart.remove_series(f"r{plan.rank}")
-        if not replace and plan.rank != self.rank_on_chart:
-            return  # another rank was chosen meanwhile
-        if batch.bands is not None:
-            self._add_bands(batch.bands)
-        self._add_series(batch.series.values(), charts_only=True)
-        if self.run is not None and self.run.state.is_terminal():  # no more is coming: say so
-            for name, chart in self._charts.items():
-                if not chart.series:
-                    chart.say_empty(f"no data: the run ended without recording {name}")
 
     # -- painting ---------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -582,23 +379,18 @@ class RunDetailScreen(RunLogsActions):
             self.metric_names = fetched
         elif error is not None:
             self.notify(f"metric names: {error}; showing the ones seen so far", severity="warning")
-        names = sorted({m.name for m in self.metric_names} | set(self._metric_ranks))
+        charts = self.charts
+        names = sorted({m.name for m in self.metric_names} | set(charts.metric_ranks))
 
         def picked(chosen: list[str] | None) -> None:
-            if chosen is not None and chosen != self.chart_metrics:
-                self.chart_metrics = chosen
-                self._build_charts()
+            if chosen is not None and charts.show(chosen):
                 if self.feed is not None and self.run is not None:
                     self.feed.show(history_plan(self.run, chosen).names or [])
                 self.action_show_tab("charts")
 
         if self.app.screen is self:
-            self.app.push_screen(MetricPickerScreen(names, self.chart_metrics), picked)
+            self.app.push_screen(MetricPickerScreen(names, charts.metrics), picked)
 
     def action_find_ranks(self) -> None:
         self.action_show_tab("ranks")
         self.query_one(RankTable).find()
-
-
-def _chart_id(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)

@@ -8,7 +8,6 @@ apart so the screen's module stays about the run's state.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.screen import Screen
@@ -16,10 +15,8 @@ from textual.widgets import Input
 
 from mlbench_tui.ranksets import RankSet, RankSetError, parse_ranks
 from mlbench_tui.tui.feed import LOG_LINES
+from mlbench_tui.tui.shell import Shell, shell_of
 from mlbench_tui.tui.widgets.log_view import LogEntry, LogView
-
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
 
 
 class RunLogsActions(Screen[None]):
@@ -30,8 +27,8 @@ class RunLogsActions(Screen[None]):
     saved_path: Path | None = None
 
     @property
-    def mlbench(self) -> MlbenchApp:
-        return self.app  # type: ignore[return-value]
+    def mlbench(self) -> Shell:
+        return shell_of(self)
 
     def action_show_tab(self, tab: str) -> None:  # the screen's own
         raise NotImplementedError

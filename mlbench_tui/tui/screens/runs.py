@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -18,12 +18,10 @@ from mlbench_tui.tui.feed import RunsFeed
 from mlbench_tui.tui.messages import RunsUpdated
 from mlbench_tui.tui.rows import SORT_KEYS, STATES, RunRow, run_row, sort_rows
 from mlbench_tui.tui.screens import run_commands
+from mlbench_tui.tui.shell import Shell, shell_of
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.runs_table import RunsTable
 from mlbench_tui.tui.widgets.status_line import StatusLine
-
-if TYPE_CHECKING:
-    from mlbench_tui.tui.app import MlbenchApp
 
 
 class RunsScreen(Screen[None]):
@@ -46,8 +44,8 @@ class RunsScreen(Screen[None]):
         self.feed: RunsFeed | None = None
 
     @property
-    def mlbench(self) -> MlbenchApp:
-        return self.app  # type: ignore[return-value]
+    def mlbench(self) -> Shell:
+        return shell_of(self)
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="title")

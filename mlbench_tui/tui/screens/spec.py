@@ -28,12 +28,12 @@ from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.screens import run_commands
 from mlbench_tui.tui.screens.launch import LaunchPreview, LaunchScreen, preview
+from mlbench_tui.tui.shell import Shell, shell_of
 from mlbench_tui.tui.widgets.banner import ConnectionBanner
 from mlbench_tui.tui.widgets.table import FittedTable
 
 if TYPE_CHECKING:
     from mlbench_tui.plan import RunPlan
-    from mlbench_tui.tui.app import MlbenchApp
 
 YAML_SUFFIXES = (".yaml", ".yml")
 ISSUE_COLUMNS = (("file", 18), ("line", 4), ("col", 3), ("problem", 44), ("hint", 30))
@@ -131,8 +131,8 @@ class SpecScreen(Screen[None]):
         self.preview: LaunchPreview | None = None
 
     @property
-    def mlbench(self) -> MlbenchApp:
-        return self.app  # type: ignore[return-value]
+    def mlbench(self) -> Shell:
+        return shell_of(self)
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")

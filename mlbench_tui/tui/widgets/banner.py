@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from mlbench_tui.tui.shell import shell_of
+
 
 class ConnectionBanner(Static):
     """A one-line warning bound to ``app.connected`` / ``app.connection_detail``."""
 
     def on_mount(self) -> None:
-        self.watch(self.app, "connected", self._sync, init=True)
-        self.watch(self.app, "connection_detail", self._sync, init=False)
+        shell = shell_of(self)
+        self.watch(shell, "connected", self._sync, init=True)
+        self.watch(shell, "connection_detail", self._sync, init=False)
 
     def _sync(self, *_: object) -> None:
-        connected = bool(getattr(self.app, "connected", True))
-        self.display = not connected
-        if not connected:
-            url = getattr(self.app, "server_url", "the server")
-            detail = getattr(self.app, "connection_detail", "")
+        shell = shell_of(self)
+        self.display = not shell.connected
+        if not shell.connected:
+            url, detail = shell.server_url, shell.connection_detail
             self.update(f"⚠ cannot reach {url}: {detail} — showing the last data, reconnecting…")

@@ -137,7 +137,8 @@ class MinMaxSeries:
             if len(level) <= max_buckets:
                 chosen = i
                 break
-        out: tuple[list[float], ...] = ([], [], [], [], [], [])
+        out: tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
+        out = ([], [], [], [], [], [])
         covered = 0
         for i in range(chosen, -1, -1):
             level = self._levels[i]
@@ -150,7 +151,7 @@ class MinMaxSeries:
         tail_x, tail_y = self._xs[covered:], self._ys[covered:]
         for dst, src in zip(out, (tail_x, tail_x, tail_y, tail_y, tail_y, tail_y), strict=True):
             dst.extend(src)
-        return out  # type: ignore[return-value]
+        return out
 
     def buckets(self, max_buckets: int) -> list[Bucket]:
         """The series as at most about ``max_buckets`` (+ a short tail) buckets, in order.

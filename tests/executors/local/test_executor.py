@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from support.local_runs import local_plan
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import DryRun, LaunchContext
-from mlbench_tui.executors.local import processes
+from mlbench_tui.executors.local import processes, warm_start
 from mlbench_tui.executors.local.executor import LocalExecutor
 from mlbench_tui.executors.local.launch import LaunchMode, LocalRequest
 from mlbench_tui.executors.rank_logs import RankLogTailer
@@ -127,35 +128,54 @@ def test_unknown_runs(executor: LocalExecutor) -> None:
         executor.describe(RunHandle("kubernetes", "ns", "r-404"))
 
 
-def test_crashing_rank_fails_run_with_traceback_in_its_log(executor: LocalExecutor) -> None:
+@pytest.fixture(params=["forked", "cold"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalExecutor]:
+    """The executor forking every rank from the warm-start server, and starting them cold."""
+    yield LocalExecutor(tmp_path / "runs", warm=request.param == "forked")
+    warm_start.shutdown()
+
+
+def _launcher(executor: LocalExecutor, run_id: str) -> tuple[int, int | None]:
+    launch = executor.files(run_id).launch()
+    assert launch is not None
+    return launch.pid, launch.start_ticks
+
+
+def test_crashing_rank_fails_run_with_traceback_in_its_log(either: LocalExecutor) -> None:
+    executor = either
     handle = executor.schedule(_script_dryrun(executor, "r-crash", "crash"))
-    status = executor.wait(handle, timeout=60)
+    launcher = _launcher(executor, "r-crash")
+    status = executor.wait(handle, timeout=120)
     assert status.state is RunState.FAILED
-    assert status.message is not None and "rank 1" in status.message
+    assert status.message is not None and status.message.startswith("rank 1 exited with code 1")
     rank1 = list(executor.log_iter(handle, rank=1))
     assert "rank 1 threads 1" in rank1
     assert any("RuntimeError: boom on rank 1" in line for line in rank1)
     assert any(line.startswith("Traceback") for line in rank1)
     assert list(executor.log_iter(handle, regex="boom")) == ["[rank 1] RuntimeError: boom on rank 1"]
-    assert not processes.marked_pids("r-crash")
+    assert not processes.run_pids("r-crash", *launcher)  # rank 0 (sleeping) was stopped with it
 
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_cancel_from_another_process_leaves_no_process_behind(
-    executor: LocalExecutor, backend: str, tmp_path: Path
+    either: LocalExecutor, backend: str, tmp_path: Path
 ) -> None:
+    executor = either
     run_id = f"r-hang-{backend}"
     handle = executor.schedule(_script_dryrun(executor, run_id, "hang", backend))
-    deadline = time.monotonic() + 30
-    while len(processes.marked_pids(run_id)) < 3 and time.monotonic() < deadline:  # launcher + 2 ranks
+    launcher = _launcher(executor, run_id)
+    deadline = time.monotonic() + 60
+    while (
+        len(processes.run_pids(run_id, *launcher)) < 3 and time.monotonic() < deadline
+    ):  # launcher + 2 ranks
         time.sleep(0.1)
-    seen = processes.run_pids(run_id)
+    seen = processes.run_pids(run_id, *launcher)
     assert len(seen) >= 3
     status = executor.describe(handle)
     assert status is not None and status.state is RunState.RUNNING
     other = LocalExecutor(tmp_path / "runs")  # what `mlbench cancel` in another shell builds
     other.cancel(str(handle))
-    assert not processes.marked_pids(run_id)
+    assert not processes.run_pids(run_id, *launcher)
     assert not [pid for pid in seen if processes.is_alive(pid)]
     final = executor.describe(handle)
     assert final is not None and final.state is RunState.CANCELLED
@@ -212,7 +232,8 @@ def test_a_launcher_that_is_a_zombie_before_it_can_be_reaped_is_running_until_it
     assert exit_record["exit_code"] == 0
 
 
-def test_two_runs_at_once_and_follow_logs(executor: LocalExecutor) -> None:
+def test_two_runs_at_once_and_follow_logs(either: LocalExecutor) -> None:
+    executor = either
     first = executor.schedule(_script_dryrun(executor, "r-a", "ok"))
     second = executor.schedule(_script_dryrun(executor, "r-b", "ok"))
     followed = list(executor.log_iter(first, follow=True))

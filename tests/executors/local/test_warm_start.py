@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlbench_worker.warm_protocol import RankMain, StartRequest
+from mlbench_worker.warm_protocol import GroupRecord, RankMain, RankSlot, StartRequest
 from support.local_runs import local_plan
 
 from mlbench_tui.executors.api import LaunchContext
@@ -37,7 +37,7 @@ metadata:
   name: {name}
 spec:
   task: 0a
-  workers: 1
+  workers: {workers}
   backend: gloo
   target: local
   data: synthetic
@@ -56,15 +56,35 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def _request(tmp_path: Path, name: str, argv: list[str], **env: str) -> StartRequest:
-    (tmp_path / name).mkdir()
+def _request(
+    tmp_path: Path, name: str, argv: list[str], *, main: RankMain | None = None, ranks: int = 1, **env: str
+) -> StartRequest:
+    """A group of ``ranks`` forked ranks running the worker with ``argv`` (or ``main``)."""
+    run = tmp_path / name
+    run.mkdir()
     return StartRequest(
-        main=RankMain(module="mlbench_worker", args=argv),
+        main=main or RankMain(module="mlbench_worker", args=argv),
         env=_env(**env),
-        cwd=str(tmp_path / name),
-        log_path=str(tmp_path / name / "rank-0.log"),
-        status_path=str(tmp_path / name / warm_start.EXIT_FILE),
+        cwd=str(run),
+        ranks=[
+            RankSlot(
+                rank=r, env={"RANK": str(r), "WORLD_SIZE": str(ranks)}, log_path=str(run / f"rank-{r}.log")
+            )
+            for r in range(ranks)
+        ],
+        launcher_log=str(run / "launcher.log"),
+        status_path=str(run / warm_start.EXIT_FILE),
+        record_path=str(run / "group.json"),
+        master_host="127.0.0.1",
     )
+
+
+def _log(request: StartRequest, rank: int = 0) -> str:
+    return Path(request.ranks[rank].log_path).read_text()
+
+
+def _group(request: StartRequest) -> GroupRecord:
+    return GroupRecord.model_validate_json(Path(request.record_path).read_text())
 
 
 def _wait_gone(pid: int, timeout: float = 60.0) -> bool:
@@ -76,36 +96,58 @@ def _wait_gone(pid: int, timeout: float = 60.0) -> bool:
 
 def test_a_forked_rank_gets_its_run_environment_log_and_exit_status(tmp_path: Path) -> None:
     """The rank reads its own configuration (here: none it can use), writes to its own log and
-    ends with the status a cold start would: 2 for an unusable configuration."""
+    ends with the status a cold start would: 2 for an unusable configuration; its launcher ends
+    with it and names it as the root cause."""
     (tmp_path / "bad.json").write_text("{}")
     request = _request(tmp_path, "a", ["--config", str(tmp_path / "bad.json")])
-    rank = warm_start.start(request, tmp_path)
-    assert rank.wait(timeout=60) == 2
-    assert "error:" in Path(request.log_path).read_text()
+    launcher = warm_start.start(request, tmp_path)
+    assert launcher.wait(timeout=60) == 2
+    assert "error:" in _log(request)
     record = warm_start.read_exit(Path(request.status_path))
-    assert record is not None and record.pid == rank.pid and record.exit_code == 2
+    assert record is not None and record.pid == launcher.pid and record.exit_code == 2
+    group = _group(request)
+    assert group.ended and group.failure is not None and group.failure.rank == 0
+    assert group.failure.exit_code == 2
     # MLBENCH_CONFIG from the request's environment, not the server's
     request_b = _request(tmp_path, "b", [], MLBENCH_CONFIG=str(tmp_path / "missing.json"))
-    rank_b = warm_start.start(request_b, tmp_path)
-    assert rank_b.wait(timeout=60) == 2
-    assert "missing.json" in Path(request_b.log_path).read_text()
-    assert rank_b.server.pid == rank.server.pid  # one server for both
+    launcher_b = warm_start.start(request_b, tmp_path)
+    assert launcher_b.wait(timeout=60) == 2
+    assert "missing.json" in _log(request_b)
+    assert launcher_b.server.pid == launcher.server.pid  # one server for both
 
 
-def test_a_killed_rank_reads_minus_its_signal_and_the_server_ends_after_its_last_rank(
+def test_a_killed_launcher_reads_minus_its_signal_takes_its_ranks_and_the_server_ends_after_it(
     tmp_path: Path,
 ) -> None:
-    """The server outlives its input (the executor gone) until the ranks it forked have ended and
-    their statuses are on file: a rank is never left without a record of how it ended."""
+    """The server outlives its input (the executor gone) until the launchers it forked have ended
+    and their statuses are on file; a launcher killed with SIGKILL takes its ranks with it (they
+    die with their parent), so nothing of the run is left behind."""
     fifo = tmp_path / "config.fifo"
-    os.mkfifo(fifo)  # reading the config blocks: a rank that waits like a long run
-    rank = warm_start.start(_request(tmp_path, "k", ["--config", str(fifo)]), tmp_path)
-    server = rank.server
+    os.mkfifo(fifo)  # reading the config blocks: ranks that wait like a long run
+    request = _request(tmp_path, "k", ["--config", str(fifo)], ranks=2)
+    launcher = warm_start.start(request, tmp_path)
+    server = launcher.server
     warm_start.shutdown()  # its input ends; it keeps reaping
-    assert server.poll() is None and processes.is_alive(rank.pid)
-    os.kill(rank.pid, signal.SIGKILL)
-    assert rank.wait(timeout=60) == -signal.SIGKILL
+    ranks = _wait_for_ranks(request, 2)
+    assert server.poll() is None and processes.is_alive(launcher.pid)
+    os.kill(launcher.pid, signal.SIGKILL)
+    assert launcher.wait(timeout=60) == -signal.SIGKILL
+    assert all(_wait_gone(pid) for pid in ranks)
     assert server.wait(timeout=60) == 0
+
+
+def _wait_for_ranks(request: StartRequest, count: int, timeout: float = 60.0) -> list[int]:
+    """The pids of the group's ranks once its launcher recorded them all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pids = [forked.pid for forked in _group(request).ranks]
+        except (OSError, ValueError):
+            pids = []
+        if len(pids) == count:
+            return pids
+        time.sleep(0.02)
+    raise AssertionError(f"the launcher did not record {count} ranks")
 
 
 def test_a_forked_rank_keeps_every_descriptor_it_opens_until_it_exits(tmp_path: Path) -> None:
@@ -128,16 +170,9 @@ def check():
 atexit.register(check)
 sys.exit(3)
 """
-    (tmp_path / "c").mkdir()
-    request = StartRequest(
-        main=RankMain(code=code),
-        env=_env(),
-        cwd=str(tmp_path / "c"),
-        log_path=str(tmp_path / "c" / "rank-0.log"),
-        status_path=str(tmp_path / "c" / warm_start.EXIT_FILE),
-    )
-    rank = warm_start.start(request, tmp_path)
-    assert rank.wait(timeout=60) == 3, Path(request.log_path).read_text()
+    request = _request(tmp_path, "c", [], main=RankMain(code=code))
+    launcher = warm_start.start(request, tmp_path)
+    assert launcher.wait(timeout=60) == 3, _log(request)
     assert out.read_text() == "closed under the rank: []"
 
 
@@ -164,7 +199,7 @@ def test_a_server_that_cannot_preload_leaves_the_rank_to_a_cold_start(tmp_path: 
     request = _request(tmp_path, "x", ["--config", "x"], PYTHONPATH=path)
     with pytest.raises(warm_start.Unavailable, match="could not preload: RuntimeError: a broken torch build"):
         warm_start.start(request, tmp_path)
-    assert not Path(request.log_path).exists()  # nothing was forked
+    assert not Path(request.ranks[0].log_path).exists()  # nothing was forked
 
 
 def _plan() -> RunPlan:
@@ -200,7 +235,10 @@ def test_a_warm_ranks_end_is_known_after_its_executor_has_gone(tmp_path: Path) -
     assert launch["mode"] == "forked"
     status = LocalExecutor(runs).wait("local://x/r-vanish", timeout=60)
     assert status.state is RunState.FAILED, status
-    assert status.message == "rank 0 exited with code 2 (see its log: mlbench logs RUN --rank 0)"
+    assert status.message == (  # the cause as the rank recorded it in its error file
+        "rank 0 exited with code 2: ConfigError: missing key 'world_size' "
+        "(see its log: mlbench logs RUN --rank 0)"
+    )
 
 
 def test_a_forked_rank_runs_any_python_main_and_warm_false_starts_it_cold(tmp_path: Path) -> None:
@@ -243,16 +281,20 @@ def _launches() -> list[dict[str, object]]:
 
 
 @pytest.mark.slow
-def test_apply_forks_each_one_rank_run_of_a_sweep_and_leaves_no_server_behind(tmp_path: Path) -> None:
+def test_apply_forks_every_rank_of_every_run_of_a_sweep_and_leaves_no_server_behind(tmp_path: Path) -> None:
+    """A sweep of one- and two-rank gloo runs: every rank of each is forked (the launch record
+    says so), each run succeeds, and every rank reports its start."""
     spec = tmp_path / "warm.yaml"
-    spec.write_text(SPEC.format(name="warm", repeats=3, extra=""))
+    spec.write_text(SPEC.format(name="warm", workers="[1, 2]", repeats=2, extra=""))
     done = _mlbench("apply", "--quiet", str(spec))
     assert done.returncode == 0, done.stderr
     launches = _launches()
-    assert len(launches) == 3 and all(launch["mode"] == "forked" for launch in launches)
+    assert sorted(launch["workers"] for launch in launches) == [1, 1, 2, 2]
+    assert all(launch["mode"] == "forked" for launch in launches)
     results = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
-    assert [r["state"] for r in results] == ["succeeded"] * 3
+    assert [r["state"] for r in results] == ["succeeded"] * 4
     assert all(r["startup"] and r["startup"]["phases"] for r in results)  # each rank said how it started
+    assert sorted(r["startup"]["ranks"] for r in results) == [1, 1, 2, 2]
     stored = ensure_server().client().logs(results[0]["run_id"]).lines  # shipped by apply's watcher
     system = [line.text for line in stored if line.stream == "system"]
     assert any("forked by the warm-start server" in text for text in system), system
@@ -261,6 +303,30 @@ def test_apply_forks_each_one_rank_run_of_a_sweep_and_leaves_no_server_behind(tm
     while _servers_of_this_home() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _servers_of_this_home()  # apply's server ended with it
+
+
+@pytest.mark.slow
+def test_a_fault_on_one_forked_rank_fails_the_run_and_names_the_rank_and_its_exception(
+    tmp_path: Path,
+) -> None:
+    """As torchrun: the rank that raised is the root cause, the other rank is stopped, and the
+    run's record says which rank failed with what."""
+    spec = tmp_path / "fault.yaml"
+    extra = '  env: {MLBENCH_INJECT_FAULT: "rank=1,step=0,mode=raise"}\n'
+    spec.write_text(SPEC.format(name="fault", workers=2, repeats=1, extra=extra))
+    done = _mlbench("apply", "--quiet", str(spec))
+    assert done.returncode == 1, done.stderr
+    (launch,) = _launches()
+    assert launch["mode"] == "forked"
+    (run,) = json.loads(_mlbench("results", str(spec), "-o", "json").stdout)["runs"]
+    assert run["state"] == "failed"
+    cause = "InjectedFault: fault injected by MLBENCH_INJECT_FAULT on rank 1 at step 0"
+    assert run["message"] == f"rank 1 failed: {cause}", run
+    runs = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs"
+    launcher_log = (runs / str(launch["run_id"]) / "launcher.log").read_text()
+    assert f"mlbench: root cause: rank 1 exited with code 1: {cause}" in launcher_log
+    group = GroupRecord.model_validate_json((runs / str(launch["run_id"]) / "group.json").read_text())
+    assert not [forked.pid for forked in group.ranks if processes.is_alive(forked.pid)]
 
 
 def _servers_of_this_home() -> list[int]:
@@ -284,14 +350,14 @@ def test_warm_start_0_starts_cold_and_a_spec_env_reaches_a_forked_rank(tmp_path:
     """``MLBENCH_WARM_START=0`` starts every rank cold; a spec's ``env`` is honoured by a forked
     rank (here a fault that hangs rank 0, which ``mlbench cancel`` then stops)."""
     spec = tmp_path / "cold.yaml"
-    spec.write_text(SPEC.format(name="cold", repeats=1, extra=""))
+    spec.write_text(SPEC.format(name="cold", workers=1, repeats=1, extra=""))
     done = _mlbench("apply", "--quiet", str(spec), env={**os.environ, "MLBENCH_WARM_START": "0"})
     assert done.returncode == 0, done.stderr
     assert [launch["mode"] for launch in _launches()] == ["direct"]
 
     hang = tmp_path / "hang.yaml"
     extra = '  env: {MLBENCH_INJECT_FAULT: "rank=0,step=0,mode=hang"}\n'
-    hang.write_text(SPEC.format(name="hang", repeats=1, extra=extra))
+    hang.write_text(SPEC.format(name="hang", workers=1, repeats=1, extra=extra))
     apply = subprocess.Popen(
         [sys.executable, "-m", "mlbench_tui", "apply", "--quiet", str(hang)],
         stdout=subprocess.PIPE,
@@ -356,11 +422,13 @@ def test_forked_ranks_use_cuda_and_nccl(tmp_path: Path) -> None:
 
 NO_CUDA_PRELOAD = """
 import torch, torch.cuda
-def refuse(*args, **kwargs):
-    raise AssertionError("CUDA asked for while preloading")
+def refusing(name):  # one function per name: torch._dynamo's rules refuse one object twice
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"CUDA asked for while preloading ({name})")
+    return refuse
 for name in ("is_available", "device_count", "init", "current_device", "set_device", "synchronize",
              "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info"):
-    setattr(torch.cuda, name, refuse)
+    setattr(torch.cuda, name, refusing(name))
 from mlbench_worker import warm
 done = warm.preload()
 print(len(done), "modules")

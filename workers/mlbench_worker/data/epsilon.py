@@ -31,6 +31,7 @@ import torch
 
 from mlbench_worker.data.device import copy_into, to_device
 from mlbench_worker.data.fetch import DatasetError, RemoteFile, fetch, stderr_progress
+from mlbench_worker.data.options import EpsilonSynthetic
 
 N_FEATURES = 2000
 FORMAT = "mlbench-epsilon/1"
@@ -223,18 +224,15 @@ def open_prepared(directory: str | os.PathLike[str]) -> dict[str, LinearSplit]:
 # --------------------------------------------------------------------------- synthetic source
 
 
-def synthetic(options: Mapping[str, Any], seed: int) -> dict[str, LinearSplit]:
+def synthetic(options: EpsilonSynthetic, seed: int) -> dict[str, LinearSplit]:
     """A learnable linear problem shaped like epsilon: unit-norm rows, 0/1 labels.
 
     Class means sit at +-``signal`` along a hidden unit direction in isotropic Gaussian noise, so
     the Bayes accuracy is Phi(signal) (93% at the default 1.5) and plain SGD on logistic loss
-    passes 80% within an epoch or two. Options: ``train_samples`` (4096), ``val_samples`` (1024),
-    ``features`` (2000), ``signal`` (1.5).
+    passes 80% within an epoch or two (``EpsilonSynthetic`` declares the options).
     """
-    n_train = int(options.get("train_samples", 4096))
-    n_val = int(options.get("val_samples", 1024))
-    features = int(options.get("features", N_FEATURES))
-    signal = float(options.get("signal", 1.5))
+    n_train, n_val = options.train_samples, options.val_samples
+    features, signal = options.features, options.signal
     if n_train < 1 or n_val < 1 or features < 1:
         raise DatasetError("synthetic epsilon needs train_samples, val_samples and features >= 1")
     rng = np.random.default_rng(seed)
@@ -249,19 +247,6 @@ def synthetic(options: Mapping[str, Any], seed: int) -> dict[str, LinearSplit]:
         return LinearSplit(x=x.astype(np.float32), y=y)
 
     return {"train": make(n_train), "val": make(n_val)}
-
-
-def load(source: str, path: str | None, options: Mapping[str, Any], seed: int) -> dict[str, LinearSplit]:
-    """The dataset for a worker config's ``data`` section (``synthetic``, ``path`` or ``download``).
-
-    ``download`` expects the directory to have been prepared already (the task prepares it on
-    one rank per host before the others open it).
-    """
-    if source == "synthetic":
-        return synthetic(options, seed)
-    if not path:
-        raise DatasetError(f"data source {source!r} needs data.path (the epsilon directory)")
-    return open_prepared(path)
 
 
 # --------------------------------------------------------------------------- sharding and batches

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from mlbench_worker import rank_env
+from mlbench_worker.env_settings import parse_data_dir
 
 CHUNK = 1 << 20
 MANIFEST = "sources.json"
@@ -193,5 +194,8 @@ def fetch(
 
 def default_data_dir() -> Path:
     """Where downloaded datasets are cached when a spec gives no path (``$MLBENCH_DATA_DIR``)."""
-    env = os.environ.get(rank_env.DATA_DIR)
-    return Path(env) if env else Path.home() / ".cache" / "mlbench" / "data"
+    try:
+        env = parse_data_dir(os.environ.get(rank_env.DATA_DIR))
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "mlbench" / "data"

@@ -7,29 +7,25 @@ reaching a BLEU goal proves the whole pipeline learns, in seconds on a CPU.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from mlbench_worker.data.fetch import DatasetError
+from mlbench_worker.data.options import ToyTranslation
 from mlbench_worker.data.wmt import EOS, SPECIALS, Corpus, Split, offsets
 
 
-def synthetic(options: Mapping[str, Any], seed: int) -> Corpus:
+def synthetic(options: ToyTranslation, seed: int) -> Corpus:
     """A toy translation a small model learns in seconds: reverse (or copy) and map each word.
 
     Source sentences are uniform random words ``s0..s{V-1}`` of ``min_len..max_len`` words;
     the target is the mapped word ``t{perm[i]}`` for each source word, in reverse order
-    (``mode: reverse``, default) or the same order (``mode: copy``). Options: ``train_samples``
-    (4000), ``val_samples`` (200), ``vocab_words`` (20), ``min_len`` (3), ``max_len`` (8),
-    ``mode``.
+    (``mode: reverse``, default) or the same order (``mode: copy``); ``ToyTranslation`` declares
+    the options.
     """
-    n_train = int(options.get("train_samples", 4000))
-    n_val = int(options.get("val_samples", 200))
-    words = int(options.get("vocab_words", 20))
-    lo, hi = int(options.get("min_len", 3)), int(options.get("max_len", 8))
-    mode = str(options.get("mode", "reverse"))
+    n_train, n_val, words = options.train_samples, options.val_samples, options.vocab_words
+    lo, hi, mode = options.min_len, options.max_len, options.mode
     if n_train < 1 or n_val < 1 or words < 2 or not 1 <= lo <= hi or mode not in ("reverse", "copy"):
         raise DatasetError(
             "synthetic translation needs train/val_samples >= 1, vocab_words >= 2, "

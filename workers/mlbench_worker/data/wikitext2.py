@@ -20,11 +20,11 @@ import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mlbench_worker.data.fetch import DatasetError, RemoteFile, fetch, stderr_progress
+from mlbench_worker.data.options import WikiText2Synthetic
 
 FORMAT = "mlbench-wikitext2/1"
 EOS = "<eos>"
@@ -167,18 +167,15 @@ def open_prepared(directory: str | os.PathLike[str]) -> Corpus:
 # --------------------------------------------------------------------------- synthetic source
 
 
-def synthetic(options: Mapping[str, Any], seed: int) -> Corpus:
+def synthetic(options: WikiText2Synthetic, seed: int) -> Corpus:
     """A toy language a small LSTM learns in a few epochs: a sparse Markov chain over words.
 
     Every word has ``branching`` possible successors (Dirichlet-weighted), one of which may be
     ``<eos>``; the chain's entropy bounds the reachable perplexity near ``branching`` while a
-    unigram model stays near the vocabulary size. Options: ``train_tokens`` (50,000),
-    ``val_tokens`` (10,000), ``vocab_size`` (200), ``branching`` (3).
+    unigram model stays near the vocabulary size (``WikiText2Synthetic`` declares the options).
     """
-    n_train = int(options.get("train_tokens", options.get("train_samples", 50_000)))
-    n_val = int(options.get("val_tokens", options.get("val_samples", 10_000)))
-    size = int(options.get("vocab_size", 200))
-    branching = int(options.get("branching", 3))
+    n_train, n_val = options.train_tokens, options.val_tokens
+    size, branching = options.vocab_size, options.branching
     if n_train < 2 or n_val < 2 or size < 3 or not 1 <= branching < size:
         raise DatasetError(
             "synthetic wikitext2 needs train/val tokens >= 2, vocab_size >= 3, 1 <= branching < vocab_size"
@@ -200,15 +197,6 @@ def synthetic(options: Mapping[str, Any], seed: int) -> Corpus:
 
     vocab = (EOS, UNK, *(f"w{i:04d}" for i in range(2, size)))
     return Corpus(splits={"train": walk(n_train), "valid": walk(n_val), "test": walk(n_val)}, vocab=vocab)
-
-
-def load(source: str, path: str | None, options: Mapping[str, Any], seed: int) -> Corpus:
-    """The corpus for a worker config's ``data`` section (``synthetic``, ``path`` or ``download``)."""
-    if source == "synthetic":
-        return synthetic(options, seed)
-    if not path:
-        raise DatasetError(f"data source {source!r} needs data.path (the WikiText-2 directory)")
-    return open_prepared(path)
 
 
 # --------------------------------------------------------------------------- batching

@@ -23,16 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import wikitext2
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
+from mlbench_worker.data.options import WikiText2Synthetic, options_of
 from mlbench_worker.models.awd_lstm import AWDLSTM, AWDLSTMConfig, Hidden, ar_tar_penalty, detach_hidden
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import make_scaler
@@ -49,7 +50,8 @@ def load_wikitext2(ctx: RunContext) -> wikitext2.Corpus:
     """The corpus from the configured source."""
     data = ctx.config.data
     if data.source == "synthetic":
-        return wikitext2.synthetic(data.options, seed=int(data.options.get("seed", 0)))
+        options = options_of(data.options, WikiText2Synthetic)
+        return wikitext2.synthetic(options, seed=options.seed)
     if data.source == "path":
         assert data.path is not None  # checked by the config parser
         return wikitext2.open_prepared(data.path)
@@ -89,10 +91,10 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         # fp16 scales the loss; the gradients are unscaled after the all-reduce, before clipping
         self.scaler = make_scaler(config.hyperparameters, config.precision, ctx.device)
         data = config.data
-        smoke: dict[str, Any] = dict(data.options) if data.source == "synthetic" else {}
+        smoke = options_of(data.options, WikiText2Synthetic)  # a smoke run's smaller model, if any
         hp = ctx.hyperparameters(hps.AwdLstm)
         self.batch_size = hp.batch_size
-        self.bptt = int(smoke.get("bptt", hp.bptt))
+        self.bptt = hp.bptt if smoke.bptt is None else smoke.bptt
         if self.bptt < 2:
             raise ValueError(f"bptt must be >= 2, got {self.bptt}")
         self.graph_band = max(2, round(GRAPH_BAND * self.bptt))
@@ -110,9 +112,9 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         self.val_data = torch.from_numpy(wikitext2.batchify(val_ids, EVAL_BATCH_SIZE)).to(self.device)
         cfg = AWDLSTMConfig(
             vocab_size=corpus.vocab_size,
-            emb_size=int(smoke.get("emb_size", hp.emb_size)),
-            hidden_size=int(smoke.get("hidden_size", hp.hidden_size)),
-            num_layers=int(smoke.get("num_layers", hp.num_layers)),
+            emb_size=hp.emb_size if smoke.emb_size is None else smoke.emb_size,
+            hidden_size=hp.hidden_size if smoke.hidden_size is None else smoke.hidden_size,
+            num_layers=hp.num_layers if smoke.num_layers is None else smoke.num_layers,
             dropout=hp.dropout,
             dropouth=hp.dropouth,
             dropouti=hp.dropouti,
@@ -249,11 +251,11 @@ class AWDLSTMTrainer(PhasedTrainer[LMStep]):
         if tokens == 0:
             raise ValueError("the validation stream is empty on every rank")
         loss = loss_sum / tokens
-        return {"val_global_loss": loss, "val_global_Perplexity": math.exp(min(loss, 700.0))}
+        return {wire.VAL_GLOBAL_LOSS: loss, wire.VAL_GLOBAL_PERPLEXITY: math.exp(min(loss, 700.0))}
 
     def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
         """Switch to averaged SGD when validation stopped improving (AWD-LSTM's non-monotone rule)."""
-        loss = metrics["val_global_loss"]
+        loss = metrics[wire.VAL_GLOBAL_LOSS]
         if self.averaged is None:
             history = self.val_history
             if len(history) > self.nonmono and loss > min(history[: -self.nonmono]):

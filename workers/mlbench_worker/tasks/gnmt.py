@@ -20,11 +20,9 @@ run).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
+from mlbench_worker.data.options import GnmtSynthetic
 from mlbench_worker.models.gnmt import GNMT, GNMTConfig
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import run_training
@@ -32,15 +30,15 @@ from mlbench_worker.translation.schedules import GNMTSchedule
 from mlbench_worker.translation.trainer import Schedule, TranslationTask, TranslationTrainer
 
 
-def build_model(vocab_size: int, sizes: Mapping[str, Any]) -> GNMT:
+def build_model(vocab_size: int, sizes: GnmtSynthetic) -> GNMT:
     return GNMT(
         GNMTConfig(
             vocab_size=vocab_size,
-            hidden_size=int(sizes.get("hidden_size", 1024)),
-            num_layers=int(sizes.get("num_layers", 4)),
-            dropout=float(sizes.get("dropout", 0.2)),
-            init_weight=float(sizes.get("init_weight", 0.1)),
-            embedding_init_std=float(sizes["embedding_init_std"]) if "embedding_init_std" in sizes else None,
+            hidden_size=sizes.hidden_size,
+            num_layers=sizes.num_layers,
+            dropout=sizes.dropout,
+            init_weight=sizes.init_weight,
+            embedding_init_std=sizes.embedding_init_std,
         )
     )
 
@@ -62,7 +60,7 @@ TASK = TranslationTask(
     hyperparameters=hps.Gnmt,
     build_model=build_model,
     make_schedule=make_schedule,
-    model_keys=("hidden_size", "num_layers", "dropout", "init_weight", "embedding_init_std"),
+    options=GnmtSynthetic,
 )
 
 

@@ -27,6 +27,7 @@ from mlbench_worker.context import RunContext
 from mlbench_worker.data import epsilon
 from mlbench_worker.data.device import to_device
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
+from mlbench_worker.data.options import EpsilonSynthetic, options_of
 from mlbench_worker.models.logreg import LogisticRegression
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
@@ -57,7 +58,8 @@ def load_epsilon(ctx: RunContext) -> dict[str, epsilon.LinearSplit]:
     """Train and validation splits from the configured source (memory-mapped for real data)."""
     data = ctx.config.data
     if data.source == "synthetic":
-        return epsilon.synthetic(data.options, seed=int(data.options.get("seed", 0)))
+        options = options_of(data.options, EpsilonSynthetic)
+        return epsilon.synthetic(options, seed=options.seed)
     if data.source == "path":
         assert data.path is not None  # checked by the config parser
         return epsilon.open_prepared(data.path)

@@ -26,6 +26,7 @@ from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import cifar10
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
+from mlbench_worker.data.options import Cifar10Synthetic, options_of
 from mlbench_worker.models.resnet import resnet20
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
@@ -39,13 +40,8 @@ def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:
     """The full train and validation sets from the configured source (CPU tensors)."""
     data = ctx.config.data
     if data.source == "synthetic":
-        opts = data.options
-        return cifar10.synthetic(
-            int(opts.get("train_samples", 4096)),
-            int(opts.get("val_samples", 512)),
-            seed=int(opts.get("seed", 0)),
-            noise=float(opts.get("noise", 48.0)),
-        )
+        opts = options_of(data.options, Cifar10Synthetic)
+        return cifar10.synthetic(opts.train_samples, opts.val_samples, seed=opts.seed, noise=opts.noise)
     if data.source == "path":
         assert data.path is not None  # checked by the config parser
         return cifar10.load_batches(Path(data.path))

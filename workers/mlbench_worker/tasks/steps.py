@@ -19,10 +19,11 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import slowed
-from mlbench_worker.optim import CentralizedOptimizer
 from mlbench_worker.optim.amp import make_scaler
+from mlbench_worker.optim.centralized import CentralizedOptimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.tracker import CATEGORIES, Record
 
@@ -38,6 +39,30 @@ class StepResult:
     loss: torch.Tensor
     samples: int
     correct: torch.Tensor | None = None
+
+
+class TensorSums:
+    """A report window's loss and correct-prediction sums, kept on the device: adding a step's
+    result reads nothing on the host (``training.WindowSums``)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.correct: torch.Tensor | None = None
+        self.samples = 0
+
+    def add(self, result: StepResult) -> None:
+        self.loss_sum.add_(result.loss, alpha=result.samples)
+        if result.correct is not None:
+            if self.correct is None:
+                self.correct = torch.zeros((), dtype=torch.float64, device=self.device)
+            self.correct.add_(result.correct)
+        self.samples += result.samples
+
+    def means(self) -> tuple[float, float | None]:
+        samples = max(1, self.samples)
+        top1 = 100.0 * float(self.correct) / samples if self.correct is not None else None
+        return float(self.loss_sum) / samples, top1
 
 
 class Step:
@@ -130,6 +155,23 @@ class Trainer(abc.ABC):
     def lr(self) -> float:
         """The current learning rate, reported as ``lr``."""
         return self.optimizer.lr
+
+    def train_mode(self) -> None:
+        """The model in training mode before an epoch's steps (validation leaves it in eval)."""
+        self.model.train()
+
+    def window_sums(self) -> TensorSums:
+        return TensorSums(self.ctx.device)
+
+    def synchronize(self) -> None:
+        if self.ctx.device.type == "cuda":
+            torch.cuda.synchronize(self.ctx.device)
+
+    def memory_peak_gib(self) -> float | None:
+        """The peak of the GPU memory the rank's tensors (CUDA graphs' pools included) took."""
+        if self.ctx.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_allocated(self.ctx.device) / 2**30
 
 
 class PhasedTrainer(Trainer, Generic[StepT]):
@@ -304,7 +346,7 @@ class WarmupPlateauHooks:
             self.optimizer.set_lr(lr)
 
     def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
-        lr = self.schedule.on_validation(metrics["val_global_loss"], step)
+        lr = self.schedule.on_validation(metrics[wire.VAL_GLOBAL_LOSS], step)
         if lr != self.optimizer.lr:
             self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
             self.optimizer.set_lr(lr)
@@ -317,4 +359,4 @@ def global_classification_metrics(ctx: RunContext, sums: torch.Tensor) -> dict[s
     loss_sum, correct, count = (float(v) for v in reduced.cpu())
     if count == 0:
         raise ValueError("the validation set is empty on every rank")
-    return {"val_global_loss": loss_sum / count, "val_global_Prec@1": 100.0 * correct / count}
+    return {wire.VAL_GLOBAL_LOSS: loss_sum / count, wire.VAL_GLOBAL_PREC1: 100.0 * correct / count}

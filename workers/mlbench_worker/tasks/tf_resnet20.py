@@ -3,9 +3,14 @@
 The same task as ``tasks/resnet20.py`` (batch 128 per worker, LR 0.02*k with linear warm-up over
 ``warmup_epochs``, reduce-on-plateau of the validation loss, SGD momentum 0.9 nesterov, weight
 decay 1e-4, disjoint equal shards per worker, global validation metrics) so ``mlbench results``
-compares the frameworks on one spec. Each worker is a plain process; the cluster comes from
-``TF_CONFIG`` (set by the local executor) or is built from ``MLBENCH_TF_WORKERS`` (comma-separated
-``host:port`` list, one per rank, set by the Kubernetes manifests) and this process's rank.
+compares the frameworks on one spec. It runs on what the PyTorch tasks run on: the shared training
+loop (``tasks.training``: epochs, phases, reports, goal and time checks, stopping together), the
+shared LR schedule (``optim.schedules.WarmupPlateau``) and the shared rank lifecycle
+(``rank_run``: init_start, run_stop with the exit status, rank_failed); this module is only the
+TensorFlow trainer, its context and its cluster. Each worker is a plain process; the cluster comes
+from ``TF_CONFIG`` (set by the local executor) or is built from ``MLBENCH_TF_WORKERS``
+(comma-separated ``host:port`` list, one per rank, set by the Kubernetes manifests) and this
+process's rank.
 
 A step runs as three compiled functions so the tracker can split compute from communication
 the way MLBench's phase names do: forward, loss and backward run fused in one ``tf.function``
@@ -18,14 +23,13 @@ module imports no torch.
 from __future__ import annotations
 
 import json
-import math
 import os
 import pickle
 import platform
 import sys
 import time
-import traceback
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +38,14 @@ import numpy as np
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import rank_env, wire
 from mlbench_worker.allocator import tune_host_allocator
+from mlbench_worker.data.options import Cifar10Synthetic, options_of
+from mlbench_worker.optim.schedules import WarmupPlateau
+from mlbench_worker.rank_context import RankContext
+from mlbench_worker.rank_run import RankRun
+from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.tasks.training import HostStep, HostSums, run_training
+from mlbench_worker.tracker import Record, Tracker
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
@@ -126,13 +136,8 @@ def load_data(
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     data = config.data
     if data.source == "synthetic":
-        opts = data.options
-        return synthetic_cifar(
-            int(opts.get("train_samples", 4096)),
-            int(opts.get("val_samples", 512)),
-            seed=int(opts.get("seed", 0)),
-            noise=float(opts.get("noise", 48.0)),
-        )
+        opts = options_of(data.options, Cifar10Synthetic)
+        return synthetic_cifar(opts.train_samples, opts.val_samples, seed=opts.seed, noise=opts.noise)
     from mlbench_worker.data.fetch import default_data_dir
 
     root = Path(data.path) if data.path else default_data_dir() / "cifar10"
@@ -152,38 +157,6 @@ def shard(n: int, rank: int, world: int, seed: int) -> np.ndarray:
     """This rank's disjoint, equally sized share of a seeded permutation (as the PyTorch task)."""
     per = n // world
     return np.random.default_rng(seed).permutation(n)[rank * per : (rank + 1) * per]
-
-
-# --------------------------------------------------------------------------- schedule and timing
-
-
-class Schedule:
-    """Linear warm-up per step to the scaled LR, then reduce-on-plateau of the validation loss."""
-
-    def __init__(self, base: float, target: float, warmup_steps: int, patience: int, factor: float) -> None:
-        self.base, self.target, self.warmup_steps = base, target, warmup_steps
-        self.patience, self.factor = patience, factor
-        self.after = target
-        self.best = math.inf
-        self.bad = 0
-        self.lr = base if warmup_steps > 0 else target
-
-    def on_step(self, step: int) -> float:
-        if step < self.warmup_steps:
-            self.lr = self.base + (self.target - self.base) * (step + 1) / self.warmup_steps
-        else:
-            self.lr = self.after
-        return self.lr
-
-    def on_validation(self, loss: float, step: int) -> float:
-        if loss < self.best - 0.01:
-            self.best, self.bad = loss, 0
-        elif step >= self.warmup_steps:
-            self.bad += 1
-            if self.bad > self.patience:
-                self.after, self.bad = self.after * self.factor, 0
-                self.lr = self.after
-        return self.lr
 
 
 # --------------------------------------------------------------------------- model
@@ -218,50 +191,71 @@ def build_resnet20(keras: Any, num_classes: int = 10) -> Any:
     return keras.Model(inputs, outputs, name="resnet20")
 
 
-# --------------------------------------------------------------------------- the run
+# --------------------------------------------------------------------------- the trainer
 
 
-class TensorFlowRun:
-    """One worker's training: strategy, model, data pipeline, compiled step functions."""
+class StrategySum:
+    """Sums over every worker through the strategy's collective; the stop decision's
+    ``goals.Collective`` (rank 0's value shared as a sum with every other worker's 0)."""
 
-    def __init__(self, config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> None:
+    def __init__(self, tf: Any, strategy: Any, rank: int, world_size: int) -> None:
+        self.tf, self.strategy = tf, strategy
+        self.rank, self.world_size = rank, world_size
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Sum of ``values`` over all workers (identical result everywhere)."""
+        if self.world_size == 1:
+            return list(values)
+        tf = self.tf
+        tensor = tf.constant(values, dtype=tf.float64)
+        # A plain tensor counts as this worker's value; MWMS reduces it across workers.
+        reduced = self.strategy.reduce(tf.distribute.ReduceOp.SUM, tensor, axis=None)
+        return [float(v) for v in reduced.numpy()]
+
+    def share_from_rank0(self, value: int) -> int:
+        return round(self.sum([float(value) if self.rank == 0 else 0.0])[0])
+
+
+@dataclass
+class TensorFlowContext(RankContext):
+    """A TensorFlow rank's context: ``comm`` is its strategy's ``StrategySum``, ``device`` the
+    configured one ("cpu" or "cuda")."""
+
+    comm: StrategySum
+
+
+class TensorFlowTrainer:
+    """One worker's training for the shared loop (``tasks.training.LoopTrainer``): the data
+    pipeline, the model and the compiled step functions on the worker's strategy."""
+
+    comm_precision = "fp32"  # the flat fp32 buffer
+
+    def __init__(self, ctx: TensorFlowContext, strategy: Any) -> None:
         import tensorflow as tf
 
-        self.tf = tf
-        self.config, self.rdv, self.reporter = config, rdv, reporter
-        self.rank, self.world = rdv.rank, config.world_size
-        self.is_main = self.rank == 0
+        self.tf, self.ctx, self.strategy = tf, ctx, strategy
+        config = ctx.config
+        self.rank, self.world = ctx.rank, config.world_size
         hp = config.hyperparameters
         if not isinstance(hp, hps.ResNet20):
             raise ConfigError(f"task {config.task} is not 1a: tensorflow runs ResNet-20 only")
         self.hp = hp
         self.batch_size = hp.batch_size
-        self.momentum = hp.momentum
-        self.nesterov = hp.nesterov
-        self.weight_decay = hp.weight_decay
-        implementation = tf.distribute.experimental.CommunicationImplementation
-        comm = implementation.NCCL if config.backend == "nccl" else implementation.RING
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=comm)
-        )
-        if self.strategy.num_replicas_in_sync != self.world:
-            raise ConfigError(
-                f"TensorFlow sees {self.strategy.num_replicas_in_sync} replicas, the run plans {self.world}"
-            )
         if config.precision == "bf16":
             tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
         elif config.precision != "fp32":
             raise ConfigError(
                 f"precision {config.precision!r} is not implemented for tensorflow; use fp32 or bf16"
             )
-        (x_train, y_train), (x_val, y_val) = load_data(config, rdv.local_rank)
+        (x_train, y_train), (x_val, y_val) = load_data(config, ctx.rendezvous.local_rank)
         self.train_samples, self.eval_samples = len(y_train), len(y_val)  # MLPerf's sample counts
         idx = shard(len(y_train), self.rank, self.world, config.seed)
         lo, hi = len(y_val) * self.rank // self.world, len(y_val) * (self.rank + 1) // self.world
         self.train_x, self.train_y = x_train[idx], y_train[idx]
         self.val_x, self.val_y = x_val[lo:hi], y_val[lo:hi]
         self.steps_per_epoch = -(-len(self.train_y) // self.batch_size)
-        with self.strategy.scope():
+        CLOCK.mark("data")
+        with strategy.scope():
             tf.keras.utils.set_random_seed(config.seed)  # identical initial weights on every worker
             self.model = build_resnet20(tf.keras)
             self.variables = list(self.model.trainable_variables)
@@ -270,24 +264,21 @@ class TensorFlowRun:
             ]
             total = sum(int(np.prod(v.shape)) for v in self.variables)
             self.flat = tf.Variable(tf.zeros([total]), trainable=False)  # where the all-reduce lands
-        self.lr = tf.Variable(0.0, trainable=False, dtype=tf.float32)
+        self.lr_variable = tf.Variable(0.0, trainable=False, dtype=tf.float32)
         self._compile()
-        target = hp.lr
-        self.schedule = Schedule(
-            hp.base_lr if hp.base_lr is not None else target / self.world,
-            target,
-            round(hp.warmup_epochs * self.steps_per_epoch),
-            hp.plateau_patience,
-            hp.plateau_factor,
+        self.schedule = WarmupPlateau(
+            base_lr=hp.base_lr if hp.base_lr is not None else hp.lr / self.world,
+            target_lr=hp.lr,
+            warmup_epochs=hp.warmup_epochs,
+            steps_per_epoch=self.steps_per_epoch,
+            patience=hp.plateau_patience,
+            factor=hp.plateau_factor,
         )
-        # the shared tracker on its CPU clock (TensorFlow's steps are synchronised by the host
-        # reading their results): the same phases, sampling and train/validation times as torch's
-        self.tracker = Tracker(seed=config.seed * 1009 + self.rank)
 
     def _compile(self) -> None:
         tf = self.tf
         model, variables, buffers, strategy = self.model, self.variables, self.buffers, self.strategy
-        momentum, nesterov, wd = self.momentum, self.nesterov, self.weight_decay
+        momentum, nesterov, wd = self.hp.momentum, self.hp.nesterov, self.hp.weight_decay
         mean, std = tf.constant(MEAN), tf.constant(STD)
 
         def normalize(x: Any) -> Any:
@@ -320,7 +311,7 @@ class TensorFlowRun:
         @tf.function
         def apply(grads: Any) -> None:
             def fn(flat: Any) -> None:
-                lr = self.lr
+                lr = self.lr_variable
                 pieces = tf.split(flat, sizes)
                 grads = [tf.reshape(p, shape) for p, shape in zip(pieces, shapes, strict=True)]
                 for v, buf, g in zip(variables, buffers, grads, strict=True):
@@ -339,12 +330,20 @@ class TensorFlowRun:
 
         self.grads_step, self.aggregate, self.apply, self.eval_step = grads_step, aggregate, apply, eval_step
 
-    def _batches(self, order: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[Any, Any, int, bool]]:
-        """An epoch's augmented batches as tensors: ``(x, y, size, last)``."""
+    # -- what the shared loop drives ---------------------------------------------------------
+    @property
+    def lr(self) -> float:
+        return self.schedule.lr
+
+    def train_batches(self, epoch: int) -> Iterator[tuple[Any, Any, int]]:
+        """This worker's augmented batches of ``epoch`` as tensors: ``(x, y, size)``."""
+        config = self.ctx.config
+        rng = np.random.default_rng((config.seed, self.rank, epoch))
+        order = np.random.default_rng((config.seed, epoch, self.rank)).permutation(len(self.train_y))
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             x = self.tf.constant(self._augment(self.train_x[idx], rng))
-            yield x, self.tf.constant(self.train_y[idx]), len(idx), start + self.batch_size >= len(order)
+            yield x, self.tf.constant(self.train_y[idx]), len(idx)
 
     def _augment(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Random 4-pixel-padded crop and horizontal flip (the PyTorch task's augmentation)."""
@@ -353,129 +352,61 @@ class TensorFlowRun:
         dx, dy = rng.integers(0, 9, n), rng.integers(0, 9, n)
         rows = dy[:, None] + np.arange(32)[None, :]
         cols = dx[:, None] + np.arange(32)[None, :]
-        out = padded[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+        out: np.ndarray = padded[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
         flip = rng.random(n) < 0.5
         out[flip] = out[flip, :, ::-1]
         return out
 
-    def global_sum(self, values: list[float]) -> list[float]:
-        """Sum of ``values`` over all workers (identical result everywhere)."""
-        tf = self.tf
-        tensor = tf.constant(values, dtype=tf.float64)
-        if self.world == 1:
-            return list(values)
-        # A plain tensor counts as this worker's value; MWMS reduces it across workers.
-        reduced = self.strategy.reduce(tf.distribute.ReduceOp.SUM, tensor, axis=None)
-        return [float(v) for v in reduced.numpy()]
+    def before_step(self, step: int) -> None:
+        self.lr_variable.assign(self.schedule.on_step(step))
+
+    def train_step(self, batch: tuple[Any, Any, int], record: Record | None) -> HostStep:
+        x, y, n = batch
+        if record:
+            record("batch_load")
+        loss, correct, grads = self.grads_step(x, y)
+        loss_value = float(loss)  # waits for the fused forward/backward
+        if record:
+            record("backprop")
+        reduced = self.aggregate(grads)  # tf.functions run synchronously on the CPU
+        if record:
+            record("agg")
+        self.apply(reduced)
+        if record:
+            record("opt_step")
+        result = HostStep(loss_value, n, float(correct))
+        if record:
+            record("comp_metrics")
+        return result
 
     def validate(self) -> dict[str, float]:
         sums = np.zeros(3)
         for start in range(0, len(self.val_y), 500):
             x, y = self.val_x[start : start + 500], self.val_y[start : start + 500]
             sums += self.eval_step(self.tf.constant(x), self.tf.constant(y)).numpy()
-        loss_sum, correct, count = self.global_sum(list(sums))
+        loss_sum, correct, count = self.ctx.comm.sum(list(sums))
         return {
             wire.VAL_GLOBAL_LOSS: loss_sum / max(count, 1.0),
             wire.VAL_GLOBAL_PREC1: 100.0 * correct / max(count, 1.0),
         }
 
-    def train(self) -> Outcome:
-        config, reporter, tracker = self.config, self.reporter, self.tracker
-        goal = config.goal
-        max_epochs = self.hp.max_epochs
-        report_every = self.hp.report_every_steps
-        started = time.time()
-        if self.is_main:
-            facts = wire.RunStart(
-                train_samples=self.train_samples,
-                eval_samples=self.eval_samples,
-                comm_precision="fp32",  # the flat fp32 buffer
-            )
-            wire.emit(reporter, facts)
-        step = 0
-        for epoch in range(1, max_epochs + 1):
-            if self.is_main:
-                wire.emit(reporter, wire.EpochStart(epoch=epoch))
-            tracker.train()
-            rng = np.random.default_rng((config.seed, self.rank, epoch))
-            order = np.random.default_rng((config.seed, epoch, self.rank)).permutation(len(self.train_y))
-            window_loss = window_correct = 0.0
-            window_n = window_steps = 0
-            window_t = time.perf_counter()
-            for (x, y, n, last), record in tracker.each_batch(self._batches(order, rng)):
-                self.lr.assign(self.schedule.on_step(step))
-                if record:
-                    record("batch_load")
-                loss, correct, grads = self.grads_step(x, y)
-                loss_value = float(loss)  # waits for the fused forward/backward
-                if record:
-                    record("backprop")
-                reduced = self.aggregate(grads)  # tf.functions run synchronously on the CPU
-                if record:
-                    record("agg")
-                self.apply(reduced)
-                if record:
-                    record("opt_step")
-                step += 1
-                window_loss += loss_value * n
-                window_correct += float(correct)
-                window_n += n
-                window_steps += 1
-                if record:
-                    record("comp_metrics")
-                if step % report_every == 0 or last:
-                    now = time.perf_counter()
-                    reporter.metric(wire.TRAIN_LOSS, window_loss / window_n, step=step, epoch=epoch)
-                    reporter.metric(
-                        wire.TRAIN_PREC1, 100.0 * window_correct / window_n, step=step, epoch=epoch
-                    )
-                    reporter.metric(wire.LR, self.schedule.lr, step=step, epoch=epoch)
-                    reporter.metric(wire.STEP_TIME, (now - window_t) / window_steps, step=step, epoch=epoch)
-                    window_loss = window_correct = 0.0
-                    window_n = window_steps = 0
-                    window_t = now
-            if self.is_main:  # epoch_end marks the end of this validation
-                wire.emit(reporter, wire.EvalStart(epoch=epoch))
-            tracker.validation()
-            metrics = self.validate()
-            tracker.pause()
-            train_s, val_s = tracker.train_time, tracker.validation_time
-            for name, value in tracker.totals().items():
-                reporter.metric(name, value, step=step, epoch=epoch)
-            if self.is_main:
-                for name, value in metrics.items():
-                    reporter.metric(name, value, step=step, epoch=epoch)
-                ended = wire.EpochEnd(epoch=epoch, step=step, train_time_s=train_s, val_time_s=val_s)
-                wire.emit(reporter, ended)
-            print(
-                f"[rank {self.rank}] epoch {epoch}: "
-                + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-                + f", lr={self.schedule.lr:.4g}, train {train_s:.1f}s",
-                flush=True,
-            )
-            details = wire.Progress(epoch=epoch, step=step, train_time_s=train_s, val_time_s=val_s)
-            if goal is not None and goal.reached(metrics.get(goal.metric, math.nan)):
-                value = metrics[goal.metric]
-                if self.is_main:
-                    reached = wire.GoalReached(
-                        metric=goal.metric, value=value, target=goal.target, **vars(details)
-                    )
-                    wire.emit(reporter, reached)
-                return Outcome(
-                    "success", f"goal reached: {goal.metric}={value:.4g} (target {goal.target})", details
-                )
-            over = config.max_time_s is not None and time.time() - started > config.max_time_s
-            if self.global_sum([1.0 if over else 0.0])[0] > 0:  # every worker stops at the same epoch
-                return Outcome(
-                    "aborted", f"max_time_s ({config.max_time_s:g}) passed before the goal", details
-                )
-            self.schedule.on_validation(metrics[wire.VAL_GLOBAL_LOSS], step)
-        details = wire.Progress(
-            epoch=max_epochs, step=step, train_time_s=tracker.train_time, val_time_s=tracker.validation_time
-        )
-        if goal is None:
-            return Outcome("success", f"completed {max_epochs} epochs", details)
-        return Outcome("aborted", f"max_epochs ({max_epochs}) reached before the goal", details)
+    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None:
+        before = self.schedule.lr
+        lr = self.schedule.on_validation(metrics[wire.VAL_GLOBAL_LOSS], step)
+        if lr != before:
+            self.ctx.log(f"learning rate -> {lr:g} (validation loss plateau)")
+
+    def train_mode(self) -> None:
+        return None  # the step passes training=True itself
+
+    def window_sums(self) -> HostSums:
+        return HostSums()
+
+    def synchronize(self) -> None:
+        return None  # each step's loss is read on the host
+
+    def memory_peak_gib(self) -> float | None:
+        return None
 
 
 def fingerprint(config: WorkerConfig, rdv: Rendezvous) -> dict[str, Any]:
@@ -510,13 +441,14 @@ def _version(dist: str) -> str | None:
 
 
 def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> int:
-    """The TensorFlow counterpart of ``mlbench_worker.__main__.run_rank``: same events, same exits."""
-    rank = rdv.rank
-    if rank == 0:
-        wire.emit(reporter, wire.InitStart())
-    try:
+    """The TensorFlow counterpart of ``mlbench_worker.__main__.run_rank``: the same lifecycle
+    (``rank_run``), events and exits, the shared loop."""
+    run = RankRun(reporter, rdv.rank)
+
+    def task() -> Outcome:
         if config.task != "1a":
             raise ConfigError(f"task {config.task!r} has no tensorflow implementation (only 1a)")
+        rank = rdv.rank
         allocator = tune_host_allocator(config.implementation.host_allocator, os.environ)
         doc = tf_config(os.environ, rank, config.world_size)
         if doc:
@@ -531,33 +463,33 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
         if config.device == "cpu":
             tf.config.set_visible_devices([], "GPU")
+        CLOCK.mark("imports")
         if rank == 0:
-            wire.emit(
-                reporter, wire.Environment(facts={**fingerprint(config, rdv), "host_allocator": allocator})
+            facts = {**fingerprint(config, rdv), "host_allocator": allocator}
+            wire.emit(reporter, wire.Environment(facts=facts))
+        implementation = tf.distribute.experimental.CommunicationImplementation
+        comm = implementation.NCCL if config.backend == "nccl" else implementation.RING
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=comm)
+        )
+        if strategy.num_replicas_in_sync != config.world_size:
+            raise ConfigError(
+                f"TensorFlow sees {strategy.num_replicas_in_sync} replicas, the run plans {config.world_size}"
             )
-        run = TensorFlowRun(config, rdv, reporter)
-        print(
-            f"[rank {rank}] training 1a (tensorflow) on {config.world_size} worker(s), "
-            f"{run.steps_per_epoch} steps/epoch, batch {run.batch_size}",
-            flush=True,
+        CLOCK.mark("rendezvous")
+        collective = StrategySum(tf, strategy, rank, config.world_size)
+        ctx = TensorFlowContext(config, rdv, collective, config.device, reporter)
+        trainer = TensorFlowTrainer(ctx, strategy)
+        ctx.log(
+            f"training 1a (tensorflow) on {config.world_size} worker(s), "
+            f"{trainer.steps_per_epoch} steps/epoch, batch {trainer.batch_size}, lr "
+            f"{trainer.schedule.base_lr:g} -> {trainer.schedule.target_lr:g} over "
+            f"{trainer.hp.warmup_epochs:g} epoch(s)",
+            all_ranks=True,
         )
-        outcome = run.train()
-        wire.emit(reporter, outcome.stop(exit_code=0))  # every rank, as in mlbench_worker.__main__
-        print(f"[rank {rank}] run stopped: {outcome.status} ({outcome.reason})", flush=True)
-        reporter.close(timeout=30.0)
-        return 0
-    except KeyboardInterrupt:
-        wire.emit(reporter, wire.RunStop(status="aborted", reason=f"rank {rank} interrupted", exit_code=130))
-        reporter.close(timeout=5.0)
-        return 130
-    except BaseException as exc:
-        tb = traceback.format_exc()
-        summary = f"{type(exc).__name__}: {exc}"
-        code = 2 if isinstance(exc, ConfigError) else 1
-        wire.emit(reporter, wire.RankFailed(rank=rank, exception=summary, traceback=tb))
-        wire.emit(
-            reporter, wire.RunStop(status="failed", reason=f"rank {rank} failed: {summary}", exit_code=code)
-        )
-        reporter.close(timeout=10.0)
-        print(f"[rank {rank}] failed:\n{tb}", file=sys.stderr, end="", flush=True)
-        return code
+        # the shared tracker on its CPU clock (TensorFlow's steps are synchronised by the host
+        # reading their results): the same phases, sampling and train/validation times as torch's
+        tracker = Tracker(seed=config.seed * 1009 + rank)
+        return run_training(ctx, trainer, max_epochs=trainer.hp.max_epochs, tracker=tracker)
+
+    return run.run(task)

@@ -1,58 +1,170 @@
 """The shared training loop: epochs, tracker phases, reporting, validation, goals, stopping together.
 
-A task supplies a ``Trainer`` (``mlbench_worker.tasks.steps``: model, optimizer, data and one
-training step); ``run_training`` does the rest identically for every task, so time-to-accuracy
-means the same thing everywhere: ``time_train`` counts training only, validation is timed
-separately, and the goal is checked on global metrics after each epoch's validation with one
-collective decision. ``TrainingLoop.run`` reads as the loop it is (torchtitan's
-``Trainer.train()`` is the model): start, then per epoch train and validate, then finish.
+A task supplies a trainer (``mlbench_worker.tasks.steps`` for PyTorch: model, optimizer, data and
+one training step; ``tasks.tf_resnet20`` for TensorFlow) and its rank's context; ``run_training``
+does the rest identically for every task and framework, so time-to-accuracy means the same thing
+everywhere: ``time_train`` counts training only, validation is timed separately, and the goal is
+checked on global metrics after each epoch's validation with one collective decision.
+``TrainingLoop.run`` reads as the loop it is (torchtitan's ``Trainer.train()`` is the model): start,
+then per epoch train and validate, then finish. This module imports no framework: what differs
+(device sums, synchronisation, memory, collectives) is the trainer's and the context's.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import torch
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from mlbench_worker import hyperparams as hps
-from mlbench_worker.context import RunContext
+from mlbench_worker import wire
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
-from mlbench_worker.goals import Stop, StopController
-from mlbench_worker.graphs import CudaCapture, GraphedStep
+from mlbench_worker.goals import Collective, Stop, StopController
 from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tasks.steps import PhasedTrainer, StepResult, Trainer
 from mlbench_worker.tracker import Record, Tracker
 from mlbench_worker.wire import EpochEnd, EpochStart, EvalStart, GoalReached, Progress, RunStart, emit
 
+if TYPE_CHECKING:
+    from mlbench_worker.context import ReporterLike
+    from mlbench_worker.graphs import GraphedStep
+
+H = TypeVar("H", bound=hps.TaskHyperparameters)
+
+
+class LoopContext(Protocol):
+    """What the loop needs of a rank's context (``context.RunContext`` for PyTorch)."""
+
+    config: wire.WorkerConfig
+    reporter: ReporterLike
+    started_at: float
+    device: Any  # a torch.device; what a TensorFlow rank runs on ("cpu", "cuda")
+
+    @property
+    def comm(self) -> Collective: ...
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def is_main(self) -> bool: ...
+
+    def hyperparameters(self, kind: type[H]) -> H: ...
+
+    def log(self, text: str, *, all_ranks: bool = False) -> None: ...
+
+    def mark_run_start(self, facts: RunStart | None = None) -> None: ...
+
+
+class WindowSums(Protocol):
+    """A report window's training sums, kept where the steps compute them (a GPU's: no per-step
+    read); ``means`` is the one place the host reads them."""
+
+    def add(self, result: Any) -> None:
+        """Fold in one step's result (its mean loss, samples and correct predictions)."""
+
+    def means(self) -> tuple[float, float | None]:
+        """The window's mean loss, and its top-1 accuracy in percent (None: the task has none)."""
+        ...
+
+
+class LoopTrainer(Protocol):
+    """What the loop drives (``steps.Trainer`` for PyTorch; see its documentation)."""
+
+    @property
+    def train_samples(self) -> int | None: ...
+
+    @property
+    def eval_samples(self) -> int | None: ...
+
+    @property
+    def comm_precision(self) -> str: ...
+
+    @property
+    def lr(self) -> float: ...
+
+    def train_batches(self, epoch: int) -> Iterable[Any]: ...
+
+    def train_step(self, batch: Any, record: Record | None) -> Any: ...
+
+    def validate(self) -> dict[str, float]: ...
+
+    def before_step(self, step: int) -> None: ...
+
+    def after_validation(self, epoch: int, metrics: dict[str, float], step: int) -> None: ...
+
+    def train_mode(self) -> None:
+        """The model in training mode (dropout, batch statistics) before an epoch's steps."""
+
+    def window_sums(self) -> WindowSums:
+        """Empty sums for a new report window."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (the first step's end is the start's end)."""
+
+    def memory_peak_gib(self) -> float | None:
+        """The peak of the device memory the run's tensors took (None: not a GPU, or unknown)."""
+        ...
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """A training step's outcome already on the host (TensorFlow's steps read theirs back)."""
+
+    loss: float
+    samples: int
+    correct: float | None = None
+
+
+class HostSums:
+    """``WindowSums`` of ``HostStep`` results: plain floats."""
+
+    def __init__(self) -> None:
+        self.loss_sum = 0.0
+        self.correct: float | None = None
+        self.samples = 0
+
+    def add(self, result: HostStep) -> None:
+        self.loss_sum += result.loss * result.samples
+        if result.correct is not None:
+            self.correct = (self.correct or 0.0) + result.correct
+        self.samples += result.samples
+
+    def means(self) -> tuple[float, float | None]:
+        samples = max(1, self.samples)
+        return self.loss_sum / samples, None if self.correct is None else 100.0 * self.correct / samples
+
+
+@runtime_checkable
+class Slowable(Protocol):
+    """A trainer whose compute phases a fault injection can slow (a ``steps.PhasedTrainer``)."""
+
+    compute_slowdown: float
+
 
 class MetricWindow:
-    """Training statistics accumulated between two reports (kept as tensors: no per-step sync),
-    reported as per-rank ``train_loss``, ``train_Prec@1``, ``lr`` and ``step_time``."""
+    """Training statistics accumulated between two reports (the trainer's ``WindowSums``: no
+    per-step sync), reported as per-rank ``train_loss``, ``train_Prec@1``, ``lr`` and ``step_time``."""
 
-    def __init__(self, ctx: RunContext, trainer: Trainer, tracker: Tracker) -> None:
+    def __init__(self, ctx: LoopContext, trainer: LoopTrainer, tracker: Tracker) -> None:
         self.ctx = ctx
         self.trainer = trainer
         self.tracker = tracker
-        self.device = ctx.device
         self.reset(time.perf_counter())
 
     def reset(self, now: float) -> None:
-        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.correct: torch.Tensor | None = None
-        self.samples = 0
+        self.sums = self.trainer.window_sums()
         self.steps = 0
         self.since = now
         self.aside_s = self.tracker.aside_s  # the tracker's set-aside seconds at the reset
 
-    def add(self, result: StepResult) -> None:
-        self.loss_sum.add_(result.loss, alpha=result.samples)
-        if result.correct is not None:
-            if self.correct is None:
-                self.correct = torch.zeros((), dtype=torch.float64, device=self.device)
-            self.correct.add_(result.correct)
-        self.samples += result.samples
+    def add(self, result: Any) -> None:
+        self.sums.add(result)
         self.steps += 1
 
     def report(self, step: int, epoch: int) -> None:
@@ -60,20 +172,20 @@ class MetricWindow:
         so the host waits for the device once per report), then start a new window."""
         now = time.perf_counter()
         reporter = self.ctx.reporter
-        samples = max(1, self.samples)
-        reporter.metric("train_loss", float(self.loss_sum) / samples, step=step, epoch=epoch)
-        if self.correct is not None:
-            reporter.metric("train_Prec@1", 100.0 * float(self.correct) / samples, step=step, epoch=epoch)
-        reporter.metric("lr", self.trainer.lr, step=step, epoch=epoch)
+        loss, top1 = self.sums.means()
+        reporter.metric(wire.TRAIN_LOSS, loss, step=step, epoch=epoch)
+        if top1 is not None:
+            reporter.metric(wire.TRAIN_PREC1, top1, step=step, epoch=epoch)
+        reporter.metric(wire.LR, self.trainer.lr, step=step, epoch=epoch)
         spent = now - self.since - (self.tracker.aside_s - self.aside_s)  # graph capture is not a step
-        reporter.metric("step_time", spent / max(1, self.steps), step=step, epoch=epoch)
+        reporter.metric(wire.STEP_TIME, spent / max(1, self.steps), step=step, epoch=epoch)
         self.reset(now)
 
 
 class TrainingLoop:
     """One rank's training run: epochs of steps, validation, goal and time checks, reports."""
 
-    def __init__(self, ctx: RunContext, trainer: Trainer, tracker: Tracker) -> None:
+    def __init__(self, ctx: LoopContext, trainer: LoopTrainer, tracker: Tracker) -> None:
         config = ctx.config
         self.ctx = ctx
         self.trainer = trainer
@@ -82,7 +194,9 @@ class TrainingLoop:
         self.report_every = loop.report_every_steps
         self.check_every = loop.stop_check_every_steps
         slow_compute(ctx, trainer)
-        self.graphs = graphed_step(ctx, trainer, tracker) if config.implementation.cuda_graphs else None
+        self.graphs: GraphedStep | None = None
+        if config.implementation.cuda_graphs:
+            self.graphs = graphed_step(ctx, trainer, tracker)
         self.train_step = self.graphs.train_step if self.graphs is not None else trainer.train_step
         self.stop = StopController(ctx.comm, config.goal, config.max_time_s, start=ctx.started_at)
         self.window = MetricWindow(ctx, trainer, tracker)
@@ -127,7 +241,7 @@ class TrainingLoop:
         ctx, trainer, tracker, window = self.ctx, self.trainer, self.tracker, self.window
         if ctx.is_main:
             emit(ctx.reporter, EpochStart(epoch=epoch))
-        trainer.model.train()
+        trainer.train_mode()
         tracker.train()
         window.reset(time.perf_counter())
         stopped = Stop.CONTINUE
@@ -161,8 +275,7 @@ class TrainingLoop:
         """The rank's start ends with its first step (the device's work included): capture, when
         CUDA graphs were captured in it, is a phase of its own."""
         ctx = self.ctx
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)
+        self.trainer.synchronize()
         if self.graphs is not None:
             CLOCK.add("graph_capture", self.graphs.capture_s)
         CLOCK.mark("first_step")
@@ -230,9 +343,9 @@ class TrainingLoop:
         reporter, step = self.ctx.reporter, self.step
         for name, value in self.tracker.totals().items():
             reporter.metric(name, value, step=step, epoch=epoch)
-        if self.ctx.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(self.ctx.device) / 2**30
-            reporter.metric("gpu_memory_peak_gib", peak, step=step, epoch=epoch)
+        peak = self.trainer.memory_peak_gib()
+        if peak is not None:
+            reporter.metric(wire.GPU_MEMORY_PEAK_GIB, peak, step=step, epoch=epoch)
 
     def finish(self, outcome: Outcome) -> Outcome:
         """Summarise what ran from CUDA graphs (once per run) and return ``outcome``."""
@@ -241,12 +354,12 @@ class TrainingLoop:
         return outcome
 
 
-def slow_compute(ctx: RunContext, trainer: Trainer) -> None:
+def slow_compute(ctx: LoopContext, trainer: LoopTrainer) -> None:
     """Slow this rank's compute phases when ``MLBENCH_INJECT_FAULT`` mode=slow names it."""
     slowdown = slowdown_for(ctx.rank)
     if slowdown <= 1.0:
         return
-    if not isinstance(trainer, PhasedTrainer) or ctx.config.implementation.cuda_graphs:
+    if not isinstance(trainer, Slowable) or ctx.config.implementation.cuda_graphs:
         raise ValueError(
             f"MLBENCH_INJECT_FAULT mode=slow needs an eager step that runs MLBench's phases "
             f"(tasks 1a, 2a, 3a without cuda_graphs), not task {ctx.config.task}'s"
@@ -255,15 +368,18 @@ def slow_compute(ctx: RunContext, trainer: Trainer) -> None:
     ctx.log(f"compute slowed {slowdown:g}x on purpose (MLBENCH_INJECT_FAULT)")
 
 
-def graphed_step(ctx: RunContext, trainer: Trainer, tracker: Tracker) -> GraphedStep:
+def graphed_step(ctx: LoopContext, trainer: LoopTrainer, tracker: Tracker) -> GraphedStep:
     """The trainer's step replayed from CUDA graphs (``implementation: {cuda_graphs: true}``)."""
+    from mlbench_worker.graphs import CudaCapture, GraphedStep
+    from mlbench_worker.tasks.steps import PhasedTrainer
+
     if not isinstance(trainer, PhasedTrainer):
         raise ValueError(f"task {ctx.config.task}'s step cannot be captured in CUDA graphs")
     return GraphedStep(trainer, CudaCapture(ctx.device), aside=tracker.aside)
 
 
 def run_training(
-    ctx: RunContext, trainer: Trainer, *, max_epochs: int, tracker: Tracker | None = None
+    ctx: LoopContext, trainer: LoopTrainer, *, max_epochs: int, tracker: Tracker | None = None
 ) -> Outcome:
     """Train until the goal, ``max_time`` or ``max_epochs``; every rank returns the same outcome."""
     tracker = tracker or Tracker(ctx.device, seed=ctx.config.seed * 1009 + ctx.rank)

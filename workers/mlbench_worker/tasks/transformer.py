@@ -15,11 +15,9 @@ smoke runs may shrink the model through ``data.options``: ``d_model``, ``heads``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from mlbench_worker import hyperparams as hps
 from mlbench_worker.context import RunContext
+from mlbench_worker.data.options import TransformerSynthetic
 from mlbench_worker.models.transformer import Transformer, TransformerConfig
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import run_training
@@ -27,16 +25,16 @@ from mlbench_worker.translation.schedules import InverseSqrtSchedule
 from mlbench_worker.translation.trainer import Schedule, TranslationTask, TranslationTrainer
 
 
-def build_model(vocab_size: int, sizes: Mapping[str, Any]) -> Transformer:
+def build_model(vocab_size: int, sizes: TransformerSynthetic) -> Transformer:
     return Transformer(
         TransformerConfig(
             vocab_size=vocab_size,
-            d_model=int(sizes.get("d_model", 512)),
-            heads=int(sizes.get("heads", 8)),
-            ffn_dim=int(sizes.get("ffn_dim", 2048)),
-            encoder_layers=int(sizes.get("encoder_layers", 6)),
-            decoder_layers=int(sizes.get("decoder_layers", 6)),
-            dropout=float(sizes.get("dropout", 0.1)),
+            d_model=sizes.d_model,
+            heads=sizes.heads,
+            ffn_dim=sizes.ffn_dim,
+            encoder_layers=sizes.encoder_layers,
+            decoder_layers=sizes.decoder_layers,
+            dropout=sizes.dropout,
         )
     )
 
@@ -50,7 +48,7 @@ TASK = TranslationTask(
     hyperparameters=hps.Transformer,
     build_model=build_model,
     make_schedule=make_schedule,
-    model_keys=("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "dropout"),
+    options=TransformerSynthetic,
 )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -27,9 +27,11 @@ import torch
 from torch import nn
 
 from mlbench_worker import hyperparams as hps
+from mlbench_worker import wire
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.fetch import DatasetError, default_data_dir
+from mlbench_worker.data.options import ToyTranslation, options_of
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import ReducedPrecisionAllReduce, comm_dtype, make_scaler
 from mlbench_worker.optim.centralized import CentralizedOptimizer
@@ -49,23 +51,25 @@ H = TypeVar("H", hps.Gnmt, hps.Transformer)
 class TranslationTask(Generic[H]):
     """What differs between 4a and 4b.
 
-    ``hyperparameters`` is the task's class of typed hyperparameters; ``build_model(vocab_size,
-    sizes)`` gets the model-size overrides of a synthetic smoke run (``data.options``; empty for real
-    data); ``make_schedule(hp, total_steps)`` the LR schedule.
+    ``hyperparameters`` is the task's class of typed hyperparameters; ``options`` the class of its
+    synthetic data options, whose model sizes ``build_model(vocab_size, options)`` reads (a smoke
+    run's smaller model; the official sizes for real data); ``make_schedule(hp, total_steps)`` the
+    LR schedule.
     """
 
     dataset: str
     hyperparameters: type[H]
-    build_model: Callable[[int, Mapping[str, Any]], nn.Module]
+    build_model: Callable[[int, Any], nn.Module]
     make_schedule: Callable[[H, int], Schedule]
-    model_keys: tuple[str, ...]
+    options: type[ToyTranslation]
 
 
-def load_corpus(ctx: RunContext, dataset: str) -> wmt.Corpus:
+def load_corpus(ctx: RunContext, dataset: str, options: ToyTranslation) -> wmt.Corpus:
     """The corpus from the configured source; ``download`` prepares it once per node (local rank 0)."""
     data = ctx.config.data
     if data.source == "synthetic":
-        return toy_translation.synthetic(data.options, seed=int(data.options.get("seed", ctx.config.seed)))
+        seed = ctx.config.seed if options.seed is None else options.seed
+        return toy_translation.synthetic(options, seed=seed)
     if data.source == "path":
         assert data.path is not None
         return wmt.open_prepared(data.path)
@@ -94,7 +98,8 @@ class TranslationTrainer(Trainer):
         self.autocast = run_autocast(ctx)
         hp: hps.Gnmt | hps.Transformer = ctx.hyperparameters(task.hyperparameters)
         self.hp = hp
-        corpus = self.corpus = load_corpus(ctx, task.dataset)
+        options = options_of(config.data.options, task.options)
+        corpus = self.corpus = load_corpus(ctx, task.dataset, options)
         CLOCK.mark("data")
         self.max_len_train, self.max_len_test = hp.length_limits()
         self.train_data = corpus.length_filtered("train", self.max_len_train)
@@ -106,12 +111,7 @@ class TranslationTrainer(Trainer):
             )
         self.test_refs = [corpus.references[int(i)] for i in self.test_data.index]
         self.train_samples, self.eval_samples = len(self.train_data), len(self.test_data)  # sentence pairs
-        sizes: dict[str, Any] = (
-            {k: config.data.options[k] for k in task.model_keys if k in config.data.options}
-            if config.data.source == "synthetic"
-            else {}
-        )
-        model = task.build_model(corpus.vocab_size, sizes).to(self.device)
+        model = task.build_model(corpus.vocab_size, options).to(self.device)
         for tensor in model.state_dict().values():  # identical start on every rank
             ctx.comm.broadcast(tensor, src=0)
         self.model = model
@@ -245,6 +245,6 @@ class TranslationTrainer(Trainer):
         total_tokens = max(1.0, float(values[STATS + 1]))
         self.model.train()
         return {
-            "val_global_loss": float(values[STATS]) / total_tokens,
-            "val_global_BLEU-Score": bleu_from_stats(values[:STATS]),
+            wire.VAL_GLOBAL_LOSS: float(values[STATS]) / total_tokens,
+            wire.VAL_GLOBAL_BLEU: bleu_from_stats(values[:STATS]),
         }
