@@ -65,8 +65,10 @@ def _bounds(task: TaskInfo, key: str) -> str:
     choices = task.choices.get(key)
     if choices:
         return ", ".join(f"`{c}`" for c in choices)
+    from mlbench_worker.knobs import show_bound
+
     bounds = [
-        f"{op} {value:g}"
+        f"{op} {show_bound(value)}"
         for op, value in ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
         if value is not None
     ]
