@@ -45,7 +45,23 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorBody, "description": "Token not allowed to do this."},
     404: {"model": ErrorBody, "description": "Unknown run."},
     413: {"model": ErrorBody, "description": "Body too large."},
+    421: {"model": ErrorBody, "description": "The Host header names another server (wrong_host)."},
     422: {"model": ErrorBody, "description": "Invalid request."},
+    503: {
+        "model": ErrorBody,
+        "description": "The store cannot answer now: read-only, locked by another program, or failing.",
+    },
+}
+_WRITE_ERRORS: dict[str, dict[str, Any]] = {  # every operation that writes (POST, PUT, PATCH, DELETE)
+    "409": {
+        "description": "The run's record does not take this write: it ended (run_ended), the rank "
+        "reported its stop (rank_stopped), or a run of that name is under way elsewhere (run_under_way).",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    },
+    "507": {
+        "description": "The disk holding the store is full (disk_full); nothing stored is lost.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    },
 }
 
 
@@ -120,9 +136,13 @@ def create_app(
                 schemas.setdefault(name, sub_schema)
             schemas.setdefault(model.__name__, doc)
         for path, operations in schema.get("paths", {}).items():
-            for operation in operations.values():
+            for method, operation in operations.items():
+                responses = operation.setdefault("responses", {})
                 if "requestBody" in operation and not path.endswith(":batch"):  # FastAPI parses these
-                    operation.setdefault("responses", {}).setdefault("400", _BAD_BODY)
+                    responses.setdefault("400", _BAD_BODY)
+                if method in ("post", "put", "patch", "delete"):
+                    for status, answer in _WRITE_ERRORS.items():
+                        responses.setdefault(status, answer)
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         app.openapi_schema = schema
         return schema
