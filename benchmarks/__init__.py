@@ -31,4 +31,5 @@ BENCHMARKS: dict[str, str] = {
     "spec_fuzz": "benchmarks.spec_fuzz",
     "spec_sweep": "benchmarks.spec_sweep",
     "wire_decode": "benchmarks.wire_decode",
+    "verdicts": "benchmarks.verdicts",
 }

@@ -5,10 +5,14 @@ most: gpu_step 16%, the tests marked ``gpu`` 14%; gpu_suite what is left); a par
 its share is stopped and the summary says so. When the tests find that ranks forked by a warm
 start cannot use the GPU, gpu_suite starts its ranks cold (``MLBENCH_WARM_START=0``), so one
 check still measures the machine. Their output streams through; then one summary:
-each part's verdict and time, and the machine's reference row (GPU model, step time per task,
-precision and implementation, 0a latency and bus bandwidth at a few sizes) ready for a
-reference table. The summary is also written to a file (``--out``, default
-``$OUT/gpu-check-summary.txt`` when ``OUT`` is set, else ``gpu-check-summary.txt``). Exits 1 when
+each part's verdict and time, and the machine's reference rows (GPU model, step time per task,
+precision and implementation, 0a latency and bus bandwidth at a few sizes, the pre-flight's GEMM
+rate and one-element all-reduce) ready for ``mlbench_tui/spec/reference.csv``. Each case runs
+once, so its rows carry ``repeats`` 1 and the within-run spread (``step_spread``: half the p10-p90
+range of its timed steps, or of 0a's repetitions, over the median), which the verdicts' bands use;
+rows with a ``spread`` over repeats come from ``cpu_suite --repeats N`` or from adding runs. The
+summary is also written to a file (``--out``, default ``$OUT/gpu-check-summary.txt`` when ``OUT``
+is set, else ``gpu-check-summary.txt``). Exits 1 when
 a part failed or was stopped. Without an NVIDIA GPU it says so and exits 0; ``--smoke`` then
 runs every part's code on the CPU (gpu_step --smoke, the gpu tests collected and skipped,
 gpu_suite --device cpu --smoke).
@@ -145,7 +149,7 @@ def forked_ranks_failed(tests: Part) -> bool:
 
 
 def reference_row(figures: SuiteFigures | None) -> list[str]:
-    """The machine's figures: rows for ``mlbench_tui/results/reference.csv`` (step time per task,
+    """The machine's figures: rows for ``mlbench_tui/spec/reference.csv`` (step time per task,
     precision and implementation; 0a's smallest-size latency and peak bus bandwidth), 0a's
     curve at a few sizes, and the graph-vs-eager verdicts."""
     if figures is None:
@@ -153,7 +157,7 @@ def reference_row(figures: SuiteFigures | None) -> list[str]:
     device = f"{figures.workers} x {figures.device}" if figures.workers > 1 else figures.device
     lines = [f"  machine: {device}, torch {figures.torch}"]
     rows = figures.reference_csv.splitlines()
-    lines += ["  reference rows (mlbench_tui/results/reference.csv):", *(f"    {row}" for row in rows)]
+    lines += ["  reference rows (mlbench_tui/spec/reference.csv):", *(f"    {row}" for row in rows)]
     if not rows:
         lines.append("    (none: no case succeeded)")
     if figures.graph_losses:

@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "mlbench_tui.commands.cluster",
     "mlbench_tui.commands.data",
     "mlbench_tui.commands.report",
+    "mlbench_tui.commands.compare",
 )
 
 

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from mlbench_worker import wire
 from mlbench_worker.data.options import parse_data_options
 from mlbench_worker.hyperparams import parse_hyperparameters
-from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, ImplementationConfig, WorkerConfig
+from mlbench_worker.wire import (
+    DEFAULT_TELEMETRY_INTERVAL_S,
+    PROBE_ALLREDUCE,
+    PROBE_GEMM,
+    ImplementationConfig,
+    WorkerConfig,
+)
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -29,6 +35,7 @@ from pydantic import (
     model_serializer,
 )
 
+from mlbench_tui.spec.reference_table import table as reference_table
 from mlbench_tui.spec.targets import LocalTarget, Target
 
 ImplementationPlan = ImplementationConfig
@@ -37,7 +44,7 @@ ImplementationPlan = ImplementationConfig
 if TYPE_CHECKING:
     from mlbench_worker.hyperparams import AnyHyperparameters
 
-    from mlbench_tui.spec.models import BenchmarkSpec
+    from mlbench_tui.spec.models import BenchmarkSpec, Preflight
 
 
 class _Frozen(BaseModel):
@@ -75,6 +82,15 @@ class DataPlan(_Frozen):
         default=None, description="Dataset directory (path) or cache directory (download)."
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
+
+
+class PreflightPlan(_Frozen):
+    """The checks a run's ranks make before training (the spec's ``preflight``, resolved)."""
+
+    enabled: bool = Field(default=False, description="Whether the ranks run the pre-flight.")
+    on_failure: Literal["stop", "warn"] = "stop"
+    min_gemm_tflops: float | None = None
+    max_allreduce_us: float | None = None
 
 
 class RunPlan(_Frozen):
@@ -122,6 +138,9 @@ class RunPlan(_Frozen):
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
     currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
+    preflight: PreflightPlan = Field(
+        default_factory=PreflightPlan, description="Health checks before training (none for older plans)."
+    )
 
     def typed_hyperparameters(self) -> AnyHyperparameters:
         """The recorded hyperparameters as the task's dataclass (what its ranks parse); a field an
@@ -196,7 +215,47 @@ def worker_settings(plan: RunPlan, run_id: str) -> WorkerConfig:
         implementation=plan.implementation,
         telemetry_interval_s=plan.telemetry_interval_s,
         rank_env=dict(plan.rank_env),
+        preflight=preflight_settings(plan),
     )
+
+
+def preflight_plan(spec: Preflight, *, on_gpu: bool) -> PreflightPlan:
+    """The spec's ``preflight`` resolved: ``auto`` is on for GPU runs, and wherever the spec sets
+    a limit of its own."""
+    limits = spec.min_gemm_tflops is not None or spec.max_allreduce_us is not None
+    return PreflightPlan(
+        enabled=(on_gpu or limits) if spec.enabled == "auto" else spec.enabled,
+        on_failure=spec.on_failure,
+        min_gemm_tflops=spec.min_gemm_tflops,
+        max_allreduce_us=spec.max_allreduce_us,
+    )
+
+
+def preflight_settings(plan: RunPlan) -> wire.PreflightConfig | None:
+    """What the ranks' pre-flight judges against: the spec's own limits (any machine), then the
+    reference table's expected probe figures for every machine class (a rank picks its own):
+    the all-reduce at this backend and world size, the GEMM rate in this precision."""
+    pf = plan.preflight
+    if not pf.enabled:
+        return None
+    expectations = []
+    if pf.min_gemm_tflops is not None:
+        limit = wire.Expectation("*", PROBE_GEMM, pf.min_gemm_tflops, source="the spec's limit", limit=True)
+        expectations.append(limit)
+    if pf.max_allreduce_us is not None:
+        limit = wire.Expectation(
+            "*", PROBE_ALLREDUCE, pf.max_allreduce_us, source="the spec's limit", limit=True
+        )
+        expectations.append(limit)
+    for row in reference_table():
+        here = row.backend in (None, plan.backend) and row.workers == plan.workers
+        probe = row.figure == PROBE_ALLREDUCE and here
+        gemm = row.figure == PROBE_GEMM and row.precision == plan.resources.precision
+        if probe or gemm:
+            band = row.repeats_band() or row.step_spread
+            source = f"{row.source} {row.measured}"
+            expectations.append(wire.Expectation(row.machine, row.figure, row.value, band, source))
+    return wire.PreflightConfig(on_failure=pf.on_failure, expectations=tuple(expectations))
 
 
 def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
@@ -310,6 +369,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     telemetry_interval_s=body.telemetry.interval_s,
                     price_per_kwh=body.price_per_kwh,
                     currency=body.currency,
+                    preflight=preflight_plan(body.preflight, on_gpu=resources.gpus > 0),
                 )
             )
     return plans

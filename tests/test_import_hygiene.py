@@ -74,7 +74,7 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     roots = set(roots_line.split())
     # the worker's stdlib-only wire (and how it declares messages), the hyperparameter
     # declarations it shares with the engine and the rank's environment (the names a spec's env
-    # may not set)
+    # may not set, and the parsers of the variables it may), each task's data options
     assert set(worker_line.split()) == {
         "mlbench_worker",
         "mlbench_worker.wire",
@@ -82,6 +82,9 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
         "mlbench_worker.hyperparams",
         "mlbench_worker.knobs",
         "mlbench_worker.rank_env",
+        "mlbench_worker.env_settings",
+        "mlbench_worker.data",
+        "mlbench_worker.data.options",
     }
     # private roots are interpreter/installer plumbing (editable finder, sysconfig data)
     ours = {"mlbench_tui", "mlbench_worker"}
@@ -107,6 +110,7 @@ TUI_MAY_IMPORT = (
     "mlbench_tui.server.client",
     "mlbench_tui.server.paging",
     "mlbench_tui.server.records",
+    "mlbench_tui.server.current_results",
     "mlbench_tui.owners",
     "mlbench_tui.spec",
     "mlbench_tui.plan",

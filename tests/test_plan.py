@@ -281,3 +281,40 @@ def test_telemetry_and_energy_price_at_their_defaults_keep_the_spec_hash() -> No
     priced = make({"task": "1a", "price_per_kwh": 0.3, "currency": "EUR"})
     assert expand(priced)[0].currency == "EUR" and expand(plain)[0].currency is None
     assert spec_hash(priced) != spec_hash(make({"task": "1a", "price_per_kwh": 0.3}))
+
+
+@pytest.mark.parametrize(
+    ("preflight", "gpu", "enabled", "on_failure"),
+    [
+        (None, 0, False, "stop"),  # auto: off on a CPU run
+        (None, 1, True, "stop"),  # auto: on on a GPU run
+        ("off", 1, False, "stop"),
+        ("on", 0, True, "stop"),
+        ("warn", 0, True, "warn"),
+        ({"min_gemm_tflops": 5}, 0, True, "stop"),  # auto with a limit of the spec's own
+        ({"enabled": False, "min_gemm_tflops": 5}, 0, False, "stop"),
+    ],
+)
+def test_preflight_resolves_auto_and_its_short_forms(
+    preflight: object, gpu: int, enabled: bool, on_failure: str
+) -> None:
+    body: dict[str, Any] = {"task": "2a", "backend": "nccl" if gpu else "gloo", "hardware": {"gpu": gpu}}
+    if preflight is not None:
+        body["preflight"] = preflight
+    (plan,) = expand(make(body))
+    assert (plan.preflight.enabled, plan.preflight.on_failure) == (enabled, on_failure)
+    config = worker_config(plan, "r-1")["preflight"]
+    assert (config is not None) == enabled
+
+
+def test_preflight_expectations_come_from_the_spec_s_limits_and_the_reference_rows() -> None:
+    body = {"task": "1a", "backend": "nccl", "hardware": {"gpu": 1}, "preflight": {"max_allreduce_us": 80}}
+    (plan,) = expand(make(body))
+    config = worker_config(plan, "r-1")["preflight"]
+    first = config["expectations"][0]
+    assert (first["machine"], first["figure"], first["value"], first["limit"]) == (
+        "*", "preflight_allreduce_us", 80.0, True,
+    )  # fmt: skip
+    # each machine's rows of this backend and world size (all-reduce) or precision (GEMM)
+    figures = {(e["machine"], e["figure"]) for e in config["expectations"][1:]}
+    assert all(f in ("preflight_allreduce_us", "gemm_tflops") for _, f in figures)

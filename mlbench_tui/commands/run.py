@@ -111,6 +111,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="recompute these runs' results from their stored metrics and events with this version's "
         "rules (stale results are recomputed when read anyway; this forces it)",
     )
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="every run of each configuration (spec point and machine) over time, oldest first, with "
+        "its step time, verdicts and the versions from its fingerprint (what changed since the run before)",
+    )
     _ranks_option(p)
     p.set_defaults(handler=cmd_results)
 
@@ -254,6 +260,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     from mlbench_tui.runs.results import collect_results, results_output, run_ranks, sweep_curves
 
+    if args.history:
+        return _history(args)
     client = _client()
     results = collect_results(client, args.ref)
     if args.recompute:
@@ -277,6 +285,24 @@ def terminal_width(stream: TextIO) -> int | None:
         return int(os.environ["COLUMNS"])
     isatty = getattr(stream, "isatty", None)
     return shutil.get_terminal_size().columns if callable(isatty) and isatty() else None
+
+
+def _history(args: argparse.Namespace) -> int:
+    from contextlib import closing
+
+    from mlbench_tui.results.history import history_json, history_text
+    from mlbench_tui.runs.results import history_entries
+    from mlbench_tui.server.daemon import run_reader
+
+    with closing(run_reader()) as reader:
+        entries = history_entries(reader, args.ref)
+    if args.output == "json":
+        import json
+
+        write_text(sys.stdout, json.dumps(history_json(entries), indent=2, default=str))
+    else:
+        write_text(sys.stdout, history_text(entries))
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from mlbench_worker import wire
-
 from mlbench_tui.formatting import format_duration, format_step
 from mlbench_tui.report.figure import GOAL_COLOUR, BarStack, Figure, Mark, Panel
 from mlbench_tui.report.inputs import RunRecord
@@ -73,7 +71,7 @@ def implementation_figure(task: str, records: Sequence[RunRecord]) -> Figure:
         cap = olympic_mean(captures) if times and any(captures) else 0.0
         trained.append(tta or 0.0)
         capture.append(cap)
-        values = [p.value * 1000 for m in reached for p in m.points(wire.STEP_TIME)]
+        values = [m.result.step_time_s * 1000 for m in reached if m.result.step_time_s is not None]
         steps.append(statistics.median(values) if values else 0.0)
         totals[category] = ((tta + cap) if tta is not None else None, steps[-1] / 1000 if values else None)
         if not reached:

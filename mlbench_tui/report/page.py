@@ -19,6 +19,7 @@ from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.inputs import RunRecord, training
 from mlbench_tui.report.scaling import outcome
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.reference import verdicts
 from mlbench_tui.results.table import checks_lines, reference_text
 
 STYLE = """
@@ -63,8 +64,8 @@ def outcome_cell(text: str, ok: bool) -> str:
 
 
 def checks_cell(result: RunResult) -> str:
-    """The run's checks on one line (its figure against the machine's reference, how many figures
-    are suspect), with every line of them (the start, the reference, each suspect and why) folded
+    """The run's checks on one line (its verdicts against the machine's reference, how many figures
+    are suspect), with every line of them (the start, each verdict, each suspect and why) folded
     into a <details>."""
     lines = checks_lines(result)
     if not lines:
@@ -72,8 +73,8 @@ def checks_cell(result: RunResult) -> str:
     suspects = len(result.suspects)
     short = f"! {suspects} suspect" if suspects else reference_text(result)
     if short == "-":
-        short = "start, reference"
-    cls = " class=bad" if suspects or short.endswith("!") else ""
+        short = "start, verdicts"
+    cls = " class=bad" if suspects or any(v.flagged for v in verdicts(result)) else ""
     body = "\n".join(f"{label}: {text}" for label, text in lines)
     return f"<td{cls}><details><summary>{_e(short)}</summary><pre>{_e(body)}</pre></details></td>"
 

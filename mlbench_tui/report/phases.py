@@ -3,7 +3,9 @@ tracked phases (data loading, forward, loss, backward, all-reduce, optimizer, me
 stacked bars of milliseconds per step for each backend and worker count.
 
 The tracker reports each phase's seconds so far per rank (``phase_<name>``) at each evaluation;
-a rank's last value over its step count is its mean time per step in that phase.
+a bar is the run's step time (``results.step_time``: the median over its timed steps after the
+warm-up, the one figure every view shows) split by each phase's share of those seconds. A run
+without a step time (all of it warm-up) shows its phases' seconds over its steps instead.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def bar_labels(keys: Sequence[BarKey]) -> tuple[str, ...]:
 
 
 def step_phases(record: RunRecord) -> dict[str, float] | None:
-    """Milliseconds per step in each phase, averaged over ranks; None when the run reported no
-    phase times."""
+    """Milliseconds per step in each phase, averaged over ranks, scaled to the run's step time;
+    None when the run reported no phase times."""
     per_phase: dict[str, list[float]] = {}
     for name, _, _, _ in PHASES:
         last: dict[int, tuple[int, float]] = {}
@@ -57,7 +59,11 @@ def step_phases(record: RunRecord) -> dict[str, float] | None:
             per_phase[name] = [value / step * 1000 for step, value in last.values()]
     if not per_phase:
         return None
-    return {name: sum(values) / len(values) for name, values in per_phase.items()}
+    means = {name: sum(values) / len(values) for name, values in per_phase.items()}
+    step_s, total = record.result.step_time_s, sum(means.values())
+    if step_s is None or total <= 0:
+        return means
+    return {name: ms / total * step_s * 1000 for name, ms in means.items()}
 
 
 def phase_panel(records: Sequence[RunRecord], label: str = "backend and workers") -> Panel:

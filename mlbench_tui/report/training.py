@@ -12,7 +12,14 @@ from mlbench_worker import wire
 from mlbench_tui.report.figure import GOAL_COLOUR, SPARE_COLOURS, Figure, Panel, Series
 from mlbench_tui.report.gpu import rank_util_panel
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.results.ranks import RANK_METRICS, STRAGGLER_FACTOR, RankFigures, against_others
+from mlbench_tui.results.ranks import (
+    RANK_METRICS,
+    STRAGGLER_FACTOR,
+    RankFigures,
+    against_others,
+    settle_ranks,
+)
+from mlbench_tui.results.table import step_line
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
@@ -28,15 +35,15 @@ RANKS_CAPTION = (
 def stragglers(record: RunRecord) -> dict[int, float]:
     """The ranks that held the others up (``results.ranks``' rule on each rank's busy time per
     step): rank -> how much busier than the other ranks' median (0.25 = 25%)."""
-    busy: dict[int, float] = {}
+    ranks: dict[int, RankFigures] = {}
     for rank in record.ranks(wire.STEP_TIME):
-        figures = RankFigures(rank)
+        figures = ranks[rank] = RankFigures(rank)
         for name in RANK_METRICS:
             points = record.points(name, rank)
             if points:
                 figures.take(name, points[-1].value, points[-1].step)
-        if figures.busy is not None:
-            busy[rank] = figures.busy
+    settle_ranks(ranks, record.result.step_time)  # each rank's median step and busy time once finished
+    busy = {rank: f.busy for rank, f in ranks.items() if f.busy is not None}
     ratios = against_others(busy)
     return {rank: ratio - 1 for rank, ratio in sorted(ratios.items()) if ratio > STRAGGLER_FACTOR}
 
@@ -86,10 +93,13 @@ def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
         )
     name = record.result.name
     notes = [f"{name}: rank {r} held the others up, busy time +{e:.0%}" for r, e in slow.items()]
+    step = step_line(record.result)
+    if step is not None:
+        notes.insert(0, f"{name}: step time {step}")
     return Panel(
         "Step time per rank",
         "step",
-        "milliseconds",
+        "ms per step (each report window's mean)",
         series=tuple(series),
         y_from_zero=True,
         note="no step time recorded",

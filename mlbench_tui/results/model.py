@@ -75,6 +75,13 @@ class AllreduceFigures(_Loose):
     )
     above_ceiling: int = Field(default=0, description="Sizes whose bus bandwidth is above the ceiling.")
     note: str | None = Field(default=None, description="Why there is no bandwidth, or why it is flagged.")
+    min_size_spread: float | None = Field(
+        default=None,
+        description="Half the p10-p90 range over the median of the smallest size's timed repetitions.",
+    )
+    peak_busbw_spread: float | None = Field(
+        default=None, description="The same, of the repetitions at the peak bandwidth's size."
+    )
 
 
 class RankTelemetryFigures(_Loose):
@@ -156,6 +163,91 @@ class StartupFigures(_Loose):
         return self.rank_s + (self.launcher_s or 0.0)
 
 
+class RankStepTime(_Loose):
+    """One rank's median step over its timed steps, and its busy time per step (the median of
+    each step less its all-reduce: never more than the step)."""
+
+    rank: int
+    median_s: float
+    busy_s: float | None = Field(default=None, description="None where no all-reduce time was recorded.")
+    steps: int = 0
+
+
+class StepTimeFigures(_Loose):
+    """A run's step time (``results.step_time``): the median over its timed steps after the
+    task's warm-up, with p10, p90 and p99 (seconds), and what they rest on."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    p99_s: float
+    steps: int = Field(description="Timed steps of all ranks the figures rest on.")
+    warmup_steps: int = Field(
+        default=0, description="First steps of each rank left out (the task's warm-up)."
+    )
+    basis: Literal["steps", "windows"] = Field(
+        default="steps",
+        description="'steps': every timed step; 'windows': a run that reported only report windows' "
+        "means (each window standing for its steps).",
+    )
+    windows: int | None = Field(default=None, description="Report windows behind 'windows' figures.")
+    ranks: list[RankStepTime] = Field(default_factory=list)
+
+
+class SweepShape(_Loose):
+    """What a 0a sweep measured: its smallest and largest message (elements) and the timed
+    repetitions per size after its warm-up ones (what moves its latency and bandwidth)."""
+
+    min_size: int
+    max_size: int
+    sizes: int
+    repetitions: int
+    warmup: int = 0
+
+
+class PreflightCheckFigures(_Loose):
+    """One pre-flight check at its worst across ranks: which rank, what it found."""
+
+    name: str
+    status: Literal["pass", "warn", "fail", "skip"]
+    detail: str = ""
+    rank: int | None = None
+    value: float | None = None
+    expected: float | None = None
+    unit: str | None = None
+
+
+class PreflightFigures(_Loose):
+    """The pre-flight before training (``results.preflight``): how it went, each check at its
+    worst, and the probes' figures (the GEMM rate is the run's measured peak)."""
+
+    status: Literal["passed", "warned", "failed"]
+    stopped: bool = Field(default=False, description="A failed check stopped the run before training.")
+    ranks: int = 0
+    checks: list[PreflightCheckFigures] = Field(default_factory=list)
+    gemm_tflops: float | None = Field(default=None, description="The slowest rank's GEMM probe (TFLOP/s).")
+    allreduce_us: float | None = Field(default=None, description="The one-element all-reduce probe (us).")
+    seconds: float | None = Field(default=None, description="The slowest rank's pre-flight.")
+    device: str | None = None
+
+
+class FlopFigures(_Loose):
+    """How much of the machine a step uses (``results.flops``): model FLOPs per rank's
+    step, the achieved rate, its share of the measured GEMM peak, and the step against the
+    machine's one-graph floor."""
+
+    flops_per_step: float | None = Field(default=None, description="One rank's step (torch's FLOP counter).")
+    achieved_tflops: float | None = Field(default=None, description="Per rank, over the run's step time.")
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    of_peak: float | None = Field(default=None, description="Achieved over the GEMM peak.")
+    small_model: bool = Field(default=False, description="Under 2% of peak: not a headline figure.")
+    floor_ms: float | None = Field(default=None, description="The machine's whole step in one CUDA graph.")
+    of_floor: float | None = Field(
+        default=None, description="The floor over this run's step (1: at the floor)."
+    )
+
+
 class Suspect(_Loose):
     """A figure that fails a physical bound: shown with the reason everywhere the figure is, and
     it keeps the run out of MLPerf's closed division."""
@@ -207,7 +299,23 @@ class RunResult(_Loose):
     )
     batch_size: int | None = Field(default=None, description="Samples per rank per step (the task's).")
     step_time_s: float | None = Field(
-        default=None, description="Median training step time over every rank's report windows."
+        default=None, description="The median step over the timed steps after the warm-up (step_time)."
+    )
+    step_time: StepTimeFigures | None = Field(
+        default=None, description="The step time's figures: median, p10, p90, p99 and what they rest on."
+    )
+    step_time_note: str | None = Field(default=None, description="Why a run that trained has no step time.")
+    sweep: SweepShape | None = Field(default=None, description="Task 0a: the sizes and repetitions swept.")
+    preflight: PreflightFigures | None = Field(
+        default=None, description="The health checks before training; None when the run had none."
+    )
+    flops: FlopFigures | None = Field(
+        default=None, description="Model FLOPs, achieved rate against the GEMM peak, step against its floor."
+    )
+    config_digest: str = Field(
+        default="",
+        description="What moves the time to accuracy (task, goal, data, hyperparameters, backend, world "
+        "size, precision, implementation, env), hashed: runs with one digest ran one configuration.",
     )
     suspects: list[Suspect] = Field(
         default_factory=list, description="Figures that fail a physical bound, and why."

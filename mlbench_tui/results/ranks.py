@@ -2,16 +2,18 @@
 ``mlbench results``, the TUI's Ranks tab and the report show of a run of any size (median, p90,
 the worst ranks) instead of one line per rank.
 
-A rank's figures are its latest step time and its tracker totals (compute, communication, data,
-other seconds so far). Its *busy time* is the part of a step it did not spend communicating:
-its compute, data and other seconds so far over the steps it took (the latest step time less
-its communication share before any totals arrived). In synchronous training every rank's step
-takes as long as the slowest one's, and the rank the others wait for is the one with the most
-busy time (and the least communication). Ranks are ordered worst first by busy time, and a rank
-is a straggler when its busy time is more than 25% above the median of the *other* ranks: with
-two ranks that is the other rank's (the median of both would be their mean, which a rank twice as
-busy as the other never passes by 25%), with many it is the run's median. Pure functions over
-numbers, shared by the CLI, the TUI and the report.
+A rank's figures are its step time and its tracker totals (compute, communication, data, other
+seconds so far). While a run goes, the step time is the latest report window's (a live view says
+so); once it has a result, the rank's median over its timed steps after the warm-up
+(``results.step_time``). Its *busy time* is the part of a step it did not spend communicating:
+once finished, the median over its timed steps of each step less its all-reduce; while it runs,
+the step time less its communication share so far; never more than the step. In synchronous
+training every rank's step takes as long as the slowest one's, and the rank the others wait for is
+the one with the most busy time (and the least communication). Ranks are ordered worst first by
+busy time, and a rank is a straggler when its busy time is more than 25% above the median of the
+*other* ranks: with two ranks that is the other rank's (the median of both would be their mean,
+which a rank twice as busy as the other never passes by 25%), with many it is the run's median.
+Pure functions over numbers, shared by the CLI, the TUI and the report.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TypeVar
 
 from mlbench_worker import wire
 
+from mlbench_tui.results.model import RankStepTime, StepTimeFigures
 from mlbench_tui.results.time_to_accuracy import TRACKER_TOTALS
 
 STEP_TIME = wire.STEP_TIME
@@ -56,6 +59,8 @@ class RankFigures:
     data: float = 0.0
     other: float = 0.0
     totals_step: int | None = None  # the steps taken when the totals were reported
+    timed_steps: int | None = None  # set once finished: the timed steps the step time is the median of
+    busy_s: float | None = None  # set once finished: the median of its timed steps less their all-reduce
 
     @property
     def comm_share(self) -> float | None:
@@ -65,20 +70,31 @@ class RankFigures:
 
     @property
     def busy(self) -> float | None:
-        """Seconds per step not spent communicating: the totals' compute, data and other over
-        their steps (averaged over the whole run, so one slow window does not decide it); before
-        totals, the latest step time less its communication share."""
-        if self.totals_step and self.comm_share is not None:
-            return (self.compute + self.data + self.other) / self.totals_step
+        """Seconds per step not spent communicating, never more than the step: once finished, the
+        median of its timed steps less their all-reduce; while running, the step time less the
+        communication share of its totals so far (the whole step before any totals arrived)."""
+        if self.busy_s is not None:
+            return min(self.busy_s, self.step_time) if self.step_time is not None else self.busy_s
         if self.step_time is None or not math.isfinite(self.step_time):
             return None
         share = self.comm_share
         return self.step_time if share is None else self.step_time * (1.0 - share)
 
+    @property
+    def final(self) -> bool:
+        """Whether the step time is the finished run's median (else the latest report window)."""
+        return self.timed_steps is not None
+
+    def settle(self, figures: RankStepTime) -> None:
+        """Take the finished run's figures for this rank: its median step and busy time."""
+        self.step_time = figures.median_s
+        self.busy_s = figures.busy_s
+        self.timed_steps = figures.steps
+
     def take(self, name: str, value: float | None, step: int | None = None) -> bool:
         """Fold in the latest ``value`` of metric ``name``; False for a metric it does not keep."""
         if name == STEP_TIME:
-            if value is not None:
+            if value is not None and not self.final:  # a finished run's median outranks any window
                 self.step_time = value
         elif name in TOTAL_FIELDS:
             if value is not None:
@@ -181,3 +197,14 @@ def summarize_ranks(figures: Iterable[RankFigures], ranks: int, worst: int = 5) 
         worst=[f for f in worst_first(figures) if f.busy is not None][:worst],
         stragglers=frozenset(find_stragglers({r: b for r, b in busy.items() if b is not None})),
     )
+
+
+def settle_ranks(figures: Mapping[int, RankFigures], step_time: StepTimeFigures | None) -> None:
+    """Give each rank of a finished run its median step and busy time from the run's result
+    (ranks the result has no timed steps for keep their latest window)."""
+    if step_time is None:
+        return
+    for rank_step in step_time.ranks:
+        rank = figures.get(rank_step.rank)
+        if rank is not None:
+            rank.settle(rank_step)

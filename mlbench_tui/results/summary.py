@@ -8,17 +8,18 @@ of task 0a, and the environment fingerprint. The server calls it once, when a ru
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import hashlib
+import json
 import os
 import platform
-import statistics
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 from mlbench_worker import wire
-from mlbench_worker.hyperparams import AwdLstm, LogReg, ResNet20
+from mlbench_worker.hyperparams import AllReduce, AwdLstm, LogReg, ResNet20, TrainingHyperparameters
 
 from mlbench_tui.lifecycle import LaunchMilestones, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
@@ -26,10 +27,13 @@ from mlbench_tui.results import events as ev
 from mlbench_tui.results import provenance
 from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.events import EventRecord
-from mlbench_tui.results.model import RunResult
-from mlbench_tui.results.ranks import STEP_TIME
+from mlbench_tui.results.flops import flop_figures, model_flops
+from mlbench_tui.results.model import RunResult, SweepShape
+from mlbench_tui.results.preflight import preflight_figures
+from mlbench_tui.results.reference import machine_class
 from mlbench_tui.results.scoring import cost_to_target
 from mlbench_tui.results.startup import startup_figures
+from mlbench_tui.results.step_time import STEP_SERIES, no_step_time_text, step_time_figures
 from mlbench_tui.results.telemetry import RESULT_SERIES, run_figures
 from mlbench_tui.results.time_to_accuracy import (
     TRACKER_TOTALS,
@@ -39,6 +43,7 @@ from mlbench_tui.results.time_to_accuracy import (
     time_split,
     wall_time,
 )
+from mlbench_tui.spec.reference_table import table as reference_table
 
 
 def _cpu_model() -> str | None:
@@ -93,7 +98,14 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
     """Which of a run's metrics its result reads: the goal and validation metrics, the tracker
     totals and train/validation times, the all-reduce figures, the telemetry series its memory,
     utilisation and energy come from (not the per-step training series)."""
-    wanted = {wire.TIME_TRAIN, wire.TIME_VALIDATION, STEP_TIME, *TRACKER_TOTALS, *RESULT_SERIES}
+    wanted = {
+        wire.TIME_TRAIN,
+        wire.TIME_VALIDATION,
+        wire.MODEL_FLOPS,
+        *STEP_SERIES,
+        *TRACKER_TOTALS,
+        *RESULT_SERIES,
+    }
     goal_metric = goal.metric if goal is not None else None
     return [
         n
@@ -189,13 +201,24 @@ def summarize_run(
         telemetry=run_figures(metrics, events, plan.price_per_kwh),
         failures=[e.payload.to_payload() for e in ev.of(events, wire.RankFailed)],
         fingerprint=fingerprint(events, host),
-        batch_size=_batch_size(plan),
-        step_time_s=median_step_time(metrics),
+        batch_size=batch_size(plan),
+        sweep=sweep_shape(plan),
+        config_digest=config_digest(plan),
+        preflight=preflight_figures(events),
         startup=startup_figures(
             events, launched_at=launched_at, target=plan.target.kind, milestones=milestones
         ),
         computed_by=provenance.current(),
     )
+    warmup = warmup_steps(plan)
+    if warmup is not None:
+        result.step_time = step_time_figures(metrics, warmup)
+        if result.step_time is not None:
+            result.step_time_s = result.step_time.median_s
+        elif stop is not None and stop.step:
+            result.step_time_note = no_step_time_text(warmup, stop.step)
+    machine = machine_class(result)
+    result.flops = flop_figures(result, model_flops(metrics), machine, reference_table())
     result.suspects = suspects(result, metrics)
     if outcome is None:
         return result
@@ -211,13 +234,49 @@ def summarize_run(
     return result
 
 
-def median_step_time(metrics: Iterable[MetricPoint]) -> float | None:
-    """The median of every rank's training step time windows (seconds)."""
-    values = [p.value for p in metrics if p.name == STEP_TIME and math.isfinite(p.value) and p.value > 0]
-    return statistics.median(values) if values else None
+def config_digest(plan: RunPlan) -> str:
+    """What moves a run's time to accuracy, hashed (12 hex digits): runs with one digest ran one
+    configuration, whatever their spec's name, comments or repeat index."""
+    hp = {k: v for k, v in plan.hyperparameters.items() if k != "timing_warmup_steps"}
+    moves = {
+        "task": plan.task,
+        "framework": plan.framework,
+        "backend": plan.backend,
+        "workers": plan.workers,
+        "ranks_per_node": plan.ranks_per_node,
+        "goal": plan.goal.model_dump(mode="json") if plan.goal is not None else None,
+        "data": {"source": plan.data.source, "options": plan.data.options},
+        "hyperparameters": hp,
+        "precision": plan.resources.precision,
+        "implementation": dataclasses.asdict(plan.implementation),
+        "env": plan.env,
+    }
+    text = json.dumps(moves, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _batch_size(plan: RunPlan) -> int | None:
+def warmup_steps(plan: RunPlan) -> int | None:
+    """The steps a training task leaves out of its step time (its declared warm-up, or the
+    spec's override); None for a task that does not train in steps (0a)."""
+    hp = plan.typed_hyperparameters()
+    return hp.timing_warmup_steps if isinstance(hp, TrainingHyperparameters) else None
+
+
+def sweep_shape(plan: RunPlan) -> SweepShape | None:
+    """What a 0a plan sweeps: sizes from 10^min to 10^max elements, repetitions after warm-up."""
+    hp = plan.typed_hyperparameters()
+    if not isinstance(hp, AllReduce):
+        return None
+    return SweepShape(
+        min_size=max(1, int(10**hp.sizes_min_exp)),
+        max_size=max(1, int(10**hp.sizes_max_exp)),
+        sizes=hp.num_sizes,
+        repetitions=hp.repetitions,
+        warmup=hp.warmup,
+    )
+
+
+def batch_size(plan: RunPlan) -> int | None:
     """Samples per rank per step, where the task batches by samples."""
     hp = plan.typed_hyperparameters()
     return hp.batch_size if isinstance(hp, ResNet20 | LogReg | AwdLstm) else None

@@ -19,12 +19,14 @@ from mlbench_tui.formatting import (
     format_mebibytes,
     format_money,
     format_number,
+    format_step,
     render_table,
     significant,
     without_empty,
 )
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.bounds import nvls_note
+from mlbench_tui.results.flops import flops_text
 from mlbench_tui.results.model import (
     AllreduceFigures,
     RankTelemetryFigures,
@@ -32,8 +34,10 @@ from mlbench_tui.results.model import (
     StartupFigures,
     TelemetryFigures,
 )
+from mlbench_tui.results.preflight import preflight_short, preflight_text
 from mlbench_tui.results.provenance import provenance_text
-from mlbench_tui.results.reference import compare
+from mlbench_tui.results.reference import verdicts
+from mlbench_tui.results.reference_figures import FIGURE_NAMES
 from mlbench_tui.results.scoring import (
     SPREAD_LIMIT,
     ConfigScore,
@@ -42,6 +46,7 @@ from mlbench_tui.results.scoring import (
     reached_time,
     score_configs,
 )
+from mlbench_tui.results.step_time import step_time_text
 from mlbench_tui.results.telemetry import gpu_util_text
 
 REASON_WIDTH = 100
@@ -192,14 +197,25 @@ def startup_text(figures: StartupFigures) -> str:
     return "; ".join(parts) + f"; {who}: {phases}"
 
 
+def step_line(result: RunResult) -> str | None:
+    """The run's step time as every view shows it (``results.step_time``), or why it has none."""
+    if result.step_time is not None:
+        return step_time_text(result.step_time)
+    return result.step_time_note
+
+
 def checks_lines(result: RunResult) -> list[tuple[str, str]]:
-    """``(label, text)`` lines of a run's checks: each figure against its machine's reference
-    row, each figure that fails a physical bound with the reason, and which rules recomputed a
-    result stored by older ones."""
+    """``(label, text)`` lines of a run's checks: each headline figure's verdict against its
+    machine's expected value, each figure that fails a physical bound with the reason, and which
+    rules recomputed a result stored by older ones."""
     lines = [("startup", startup_text(result.startup))] if result.startup is not None else []
     if result.computed_by is not None and result.computed_by.recomputed_from is not None:
         lines.append(("computed", provenance_text(result.computed_by)))
-    lines += [("reference", comparison.text()) for comparison in compare(result)]
+    if result.preflight is not None:
+        lines.append(("preflight", preflight_text(result.preflight)))
+    lines += [("verdict", verdict.text()) for verdict in verdicts(result)]
+    if result.flops is not None:
+        lines.append(("flops", flops_text(result.flops)))
     lines += [("suspect", f"! {s.figure}: {s.reason}") for s in result.suspects[:SUSPECTS_SHOWN]]
     if len(result.suspects) > SUSPECTS_SHOWN:
         more = len(result.suspects) - SUSPECTS_SHOWN
@@ -211,23 +227,29 @@ def checks_lines(result: RunResult) -> list[tuple[str, str]]:
 
 
 def reference_text(result: RunResult) -> str:
-    """``0.98x H200`` (the step time, else 0a's latency, against the reference row), ``!`` when
-    outside its tolerance; ``-`` without a row."""
-    comparisons = compare(result)
-    if not comparisons:
+    """The run's verdicts in a cell: ``normal``, ``step slower +12%``, ``latency faster -30%``
+    (every figure outside its band, else the first judged figure's verdict); ``-`` without a row
+    for any figure (``status`` says "no reference for this hardware" in full)."""
+    found = verdicts(result)
+    if not found:
         return "-"
-    first = comparisons[0]
-    return f"{first.ratio:.2f}x {first.row.machine}" + ("" if first.within else " !")
+    flagged = [v for v in found if v.flagged]
+    if flagged:
+        return ", ".join(f"{FIGURE_NAMES[v.figure]} {v.short()}" for v in flagged)
+    judged = [v for v in found if v.row is not None]
+    return judged[0].short() if judged else "-"  # no row for this hardware: status says so in full
 
 
 def check_notes(results: Sequence[RunResult]) -> list[str]:
-    """One line per suspect figure and per figure outside its reference's tolerance."""
+    """One line per suspect figure and per figure outside its band around the expected value."""
     notes = []
     for r in results:
         notes += [f"! {r.name}: {s.figure}: {s.reason}" for s in r.suspects[:SUSPECTS_SHOWN]]
         if len(r.suspects) > SUSPECTS_SHOWN:
             notes.append(f"! {r.name}: and {len(r.suspects) - SUSPECTS_SHOWN} more suspect figures")
-    notes += [f"! {r.name}: {c.text()}" for r in results for c in compare(r) if not c.within]
+    notes += [
+        f"! {r.name}: {v.text().replace(': ! ', ': ')}" for r in results for v in verdicts(r) if v.flagged
+    ]
     return notes
 
 
@@ -262,6 +284,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "CAPTURE": format_duration(result.graph_capture_s),
                 "EPOCHS": value_text(result.epochs_to_goal),
                 "STEPS": format_figure(result.steps_to_goal),
+                "STEP TIME": format_step(result.step_time_s),
                 "COMM": format_figure(split.communication_fraction if split else None, "%"),
                 "SPEEDUP": format_figure(speedup, "x"),
                 "EFFICIENCY": format_figure(efficiency, "%"),
@@ -275,6 +298,7 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
                 "LAUNCHER": launcher_text(start),
                 "WALL": format_duration(result.wall_time_s),
                 "VS REF": reference_text(result),
+                "PREFLIGHT": preflight_short(result.preflight),
             }
         )
     return rows

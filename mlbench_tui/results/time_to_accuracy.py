@@ -20,6 +20,7 @@ from mlbench_tui.results import events as ev
 from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.goal import meets
 from mlbench_tui.results.model import AllreduceFigures, TimeSplit
+from mlbench_tui.results.quantiles import relative_spread
 
 TRACKER_TOTALS = wire.TRACKER_TOTALS
 
@@ -186,12 +187,16 @@ def allreduce_summary(
     latency_only = workers == 1 or sweep.latency_only
     ceiling = sweep.busbw_ceiling_gbps
     by_dtype: dict[str, dict[str, Any]] = {}
+    iterations: dict[tuple[str, int], list[float]] = {}
     for point in metrics:
         if not point.name.startswith(wire.ALLREDUCE_PREFIX) or point.rank != 0:
             continue
         dtype, _, kind = point.name.removeprefix(wire.ALLREDUCE_PREFIX).partition("_")
-        entry = by_dtype.setdefault(dtype, {"sizes": 0})
         size = point.step if point.step is not None else 0
+        if kind == wire.ALLREDUCE_ITERATION:
+            iterations.setdefault((dtype, size), []).append(point.value)
+            continue
+        entry = by_dtype.setdefault(dtype, {"sizes": 0})
         if kind == "busbw" and not latency_only:
             if point.value > entry.get("peak_busbw_gbps", -1.0):
                 entry["peak_busbw_gbps"] = point.value
@@ -203,8 +208,14 @@ def allreduce_summary(
             if size < entry.get("_min_size", math.inf):
                 entry["_min_size"] = size
                 entry["min_size_latency_p50_s"] = point.value
-    for entry in by_dtype.values():
-        entry.pop("_min_size", None)
+    for dtype, entry in by_dtype.items():
+        smallest = entry.pop("_min_size", None)
+        if smallest is not None:
+            entry["min_size_spread"] = relative_spread(iterations.get((dtype, smallest), ()))
+        if "peak_busbw_size" in entry:
+            entry["peak_busbw_spread"] = relative_spread(
+                iterations.get((dtype, entry["peak_busbw_size"]), ())
+            )
         if latency_only:
             entry.update(latency_only=True, note=LATENCY_ONLY_NOTE)
         elif ceiling is not None:

@@ -27,9 +27,11 @@ from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.mllog import RULES, Compliance, check
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.reference import Verdict, verdicts
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.runs.lookup import resolve_run
 from mlbench_tui.runs.reads import read_events, read_metrics
+from mlbench_tui.server.current_results import current_result
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -52,6 +54,13 @@ PUBLISHED = (
     "cost_to_target",
     "wall_time_s",
     "telemetry",
+    "step_time_s",
+    "step_time",
+    "step_time_note",
+    "sweep",
+    "config_digest",
+    "preflight",
+    "flops",
 )
 
 
@@ -100,6 +109,23 @@ def official_result(run: RunDetail, result: RunResult, plan: RunPlan | None) -> 
         **{key: figures[key] for key in PUBLISHED},
         "hyperparameters": plan.hyperparameters if plan is not None else None,
         "fingerprint": figures["fingerprint"],
+        "verdicts": [verdict_json(v) for v in verdicts(result)],
+    }
+
+
+def verdict_json(verdict: Verdict) -> dict[str, Any]:
+    """One verdict as published: the figure, its value, the expected one and the band."""
+    row, band = verdict.row, verdict.band
+    return {
+        "figure": verdict.figure,
+        "value": verdict.value,
+        "outcome": verdict.outcome,
+        "expected": row.value if row is not None else None,
+        "deviation": verdict.deviation,
+        "band": band.half_width if band is not None else None,
+        "band_source": band.source if band is not None else None,
+        "reference": f"{row.machine}, {row.source} {row.measured}" if row is not None else None,
+        "text": verdict.text(),
     }
 
 
@@ -186,6 +212,8 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
     if target.is_dir():
         raise UsageError(f"{target} is a directory", hint=f"name the archive, e.g. {target / 'run.zip'}")
     run = resolve_run(client, ref)
+    if run.result is not None:  # the figures an older version did not store, from its series
+        run = run.model_copy(update={"result": current_result(client, run)})
     metrics = read_metrics(client, run.id)
     events = read_events(client, run.id)
     lines: list[str] | None = None

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_step
 from mlbench_tui.ranksets import EXAMPLE, RankSet, parse_ranks
+from mlbench_tui.results.model import StepTimeFigures
 from mlbench_tui.results.ranks import (
     RANK_METRICS,
     STRAGGLER_FACTOR,
     RankFigures,
     RanksSummary,
+    settle_ranks,
     summarize_ranks,
 )
 
@@ -42,12 +44,16 @@ def parse_rank_choice(text: str) -> Literal["all"] | RankSet:
     return "all" if text.strip().lower() == "all" else parse_ranks(text)
 
 
-def rank_figures(client: MlbenchClient, run_id: str) -> dict[int, RankFigures]:
-    """Every rank's latest step time and tracker totals, in one request."""
+def rank_figures(
+    client: MlbenchClient, run_id: str, step_time: StepTimeFigures | None = None
+) -> dict[int, RankFigures]:
+    """Every rank's latest step time and tracker totals, in one request; with a finished run's
+    ``step_time``, each rank's median step and busy time over its timed steps instead."""
     figures: dict[int, RankFigures] = {}
     for series in client.latest(run_id, RANK_METRICS).series:
         for rank, step, value in zip(series.rank, series.step, series.value, strict=True):
             figures.setdefault(rank, RankFigures(rank)).take(series.name, value, step)
+    settle_ranks(figures, step_time)
     return figures
 
 
@@ -60,7 +66,7 @@ def ranks_lines(
     """``ranks_section`` of ``run`` with its figures read from the server; without them (a server
     too old to answer, or failing) the ranks' states alone, and why."""
     try:
-        figures = rank_figures(client, run.id)
+        figures = rank_figures(client, run.id, run.result.step_time if run.result else None)
     except MlbenchError as exc:
         return [*ranks_section(run, {}, choice, hardware), f"(no per-rank figures: {exc.message})"]
     return ranks_section(run, figures, choice, hardware)
@@ -75,15 +81,17 @@ def _pct(fraction: float) -> str:
 
 
 def figures_text(figures: RankFigures | None, straggler: bool = False) -> str:
-    """``step 82.1 ms  comm 21.0%  busy 64.8 ms`` (what is known of it), flagged as a straggler."""
+    """``step 82.1 ms (median)  comm 21.0%  busy 64.8 ms`` (what is known of it; a running
+    rank's step is its latest report window, and says so), flagged as a straggler."""
     if figures is None:
         return ""
     parts = []
     if figures.step_time is not None:
-        parts.append(f"step {_ms(figures.step_time)}")
+        label = "median" if figures.final else "latest window"
+        parts.append(f"step {_ms(figures.step_time)} ({label})")
     if figures.comm_share is not None:
         parts.append(f"comm {_pct(figures.comm_share)}")
-    if figures.busy is not None and figures.comm_share is not None:
+    if figures.busy is not None and (figures.comm_share is not None or figures.busy_s is not None):
         parts.append(f"busy {_ms(figures.busy)}")
     if straggler:
         parts.append("straggler")

@@ -23,6 +23,7 @@ from mlbench_tui.results.allreduce import (
     sweep_json,
     sweep_tables,
 )
+from mlbench_tui.results.history import HistoryEntry
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.ranks import RankFigures
 from mlbench_tui.results.scoring import is_sweep, left_out_reason, score_configs
@@ -30,6 +31,7 @@ from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
 from mlbench_tui.runs.reads import read_metrics
+from mlbench_tui.server.current_results import current_result
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -43,7 +45,8 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     if ref is None:
         runs = [r for r in client.list_runs() if r.state.is_terminal()]
     elif RUN_ID.fullmatch(ref):
-        return [resolve_run(client, ref).known_result()]
+        one = resolve_run(client, ref)
+        return [current_result(client, one) or one.known_result()]
     elif Path(ref).exists():
         from mlbench_tui.runs.plans import load_plans
 
@@ -56,7 +59,8 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     latest: dict[str, RunInfo] = {}
     for run in sorted(runs, key=lambda r: r.created):
         latest[run.name if ref is not None else run.id] = run
-    return [run.known_result() for run in sorted(latest.values(), key=lambda r: r.created, reverse=True)]
+    chosen = sorted(latest.values(), key=lambda r: r.created, reverse=True)  # newest first, as status
+    return [current_result(client, run) or run.known_result() for run in chosen]
 
 
 def recompute(client: MlbenchClient, results: Sequence[RunResult]) -> list[RunResult]:
@@ -80,6 +84,20 @@ def recompute(client: MlbenchClient, results: Sequence[RunResult]) -> list[RunRe
     done = sum(1 for r in fresh if r.computed_by is not None and r.computed_by.recomputed_from is not None)
     print(f"recomputed {done} result(s) with {', '.join(sorted(stamps)) or 'this version'}", file=sys.stderr)
     return fresh
+
+
+def history_entries(reader: RunReader, ref: str | None) -> list[HistoryEntry]:
+    """Every run ``ref`` names (every finished run without one), each with today's figures, for
+    ``results --history``."""
+    from mlbench_tui.runs.compare import named_runs
+
+    runs = named_runs(reader, ref) if ref is not None else reader.list_runs(limit=100_000)
+    entries = []
+    for run in runs:
+        result = current_result(reader, run) if run.state.is_terminal() else None
+        if result is not None:
+            entries.append(HistoryEntry(run.created, result))
+    return entries
 
 
 def report_run_ids(client: RunReader, refs: Sequence[str]) -> list[str]:
@@ -132,7 +150,7 @@ def run_ranks(
         return None
     run_id = runs[0].run_id
     assert run_id is not None
-    return RunRanks(client.get_run(run_id), rank_figures(client, run_id), choice)
+    return RunRanks(client.get_run(run_id), rank_figures(client, run_id, runs[0].step_time), choice)
 
 
 def results_output(

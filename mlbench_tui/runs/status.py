@@ -13,12 +13,14 @@ from mlbench_tui.results.table import (
     checks_lines,
     rank_figures_text,
     result_text,
+    step_line,
     telemetry_lines,
     value_text,
 )
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.runs.queue import queued_text
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
+from mlbench_tui.server.current_results import current_result
 from mlbench_tui.spec.tasks import get_task
 
 if TYPE_CHECKING:
@@ -122,25 +124,30 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
         lines.append(f"goal:     {run.goal.metric} {op} {run.goal.target}")
     if run.error:
         lines.append(f"error:    {run.error}")
-    if run.result is not None:
-        lines.append(f"result:   {_result_text(run.result)}")
-        if run.result.graph_capture_s is not None:
-            capture = format_duration(run.result.graph_capture_s)
+    result = current_result(client, run)
+    if result is not None:
+        run = run.model_copy(update={"result": result})
+        lines.append(f"result:   {_result_text(result)}")
+        step = step_line(result)
+        if step is not None:
+            lines.append(f"step:     {step}")
+        if result.graph_capture_s is not None:
+            capture = format_duration(result.graph_capture_s)
             lines.append(f"graphs:   CUDA graphs, captured in {capture} (apart from the time to accuracy)")
-        split = run.result.time_split
+        split = result.time_split
         if split is not None:
             lines.append(
                 f"time:     compute {format_duration(split.compute)}, communication "
                 f"{format_duration(split.communication)} ({100 * split.communication_fraction:.0f}%), "
                 f"preprocess {format_duration(split.preprocess)}"
             )
-        currency = run.result.currency or DEFAULT_CURRENCY
-        if run.result.cost_to_target is not None:
-            lines.append(f"cost:     {format_money(run.result.cost_to_target, currency)} to the goal")
-        if run.result.telemetry is not None:
-            hardware_lines = telemetry_lines(run.result.telemetry, currency)
+        currency = result.currency or DEFAULT_CURRENCY
+        if result.cost_to_target is not None:
+            lines.append(f"cost:     {format_money(result.cost_to_target, currency)} to the goal")
+        if result.telemetry is not None:
+            hardware_lines = telemetry_lines(result.telemetry, currency)
             lines += [f"{label + ':':<9} {text}" for label, text in hardware_lines]
-        lines += [f"{label + ':':<9} {text}" for label, text in checks_lines(run.result)]
+        lines += [f"{label + ':':<9} {text}" for label, text in checks_lines(result)]
     hardware = {
         r.rank: rank_figures_text(r)
         for r in (run.result.telemetry.ranks if run.result and run.result.telemetry else [])

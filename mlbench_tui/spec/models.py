@@ -228,6 +228,57 @@ class Telemetry(StrictModel):
         return self.interval if self.enabled else None
 
 
+class Preflight(StrictModel):
+    """Checks before training that the machine is healthy (``mlbench_worker.preflight``): NVML's
+    ECC errors, clock slowdowns and other processes on each GPU, its clocks under load, a short
+    all-reduce and a matrix-multiply probe against the machine's expected values."""
+
+    enabled: bool | Literal["auto"] = Field(
+        default="auto",
+        description="Run the checks: 'auto' (the default: on GPU runs, or where a limit is set), "
+        "true or false.",
+    )
+    on_failure: Literal["stop", "warn"] = Field(
+        default="stop",
+        description="A failed check stops the run before training with its reason ('stop'), or is "
+        "reported beside the result while the run trains anyway ('warn').",
+    )
+    min_gemm_tflops: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="Fail below this matrix-multiply rate (TFLOP/s), on any machine.",
+    )
+    max_allreduce_us: float | None = Field(
+        default=None, gt=0, le=1e9, description="Fail above this one-element all-reduce latency (us)."
+    )
+
+
+def _preflight_short_form(value: Any) -> Any:
+    """``off``/``false``, ``on``/``true``, ``auto`` and ``warn`` (checks on, failures warn)."""
+    forms: dict[Any, dict[str, Any]] = {
+        "off": {"enabled": False},
+        False: {"enabled": False},
+        "on": {"enabled": True},
+        True: {"enabled": True},
+        "auto": {"enabled": "auto"},
+        "warn": {"enabled": True, "on_failure": "warn"},
+    }
+    if isinstance(value, bool | str) and value in forms:
+        return forms[value]
+    if isinstance(value, str):
+        raise PydanticCustomError(
+            "preflight",
+            "preflight must be 'auto', 'on', 'off', 'warn' or a mapping such as 'on_failure: warn', "
+            "got {value}",
+            {"value": show_value(value)},
+        )
+    return value
+
+
+PreflightField = Annotated[Preflight, BeforeValidator(_preflight_short_form)]
+
+
 def _telemetry_short_form(value: Any) -> Any:
     """``off``/``false`` and ``on``/``true`` for ``{enabled: ...}`` (YAML 1.2 reads off/on as strings)."""
     if value in ("off", False):
@@ -395,6 +446,12 @@ class BenchmarkBody(StrictModel):
         default_factory=Telemetry,
         description="Hardware telemetry per rank: {interval: 1s} (the default) or 'off'.",
         json_schema_extra=with_short_form("off", "on", boolean=True),
+    )
+    preflight: PreflightField = Field(
+        default_factory=Preflight,
+        description="Health checks before training: 'auto' (on GPU runs; the default), 'on', 'off', "
+        "'warn', or {on_failure: stop|warn, min_gemm_tflops, max_allreduce_us}.",
+        json_schema_extra=with_short_form("auto", "on", "off", "warn", boolean=True),
     )
     price_per_kwh: float | None = Field(
         default=None,

@@ -30,6 +30,10 @@ from mlbench_tui.store.api_models import EventBatch, EventIn, EventOut
 PROGRESS = {"epoch": 3, "step": 150, "train_time_s": 12.5, "val_time_s": 1.25, "graph_capture_s": 0.5}
 
 # One filled-in example of every payload, as a rank builds it.
+PREFLIGHT_CHECKS = (
+    wire.PreflightCheck(name="ecc", status="pass", detail="no uncorrected errors"),
+    wire.PreflightCheck(name="gemm_tflops", status="warn", value=560.0, expected=640.0, unit="TFLOP/s"),
+)
 EXAMPLES: list[wire.Payload] = [
     wire.InitStart(),
     wire.Environment(facts={"torch": "2.5.1", "gpu_model": None, "ranks": [{"rank": 0, "node": "n1"}]}),
@@ -42,6 +46,7 @@ EXAMPLES: list[wire.Payload] = [
     wire.RunStop(status="success", reason="measured 160 (dtype, size) points", exit_code=0, points=160),
     wire.RankFailed(rank=1, exception="RuntimeError: boom", traceback="Traceback ...", peer_failure=False),
     wire.Startup(rank=0, process_start_t=1.7e9, phases={"interpreter": 0.25, "imports": 2.5}),
+    wire.Preflight(rank=1, device="NVIDIA H200", stopped=False, seconds=1.5, checks=PREFLIGHT_CHECKS),
     wire.AllreduceSweep(
         world_size=2, latency_only=False, note=None, busbw_ceiling_gbps=450.0, ceiling_basis="NVLink"
     ),
@@ -75,6 +80,11 @@ def _json_type(hint: Any) -> bool:
         return all(isinstance(v, str | int | bool) for v in typing.get_args(hint))
     if origin in (dict, Mapping):
         return typing.get_args(hint)[0] is str
+    if origin is tuple:  # a list of objects whose fields are JSON (the pre-flight's checks)
+        (item, _) = typing.get_args(hint)
+        hints = typing.get_type_hints(item)
+        fields = dataclasses.fields(item)
+        return dataclasses.is_dataclass(item) and all(_json_type(hints[f.name]) for f in fields)
     return hint in (int, float, str, bool, type(None))
 
 

@@ -484,7 +484,8 @@ def test_implementation_is_a_comparison_axis_with_time_to_accuracy_and_step_time
         steps = [MetricPoint("step_time", step_s, 0, s) for s in (1, 2, 3)]
         base = trained("nccl", 1, 0, tta, metrics=steps, state=state, message="CUDA error: x\nat line 2")
         implementation = ImplementationPlan(cuda_graphs=graphs)
-        result = base.result.model_copy(update={"implementation": implementation, "precision": precision})
+        update = {"implementation": implementation, "precision": precision, "step_time_s": step_s}
+        result = base.result.model_copy(update=update)  # the run's step time, as every view shows it
         return RunRecord(result, "", base.metrics)
 
     records = [

@@ -90,5 +90,25 @@ def test_allreduce_summary_peak_bus_bandwidth() -> None:
             "busbw_ceiling_gbps": None,
             "above_ceiling": 0,
             "note": None,
+            "min_size_spread": None,  # no per-repetition latencies reported
+            "peak_busbw_spread": None,
         }
     }
+
+
+def test_allreduce_summary_spread_comes_from_the_repetitions_at_the_size_it_is_read_at() -> None:
+    latencies = [10e-6, 11e-6, 12e-6, 13e-6, 30e-6]  # the smallest size's five timed repetitions
+    points = [
+        MetricPoint("allreduce_fp32_latency_p50", 12e-6, step=1),
+        MetricPoint("allreduce_fp32_latency_p50", 1e-3, step=1000),
+        MetricPoint("allreduce_fp32_busbw", 1.0, step=1000),
+        *(MetricPoint("allreduce_fp32_iteration_s", v, step=1) for v in latencies),
+        *(MetricPoint("allreduce_fp32_iteration_s", v, step=1000) for v in (1e-3, 1e-3)),
+    ]
+    summary = allreduce_summary(points, workers=2)
+    assert summary is not None
+    fp32 = summary["fp32"]
+    assert fp32.sizes == 2  # the repetitions are not sizes
+    # p10 10.4 us, p90 23.2 us around the median 12 us: half the range over the median
+    assert fp32.min_size_spread == pytest.approx((23.2e-6 - 10.4e-6) / 2 / 12e-6)
+    assert fp32.peak_busbw_spread == 0.0

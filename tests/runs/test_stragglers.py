@@ -24,7 +24,7 @@ spec:
   data:
     source: synthetic
     options: {{train_samples: {samples}, val_samples: 64}}
-  hyperparameters: {{batch_size: 16, max_epochs: 1}}
+  hyperparameters: {{batch_size: 16, max_epochs: 1, timing_warmup_steps: 1}}
   env: {{MLBENCH_INJECT_FAULT: "rank={slow},mode=slow,factor=4"}}
 """
 """ResNet-20 on small batches for one epoch: a step is mostly compute, so a rank whose compute

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from textual.widgets import Static
+from tui.test_gpu_runs import _plain
 from tui.test_pilot import make_app, wait_for
 
 from mlbench_tui.server.serve import EmbeddedServer
@@ -87,3 +88,19 @@ async def test_report_key_writes_the_report_of_the_compared_runs(
             "training-1a",
             "ranks-tui-fixture-gloo-2w",
         ]
+
+
+async def test_compare_shows_each_configuration_s_history_with_its_versions(
+    holdout_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Two of nine recorded repeats compared: the history lists all nine (the cancelled one
+    too), oldest first, with the versions the H200 runs recorded."""
+    async with compare(holdout_server, tmp_path, ("g-race-nccl-1w-r0", "g-race-nccl-1w-r1")) as (
+        pilot,
+        screen,
+    ):
+        await wait_for(pilot, lambda: len(screen.history) == 9, what="the history")
+        rendered = _plain(screen.query_one("#configs", Static).content)
+        assert "History of g-race-nccl-1w (spec g-race) on H200: 9 run(s)" in rendered
+        assert "torch 2.11.0+cu130" in rendered and "backend nccl 2.28.9" in rendered
+        assert rendered.index("r-170f99a78b07") < rendered.index("r-9505b10a8244")  # r0 first, r8 last

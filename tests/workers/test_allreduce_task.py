@@ -24,7 +24,14 @@ def test_one_rank_reports_latency_only_and_says_why(capsys: pytest.CaptureFixtur
     outcome = allreduce.run(ctx)
     assert outcome.status == "success"
     names = {name for name, _, _ in reporter.metrics}
-    assert names == {"allreduce_fp32_latency_p50", "allreduce_fp32_latency_p99"}  # no algbw/busbw
+    summary = {"allreduce_fp32_latency_p50", "allreduce_fp32_latency_p99", "allreduce_fp32_latency_max"}
+    assert names == {*summary, "allreduce_fp32_iteration_s"}  # no algbw/busbw
+    # every timed repetition after the warm-up, at its size: 3 per size, as nccl-tests' -I records them
+    iterations = [(v, s) for n, v, s in reporter.metrics if n == "allreduce_fp32_iteration_s"]
+    assert sorted({s for _, s in iterations}) == [1, 10, 100, 1000] and len(iterations) == 4 * 3
+    at_one = sorted(v for v, s in iterations if s == 1)
+    maxima = {s: v for n, v, s in reporter.metrics if n == "allreduce_fp32_latency_max"}
+    assert maxima[1] == at_one[-1] and all(v > 0 for v in at_one)
     (sweep,) = [payload for kind, payload in reporter.events if kind == "allreduce_sweep"]
     assert sweep["latency_only"] is True and sweep["world_size"] == 1
     assert "moves no data" in sweep["note"]
@@ -44,8 +51,10 @@ def test_the_ceiling_is_the_devices_memory_bandwidth() -> None:
 
 def test_a_bandwidth_above_the_ceiling_is_flagged_where_it_is_printed() -> None:
     ceiling = busbw_ceiling("cuda", memory_clock_khz=2_619_000, bus_width_bits=5120)
-    seen = SizeResult("fp32", 1 << 26, 1 << 28, 3.0e-5, 3.2e-5, 9021.0, 9021.0)  # the H100's 9,021 GB/s
+    seen = SizeResult(
+        "fp32", 1 << 26, 1 << 28, 3.0e-5, 3.2e-5, 3.3e-5, 9021.0, 9021.0
+    )  # the H100's 9,021 GB/s
     assert "! above the 3,352 GB/s ceiling" in format_row(seen, True, ceiling)
-    real = SizeResult("fp32", 1 << 26, 1 << 28, 1.0e-3, 1.1e-3, 268.0, 402.0)
+    real = SizeResult("fp32", 1 << 26, 1 << 28, 1.0e-3, 1.1e-3, 1.2e-3, 268.0, 402.0)
     assert "!" not in format_row(real, True, ceiling)
     assert format_row(seen, False, ceiling).split()[-2:] == ["-", "-"]

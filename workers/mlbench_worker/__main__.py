@@ -109,6 +109,11 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         if ctx.is_main:
             wire.emit(reporter, wire.Environment(facts=fingerprint(ctx, ranks)))
         CLOCK.mark("environment")
+        if config.preflight is not None:
+            from mlbench_worker.preflight import run_preflight
+
+            run_preflight(ctx)  # raises PreflightFailed on every rank when the run stops for it
+            CLOCK.mark("preflight")
         outcome = train(ctx)
         ctx.mark_run_start()
         CLOCK.report(reporter, comm.rank)  # tasks without training steps: their start ends at run_start

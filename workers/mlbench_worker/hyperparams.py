@@ -32,6 +32,7 @@ MAX_STEPS = 10**9
 MAX_WARMUP_EPOCHS = 1e6  # after scaling (3a warms up over 3 x workers epochs)
 
 Optimizer = Literal["centralized_sgd", "centralized_adam", "power_sgd"]
+MAX_TIMING_WARMUP_STEPS = 100_000
 Aggregation = Literal["by_model", "by_layer"]
 AllReduceDtype = Literal["fp32", "fp16", "bf16"]
 
@@ -107,6 +108,14 @@ class TrainingHyperparameters(TaskHyperparameters):
     """What every training task's loop reads: its epoch limit and how often it reports."""
 
     report_every_steps: int = knob(10, "Steps between training-metric reports.", "tuning", ge=1, le=10**6)
+    timing_warmup_steps: int = knob(
+        20,
+        "First training steps left out of the step-time figures (autotuning, allocator growth, "
+        "first replays); they still count in the time to accuracy.",
+        "override",
+        ge=0,
+        le=MAX_TIMING_WARMUP_STEPS,
+    )
     stop_check_every_steps: int = knob(
         20, "Steps between the ranks' agreement on stopping.", "tuning", ge=1, le=10**6
     )
@@ -245,6 +254,13 @@ class LogReg(TrainingHyperparameters):
 
     TASK: ClassVar[str] = "2a"
 
+    timing_warmup_steps: int = knob(
+        50,
+        "First training steps left out of the step-time figures (micro-steps: more of them).",
+        "override",
+        ge=0,
+        le=MAX_TIMING_WARMUP_STEPS,
+    )
     batch_size: int = knob(128, "Samples per worker per step.", "override", ge=1, le=MAX_BATCH)
     max_epochs: int = knob(
         164, "Epochs before training stops without reaching the goal.", "override", ge=1, le=MAX_EPOCHS

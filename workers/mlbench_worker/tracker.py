@@ -4,8 +4,12 @@ A step stamps time as each phase ends (``record(phase)``) on a clock (``mlbench_
 ``perf_counter`` on CPU, CUDA events on GPU); a schedule (``mlbench_worker.stamp_schedule``) picks
 which batches are stamped where the stamps would weigh on a micro-step, and phase totals are then
 scaled by batches / stamped batches. ``Tracker.each_batch`` is the one way a batch starts: the
-training loop and the benchmarks iterate their loaders through it. Totals group phases as MLBench
-did (compute, communication, preprocess, metrics) next to the train and validation wall times.
+training loop and the benchmarks iterate their loaders through it. Every stamped batch after the
+task's warm-up (``warmup_steps``) is also a timed step (``phase_clock.TimedStep``): its duration
+from its start to the next batch's and its all-reduce seconds, a random sample of the run's steps
+where batches are sampled, which the loop reports and the results take their step time from.
+Totals group phases as MLBench did (compute, communication, preprocess, metrics) next to the train
+and validation wall times.
 This module imports no torch (the TensorFlow task uses it too).
 """
 
@@ -17,13 +21,13 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from mlbench_worker import wire
-from mlbench_worker.phase_clock import PhaseClock, make_clock
+from mlbench_worker.phase_clock import PhaseClock, TimedStep, make_clock
 from mlbench_worker.stamp_schedule import STAMP_COST_CUDA_S, STAMP_COST_S, Record, StampSchedule
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CATEGORIES", "PHASES", "Record", "Tracker"]
+__all__ = ["CATEGORIES", "PHASES", "Record", "TimedStep", "Tracker"]
 
 PHASES: tuple[str, ...] = (
     "batch_load",
@@ -62,9 +66,11 @@ class Tracker:
         sample_every: int | None = None,
         seed: int = 0,
         clock: PhaseClock | None = None,
+        warmup_steps: int = 0,
     ) -> None:
         """``sample_every``: stamp one batch in that many (1: all); None picks it from the step
-        time. ``clock``: the device's by default (tests pass one reading a scripted time)."""
+        time. ``clock``: the device's by default (tests pass one reading a scripted time).
+        ``warmup_steps``: the first batches, never timed steps."""
         cuda = device is not None and device.type == "cuda"
         self.clock = clock or make_clock("cuda" if cuda else "cpu", PHASES)
         self.schedule = StampSchedule(
@@ -79,6 +85,7 @@ class Tracker:
         self._mode_since: float | None = None
         self._mode: str | None = None
         self.batches = 0  # training batches started through ``each_batch``
+        self.warmup_steps = warmup_steps
 
     # -- per batch -----------------------------------------------------------------------------
     def each_batch(self, batches: Iterable[T]) -> Iterator[tuple[T, Record | None]]:
@@ -86,21 +93,30 @@ class Tracker:
         its work (so ``batch_load`` times the loader): ``record`` is the clock's on stamped
         batches and None on the others (a step guards each call, so an unstamped batch costs a
         branch per phase)."""
-        schedule = self.schedule
+        schedule, clock, warmup = self.schedule, self.clock, self.warmup_steps
         iterator = iter(batches)
         end = object()
-        while True:
-            start = next(schedule.starts)
-            record = start() if start else None
-            batch = next(iterator, end)
-            if batch is end:
+        try:
+            while True:
+                start = next(schedule.starts)
+                if start:
+                    number = self.batches + 1
+                    record = start(number if number > warmup else None)
+                else:
+                    clock.step_end()  # the previous batch's timed step, when it was one
+                    record = None
+                batch = next(iterator, end)
+                if batch is end:
+                    if record:
+                        clock.step_drop()
+                        schedule.unstamp()
+                    return
                 if record:
-                    schedule.unstamp()
-                return
-            if record:
-                record("batch_load")
-            self.batches += 1
-            yield batch, record  # type: ignore[misc]
+                    record("batch_load")
+                self.batches += 1
+                yield batch, record  # type: ignore[misc]
+        finally:  # the loop stopped early (max_time): its last step ended with it
+            clock.step_end()
 
     @property
     def stamped(self) -> int:
@@ -142,6 +158,7 @@ class Tracker:
         """Time that counts as neither training nor validation (warming up and capturing CUDA
         graphs: initialisation, as MLPerf counts it); the next phase is timed from the end."""
         mode = self._mode
+        self.clock.step_drop()  # a step that held a capture is not a step's time
         self._switch(None)
         start = time.perf_counter()
         try:
@@ -168,6 +185,10 @@ class Tracker:
         return self._val_s + self._running("validation")
 
     # -- results -------------------------------------------------------------------------------
+    def take_steps(self) -> list[TimedStep]:
+        """The timed steps (after the warm-up) resolved since the last call."""
+        return self.clock.take_steps()
+
     def phase_times(self) -> dict[str, float]:
         """Cumulative seconds per phase (estimated from the stamped batches when sampling)."""
         self.clock.resolve()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
@@ -37,13 +38,19 @@ RUN_STOP = "run_stop"
 RANK_FAILED = "rank_failed"
 ALLREDUCE_SWEEP = "allreduce_sweep"
 STARTUP = "startup"
+PREFLIGHT = "preflight"
 
 # --- metric names (telemetry's ``sys/`` series are in ``mlbench_worker.sysmetrics``) -------------
 
 TRAIN_LOSS = "train_loss"
 TRAIN_PREC1 = "train_Prec@1"
 LR = "lr"
-STEP_TIME = "step_time"
+STEP_TIME = "step_time"  # the mean step of the latest report window (live views)
+TIMED_STEP = "timed_step_s"  # one timed step after the warm-up: its seconds (step = its number)
+TIMED_STEP_COMM = "timed_step_comm_s"  # the same step's all-reduce seconds
+MODEL_FLOPS = "model_flops_per_step"  # one rank's training step (forward, loss, backward, optimizer)
+PROBE_ALLREDUCE = "preflight_allreduce_us"  # the pre-flight's one-element all-reduce, median (us)
+PROBE_GEMM = "gemm_tflops"  # the pre-flight's matrix-multiply probe, median (TFLOP/s)
 TIME_TRAIN = "time_train"
 TIME_VALIDATION = "time_validation"
 TIME_COMPUTE = "time_compute"
@@ -58,12 +65,18 @@ VAL_GLOBAL_PERPLEXITY = "val_global_Perplexity"
 VAL_GLOBAL_BLEU = "val_global_BLEU-Score"
 VAL_PREFIX = "val_"  # every validation metric's
 ALLREDUCE_PREFIX = "allreduce_"
+ALLREDUCE_ITERATION = "iteration_s"  # task 0a: one timed repetition's latency (many per size)
 PHASE_PREFIX = "phase_"
 METRIC_NAMES = (
     TRAIN_LOSS,
     TRAIN_PREC1,
     LR,
     STEP_TIME,
+    TIMED_STEP,
+    TIMED_STEP_COMM,
+    MODEL_FLOPS,
+    PROBE_ALLREDUCE,
+    PROBE_GEMM,
     TIME_TRAIN,
     TIME_VALIDATION,
     *TRACKER_TOTALS,
@@ -174,6 +187,7 @@ BATCHES: dict[str, type[Batch]] = {"metrics": MetricBatch, "logs": LogBatch, "ev
 # --- event payloads ----------------------------------------------------------------------------
 
 Status = Literal["success", "aborted", "failed"]
+CheckStatus = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("success", "aborted", "failed")
 P = TypeVar("P", bound="Payload")
 
@@ -343,6 +357,7 @@ STARTUP_PHASES = (
     "device",
     "rendezvous",
     "environment",
+    "preflight",
     "data",
     "lazy_imports",
     "model",
@@ -366,6 +381,48 @@ class Startup(Payload):
     phases: Mapping[str, float] = field(default_factory=dict)  # not a number of seconds: left out
 
 
+@dataclass(frozen=True, kw_only=True)
+class PreflightCheck(Payload):
+    """One pre-flight check on one rank: its name, ``pass``/``warn``/``fail``/``skip``, what it
+    found in words, and its measured and expected figure where it has them."""
+
+    name: str = ""
+    status: CheckStatus = "skip"
+    detail: str = ""
+    value: float | None = None
+    expected: float | None = None
+    unit: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preflight(Payload):
+    """A rank's pre-flight before training: its checks, and whether the run was stopped for them."""
+
+    KIND: ClassVar[str] = PREFLIGHT
+    rank: int | None = None
+    device: str | None = None
+    checks: tuple[PreflightCheck, ...] = ()
+    stopped: bool = False
+    seconds: float | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        doc = super().to_payload()
+        doc["checks"] = [c.to_payload() for c in self.checks]
+        return doc
+
+    @classmethod
+    def from_payload(cls, doc: Mapping[str, Any]) -> Preflight:
+        """As ``Payload.from_payload``; checks that are not objects are left out."""
+        read = super().from_payload({k: v for k, v in doc.items() if k != "checks"})
+        raw = doc.get("checks")
+        checks = (
+            tuple(PreflightCheck.from_payload(c) for c in raw if isinstance(c, Mapping))
+            if isinstance(raw, list)
+            else ()
+        )
+        return dataclasses.replace(read, checks=checks)
+
+
 EVENTS: dict[str, type[Payload]] = {
     cls.KIND: cls
     for cls in (
@@ -380,6 +437,7 @@ EVENTS: dict[str, type[Payload]] = {
         RankFailed,
         AllreduceSweep,
         Startup,
+        Preflight,
     )
 }
 
@@ -469,10 +527,12 @@ def _read_data(value: Any, config: Mapping[str, Any]) -> DataConfig:
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError("'data' must be an object")
-    options = value.get("options") or {}
+        raise ConfigError(f"'data' must be an object, got {value!r}")
+    options = value.get("options")
+    if options is None:
+        options = {}
     if not isinstance(options, Mapping):
-        raise ConfigError("'data.options' must be an object")
+        raise ConfigError(f"'data.options' must be an object, got {options!r}")
     data = read(DataConfig, {k: v for k, v in value.items() if k != "options"}, strict=True, where="data.")
     return dataclasses.replace(
         data,
@@ -486,6 +546,47 @@ def _read_hyperparameters(value: Any, config: Mapping[str, Any]) -> TaskHyperpar
     if value is not None and not isinstance(value, Mapping):
         raise ConfigError("'hyperparameters' must be an object")
     return parse_hyperparameters(config["task"], dict(value or {}))
+
+
+OnFailure = Literal["stop", "warn"]
+ON_FAILURE: tuple[str, ...] = get_args(OnFailure)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a pre-flight probe should measure on one machine class (a GPU model, or ``cpu: MODEL
+    xN``): the expected value and the band (a fraction of it) a healthy machine stays within."""
+
+    machine: str  # "*": the spec's own limit, for any machine
+    figure: str  # PROBE_ALLREDUCE or PROBE_GEMM
+    value: float
+    band: float | None = None
+    source: str = ""
+    limit: bool = False  # a hard limit: any figure worse than it fails
+
+
+def machine_matches(device_name: str, model: str) -> bool:
+    """Whether ``device_name`` is of GPU ``model`` (the ranks' pre-flight and the engine's
+    reference rows share the rule): every word of the model is a word of the
+    name (``NVIDIA H100 80GB HBM3`` is an ``H100``; an ``L40S`` is not an ``L4``)."""
+    words = set(re.split(r"[\s_-]+", device_name.upper()))
+    return set(re.split(r"[\s_-]+", model.upper())) <= words
+
+
+def device_class(device_name: str, models: Iterable[str]) -> str | None:
+    """The most specific of ``models`` that ``device_name`` is (``A100-80GB`` over ``A100``)."""
+    fits = [m for m in models if machine_matches(device_name, m)]
+    return max(fits, key=len) if fits else None
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    """The checks a rank runs before training, and what a failed one does: ``stop`` the run with
+    its reason, or ``warn`` and train anyway. ``expectations``: the probes' expected values per
+    machine class (the reference table's rows, and the spec's own limits first)."""
+
+    on_failure: OnFailure = "stop"
+    expectations: tuple[Expectation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -517,6 +618,7 @@ class WorkerConfig:
     rank_env: dict[str, str] = field(default_factory=dict)
     """Variables that load code (``env_settings.CODE_LOADING``) the spec opted in to: the rank
     starts again with them before its imports, so its launcher never runs with them."""
+    preflight: PreflightConfig | None = None  # None: no pre-flight
 
     def check(self) -> None:
         if self.implementation.cuda_graphs and self.device != "cuda":

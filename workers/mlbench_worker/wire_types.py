@@ -204,7 +204,9 @@ def _as(value: Any, hint: Any, key: str, strict: bool) -> Any:
             return _DEFAULT
         item = get_args(hint)[0] if get_args(hint) else Any
         items = [_convert(v, item, f"{key}[{i}]", strict) for i, v in enumerate(value)]
-        return items if strict or _DEFAULT not in items else _DEFAULT
+        if not strict and _DEFAULT in items:
+            return _DEFAULT
+        return tuple(items) if origin is tuple else items
     return value
 
 

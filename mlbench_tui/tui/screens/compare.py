@@ -1,11 +1,13 @@
-"""Compare runs side by side: time to accuracy, speedup, efficiency, comm share, cost.
+"""Compare runs side by side: time to accuracy, speedup, efficiency, comm share, cost, history.
 
 Per run, figures come from the result summary the engine stores with each finished run; speedup
 is against a baseline run (the fewest workers that reached the goal, or the one chosen with
 ``b``). Below, runs of the same configuration are scored over their repeats with the olympic
 mean (``mlbench_tui.results.scoring``), as MLPerf does. Beside, two terminal charts draw the
 report's own figure data (``mlbench_tui.report``): speedup against workers per backend, and the
-all-reduce bus bandwidth curves of compared 0a runs. ``R`` writes the report of the compared runs.
+all-reduce bus bandwidth curves of compared 0a runs. Below them, each compared configuration's
+history (``mlbench results --history``): its runs over time, with the versions each recorded.
+``R`` writes the report of the compared runs.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.formatting import format_duration, format_money
+from mlbench_tui.formatting import format_duration, format_money, without_empty
 from mlbench_tui.report.figure import Figure, Panel
 from mlbench_tui.report.inputs import RunRecord, read_series, sweeps, training
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
+from mlbench_tui.results.history import HistoryEntry, configuration, histories, history_rows
+from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.table import value_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
+from mlbench_tui.server.client import MlbenchClient
+from mlbench_tui.server.current_results import current_result
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import Backoff, sleep_until
@@ -162,13 +168,39 @@ def chart_lines(figures: list[Figure], panel_title: str) -> list[tuple[str, list
     return lines
 
 
-class CompareData(Message):
-    """The compared runs, with the metrics of their all-reduce sweeps (fetched once each)."""
+def history_renderable(entries: list[HistoryEntry]) -> Any:
+    """Each compared configuration's history (``results.history``): its runs over time with their
+    step time, verdicts and versions, and what changed since the run before."""
+    groups = histories(entries)
+    if not groups:
+        return Text("")
+    parts: list[Any] = []
+    for (spec, stem, machine), members in groups.items():
+        rows = without_empty(history_rows(members), ("WHEN", "RUN", "STATE"))
+        title = f"History of {stem} (spec {spec}) on {machine}: {len(members)} run(s)"
+        table = Table(title=title, title_justify="left", expand=True)
+        for column in rows[0]:
+            table.add_column(column.lower())
+        for row in rows:
+            table.add_row(*row.values())
+        parts.append(table)
+    return _stack(*parts)
 
-    def __init__(self, runs: list[RunInfo], sweeps: dict[str, dict[str, tuple[MetricPoint, ...]]]) -> None:
+
+class CompareData(Message):
+    """The compared runs, with the metrics of their all-reduce sweeps (fetched once each) and the
+    history of their configurations."""
+
+    def __init__(
+        self,
+        runs: list[RunInfo],
+        sweeps: dict[str, dict[str, tuple[MetricPoint, ...]]],
+        history: list[HistoryEntry] | None = None,
+    ) -> None:
         super().__init__()
         self.runs = runs
         self.sweeps = sweeps
+        self.history = history or []
 
 
 class CompareScreen(Screen[None]):
@@ -190,6 +222,8 @@ class CompareScreen(Screen[None]):
         self.charted = False  # the charts hold the latest data (tests wait for it)
         self.report_path: Path | None = None  # the last report R wrote
         self.unshown: list[str] = []  # the charts left out, and why
+        self.history: list[HistoryEntry] = []  # the compared configurations' runs over time
+        self._finished: dict[str, RunResult] = {}  # an ended run's result with today's figures
 
     @property
     def mlbench(self) -> Shell:
@@ -236,14 +270,31 @@ class CompareScreen(Screen[None]):
             for run in wanted:  # a finished sweep's curves do not change: fetch them once
                 if run.id not in sweeps and run.goal is None and run.state.is_terminal():
                     sweeps[run.id] = read_series(client, run.id, rank=0, points=None)
-            self.post_message(CompareData(wanted, sweeps))
+            self.post_message(CompareData(wanted, sweeps, self._history(client, runs, wanted)))
             going = any(r.state.value in ("running", "pending") for r in wanted)
             sleep_until(time.monotonic() + (2.0 if going else 10.0), lambda: worker.is_cancelled)
+
+    def _history(
+        self, client: MlbenchClient, runs: list[RunInfo], wanted: list[RunInfo]
+    ) -> list[HistoryEntry]:
+        """Every finished run of the compared runs' configurations (an ended run's result is read
+        once, with the figures an older version did not store)."""
+        keys = {configuration(r.known_result()) for r in wanted}
+        entries = []
+        for run in runs:
+            ended = run.state.is_terminal() and run.result is not None
+            if not ended or configuration(run.known_result()) not in keys:
+                continue
+            if run.id not in self._finished:
+                self._finished[run.id] = current_result(client, run) or run.known_result()
+            entries.append(HistoryEntry(run.created, self._finished[run.id]))
+        return entries
 
     def on_compare_data(self, message: CompareData) -> None:
         message.stop()
         self.runs = {r.id: r for r in message.runs}
         self.sweeps = message.sweeps
+        self.history = message.history
         self._rebuild()
         self._chart()
 
@@ -280,7 +331,7 @@ class CompareScreen(Screen[None]):
             note.append(f"\n{line}", style="grey50")
         sweep = sweep_table(ordered, self.sweeps)
         parts = (note, sweep) if sweep is not None else (note, config_table(ordered))
-        self.query_one("#configs", Static).update(_stack(*parts))
+        self.query_one("#configs", Static).update(_stack(*parts, history_renderable(self.history)))
 
     def _chart(self) -> None:
         """Draw the report's speedup and bus bandwidth lines of the compared runs."""

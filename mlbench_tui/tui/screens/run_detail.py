@@ -20,7 +20,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from mlbench_tui.errors import MlbenchError
-from mlbench_tui.results.ranks import RANK_METRICS
+from mlbench_tui.results.ranks import RANK_METRICS, settle_ranks
 from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, MetricName, RanksLatest, RunDetail
 from mlbench_tui.tui import rank_telemetry, run_charts
@@ -197,6 +197,8 @@ class RunDetailScreen(RunLogsActions):
             view.host = rank.host or rank.pod or view.host
         for r in range(run.workers):
             self.ranks.setdefault(r, RankView(r))
+        if run.result is not None:
+            settle_ranks(self.ranks, run.result.step_time)
         if run.result is not None and run.result.telemetry is not None:
             for figures in run.result.telemetry.ranks:
                 view = self.ranks.setdefault(figures.rank, RankView(figures.rank))

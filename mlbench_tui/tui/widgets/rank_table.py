@@ -198,10 +198,11 @@ class RankTable(Vertical):
         comm = spread({r.rank: r.comm_share for r in ranks})
         busy = spread({r.rank: r.busy for r in ranks})
         if step is not None:
+            final = all(r.final for r in ranks if r.step_time is not None)
             text.append("step time ", style="bold")
-            text.append(
-                f"p50 {_ms(step.p50)}  p90 {_ms(step.p90)}  max {_ms(step.max)} (r{step.max_rank})   "
-            )
+            text.append(f"p50 {_ms(step.p50)}  p90 {_ms(step.p90)}  max {_ms(step.max)} (r{step.max_rank}) ")
+            label = "[median of timed steps]   " if final else "[latest report window]   "
+            text.append(label, style="grey50")
         if comm is not None:
             text.append("comm ", style="bold")
             text.append(

@@ -17,7 +17,7 @@ from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_mon
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.report.environment import readable, readable_fingerprint
-from mlbench_tui.results.table import allreduce_text, checks_lines, telemetry_lines, value_text
+from mlbench_tui.results.table import allreduce_text, checks_lines, step_line, telemetry_lines, value_text
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -120,6 +120,9 @@ def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wir
             ("best / last", f"{_num(result.best_value)} / {_num(result.last_value)}"),
             ("wall time", format_duration(result.wall_time_s, unknown="—")),
         ]
+        step = step_line(result)
+        if step is not None:
+            rows.append(("step time", step))
         if result.graph_capture_s is not None:
             capture = format_duration(result.graph_capture_s)
             rows.append(("graph capture", f"{capture} (not in the time to accuracy)"))

@@ -5,8 +5,11 @@ Sizes are the unique integers of ``np.logspace(sizes_min_exp, sizes_max_exp, num
 largest size), ``warmup`` untimed all-reduces, a barrier, then ``repetitions`` timed all-reduces.
 A repetition's latency is the slowest rank's (the collective is done when the last rank is), and
 the reported bandwidths use the median latency: algbw = bytes / latency, busbw = algbw * 2(n-1)/n
-(nccl-tests' definition), in GB/s (1e9 bytes). Metrics: ``allreduce_<dtype>_latency_p50`` and
-``_latency_p99`` (seconds), ``_algbw`` and ``_busbw``, each with ``step`` = size in elements.
+(nccl-tests' definition), in GB/s (1e9 bytes). Metrics: ``allreduce_<dtype>_latency_p50``,
+``_latency_p99`` and ``_latency_max`` (seconds), ``_algbw`` and ``_busbw``, each with ``step`` =
+size in elements, and every timed repetition's latency after the warm-up as
+``allreduce_<dtype>_iteration_s`` (one value per repetition at that step, as nccl-tests' ``-I``
+records each iteration), so a comparison of two sweeps rests on the repetitions themselves.
 
 One rank moves no data: its all-reduce time is launch and synchronisation only, so a world of
 one reports latency and no bandwidth. A bandwidth above the rank's plausibility ceiling
@@ -28,7 +31,7 @@ from mlbench_worker.comm import Comm
 from mlbench_worker.context import RunContext
 from mlbench_worker.faults import maybe_inject_fault
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.wire import AllreduceSweep, RunStart, allreduce_metric, emit
+from mlbench_worker.wire import ALLREDUCE_ITERATION, AllreduceSweep, RunStart, allreduce_metric, emit
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -101,8 +104,10 @@ class SizeResult:
     nbytes: int
     latency_p50: float
     latency_p99: float
+    latency_max: float
     algbw: float
     busbw: float
+    latencies: tuple[float, ...] = ()  # every timed repetition, in order
 
 
 def _synchronizer(device: torch.device) -> Callable[[], None]:
@@ -147,7 +152,9 @@ def measure(
     p99 = float(np.percentile(latencies, 99))
     nbytes = size * buffer.element_size()
     algbw = nbytes / p50 / 1e9 if p50 > 0 else float("inf")
-    return SizeResult(dtype_name, size, nbytes, p50, p99, algbw, bus_bandwidth(algbw, comm.world_size))
+    busbw = bus_bandwidth(algbw, comm.world_size)
+    every = tuple(float(x) for x in latencies)
+    return SizeResult(dtype_name, size, nbytes, p50, p99, float(latencies.max()), algbw, busbw, every)
 
 
 def format_row(result: SizeResult, moves_data: bool, ceiling: Ceiling) -> str:
@@ -217,6 +224,12 @@ def run(ctx: RunContext) -> Outcome:
                 ctx.reporter.metric(
                     allreduce_metric(dtype_name, "latency_p99"), result.latency_p99, step=size
                 )
+                ctx.reporter.metric(
+                    allreduce_metric(dtype_name, "latency_max"), result.latency_max, step=size
+                )
+                iteration = allreduce_metric(dtype_name, ALLREDUCE_ITERATION)
+                for latency in result.latencies:
+                    ctx.reporter.metric(iteration, latency, step=size)
                 if moves_data:
                     ctx.reporter.metric(allreduce_metric(dtype_name, "algbw"), result.algbw, step=size)
                     ctx.reporter.metric(allreduce_metric(dtype_name, "busbw"), result.busbw, step=size)

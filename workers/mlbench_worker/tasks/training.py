@@ -179,7 +179,17 @@ class MetricWindow:
         reporter.metric(wire.LR, self.trainer.lr, step=step, epoch=epoch)
         spent = now - self.since - (self.tracker.aside_s - self.aside_s)  # graph capture is not a step
         reporter.metric(wire.STEP_TIME, spent / max(1, self.steps), step=step, epoch=epoch)
+        report_timed_steps(self.ctx, self.tracker, epoch)
         self.reset(now)
+
+
+def report_timed_steps(ctx: LoopContext, tracker: Tracker, epoch: int) -> None:
+    """Each timed step resolved since the last report: its seconds and its all-reduce seconds
+    (``timed_step_s``, ``timed_step_comm_s``), at its own step number."""
+    reporter = ctx.reporter
+    for timed in tracker.take_steps():
+        reporter.metric(wire.TIMED_STEP, timed.seconds, step=timed.step, epoch=epoch)
+        reporter.metric(wire.TIMED_STEP_COMM, timed.comm_s, step=timed.step, epoch=epoch)
 
 
 class TrainingLoop:
@@ -261,7 +271,8 @@ class TrainingLoop:
         step = self.step
         maybe_inject_fault(self.ctx.rank, step)
         self.trainer.before_step(step)
-        self.window.add(self.train_step(batch, record))
+        first = step == 0 and self.graphs is None
+        self.window.add(self.counted_step(batch) if first else self.train_step(batch, record))
         self.step = step = step + 1
         if not CLOCK.reported:
             self.first_step_done()
@@ -270,6 +281,22 @@ class TrainingLoop:
         if self.stop.has_time_limit and step % self.check_every == 0:
             return self.stop.decide()
         return Stop.CONTINUE
+
+    def counted_step(self, batch: Any) -> Any:
+        """The first step, its model FLOPs counted by torch's FLOP counter (``model_flops_per_step``,
+        one rank's step: the ops it has formulas for, matrix products and convolutions). Counting
+        costs a few steps' time, so the step is set aside like a graph capture: neither a timed
+        step nor training time (it is in the warm-up either way). Other frameworks: no count."""
+        if self.ctx.config.framework != "pytorch":
+            return self.train_step(batch, None)
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+        except ImportError:  # an older torch: no count
+            return self.train_step(batch, None)
+        with self.tracker.aside(), FlopCounterMode(display=False) as counter:
+            result = self.trainer.train_step(batch, None)
+        self.ctx.reporter.metric(wire.MODEL_FLOPS, float(counter.get_total_flops()), step=1)
+        return result
 
     def first_step_done(self) -> None:
         """The rank's start ends with its first step (the device's work included): capture, when
@@ -343,6 +370,7 @@ class TrainingLoop:
         reporter, step = self.ctx.reporter, self.step
         for name, value in self.tracker.totals().items():
             reporter.metric(name, value, step=step, epoch=epoch)
+        report_timed_steps(self.ctx, self.tracker, epoch)  # the totals resolved the last ones
         peak = self.trainer.memory_peak_gib()
         if peak is not None:
             reporter.metric(wire.GPU_MEMORY_PEAK_GIB, peak, step=step, epoch=epoch)
@@ -382,5 +410,6 @@ def run_training(
     ctx: LoopContext, trainer: LoopTrainer, *, max_epochs: int, tracker: Tracker | None = None
 ) -> Outcome:
     """Train until the goal, ``max_time`` or ``max_epochs``; every rank returns the same outcome."""
-    tracker = tracker or Tracker(ctx.device, seed=ctx.config.seed * 1009 + ctx.rank)
+    warmup = ctx.hyperparameters(hps.TrainingHyperparameters).timing_warmup_steps
+    tracker = tracker or Tracker(ctx.device, seed=ctx.config.seed * 1009 + ctx.rank, warmup_steps=warmup)
     return TrainingLoop(ctx, trainer, tracker).run(max_epochs)

@@ -1,0 +1,91 @@
+"""A stored result brought up to today's definitions where an older version stored less.
+
+The server computes a run's result once, when it ends; a result stored before per-step timing,
+the declared warm-up, the 0a sweep shape or the configuration digest existed lacks those figures.
+``current_result`` fills them from what the store still holds (the run's plan and its stored step
+series, read through any ``RunReader``: the HTTP client or the store file), so ``status``,
+``compare``, ``results --history``, the TUI and the report show one step-time definition for old
+and new runs alike: an old run's step time then rests on its report windows after the warm-up,
+and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from mlbench_tui.plan import RunPlan
+from mlbench_tui.results.flops import flop_figures
+from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.reference import machine_class
+from mlbench_tui.results.step_time import STEP_SERIES, step_time_figures
+from mlbench_tui.results.summary import batch_size, config_digest, sweep_shape, warmup_steps
+from mlbench_tui.results.time_to_accuracy import MetricPoint
+from mlbench_tui.server.paging import all_metrics
+from mlbench_tui.spec.reference_table import table as reference_table
+from mlbench_tui.store.api_models import RunDetail, RunInfo
+
+if TYPE_CHECKING:
+    from mlbench_tui.store.read_api import RunReader
+
+
+def run_plan(run: RunDetail) -> RunPlan | None:
+    """The run's stored plan (None for a run registered without a valid one)."""
+    try:
+        return RunPlan.model_validate(run.plan)
+    except ValidationError:
+        return None
+
+
+def needs_refresh(result: RunResult) -> bool:
+    """Whether ``result`` was stored by a version without today's step-time, sweep or
+    configuration figures."""
+    no_step_time = result.step_time is None and result.step_time_note is None and result.task != "0a"
+    return no_step_time or not result.config_digest or (result.task == "0a" and result.sweep is None)
+
+
+def refreshed(run: RunDetail, points: Iterable[MetricPoint] = ()) -> RunResult:
+    """``run``'s stored result (it must have one) with the figures its version did not store,
+    derived from its plan and ``points`` (its step series; an export's metrics will do)."""
+    assert run.result is not None
+    result = run.result.model_copy(update={"run_id": run.id})
+    plan = run_plan(run)
+    if plan is None or not needs_refresh(result):
+        return result
+    updates: dict[str, Any] = {}
+    warmup = warmup_steps(plan)
+    if warmup is not None and result.step_time is None:
+        figures = step_time_figures(points, warmup)
+        if figures is not None:
+            updates.update(step_time=figures, step_time_s=figures.median_s)
+    if result.sweep is None:
+        updates["sweep"] = sweep_shape(plan)
+    if result.batch_size is None:
+        updates["batch_size"] = batch_size(plan)
+    if not result.config_digest:
+        updates["config_digest"] = config_digest(plan)
+    updated = result.model_copy(update=updates)
+    if updated.flops is None:  # the step against its one-graph floor, where the machine has one
+        updated.flops = flop_figures(updated, None, machine_class(updated), reference_table())
+    return updated
+
+
+def current_result(reader: RunReader, run: RunInfo) -> RunResult | None:
+    """``run``'s stored result with the figures its version did not store, derived from its plan
+    and its stored step series (both read only when needed: a listed run's result of this version
+    costs no request); None for a run without a result."""
+    if run.result is None:
+        return None
+    if not needs_refresh(run.result):
+        return run.known_result()
+    detail = run if isinstance(run, RunDetail) else reader.get_run(run.id)
+    stored = detail.result
+    if stored is None:
+        return None
+    points: list[MetricPoint] = []
+    if stored.step_time is None and stored.task != "0a":
+        names = list(STEP_SERIES)
+        points = all_metrics(lambda batch, since: reader.metrics(detail.id, names=batch, since=since), names)
+    return refreshed(detail, points)
