@@ -141,6 +141,19 @@ COMMANDS: dict[str, Usage] = {
         ),
         RUN_EXITS,
     ),
+    "compare": Usage(
+        (
+            "mlbench compare label:commit=abc label:commit=def  # two commits' runs, figure by figure",
+            "mlbench compare base.zip specs/quickstart.yaml     # an exported archive against a spec",
+            "mlbench compare BASE CAND --fail-on-regression 5   # exit 1 on a 5% regression (CI)",
+            "mlbench compare BASE CAND -o json --seed 7         # as JSON, another bootstrap seed",
+        ),
+        (
+            OK,
+            "1  (--fail-on-regression) a figure regressed by more than PCT percent; or a side matches no run",
+            "2  a bad option or argument, or a side with no succeeded run to compare",
+        ),
+    ),
     "export": Usage(
         (
             "mlbench export quickstart-gloo-2w --out run.zip           # spec, metrics, logs, result, MLLOG",

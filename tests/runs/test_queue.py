@@ -83,6 +83,7 @@ def queued(apply: subprocess.Popen[str]) -> dict[str, Any]:
     now = until(ready)
     assert now["queue-gloo-2w"]["labels"]["mlbench.io/queued-by"].endswith(f":{apply.pid}")
     assert now["queue-gloo-2w"]["handle"] is None
+    assert now["queue-gloo-2w"]["owner"]["pid"] == apply.pid  # owned: a second apply cannot queue it too
     table = mlbench("status").stdout
     line = next(line for line in table.splitlines() if "queue-gloo-2w" in line)
     assert "pending" in line and f"queued by apply (pid {apply.pid})" in line
