@@ -2,9 +2,10 @@
 
 Applies one multi-document spec in a throw-away ``MLBENCH_HOME``, two gloo ranks each, every
 configuration ``--repeats`` times (3 by default) with the pre-flight on: task 0a (a small sweep
-from one element), task 1a at the quick start's settings (batch 64 per rank) and task 2a (batch
-128 per rank), on synthetic data to their light goals. Then prints the rows of
-``mlbench_tui/spec/reference.csv`` the succeeded runs give, ready to add: per figure (time to
+from one element), task 1a at the quick start's settings (batch 64 per rank), task 1b on 32x32
+synthetic images (batch 16 per rank: ResNet-50 at ImageNet's 224x224 takes seconds a step on a
+CPU core) and task 2a (batch 128 per rank), on synthetic data to their light goals. Then prints
+the rows of ``mlbench_tui/spec/reference.csv`` the succeeded runs give, ready to add: per figure (time to
 accuracy, step time, 0a's smallest-size latency and peak bus bandwidth, the pre-flight's GEMM
 rate and one-element all-reduce) the median of the repeats with their coefficient of variation
 (``spread``, ``repeats``) and the widest within-run spread (``step_spread``), which is what the
@@ -56,6 +57,23 @@ spec:
   hardware: {{cpu: "1"}}
   data: {{source: synthetic, options: {{train_samples: 2048, val_samples: 512}}}}
   hyperparameters: {{batch_size: 64}}
+  repeats: {repeats}
+  preflight: on
+---
+apiVersion: mlbench/v1
+kind: Benchmark
+metadata: {{name: cpu-1b}}
+spec:
+  task: 1b
+  goal: light
+  max_time: 10m
+  workers: 2
+  backend: gloo
+  hardware: {{cpu: "1"}}
+  data:
+    source: synthetic
+    options: {{train_samples: 256, val_samples: 64, image_size: 32, num_classes: 10}}
+  hyperparameters: {{batch_size: 16, lr: 0.05}}
   repeats: {repeats}
   preflight: on
 ---

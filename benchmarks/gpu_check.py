@@ -1,7 +1,9 @@
-"""One command that checks a GPU machine: gpu_step, the GPU-only tests and gpu_suite in a budget.
+"""One command that checks a GPU machine: gpu_step (tasks 1a and 1b), the GPU-only tests and
+gpu_suite in a budget.
 
 The parts run one after the other, each as its own process with its share of the budget (at
-most: gpu_step 16%, the tests marked ``gpu`` 14%; gpu_suite what is left); a part that overruns
+most: gpu_step 16% for 1a and 12% for 1b's shorter rounds, the tests marked ``gpu`` 14%; gpu_suite
+what is left); a part that overruns
 its share is stopped and the summary says so. When the tests find that ranks forked by a warm
 start cannot use the GPU, gpu_suite starts its ranks cold (``MLBENCH_WARM_START=0``), so one
 check still measures the machine. Their output streams through; then one summary:
@@ -46,6 +48,8 @@ STEP_SHARE, TESTS_SHARE = 0.16, 0.14  # caps: on an H200 they took 49.6 s and 18
 # the tests gained two forked nccl runs)
 WARM_GPU_TEST = "test_forked_ranks_use_cuda_and_nccl"  # the gpu test of warm starts (forked ranks)
 STEP_ARGS = ["--rounds", "3", "--steps", "30"]  # gpu_step's medians from fewer, shorter rounds
+STEP_1B_SHARE = 0.12  # a cap (unused seconds go to gpu_suite): ResNet-50 at 224x224, fewer, smaller rounds
+STEP_1B_ARGS = ["--task", "1b", "--rounds", "2", "--steps", "10", "--batch", "64"]
 SUITE_MARGIN_S = 15.0  # gpu_suite's own budget stops this much before its hard stop
 GPU_MARK = "@pytest.mark.gpu"
 TAIL_LINES = 14  # gpu_step's last lines (its table and ratios) kept for the summary
@@ -135,11 +139,17 @@ def gpu_test_files(root: Path = ROOT) -> list[str]:
 
 def parts(smoke: bool, figures: Path) -> list[Part]:
     step = ["-m", "benchmarks", "gpu_step", *(["--smoke"] if smoke else STEP_ARGS)]
+    step_1b = ["-m", "benchmarks", "gpu_step", *(["--smoke", "--task", "1b"] if smoke else STEP_1B_ARGS)]
     tests = ["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *gpu_test_files()]
     suite = ["-m", "benchmarks", "gpu_suite", "--json", str(figures)]
     if smoke:
         suite += ["--device", "cpu", "--smoke"]
-    return [Part("gpu_step", step), Part("gpu tests", tests), Part("gpu_suite", suite)]
+    return [
+        Part("gpu_step", step),
+        Part("gpu_step 1b", step_1b),
+        Part("gpu tests", tests),
+        Part("gpu_suite", suite),
+    ]
 
 
 def forked_ranks_failed(tests: Part) -> bool:
@@ -182,14 +192,14 @@ def summary(all_parts: Sequence[Part], figures: SuiteFigures | None, budget: flo
         "",
         f"GPU check: {'FAILED: ' + ', '.join(failed) if failed else 'passed'} "
         f"({took:.0f} s of a {budget:.0f} s budget)",
-        f"  {'part':<10} {'status':<28} {'seconds':>7}",
+        f"  {'part':<11} {'status':<28} {'seconds':>7}",
     ]
-    lines += [f"  {p.name:<10} {p.status:<28} {p.seconds:7.1f}" for p in all_parts]
+    lines += [f"  {p.name:<11} {p.status:<28} {p.seconds:7.1f}" for p in all_parts]
     if any(p.env and p.env.get("MLBENCH_WARM_START") == "0" for p in all_parts):
         lines.append("  gpu_suite started its ranks cold: forked ranks failed in the gpu tests (above)")
-    step = next(p for p in all_parts if p.name == "gpu_step")
-    if step.tail:
-        lines += ["  last lines of gpu_step:", *(f"    {line}" for line in step.tail)]
+    for step in (p for p in all_parts if p.name.startswith("gpu_step")):
+        if step.tail:
+            lines += [f"  last lines of {step.name}:", *(f"    {line}" for line in step.tail)]
     return "\n".join(lines + reference_row(figures))
 
 
@@ -215,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mlbench-gpu-check-") as tmp:
         figures_path = Path(tmp) / "suite.json"
         todo = parts(args.smoke, figures_path)
-        step, tests, suite = todo
+        step, step_1b, tests, suite = todo
         run_part(step, STEP_SHARE * args.budget)
+        run_part(step_1b, STEP_1B_SHARE * args.budget)
         if importlib.util.find_spec("pytest") is None:
             tests.status = "FAILED: pytest not installed"  # bring its wheels (pytest, pluggy, iniconfig)
         else:

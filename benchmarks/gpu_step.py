@@ -1,16 +1,21 @@
-"""ResNet-20 training step on one GPU: plain PyTorch vs the worker runtime, eager and CUDA graphs.
+"""Task 1a's (ResNet-20) or 1b's (ResNet-50) training step on one GPU: plain PyTorch vs the
+worker runtime, eager and CUDA graphs.
 
-Goals (issue 17): ours eager at least as fast as a plain eager loop doing the same work (ratio
-plain / ours >= 1.0), and ours with ``cuda_graphs`` within 1.25x of a plain loop captured whole
-in one CUDA graph, the floor (ratio floor / ours >= 0.8). Every side trains ResNet-20 at batch
-128 on the same synthetic CIFAR-10 resident on the GPU with the same on-device augmentation,
-SGD (momentum 0.9, nesterov, weight decay 1e-4), in fp32 (NCHW) and bf16 autocast
-(channels_last), one rank:
+Goals (issues 17 and 41): ours eager at least as fast as a plain eager loop doing the same work
+(ratio plain / ours >= 1.0), and ours with ``cuda_graphs`` within 1.25x of a plain loop captured
+whole in one CUDA graph, the floor (ratio floor / ours >= 0.8). Every side trains the task's model
+on the same synthetic data resident on the GPU, SGD with momentum 0.9, one rank. 1a: ResNet-20 at
+batch 128 on CIFAR-10 with the same on-device augmentation, Nesterov, weight decay 1e-4, fp32
+(NCHW) and bf16 autocast (channels_last). 1b: ResNet-50 v1.5 at batch 128 (``--batch``) on
+224x224 images (``--image-size``) made by task 1b's synthetic data code, weight decay 1e-4, label
+smoothing 0.1, fp32 and bf16, both channels_last (1b's layout); its plain loop runs
+torchvision's ``resnet50`` where torchvision imports, else the same architecture built by the
+project (the table says which).
 
 - ``plain eager``: the textbook loop (``zero_grad``, forward, loss, backward, ``torch.optim.SGD``
   with its defaults, which are foreach on a GPU).
 - ``plain graph``: the same step captured whole in one CUDA graph (torch's recipe), the floor.
-- ``ours eager``: task 1a's trainer driven like ``run_training`` drives it (tracker events for
+- ``ours eager``: the task's trainer driven like ``run_training`` drives it (tracker events for
   every phase, the LR hook, the metric window read every 10 steps).
 - ``ours graphs``: the same through ``GraphedStep`` (one graph per phase, events between them).
 
@@ -20,7 +25,8 @@ machine without an NVIDIA GPU it says so and exits 0.
 
 ``--smoke`` runs every side's code on the CPU in seconds (captures through ``ReplayCapture``).
 
-    python -m benchmarks gpu_step [--rounds 5] [--steps 50] [--batch 128] [--smoke]
+    python -m benchmarks gpu_step [--task 1a|1b] [--rounds 5] [--steps 50] [--batch 128]
+        [--image-size 224] [--smoke]
 """
 
 from __future__ import annotations
@@ -38,10 +44,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "workers")]
 
+from benchmarks import resnet50_step  # noqa: E402
 from benchmarks.resnet20_step import REPORT_EVERY, build_trainer, cycle, plain_sgd, runtime_step  # noqa: E402
 
 SIDES = ("plain eager", "plain graph", "ours eager", "ours graphs")
-PRECISIONS = (("fp32", False), ("bf16", True))  # (precision, channels_last)
+PRECISIONS = {  # task -> (precision, channels_last) pairs
+    "1a": (("fp32", False), ("bf16", True)),
+    "1b": (("fp32", True), ("bf16", True)),
+}
+TITLES = {"1a": "ResNet-20 (task 1a)", "1b": "ResNet-50 v1.5 (task 1b)"}
 
 
 def no_gpu_message() -> str | None:
@@ -56,7 +67,7 @@ def no_gpu_message() -> str | None:
 
 
 def side_builders(
-    precision: str, channels_last: bool, batch: int, smoke: bool
+    precision: str, channels_last: bool, batch: int, smoke: bool, *, task: str = "1a", image_size: int = 224
 ) -> dict[str, Callable[[], Callable[[], None]]]:
     """How to build each of the four sides (one step per call), on the GPU, or with ``smoke`` on
     the CPU with every capture going through ``ReplayCapture`` (the same static buffers, copy-in
@@ -88,8 +99,15 @@ def side_builders(
         "hp": hp,
     }
 
+    def make_trainer(graphs: bool = False) -> Any:
+        if task == "1b":
+            return resnet50_step.build_trainer(
+                comm, device, reporter, **common, image_size=image_size, cuda_graphs=graphs and not smoke
+            )
+        return build_trainer(comm, device, reporter, **common, cuda_graphs=graphs and not smoke)
+
     def ours(graphs: bool) -> Callable[[], None]:
-        trainer = build_trainer(comm, device, reporter, **common, cuda_graphs=graphs and not smoke)
+        trainer = make_trainer(graphs)
         tracker = Tracker(device)
         tracker.train()
         if not graphs:
@@ -97,16 +115,27 @@ def side_builders(
         runner = GraphedStep(trainer, capture(), aside=tracker.aside)
         return runtime_step(trainer, tracker, runner.train_step)
 
-    reference = build_trainer(comm, device, reporter, **common)
-    data, seed = reference.train_set, reference.seed
+    if task == "1b":  # the images 1b's trainer makes, flipped and normalised as it does
+        images = resnet50_step.synthetic_batches(
+            device, batch=batch, image_size=image_size, samples=samples, channels_last=channels_last
+        )
+    else:
+        reference = make_trainer()
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     autocast_dtype = torch.bfloat16 if precision == "bf16" else None
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1 if task == "1b" else 0.0)
 
     def plain_parts() -> tuple[Any, Any, Iterator[Any]]:
         torch.manual_seed(0)
+        if task == "1b":
+            model = resnet50_step.plain_model(resnet50_step.CLASSES)[0].to(
+                device, memory_format=memory_format
+            )
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+            return model, optimizer, cycle(images)
         model = resnet20().to(device, memory_format=memory_format)
         augmenter = cifar10.Augmenter(device, seed=1, channels_last=channels_last)
+        data, seed = reference.train_set, reference.seed
         batches = cycle(lambda e: cifar10.train_batches(data, augmenter, batch, epoch=e, seed=seed))
         return model, plain_sgd(model, 1), batches
 
@@ -195,8 +224,10 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             torch.cuda.synchronize()
 
     rows: list[dict[str, Any]] = []
-    for precision, channels_last in PRECISIONS:
-        builders = side_builders(precision, channels_last, args.batch, args.smoke)
+    for precision, channels_last in PRECISIONS[args.task]:
+        builders = side_builders(
+            precision, channels_last, args.batch, args.smoke, task=args.task, image_size=args.image_size
+        )
         sides = {name: build() for name, build in builders.items()}
         for fn in sides.values():  # warm-up: cuDNN plans, lazy state, the first capture
             for _ in range(1 if args.smoke else REPORT_EVERY + 2):
@@ -228,18 +259,22 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         if args.smoke
         else (torch.cuda.get_device_name())
     )
+    size = f", {args.image_size}x{args.image_size}" if args.task == "1b" else ""
     print(
-        f"\nResNet-20 training step on {where}, batch {args.batch}, one rank, "
+        f"\n{TITLES[args.task]} training step on {where}, batch {args.batch}{size}, one rank, "
         f"torch {torch.__version__}, median of {args.rounds} rounds of {args.steps} steps per side"
     )
+    if args.task == "1b":
+        print(f"  plain loop's model: {resnet50_step.plain_model(2)[1]}")
+    layouts = {p: f"{p} {'channels_last' if cl else 'NCHW'}" for p, cl in PRECISIONS[args.task]}
     print(f"  {'precision':<17} {'side':<12} {'ms/step':>8} {'images/s':>9} {'GPU busy':>9}")
     for row in rows:
-        layout = "bf16 channels_last" if row["precision"] == "bf16" else "fp32 NCHW"
+        layout = layouts[row["precision"]]
         busy = "n/a" if math.isnan(row["busy"]) else f"{row['busy'] * 100:.0f}%"
         print(
             f"  {layout:<17} {row['side']:<12} {row['ms']:8.2f} {args.batch / row['ms'] * 1e3:9.0f} {busy:>9}"
         )
-    for precision, _ in PRECISIONS:
+    for precision, _ in PRECISIONS[args.task]:
         ms = {r["side"]: r["ms"] for r in rows if r["precision"] == precision}
         eager = ms["plain eager"] / ms["ours eager"]
         graphs = ms["plain graph"] / ms["ours graphs"]
@@ -254,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds (every side runs once per round)")
     parser.add_argument("--steps", type=int, default=50, help="steps per side per round")
+    parser.add_argument("--task", choices=tuple(PRECISIONS), default="1a")
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--image-size", type=int, default=224, help="1b's image size")
     parser.add_argument(
         "--smoke", action="store_true",
         help="run every side's code on the CPU in seconds (tiny batch, graphs through ReplayCapture)",
@@ -266,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as a rank of one core: tiny steps, no oversubscription on a busy host
         args.batch, args.rounds, args.steps = min(args.batch, 4), 1, 1
+        args.image_size = min(args.image_size, 32)
         try:
             report(args, measure(args))
         finally:

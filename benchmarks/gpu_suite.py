@@ -60,6 +60,13 @@ SMOKE: dict[str, dict[str, Any]] = {
         "data": {"source": "synthetic", "options": {"train_samples": 4096, "val_samples": 512}},
         "hyperparameters": {"max_epochs": 20},
     },
+    "1b": {  # ImageNet's image size, 10 classes: a few epochs of 12 steps of batch 128 per GPU
+        "data": {
+            "source": "synthetic",
+            "options": {"train_samples": 1536, "val_samples": 256, "image_size": 224, "num_classes": 10},
+        },
+        "hyperparameters": {"batch_size": 128, "max_epochs": 10},
+    },
     "2a": {
         "data": {"source": "synthetic", "options": {"train_samples": 8192, "val_samples": 1024}},
         "hyperparameters": {"max_epochs": 10},
@@ -94,12 +101,20 @@ SMOKE: dict[str, dict[str, Any]] = {
 # The CPU mode's settings: the same tasks, small enough that a run takes seconds on one core.
 TINY: dict[str, dict[str, Any]] = {
     "0a": {"hyperparameters": {"sizes_max_exp": 3, "num_sizes": 4, "repetitions": 5, "warmup": 1}},
+    "1b": {
+        "data": {
+            "source": "synthetic",
+            "options": {"train_samples": 32, "val_samples": 16, "image_size": 32, "num_classes": 4},
+        },
+        "hyperparameters": {"batch_size": 8, "lr": 0.05, "max_epochs": 8},
+    },
     "2a": {
         "data": {"source": "synthetic", "options": {"train_samples": 2048, "val_samples": 256}},
         "hyperparameters": {"max_epochs": 10, "timing_warmup_steps": 4},  # 16 steps to its goal: time 12
     },
 }
 GRAPH_PRECISIONS = ("fp32", "bf16")
+SUITE_PRECISIONS = {"1b": ("fp32", "bf16")}  # 1b's steps are long: the precisions worth the budget
 ORDER = ("fp32", "bf16", "fp16", "amp")
 REFERENCE_SIZES = 4  # 0a sizes in the reference row: the smallest, the largest and two between
 
@@ -183,9 +198,10 @@ def cases(tasks: Sequence[str], *, device: str = "cuda") -> list[Case]:
         if device == "cpu":
             out.append(Case(task_id, "fp32", False))
             continue
-        out += [Case(task_id, precision, False) for precision in task.precisions]
+        precisions = SUITE_PRECISIONS.get(task_id, task.precisions)
+        out += [Case(task_id, precision, False) for precision in precisions]
         if task.no_cuda_graphs is None:
-            out += [Case(task_id, p, True) for p in task.precisions if p in GRAPH_PRECISIONS]
+            out += [Case(task_id, p, True) for p in precisions if p in GRAPH_PRECISIONS]
     return sorted(out, key=lambda c: (ORDER.index(c.precision), c.cuda_graphs, tasks.index(c.task)))
 
 

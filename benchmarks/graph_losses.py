@@ -1,6 +1,6 @@
 """Graph mode against eager: the same trainer from the same seed, step for step, in one process.
 
-For each task that accepts ``cuda_graphs`` (1a, 2a, 3a) and each precision graphs are run in,
+For each task that accepts ``cuda_graphs`` (1a, 1b, 2a, 3a) and each precision graphs are run in,
 two trainers are built from the same seed and config (dropout off: graphs draw random numbers
 from other offsets than eager), one stepped eagerly and one through ``GraphedStep``, on the same
 batches; their per-step losses must agree within a relative tolerance: 1e-5 in fp32, 2e-2 in
@@ -10,7 +10,7 @@ default fp32 convolution backward may accumulate with atomics: the check would m
 the graphs). On CPU ``mlbench_worker.replay_capture.ReplayCapture`` replays the ops each phase
 recorded on the captured tensors, so a stale input or a state not carried fails there too.
 
-    python -m benchmarks graph_losses [--device cpu] [--steps 50] [--tasks 1a,2a,3a]
+    python -m benchmarks graph_losses [--device cpu] [--steps 50] [--tasks 1a,1b,2a,3a]
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # task -> (data,
     "1a": (
         {"source": "synthetic", "options": {"train_samples": 1000, "val_samples": 16}},
         {"batch_size": 32},
+    ),
+    "1b": (  # LARS, whose learning rate warms up every step, on small images
+        {"source": "synthetic"}
+        | {"options": {"train_samples": 64, "val_samples": 8, "image_size": 32, "num_classes": 10}},
+        {"batch_size": 8, "opt_name": "lars", "lr": 1.0, "warmup_epochs": 2.0},
     ),
     "2a": (
         {"source": "synthetic", "options": {"train_samples": 2000, "val_samples": 16}},
@@ -93,6 +98,7 @@ def _trainer(task: str, precision: str, device: Any, seed: int) -> Any:
     from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
     from mlbench_worker.tasks.logreg import LogRegTrainer
     from mlbench_worker.tasks.resnet20 import ResNet20Trainer
+    from mlbench_worker.tasks.resnet50 import ResNet50Trainer
 
     backend = "nccl" if device.type == "cuda" else "gloo"
     data, hp = SETTINGS[task]
@@ -112,7 +118,12 @@ def _trainer(task: str, precision: str, device: Any, seed: int) -> Any:
     reporter = Reporter(None, "graph-losses", "", 0)  # no server: nothing the steps report is kept
     ctx = RunContext(config, Rendezvous(0, 1, 0, None, None, "single"), SingleComm(backend), device, reporter)
     torch.manual_seed(seed)
-    trainer_class = {"1a": ResNet20Trainer, "2a": LogRegTrainer, "3a": AWDLSTMTrainer}[task]
+    trainer_class = {
+        "1a": ResNet20Trainer,
+        "1b": ResNet50Trainer,
+        "2a": LogRegTrainer,
+        "3a": AWDLSTMTrainer,
+    }[task]
     trainer = trainer_class(ctx)
     trainer.model.train()
     return trainer

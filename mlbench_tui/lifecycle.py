@@ -154,13 +154,33 @@ class LaunchMilestones(BaseModel):
         return self.model_copy(update=known)
 
 
+class NetworkCheck(BaseModel):
+    """What the target did to a run's links (spec.network) and whether it held for the whole run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    method: str = Field(
+        description="How the links were made: 'emulated' (namespaces, veth, bridge, tc), 'cni' (the "
+        "bandwidth CNI plugin's annotations), 'tc' (an init container), 'prolog' (a Slurm site prolog)."
+    )
+    nodes: int | None = Field(default=None, description="Emulated nodes (local runs).")
+    held: bool | None = Field(
+        default=None,
+        description="The shaping was in place from the first packet to the last; None: not checked.",
+    )
+    problems: tuple[str, ...] = Field(default=(), description="Why it did not hold, one sentence each.")
+    setup_s: float | None = Field(default=None, description="Seconds spent making the links before launch.")
+    teardown_s: float | None = Field(default=None, description="Seconds spent checking and removing them.")
+
+
 @dataclass
 class RunStatus:
     """What ``Executor.describe`` returns: the run's state, its ranks, why it ended when it
-    failed, and when the target reached each step of launching it."""
+    failed, when the target reached each step of launching it, and what it did to the links."""
 
     handle: RunHandle
     state: RunState
     ranks: list[RankStatus] = field(default_factory=list)
     message: str | None = None
     milestones: LaunchMilestones | None = None
+    network: NetworkCheck | None = None

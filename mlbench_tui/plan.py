@@ -84,6 +84,42 @@ class DataPlan(_Frozen):
     options: dict[str, Any] = Field(default_factory=dict, description="Source options, e.g. synthetic sizes.")
 
 
+LINK_MIN_BURST_BYTES = 64 * 1024 + 1514  # one full GSO segment plus a frame
+LINK_BURST_S = 0.001
+
+
+def link_burst_bytes(rate_bps: int) -> int:
+    """What a link shaped to ``rate_bps`` lets through at once (its token bucket): at least one
+    64 KiB GSO segment (a smaller bucket splits them, costing CPU and accuracy), and about 1 ms
+    of traffic at high rates. Results allow for it when they check a link's rate."""
+    return max(LINK_MIN_BURST_BYTES, math.ceil(rate_bps / 8 * LINK_BURST_S))
+
+
+class NetworkPlan(_Frozen):
+    """One point of the spec's network sweep: each rank's link rate in each direction and the
+    one-way delay added to what it sends."""
+
+    bandwidth_bps: int | None = Field(description="Bits per second per rank and direction; None: unlimited.")
+    latency_s: float = Field(default=0.0, ge=0, description="Added one-way delay, seconds.")
+    kubernetes_bandwidth: Literal["cni", "tc"] = Field(
+        default="cni",
+        description="How Kubernetes pods are limited: the bandwidth CNI plugin's annotations, or tc from "
+        "an init container (latency always uses the init container).",
+    )
+
+    @property
+    def shaped(self) -> bool:
+        """Whether anything limits the links (a rate or a delay); unlimited links still separate nodes."""
+        return self.bandwidth_bps is not None or self.latency_s > 0
+
+    def label(self) -> str:
+        """How the plan, status and results name it: ``100Mbit``, ``1Gbit +5ms``, ``unlimited``."""
+        from mlbench_tui.spec.network import format_bandwidth, format_latency
+
+        text = format_bandwidth(self.bandwidth_bps)
+        return f"{text} +{format_latency(self.latency_s)}" if self.latency_s > 0 else text
+
+
 class PreflightPlan(_Frozen):
     """The checks a run's ranks make before training (the spec's ``preflight``, resolved)."""
 
@@ -138,6 +174,23 @@ class RunPlan(_Frozen):
     )
     price_per_kwh: float | None = Field(default=None, description="Energy price, for energy cost to target.")
     currency: str | None = Field(default=None, description="ISO 4217 code of both prices; None: USD.")
+    network: NetworkPlan | None = Field(
+        default=None,
+        description="The links between ranks (spec.network, one sweep point); None: the machine's own "
+        "network.",
+    )
+
+    def emulated_nodes(self) -> int:
+        """How many nodes the ranks form: ``ranks_per_node`` ranks each (one rank per node for a run
+        with a network and no ``ranks_per_node``, every rank on one node without a network)."""
+        if self.network is None and self.ranks_per_node is None:
+            return 1
+        return math.ceil(self.workers / (self.ranks_per_node or 1))
+
+    def node_of(self, rank: int) -> int:
+        """The emulated node of ``rank`` (ranks fill nodes in order)."""
+        return rank // (self.ranks_per_node or (1 if self.network is not None else self.workers))
+
     preflight: PreflightPlan = Field(
         default_factory=PreflightPlan, description="Health checks before training (none for older plans)."
     )
@@ -150,9 +203,12 @@ class RunPlan(_Frozen):
         return of_plan(self.task, self.hyperparameters)
 
     @model_serializer(mode="wrap")
-    def _without_empty_rank_env(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """An empty ``rank_env`` stays out of the plan's JSON, so plans read as they did before it."""
+    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A plan without a network or ``rank_env`` serialises as before they existed (stored
+        plans, the ConfigMap's plan.json and golden manifests stay the same)."""
         data: dict[str, Any] = handler(self)
+        if data.get("network", ...) is None:
+            del data["network"]
         if not self.rank_env:
             data.pop("rank_env", None)
         return data
@@ -304,7 +360,7 @@ def _effective_hyperparameters(spec: BenchmarkSpec, backend: str, workers: int) 
 
 
 def expand(spec: BenchmarkSpec) -> list[RunPlan]:
-    """All runs of a spec, in order: for each framework, backend, world size and repeat.
+    """All runs of a spec, in order: for each framework, backend, world size, network point and repeat.
 
     Pure and deterministic (no clock, no environment, no machine facts), so the same spec always
     yields the same plans and the same hash. Names are ``<name>-<backend>-<workers>w`` with
@@ -337,13 +393,32 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
     loading_code = set(body.env_loading_code)
     env = {"OMP_NUM_THREADS": str(threads), **{k: v for k, v in body.env.items() if k not in loading_code}}
     rank_env = {k: v for k, v in body.env.items() if k in loading_code}
+    networks: list[NetworkPlan | None] = [None]
+    if body.network is not None:
+        networks = [
+            NetworkPlan(
+                bandwidth_bps=bandwidth,
+                latency_s=latency,
+                kubernetes_bandwidth=body.network.kubernetes_bandwidth or "cni",
+            )
+            for bandwidth, latency in body.network.points()
+        ]
     plans: list[RunPlan] = []
-    for framework, backend, workers in itertools.product(body.framework, body.backend, body.workers):
+    for framework, backend, workers, network in itertools.product(
+        body.framework, body.backend, body.workers, networks
+    ):
+        if workers == 1 and network is not None:
+            # One rank has no peer and no link: one run, without a network, is every sweep
+            # point's 1-worker baseline.
+            if network is not networks[0]:
+                continue
+            network = None
         hp = _effective_hyperparameters(spec, backend, workers)
+        point = None if network is None else (network.bandwidth_bps, network.latency_s)
         for repeat in range(body.repeats):
             plans.append(
                 RunPlan(
-                    name=spec.metadata.name + spec.run_suffix(framework, backend, workers, repeat),
+                    name=spec.metadata.name + spec.run_suffix(framework, backend, workers, repeat, point),
                     spec_name=spec.metadata.name,
                     spec_hash=digest,
                     task=task.id,
@@ -369,6 +444,7 @@ def expand(spec: BenchmarkSpec) -> list[RunPlan]:
                     telemetry_interval_s=body.telemetry.interval_s,
                     price_per_kwh=body.price_per_kwh,
                     currency=body.currency,
+                    network=network,
                     preflight=preflight_plan(body.preflight, on_gpu=resources.gpus > 0),
                 )
             )

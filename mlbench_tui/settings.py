@@ -3,11 +3,12 @@
 Read from ``settings.toml`` in the config directory. ``MLBENCH_HOME`` puts config, data, cache
 and state under one directory (tests and containers use it); otherwise the platform's user
 directories are used (platformdirs). Environment variables win over the file: ``MLBENCH_DB``
-(store path) and ``MLBENCH_SERVER_URL``. Example ``settings.toml``::
+(store path), ``MLBENCH_SERVER_URL`` and ``MLBENCH_EMULATED_NETWORK``. Example ``settings.toml``::
 
     store = "~/benchmarks/mlbench.db"
     server_url = "http://127.0.0.1:8765"
     default_target = "local"
+    emulated_network = "198.18.0.0/15"   # addresses of emulated nodes (spec.network)
 
     [keymap]
     quit = "q"
@@ -30,7 +31,7 @@ DEFAULT_SERVER_HOST = "127.0.0.1"
 DEFAULT_SERVER_PORT = 8765
 DEFAULT_SERVER_URL = f"http://{DEFAULT_SERVER_HOST}:{DEFAULT_SERVER_PORT}"
 
-_KEYS = ("store", "server_url", "default_target", "keymap")
+_KEYS = ("store", "server_url", "default_target", "keymap", "emulated_network")
 
 
 class SettingsError(MlbenchError):
@@ -79,6 +80,9 @@ class Settings:
     default_target: Literal["local", "kubernetes"] = "local"
     keymap: dict[str, str] = field(default_factory=dict)
     source: Path | None = None  # the settings file read, if any
+    # The IPv4 range emulated nodes take their addresses from (spec.network on local runs); None:
+    # RFC 2544's benchmarking block 198.18.0.0/15, which no network routes.
+    emulated_network: str | None = None
 
     @property
     def datasets_dir(self) -> Path:
@@ -104,13 +108,22 @@ def _parse(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
             close = difflib.get_close_matches(key, _KEYS, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise _fail(path, f"unknown setting '{key}'{hint}; known: {', '.join(_KEYS)}")
-    for key in ("store", "server_url"):
+    for key in ("store", "server_url", "emulated_network"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key]:
                 raise _fail(path, f"'{key}' must be a non-empty string")
             out[key] = raw[key]
     if "server_url" in out and not out["server_url"].startswith(("http://", "https://")):
         raise _fail(path, "'server_url' must start with http:// or https://")
+    if "emulated_network" in out:
+        import ipaddress
+
+        try:
+            ipaddress.IPv4Network(out["emulated_network"])
+        except ValueError as exc:
+            raise _fail(
+                path, f"'emulated_network' must be an IPv4 network such as '198.18.0.0/15': {exc}"
+            ) from None
     if "default_target" in raw:
         if raw["default_target"] not in ("local", "kubernetes"):
             raise _fail(path, "'default_target' must be 'local' or 'kubernetes'")
@@ -150,4 +163,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         default_target=file_values.get("default_target", "local"),
         keymap=file_values.get("keymap", {}),
         source=source,
+        emulated_network=env.get("MLBENCH_EMULATED_NETWORK") or file_values.get("emulated_network"),
     )

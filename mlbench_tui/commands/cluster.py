@@ -103,6 +103,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="gpus-per-task",
         help="how to ask for GPUs: --gpus-per-task (default) or --gres=gpu:N per node",
     )
+    p.add_argument(
+        "--network-prolog",
+        action="store_true",
+        help="the site installed mlbench's network prolog and epilog on the compute nodes, so runs "
+        "with spec.network can shape the nodes' links (see the README); without it they are refused",
+    )
     p.set_defaults(handler=cmd_add)
 
     p = cmds.add_parser(
@@ -235,6 +241,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         conf=args.conf,
         python=args.python,
         gpu_option=args.gpu_option,
+        network_prolog=args.network_prolog,
     )
     record = SlurmProvider().add(cluster)
     if not args.server_url:

@@ -24,6 +24,7 @@ DATASETS: dict[str, str] = {
     "epsilon": "mlbench_worker.data.epsilon:prepare",
     "wikitext2": "mlbench_worker.data.wikitext2:prepare",
     "cifar10": "mlbench_worker.data.cifar10:download",
+    "imagenet": "mlbench_worker.data.imagenet:prepare",
     "wmt16": "mlbench_worker.data.wmt:prepare_wmt16",
     "wmt17": "mlbench_worker.data.wmt:prepare_wmt17",
 }
@@ -32,6 +33,7 @@ DESCRIPTIONS: dict[str, str] = {
     "epsilon": "task 2a: LIBSVM epsilon_normalized (400k x 2000), ~12 GB after conversion",
     "wikitext2": "task 3a: WikiText-2 (v1, tokenised), ~10 MB",
     "cifar10": "task 1a: CIFAR-10 python batches, ~180 MB",
+    "imagenet": "task 1b: ILSVRC 2012 archives (checked, read in place) or train/ val/ JPEGs, ~147 GB",
     "wmt16": "task 4a: WMT16 EN-DE (Europarl v7, CommonCrawl, NC v11; newstest2014), ~1.2 GB download",
     "wmt17": "task 4b: WMT17 EN-DE (Europarl v7, CommonCrawl, NC v12; newstest2014), ~1.3 GB download",
 }
@@ -117,9 +119,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+# Where a prepared dataset keeps its record, when not in meta.json (ImageNet's index beside the data).
+META_FILES: dict[str, str] = {"imagenet": "mlbench-index/meta.json"}
+
+
 def _status(name: str) -> dict[str, Any]:
     target = default_data_dir() / name
-    meta = target / "meta.json"
+    meta = target / META_FILES.get(name, "meta.json")
     info: dict[str, Any] = {"name": name, "directory": str(target), "description": DESCRIPTIONS.get(name, "")}
     if meta.is_file():
         try:

@@ -274,6 +274,7 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
     if output == "yaml":
         return _yaml_dump(plan_documents(plans))
     rows = []
+    networked = any(p.network is not None for p in plans)
     for p in plans:
         goal = (
             "-"
@@ -293,6 +294,7 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
                 goal,
                 "-" if p.max_time_s is None else _duration(p.max_time_s),
                 p.target.kind,
+                *([network_column(p)] if networked else []),
             ]
         )
     headers = [
@@ -306,8 +308,42 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
         "GOAL",
         "MAX TIME",
         "TARGET",
+        *(["NETWORK"] if networked else []),
     ]
-    return render_table(headers, rows)
+    return render_table(headers, rows) + "".join(f"{note}\n" for note in network_notes(plans))
+
+
+def network_column(plan: RunPlan) -> str:
+    """The plan's links: ``100Mbit +5ms, 2 nodes``, ``-`` without a network."""
+    if plan.network is None:
+        return "-"
+    text = plan.network.label()
+    if plan.target.kind == "local":
+        nodes = plan.emulated_nodes()
+        text += f", {nodes} node{'' if nodes == 1 else 's'}"
+    return text
+
+
+def network_notes(plans: Sequence[RunPlan]) -> list[str]:
+    """What a plan's network means where it runs, said once under the table."""
+    notes: list[str] = []
+    local = [p for p in plans if p.network is not None and p.target.kind == "local"]
+    if local:
+        notes.append(
+            "network: each emulated node is a network namespace on this machine, linked to the others "
+            "through a bridge; tc shapes each node's link (ranks of one node talk unshaped)"
+        )
+    if any(p.backend == "nccl" for p in local):
+        notes.append(
+            "network: nccl runs use NCCL's socket transport between emulated nodes (P2P and shared "
+            "memory within a node), so they compare only with other shaped nccl runs"
+        )
+    if any(p.network is not None and p.target.kind == "kubernetes" for p in plans):
+        notes.append(
+            "network: pods carry the bandwidth CNI plugin's annotations; latency (and bandwidth with "
+            "kubernetes_bandwidth: tc) is set by an init container running tc with NET_ADMIN"
+        )
+    return notes
 
 
 def _duration(seconds: float) -> str:

@@ -54,6 +54,20 @@ def executor_for(plan: RunPlan, cache: dict[str, Executor[Any]] | None = None) -
     return executor
 
 
+# What killed runs leave on this machine (a local run's emulated network), and who removes it.
+LEFTOVERS: tuple[str, ...] = ("mlbench_tui.executors.local.network:remove_leftovers",)
+
+
+def remove_leftovers() -> list[str]:
+    """Remove what killed runs left on this machine, by their own names: one note per run. Every
+    command that reaches the store calls it (cheap when nothing was left)."""
+    notes: list[str] = []
+    for entry in LEFTOVERS:
+        module_name, function = entry.split(":")
+        notes += getattr(importlib.import_module(module_name), function)()
+    return notes
+
+
 def plan_output(plans: Sequence[RunPlan], output: str) -> str | None:
     """``mlbench plan -o OUTPUT`` rendered by the executor that owns that format (Slurm's
     ``sbatch`` batch scripts, Kubernetes' ``yaml`` manifests); None when no executor renders

@@ -62,6 +62,8 @@ class LaunchContext:
     server_url: str
     write_token: str = field(repr=False)
     config_path: str | None = None  # local: where the worker config JSON is written
+    # local: the server's Unix socket, which ranks in emulated network namespaces report through
+    server_socket: str | None = None
 
 
 class LaunchRequest(Protocol):

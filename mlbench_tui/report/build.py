@@ -15,6 +15,7 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.report.figure import Figure
 from mlbench_tui.report.implementations import implementation_figures
 from mlbench_tui.report.inputs import RunRecord, load_records, sweeps, training
+from mlbench_tui.report.network import network_figures
 from mlbench_tui.report.overlays import task_figures
 from mlbench_tui.report.renderer import Renderer
 from mlbench_tui.report.scaling import scaling_figures
@@ -38,6 +39,7 @@ def build_figures(records: Sequence[RunRecord]) -> list[Figure]:
     trained = training(records)
     figures = [
         *scaling_figures(trained, colours),
+        *network_figures(trained, colours),
         *sweep_figures(sweeps(records), colours),
         *implementation_figures(trained),
         *task_figures(trained),

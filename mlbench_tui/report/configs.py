@@ -71,7 +71,14 @@ def time_rows(records: Sequence[RunRecord]) -> list[TimeRow]:
                 m
                 for m in members
                 if config_key(m.result)
-                == (score.spec_name, score.framework, score.backend, score.workers, score.variant)
+                == (
+                    score.spec_name,
+                    score.framework,
+                    score.backend,
+                    score.workers,
+                    score.variant,
+                    score.network,
+                )
             ]
             first = mine[0].result
             goal = first.goal

@@ -258,6 +258,10 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([f"{t:g}" for t in ticks])
+    if panel.x_ticks and not panel.stacks:
+        ax.xaxis.set_major_locator(FixedLocator([x for x, _ in panel.x_ticks]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([label for _, label in panel.x_ticks])
     if panel.y_from_zero and not panel.y_log:
         ax.set_ylim(bottom=0)
     if panel.corner:

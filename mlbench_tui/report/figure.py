@@ -114,6 +114,7 @@ class Panel:
     x_log: bool = False
     y_log: bool = False
     x_integer: bool = False  # worker counts: integer ticks at the measured values
+    x_ticks: tuple[tuple[float, str], ...] = ()  # named x ticks (bandwidths: '10Mbit', 'unlimited')
     y_from_zero: bool = False
     note: str = ""  # why the panel is left out when it has nothing to draw
     corner: str = ""  # a label in the panel's top-left corner (a total the axis does not reach)

@@ -34,7 +34,7 @@ BarKey = tuple[str, str, str, int]  # backend, framework, variant, workers
 def bar_key(record: RunRecord) -> BarKey:
     """The bar a run's figures are averaged into: its backend, framework, variant and workers."""
     r = record.result
-    return r.backend, r.framework, r.variant, r.workers
+    return r.backend, r.framework, f"{r.variant} {r.network_label}".strip(), r.workers
 
 
 def bar_labels(keys: Sequence[BarKey]) -> tuple[str, ...]:

@@ -80,8 +80,10 @@ def outcome_line(result: RunResult) -> str | None:
 
 
 def _series_key(score: ConfigScore | RunResult) -> tuple[str, str, str]:
-    """A line of the scaling figure: one backend, framework and variant (precision, CUDA graphs)."""
-    return score.backend, score.framework, score.variant
+    """A line of the scaling figure: one backend, framework and variant (precision, CUDA graphs,
+    and the links of a run on emulated ones)."""
+    network = score.network if isinstance(score, ConfigScore) else score.network_label
+    return score.backend, score.framework, f"{score.variant} {network}".strip()
 
 
 def _series_label(backend: str, framework: str, frameworks: int) -> str:
@@ -111,7 +113,7 @@ def _lines(
     scores = score_configs(results)
     frameworks = sorted({r.framework for r in results})
     tta, speedup, efficiency = [], [], []
-    variants = sorted({r.variant for r in results})
+    variants = sorted({_series_key(r)[2] for r in results})
     for key in sorted({_series_key(r) for r in results}):
         backend, framework, variant = key
         colour = backend_colour(backend, colours)

@@ -31,6 +31,7 @@ def _sweep_runs(records: Sequence[RunRecord]) -> list[SweepRun]:
             r.result.backend,
             r.result.workers,
             run_curves(p for ps in r.metrics.values() for p in ps),
+            network=r.result.network_label,
         )
         for r in records
     ]

@@ -98,11 +98,13 @@ class SweepCurve:
     runs: int
     points: tuple[SizeFigures, ...]
     left_out: tuple[LeftOut, ...] = ()
+    network: str = ""
 
     @property
     def label(self) -> str:
         framework = "" if self.framework == "pytorch" else f"{self.framework} "
-        return f"{framework}{self.backend} {self.workers}w"
+        network = f" {self.network}" if self.network else ""
+        return f"{framework}{self.backend} {self.workers}w{network}"
 
     @property
     def best_busbw(self) -> SizeFigures | None:
@@ -122,24 +124,27 @@ class SweepRun:
     curves: dict[str, list[SizePoint]]
     name: str = ""
     left_out: str | None = None
+    network: str = ""  # the links (RunResult.network_label): curves on other links stay apart
 
 
 def aggregate(runs: Iterable[SweepRun]) -> list[SweepCurve]:
-    """One curve per (framework, backend, world size, dtype), repeats aggregated size by size
+    """One curve per (framework, backend, world size, network, dtype), repeats aggregated size by size
     over the runs that count (the others are named in the curve's ``left_out``); ordered by
     dtype, backend, framework, world size."""
-    groups: dict[tuple[str, str, int, str], list[list[SizePoint]]] = {}
-    skipped: dict[tuple[str, str, int], list[LeftOut]] = {}
+    groups: dict[tuple[str, str, int, str, str], list[list[SizePoint]]] = {}
+    skipped: dict[tuple[str, str, int, str], list[LeftOut]] = {}
     for run in runs:
         if run.left_out is not None:
-            skipped.setdefault((run.framework, run.backend, run.workers), []).append(
+            skipped.setdefault((run.framework, run.backend, run.workers, run.network), []).append(
                 LeftOut(run.name, run.left_out)
             )
             continue
         for dtype, points in run.curves.items():
-            groups.setdefault((run.framework, run.backend, run.workers, dtype), []).append(points)
+            groups.setdefault((run.framework, run.backend, run.workers, run.network, dtype), []).append(
+                points
+            )
     curves = []
-    for (framework, backend, workers, dtype), repeats in groups.items():
+    for (framework, backend, workers, network, dtype), repeats in groups.items():
         by_size: dict[int, list[SizePoint]] = {}
         for points in repeats:
             for point in points:
@@ -155,9 +160,11 @@ def aggregate(runs: Iterable[SweepRun]) -> list[SweepCurve]:
             )
             for size, points in sorted(by_size.items())
         )
-        left_out = tuple(skipped.get((framework, backend, workers), ()))
-        curves.append(SweepCurve(framework, backend, workers, dtype, len(repeats), figures, left_out))
-    curves.sort(key=lambda c: (c.dtype, c.backend, c.framework, c.workers))
+        left_out = tuple(skipped.get((framework, backend, workers, network), ()))
+        curves.append(
+            SweepCurve(framework, backend, workers, dtype, len(repeats), figures, left_out, network)
+        )
+    curves.sort(key=lambda c: (c.dtype, c.backend, c.framework, c.network, c.workers))
     return curves
 
 

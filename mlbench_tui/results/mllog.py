@@ -12,6 +12,7 @@ MLCommons' compliance checker against the project's own ruleset for them (``mllo
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import math
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlbench_worker import wire
-from mlbench_worker.hyperparams import AllReduce
+from mlbench_worker.hyperparams import AllReduce, ResNet50
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.plan import RunPlan
@@ -63,6 +64,17 @@ MLPERF_KEYS: Mapping[str, tuple[str, ...]] = {
     "adam_betas": ("opt_adam_beta_1", "opt_adam_beta_2"),
     "adam_eps": ("opt_adam_epsilon",),
 }
+# Task 1b logs MLPerf's ResNet keys, named for its local update ({opt}: lars or sgd), as MLPerf's
+# reference and compliance rules name them (training 4.0.0 closed_resnet_{lars,sgd}.yaml).
+RESNET_KEYS: Mapping[str, str] = {
+    "lr": "{opt}_opt_base_learning_rate",
+    "end_lr": "{opt}_opt_end_learning_rate",
+    "poly_power": "{opt}_opt_learning_rate_decay_poly_power",
+    "momentum": "{opt}_opt_momentum",
+    "weight_decay": "{opt}_opt_weight_decay",
+    "lars_epsilon": "lars_epsilon",
+}
+_LARS_ONLY = frozenset({"lars_epsilon", "lars_eta"})
 _BATCH_KEYS = frozenset({"batch_size", "global_batch_size", "global_batch_tokens", "update_freq"})
 _PRECISIONS = {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16", "amp": "fp16"}
 
@@ -82,8 +94,18 @@ class Entry:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-def mllog_keys(name: str) -> tuple[str, ...]:
-    """The log keys of a catalog hyperparameter (one, or one per item of a list such as Adam's betas)."""
+def mllog_keys(name: str, opt_name: str | None = None) -> tuple[str, ...]:
+    """The log keys of a catalog hyperparameter (one, or one per item of a list such as Adam's betas);
+    with ``opt_name`` (task 1b's local update, lars or sgd) MLPerf's ResNet keys for it."""
+    if opt_name is not None:
+        if name == "warmup_epochs":
+            return (
+                "lars_opt_learning_rate_warmup_epochs"
+                if opt_name == "lars"
+                else "opt_learning_rate_warmup_epochs",
+            )
+        if name in RESNET_KEYS:
+            return (RESNET_KEYS[name].format(opt=opt_name),)
     return MLPERF_KEYS.get(name, (name,))
 
 
@@ -203,17 +225,24 @@ def _config(
     if plan.data.source == "synthetic":  # smoke sizes the worker takes from the data options
         hp.update({k: v for k, v in plan.data.options.items() if k in task.synthetic_sizes})
     yield from _batch_entries(task, hp, plan.workers)
+    typed = plan.typed_hyperparameters()
+    opt_name = None
+    if isinstance(typed, ResNet50):  # the recipe the ranks ran, whatever an older plan left open
+        recipe = typed.recipe(plan.workers)
+        opt_name = recipe.opt_name
+        hp.update(dataclasses.asdict(recipe))
+        hp.pop("opt_name")  # logged with the keys it names (_resnet_entries)
     for name, value in hp.items():
-        if name in _BATCH_KEYS:
+        if name in _BATCH_KEYS or (opt_name == "sgd" and name in _LARS_ONLY):
             continue
-        keys = mllog_keys(name)
+        keys = mllog_keys(name, opt_name)
         values = value if len(keys) > 1 else [value]
         for key, item in zip(keys, values, strict=True):
             yield key, item, {}
-    if task.goal is not None:
-        typed = plan.typed_hyperparameters()
-        if not isinstance(typed, AllReduce):  # the only task without an optimizer (and without a goal)
-            yield "opt_name", "adam" if typed.optimizer == "centralized_adam" else "sgd", {}
+    if isinstance(typed, ResNet50):
+        yield from _resnet_entries(typed, plan.workers, facts)
+    elif task.goal is not None and not isinstance(typed, AllReduce):  # 0a: no optimizer, no goal
+        yield "opt_name", "adam" if typed.optimizer == "centralized_adam" else "sgd", {}
     yield "train_samples", facts.train_samples, {}
     yield "eval_samples", facts.eval_samples, {}
     compute = _PRECISIONS[plan.resources.precision]
@@ -230,6 +259,18 @@ def _config(
             goal.target,
             {"metric": goal.metric, "direction": goal.direction, "kind": goal.kind},
         )
+
+
+def _resnet_entries(
+    hp: ResNet50, workers: int, facts: wire.RunStart
+) -> Iterable[tuple[str, Any, Mapping[str, Any]]]:
+    """Task 1b's keys beyond its hyperparameters, as MLPerf's ResNet reference logs them: the local
+    update, the decay's length in steps and the BatchNorm span (each rank's batch)."""
+    opt = hp.recipe(workers).opt_name
+    yield "opt_name", opt, {}
+    if facts.train_samples:
+        yield f"{opt}_opt_learning_rate_decay_steps", hp.decay_steps(facts.train_samples, workers), {}
+    yield "model_bn_span", hp.batch_size, {}
 
 
 def _batch_entries(

@@ -163,6 +163,58 @@ class StartupFigures(_Loose):
         return self.rank_s + (self.launcher_s or 0.0)
 
 
+class NetworkFigures(_Loose):
+    """A run's links (spec.network): what was configured, how the target made it, whether it held
+    for the whole run, and what the links carried (``results.network``)."""
+
+    bandwidth_bps: int | None = Field(
+        default=None, description="Configured rate per rank and direction; None: unlimited."
+    )
+    latency_s: float = Field(default=0.0, description="Configured one-way delay added.")
+    method: str | None = Field(
+        default=None,
+        description="'emulated' (local namespaces and tc), 'cni' or 'tc' (Kubernetes), or the target's kind.",
+    )
+    nodes: int | None = Field(default=None, description="Nodes the ranks formed (one link each).")
+    nccl_socket: bool = Field(
+        default=False,
+        description="NCCL ran on its socket transport between emulated nodes: not comparable with an "
+        "NCCL run on the machine's own P2P/SHM paths.",
+    )
+    held: bool | None = Field(
+        default=None, description="The shaping was in place for the whole run; None: not checked."
+    )
+    problems: list[str] = Field(default_factory=list, description="Why it did not hold.")
+    setup_s: float | None = Field(default=None, description="Making the links before launch.")
+    teardown_s: float | None = Field(default=None, description="Removing them after the run.")
+    sent_bytes: int | None = Field(
+        default=None, description="Bytes all nodes sent over their links while timed."
+    )
+    mean_mbit_s: float | None = Field(
+        default=None, description="Each node's link rate over the timed run (busier direction), averaged."
+    )
+    peak_mbit_s: float | None = Field(default=None, description="The fastest sampling interval of any link.")
+    busbw_fraction: float | None = Field(
+        default=None, description="Task 0a: the best bus bandwidth as a fraction of one link's rate."
+    )
+    note: str | None = Field(default=None, description="Why a figure is missing.")
+
+    @property
+    def label(self) -> str:
+        """``100Mbit``, ``1Gbit +5ms``, ``unlimited``: how tables and legends name the links."""
+        from mlbench_tui.spec.network import format_bandwidth, format_latency
+
+        text = format_bandwidth(self.bandwidth_bps)
+        return f"{text} +{format_latency(self.latency_s)}" if self.latency_s > 0 else text
+
+    @property
+    def mean_fraction(self) -> float | None:
+        """The achieved rate as a fraction of the configured one (None when unlimited or unmeasured)."""
+        if self.mean_mbit_s is None or not self.bandwidth_bps:
+            return None
+        return self.mean_mbit_s * 1e6 / self.bandwidth_bps
+
+
 class RankStepTime(_Loose):
     """One rank's median step over its timed steps, and its busy time per step (the median of
     each step less its all-reduce: never more than the step)."""
@@ -286,6 +338,10 @@ class RunResult(_Loose):
         description="How the worker executed steps (CUDA graphs, host allocator).",
     )
     precision: str = Field(default="fp32", description="The numeric precision the run trained in.")
+    optimizer: str | None = Field(
+        default=None,
+        description="The distributed optimizer (centralized_sgd, power_sgd, ...) where the task has one.",
+    )
     state: RunState = RunState.UNKNOWN
     message: str | None = Field(default=None, description="Why the run ended as it did, when it failed.")
     stop_reason: str | None = Field(default=None, description="The worker's reason for stopping.")
@@ -335,6 +391,9 @@ class RunResult(_Loose):
     telemetry: TelemetryFigures | None = Field(
         default=None, description="Peak memory, GPU utilisation and energy; None without telemetry."
     )
+    network: NetworkFigures | None = Field(
+        default=None, description="The links between ranks (spec.network); None: the machine's own network."
+    )
     speedup: float | None = Field(default=None, description="Against the 1-worker runs of the spec.")
     efficiency: float | None = Field(default=None, description="Speedup per worker.")
     one_worker_time_s: float | None = Field(
@@ -365,6 +424,14 @@ class RunResult(_Loose):
     def variant(self) -> str:
         """How the run executed, a comparison axis like the backend: ``fp32``, ``bf16 graphs``."""
         return f"{self.precision} graphs" if self.implementation.cuda_graphs else self.precision
+
+    @property
+    def network_label(self) -> str:
+        """The links as a comparison axis, like the backend: '' for the machine's own network,
+        ``100Mbit``, ``1Gbit +5ms``, with ``sockets`` for NCCL forced onto its socket transport."""
+        if self.network is None:
+            return ""
+        return f"{self.network.label} sockets" if self.network.nccl_socket else self.network.label
 
     @property
     def reason(self) -> str | None:

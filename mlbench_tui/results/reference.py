@@ -225,9 +225,10 @@ def reference_key(result: RunResult, machine: str) -> ReferenceKey:
 
 
 def verdicts(result: RunResult, rows: Sequence[ReferenceRow] | None = None) -> list[Verdict]:
-    """A verdict for each headline figure of a succeeded run (none for a run that did not, or
-    whose machine is unknown)."""
-    if not result.succeeded:
+    """A verdict for each headline figure of a succeeded run (none for a run that did not, whose
+    machine is unknown, or that ran on emulated links: the rows were measured on the machine's own
+    network)."""
+    if not result.succeeded or result.network is not None:
         return []
     machine = machine_class(result)
     if machine is None:  # a run without a fingerprint: nothing to match
@@ -264,7 +265,7 @@ def reference_rows(results: Iterable[RunResult], *, source: str, measured: str) 
     groups: dict[tuple[object, ...], list[tuple[ReferenceRow, float | None]]] = {}
     for result in results:
         machine = machine_class(result)
-        if machine is None or not result.succeeded:
+        if machine is None or not result.succeeded or result.network is not None:
             continue
         key = reference_key(result, machine)
         gpu = isinstance(result.fingerprint.get("gpu_model"), str)

@@ -67,8 +67,8 @@ def variation(values: Sequence[float]) -> float | None:
 
 @dataclass(frozen=True)
 class ConfigScore:
-    """The score of one configuration (spec, framework, backend, workers, variant) over its
-    repeats: only succeeded runs that reached the goal count; the others are named in ``left_out``."""
+    """The score of one configuration (spec, framework, backend, workers, variant, network) over
+    its repeats: only succeeded runs that reached the goal count; the others are named in ``left_out``."""
 
     spec_name: str
     framework: str
@@ -87,6 +87,7 @@ class ConfigScore:
     counted: tuple[str, ...] = ()
     left_out: tuple[LeftOut, ...] = ()
     baseline_runs: int | None = None  # the 1-worker runs the speedup rests on
+    network: str = ""  # the links (RunResult.network_label); '' for the machine's own network
 
     @property
     def too_wide(self) -> bool:
@@ -96,7 +97,8 @@ class ConfigScore:
     @property
     def label(self) -> str:
         framework = "" if self.framework == "pytorch" else f"{self.framework} "
-        return f"{self.spec_name} {framework}{self.backend} {self.variant} {self.workers}w"
+        network = f" {self.network}" if self.network else ""
+        return f"{self.spec_name} {framework}{self.backend} {self.variant} {self.workers}w{network}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"too_wide": self.too_wide}
@@ -113,10 +115,21 @@ def speedup(
     return value, value / max(1, workers)
 
 
-def config_key(result: RunResult) -> tuple[str, str, str, int, str]:
-    """What makes runs repeats of one configuration: spec, framework, backend, world size and
-    variant (precision, CUDA graphs): efficiency compares worker counts, never implementations."""
-    return result.spec_name, result.framework, result.backend, result.workers, result.variant
+ConfigKey = tuple[str, str, str, int, str, str]
+
+
+def config_key(result: RunResult) -> ConfigKey:
+    """What makes runs repeats of one configuration: spec, framework, backend, world size, variant
+    (precision, CUDA graphs) and network: efficiency compares worker counts, never implementations
+    or links."""
+    return (
+        result.spec_name,
+        result.framework,
+        result.backend,
+        result.workers,
+        result.variant,
+        result.network_label,
+    )
 
 
 def reached_time(result: RunResult) -> float | None:
@@ -132,22 +145,24 @@ def is_sweep(result: RunResult) -> bool:
     return result.goal is None and ((task is not None and task.sweep is not None) or bool(result.allreduce))
 
 
-def _family(score: ConfigScore) -> tuple[str, str, str, str]:
-    """The configurations a speedup compares: the same spec, framework, backend and variant."""
-    return (score.spec_name, score.framework, score.backend, score.variant)
+def _family(score: ConfigScore) -> tuple[str, str, str, str, str]:
+    """The configurations a speedup compares: the same spec, framework, backend, variant and
+    network (a networked run falls back to the family's 1-worker run, which has no network)."""
+    return (score.spec_name, score.framework, score.backend, score.variant, score.network)
 
 
 def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
     """Group results by configuration (``config_key``), score each group over the repeats that
     count, and add speedup and efficiency where the same spec, framework, backend and variant
-    has a 1-worker score and another worker count to compare it with. All-reduce sweeps
-    (``is_sweep``) are left out: they have no goal to score."""
-    groups: dict[tuple[str, str, str, int, str], list[RunResult]] = {}
+    has a 1-worker score and another worker count to compare it with; a configuration on
+    emulated links compares with the 1-worker score on its links, else on none (one rank has no
+    link). All-reduce sweeps (``is_sweep``) are left out: they have no goal to score."""
+    groups: dict[ConfigKey, list[RunResult]] = {}
     for result in results:
         if not is_sweep(result):
             groups.setdefault(config_key(result), []).append(result)
     scores: list[ConfigScore] = []
-    for (spec_name, framework, backend, workers, variant), members in sorted(groups.items()):
+    for (spec_name, framework, backend, workers, variant, network), members in sorted(groups.items()):
         counted = [m for m in members if reached_time(m) is not None]
         times = [m.time_to_accuracy_s for m in counted if m.time_to_accuracy_s is not None]
         scores.append(
@@ -163,6 +178,7 @@ def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
                 min_s=min(times) if times else None,
                 max_s=max(times) if times else None,
                 variant=variant,
+                network=network,
                 cv=variation(times),
                 counted=tuple(m.name for m in counted),
                 left_out=tuple(
@@ -171,14 +187,15 @@ def score_configs(results: Iterable[RunResult]) -> list[ConfigScore]:
             )
         )
     baseline = {_family(s): s for s in scores if s.workers == 1 and s.time_to_accuracy_s is not None}
-    counts: dict[tuple[str, str, str, str], set[int]] = {}
+    counts: dict[tuple[str, str, str, str, str], set[int]] = {}
     for score in scores:
         if score.time_to_accuracy_s is not None:
             counts.setdefault(_family(score), set()).add(score.workers)
     scored = []
     for score in scores:
-        base = baseline.get(_family(score))
-        if base is not None and len(counts.get(_family(score), ())) > 1:
+        base = baseline.get(_family(score)) or baseline.get((*_family(score)[:4], ""))
+        compared = counts.get(_family(score), set()) | ({1} if base is not None else set())
+        if base is not None and len(compared) > 1:
             gain, efficiency = speedup(base.time_to_accuracy_s, score.time_to_accuracy_s, score.workers)
             if gain is not None:
                 score = replace(score, speedup=gain, efficiency=efficiency, baseline_runs=base.reached)

@@ -19,9 +19,16 @@ from importlib import metadata
 from typing import Any
 
 from mlbench_worker import wire
-from mlbench_worker.hyperparams import AllReduce, AwdLstm, LogReg, ResNet20, TrainingHyperparameters
+from mlbench_worker.hyperparams import (
+    AllReduce,
+    AwdLstm,
+    LogReg,
+    ResNet20,
+    ResNet50,
+    TrainingHyperparameters,
+)
 
-from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
 from mlbench_tui.results import provenance
@@ -29,6 +36,7 @@ from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.flops import flop_figures, model_flops
 from mlbench_tui.results.model import RunResult, SweepShape
+from mlbench_tui.results.network import LINK_SERIES, network_figures, network_suspects
 from mlbench_tui.results.preflight import preflight_figures
 from mlbench_tui.results.reference import machine_class
 from mlbench_tui.results.scoring import cost_to_target
@@ -105,6 +113,7 @@ def needed_metrics(names: Iterable[str], goal: GoalPlan | None) -> list[str]:
         *STEP_SERIES,
         *TRACKER_TOTALS,
         *RESULT_SERIES,
+        *LINK_SERIES,
     }
     goal_metric = goal.metric if goal is not None else None
     return [
@@ -167,10 +176,11 @@ def summarize_run(
     message: str | None = None,
     launched_at: float | None = None,
     milestones: LaunchMilestones | None = None,
+    network: NetworkCheck | None = None,
 ) -> RunResult:
     """The result of one run that ended in ``state`` (stored with the run, shown everywhere);
     ``launched_at`` (the run's creation) dates the launcher's part of its start, and the
-    target's ``milestones`` split it."""
+    target's ``milestones`` split it; ``network`` is what the target did to its links."""
     metrics = list(metrics)
     events = list(events)
     outcome = goal_outcome(plan.goal, metrics, events)
@@ -188,6 +198,7 @@ def summarize_run(
         repeat=plan.repeat,
         implementation=plan.implementation,
         precision=plan.resources.precision,
+        optimizer=_optimizer(plan),
         state=state,
         message=message,
         stop_reason=stop.reason if stop else None,
@@ -210,6 +221,14 @@ def summarize_run(
         ),
         computed_by=provenance.current(),
     )
+    result.network = network_figures(plan, result, metrics, events, network)
+    if result.network is not None:  # the environment record says what links the run had
+        result.fingerprint["network"] = {
+            "links": result.network.label,
+            "method": result.network.method,
+            "nodes": result.network.nodes,
+            "nccl_socket_transport": result.network.nccl_socket,
+        }
     warmup = warmup_steps(plan)
     if warmup is not None:
         result.step_time = step_time_figures(metrics, warmup)
@@ -219,7 +238,7 @@ def summarize_run(
             result.step_time_note = no_step_time_text(warmup, stop.step)
     machine = machine_class(result)
     result.flops = flop_figures(result, model_flops(metrics), machine, reference_table())
-    result.suspects = suspects(result, metrics)
+    result.suspects = suspects(result, metrics) + network_suspects(result)
     if outcome is None:
         return result
     result.reached = outcome.reached
@@ -255,6 +274,12 @@ def config_digest(plan: RunPlan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _optimizer(plan: RunPlan) -> str | None:
+    """The run's distributed optimizer, where its task names one."""
+    optimizer = getattr(plan.typed_hyperparameters(), "optimizer", None)
+    return optimizer if isinstance(optimizer, str) else None
+
+
 def warmup_steps(plan: RunPlan) -> int | None:
     """The steps a training task leaves out of its step time (its declared warm-up, or the
     spec's override); None for a task that does not train in steps (0a)."""
@@ -279,4 +304,4 @@ def sweep_shape(plan: RunPlan) -> SweepShape | None:
 def batch_size(plan: RunPlan) -> int | None:
     """Samples per rank per step, where the task batches by samples."""
     hp = plan.typed_hyperparameters()
-    return hp.batch_size if isinstance(hp, ResNet20 | LogReg | AwdLstm) else None
+    return hp.batch_size if isinstance(hp, ResNet20 | ResNet50 | LogReg | AwdLstm) else None

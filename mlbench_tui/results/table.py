@@ -25,21 +25,25 @@ from mlbench_tui.formatting import (
     without_empty,
 )
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import NetworkPlan
 from mlbench_tui.results.bounds import nvls_note
 from mlbench_tui.results.flops import flops_text
 from mlbench_tui.results.model import (
     AllreduceFigures,
+    NetworkFigures,
     RankTelemetryFigures,
     RunResult,
     StartupFigures,
     TelemetryFigures,
 )
+from mlbench_tui.results.network_sweep import network_lines, network_table
 from mlbench_tui.results.preflight import preflight_short, preflight_text
 from mlbench_tui.results.provenance import provenance_text
 from mlbench_tui.results.reference import verdicts
 from mlbench_tui.results.reference_figures import FIGURE_NAMES
 from mlbench_tui.results.scoring import (
     SPREAD_LIMIT,
+    ConfigKey,
     ConfigScore,
     config_key,
     is_sweep,
@@ -48,6 +52,8 @@ from mlbench_tui.results.scoring import (
 )
 from mlbench_tui.results.step_time import step_time_text
 from mlbench_tui.results.telemetry import gpu_util_text
+from mlbench_tui.spec.network import format_bandwidth
+from mlbench_tui.spec.network import format_latency as format_latency_spec
 
 REASON_WIDTH = 100
 """A failed run's reason in a table row is its first line, cut to this many characters."""
@@ -277,6 +283,8 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
             | {
                 "STATE": str(result.state),
                 "IMPL": "-" if is_sweep(result) else result.variant,  # 0a sweeps its dtypes
+                "NETWORK": result.network_label or MISSING,
+                "LINK": link_text(result),
                 "RESULT": result_text(result, sweep_tables=sweep_tables),
                 "REACHED": {True: "yes", False: "no", None: "-"}[result.reached],
                 "TIME TO ACC": format_duration(result.time_to_accuracy_s),
@@ -304,9 +312,73 @@ def results_rows(results: Sequence[RunResult], *, sweep_tables: bool = False) ->
     return rows
 
 
-def config_key_of(score: ConfigScore) -> tuple[str, str, str, int, str]:
+def link_text(result: RunResult) -> str:
+    """What a run's links carried against their rate: ``9.4/10 Mbit/s (94%)``, the peak for a
+    run that never filled them, ``!`` when the shaping did not hold; ``-`` without a network."""
+    return MISSING if result.network is None else link_text_of(result.network)
+
+
+def link_text_of(figures: NetworkFigures, *, flag_held: bool = True) -> str:
+    """``link_text`` of a run's network figures (``flag_held``: with ``!`` when the shaping did
+    not hold, for a table where no other line says so)."""
+    flag = " !" if figures.held is False and flag_held else ""
+    if figures.mean_mbit_s is None:
+        return (figures.note or MISSING) + flag
+    configured = figures.bandwidth_bps
+    mean = significant(figures.mean_mbit_s, 3)
+    if configured is None:
+        return f"{mean} Mbit/s (unlimited){flag}"
+    text = f"{mean}/{significant(configured / 1e6, 3)} Mbit/s ({figures.mean_fraction or 0:.0%})"
+    if figures.peak_mbit_s is not None:
+        text += f", peak {significant(figures.peak_mbit_s, 3)}"
+    return text + flag
+
+
+def network_detail_lines(
+    network: NetworkPlan | None, figures: NetworkFigures | None
+) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of a run's links for ``status`` and the TUI's overview: what was
+    configured and how it was made, then what the links carried and whether the shaping held."""
+    if network is None and figures is None:
+        return []
+    bandwidth = figures.bandwidth_bps if figures is not None else network.bandwidth_bps if network else None
+    latency = figures.latency_s if figures is not None else network.latency_s if network else 0.0
+    text = f"{format_bandwidth(bandwidth)} per rank and direction"
+    if latency > 0:
+        text += f", +{format_latency_spec(latency)} one way"
+    if figures is not None:
+        how = {
+            "emulated": "emulated nodes (network namespaces, tc)",
+            "cni": "bandwidth CNI annotations",
+            "tc": "tc in an init container",
+            "cni+tc": "bandwidth CNI annotations and tc in an init container",
+        }
+        if figures.method:
+            nodes = f"{figures.nodes} " if figures.nodes and figures.method == "emulated" else ""
+            text += f"; {nodes}{how.get(figures.method, figures.method)}"
+        if figures.nccl_socket:
+            text += "; NCCL on its socket transport between nodes"
+    lines = [("network", text)]
+    if figures is None:
+        return lines
+    carried = link_text_of(figures, flag_held=False)
+    if figures.sent_bytes is not None:
+        carried += f"; {format_number(figures.sent_bytes / 1e6)} MB sent"
+    if figures.setup_s is not None:
+        carried += f"; set up in {format_duration(figures.setup_s)}"
+    if figures.teardown_s is not None:
+        carried += f", removed in {format_duration(figures.teardown_s)}"
+    lines.append(("links", carried))
+    if figures.held is False:
+        lines.append(("links", "! not shaped for the whole run: " + "; ".join(figures.problems)))
+    if figures.busbw_fraction is not None:
+        lines.append(("busbw", f"best bus bandwidth {figures.busbw_fraction:.0%} of one link's rate"))
+    return lines
+
+
+def config_key_of(score: ConfigScore) -> ConfigKey:
     """``config_key`` of the runs ``score`` was computed from."""
-    return score.spec_name, score.framework, score.backend, score.workers, score.variant
+    return score.spec_name, score.framework, score.backend, score.workers, score.variant, score.network
 
 
 ALWAYS_SHOWN = ("RUN", "STATE", "RESULT")
@@ -382,4 +454,7 @@ def render_results(
     if shown:
         text += "\n\n" + render_table(without_empty(score_rows(shown), ("CONFIG", "RUNS", "OLYMPIC MEAN")))
         text += "\n" + "\n".join(score_notes(shown))
+    lines = network_lines(results)
+    if lines:
+        text += "\n\n" + network_table(lines)
     return text

@@ -87,9 +87,12 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
     for warning in plan_warnings([item.plan for item in planned], os.cpu_count() or 1):
         printer.note(f"warning: {warning}")
     if options.dry_run:
+        from mlbench_tui.server.serve import socket_path
         from mlbench_tui.settings import load_settings
 
-        print(dry_run_text(planned, load_settings().server_url), file=out)
+        settings = load_settings()
+        socket = str(socket_path(settings.store_path))  # where the store's server answers on a socket
+        print(dry_run_text(planned, settings.server_url, socket), file=out)
         return 0
     if options.detach:
         pid, log_path = detach(paths, options)
@@ -108,16 +111,17 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
     cache: dict[str, Executor[Any]] = {}
     for item in planned:  # what the runs will need starts now, beside the metrics server
         executor_for(item.plan, cache).prepare(item.plan)
-    with _metrics_server(planned) as (client, server_url):
-        return _apply_planned(planned, options, client, server_url, printer, out)
+    with _metrics_server(planned) as (client, server_url, server_socket):
+        return _apply_planned(planned, options, client, server_url, server_socket, printer, out)
 
 
 @contextlib.contextmanager
-def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str | None]]:
+def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClient, str | None, str | None]]:
     """The server the runs report to: the in-cluster one (port-forwarded) for targets whose
     ranks report inside the cluster, otherwise the local one (found or started detached by
     ``server.daemon``; its client re-attaches to the store's server if that one goes away, so
-    the URL ranks get is wherever the server is when they launch: None)."""
+    the URL ranks get is wherever the server is when they launch: None), with the Unix socket
+    it also answers on beside its store (None when it has none)."""
     cache: dict[str, Executor[Any]] = {}
     if any(executor_for(item.plan, cache).in_cluster_server for item in planned):
         from mlbench_tui.infra.incluster import server_for_plans
@@ -125,11 +129,12 @@ def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClie
 
         with server_for_plans([item.plan for item in planned]) as endpoint:
             if endpoint is not None:
-                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url
+                yield MlbenchClient(endpoint.url, endpoint.admin_token), endpoint.url, None
                 return
     from mlbench_tui.server.daemon import ensure_server
 
-    yield ensure_server().client(), None
+    server = ensure_server()
+    yield server.client(), None, server.socket
 
 
 def _apply_planned(
@@ -137,6 +142,7 @@ def _apply_planned(
     options: ApplyOptions,
     client: MlbenchClient,
     server_url: str | None,
+    server_socket: str | None,
     printer: ProgressPrinter,
     out: Any,
 ) -> int:
@@ -147,7 +153,7 @@ def _apply_planned(
         printer.note(NOTHING_TO_DO)
         print(render_results(earlier), file=out)
         return 0
-    runner = Runner(client, printer, server_url=server_url)
+    runner = Runner(client, printer, server_url=server_url, server_socket=server_socket)
     try:
         results = runner.run_all(planned, parallel=options.parallel)
     except KeyboardInterrupt:

@@ -25,7 +25,10 @@ def cancel_run(client: MlbenchClient, ref: str) -> str:
         handle = RunHandle.parse(run.handle)
         executor_for_handle(handle).cancel(handle)
     update = RunUpdate(state=RunState.CANCELLED, finished=datetime.now(UTC), error="cancelled by user")
-    client.update_run(run.id, update)
+    recorded = client.update_run(run.id, update)
+    if not run.handle and recorded.handle:  # its launcher recorded the handle meanwhile
+        handle = RunHandle.parse(recorded.handle)
+        executor_for_handle(handle).cancel(handle)
     return f"cancelled {run.name} ({run.id})"
 
 

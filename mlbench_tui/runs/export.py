@@ -107,6 +107,7 @@ def official_result(run: RunDetail, result: RunResult, plan: RunPlan | None) -> 
         "repeat": run.repeat,
         "state": run.state.value,
         **{key: figures[key] for key in PUBLISHED},
+        **({"network": figures["network"]} if result.network is not None else {}),
         "hyperparameters": plan.hyperparameters if plan is not None else None,
         "fingerprint": figures["fingerprint"],
         "verdicts": [verdict_json(v) for v in verdicts(result)],

@@ -67,12 +67,17 @@ def render_dry_run(dry: DryRun[Any]) -> str:
     return dry.text()
 
 
-def dry_run_text(planned: Sequence[PlannedRun], server_url: str) -> str:
+def dry_run_text(planned: Sequence[PlannedRun], server_url: str, server_socket: str | None = None) -> str:
     """What ``apply --dry-run`` prints: every run's exact launch, with placeholder run ids."""
     cache: dict[str, Executor[Any]] = {}
     blocks = []
     for index, item in enumerate(planned):
-        launch = LaunchContext(run_id=f"r-dryrun{index:05d}", server_url=server_url, write_token=REDACTED)
+        launch = LaunchContext(
+            run_id=f"r-dryrun{index:05d}",
+            server_url=server_url,
+            write_token=REDACTED,
+            server_socket=server_socket,
+        )
         blocks.append(render_dry_run(executor_for(item.plan, cache).dryrun(item.plan, launch)))
     return "\n\n".join(blocks)
 

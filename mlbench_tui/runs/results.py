@@ -122,7 +122,17 @@ def sweep_curves(client: MlbenchClient, results: Sequence[RunResult]) -> list[Sw
         points = [p for p in read_metrics(client, result.run_id, names) if p.rank == 0]
         curves = run_curves(points)
         why = left_out_reason(result)
-        runs.append(SweepRun(result.framework, result.backend, result.workers, curves, result.name, why))
+        runs.append(
+            SweepRun(
+                result.framework,
+                result.backend,
+                result.workers,
+                curves,
+                result.name,
+                why,
+                result.network_label,
+            )
+        )
     return aggregate(runs)
 
 

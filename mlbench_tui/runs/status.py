@@ -11,6 +11,7 @@ from mlbench_tui.lifecycle import RunState
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.table import (
     checks_lines,
+    network_detail_lines,
     rank_figures_text,
     result_text,
     step_line,
@@ -60,6 +61,7 @@ def status_table(client: MlbenchClient, limit: int = 50) -> str:
     if not runs:
         return "no runs yet (start one with: mlbench apply specs/quickstart.yaml)"
     rows = []
+    networked = any(run.network is not None for run in runs)
     for run in runs:
         rows.append(
             {
@@ -69,6 +71,7 @@ def status_table(client: MlbenchClient, limit: int = 50) -> str:
                 "TASK": run.task,
                 "BACKEND": run.backend,
                 "WORKERS": str(run.workers),
+                **({"NETWORK": run.network.label() if run.network else "-"} if networked else {}),
                 "CREATED": format_age(run.created),
                 "RESULT": _result_text(run.result) if run.result else _live_text(client, run),
             }
@@ -122,6 +125,8 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
     if run.goal is not None:
         op = ">=" if run.goal.direction == "max" else "<="
         lines.append(f"goal:     {run.goal.metric} {op} {run.goal.target}")
+    figures = run.result.network if run.result is not None else None
+    lines += [f"{label + ':':<9} {text}" for label, text in network_detail_lines(run.network, figures)]
     if run.error:
         lines.append(f"error:    {run.error}")
     result = current_result(client, run)

@@ -25,7 +25,7 @@ from mlbench_worker.wire import LogIn, parse_event
 from mlbench_tui.errors import MlbenchError, NotFound, from_os_error
 from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import Executor, LaunchContext, LogTailer
-from mlbench_tui.lifecycle import LaunchMilestones, RunHandle, RunState, RunStatus
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunHandle, RunState, RunStatus
 from mlbench_tui.owners import RunOwner
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.model import RunResult
@@ -105,7 +105,7 @@ def _under_way(exc: MlbenchError) -> bool:
 
 
 def _max_epochs(hp: AnyHyperparameters) -> float | None:
-    return None if isinstance(hp, AllReduce) else float(hp.max_epochs)
+    return None if isinstance(hp, AllReduce) or hp.max_epochs is None else float(hp.max_epochs)
 
 
 class Runner:
@@ -117,12 +117,14 @@ class Runner:
         printer: ProgressPrinter | None = None,
         *,
         server_url: str | None = None,
+        server_socket: str | None = None,
         poll_s: float = POLL_S,
         cpu_count: int | None = None,
     ) -> None:
         self.client = client
         self.printer = printer or ProgressPrinter()
         self._server_url = server_url  # None: wherever the client's server is at launch time
+        self.server_socket = server_socket
         self.poll_s = poll_s
         self.cpu_count = cpu_count or os.cpu_count() or 1
         self.executors: dict[str, Executor[Any]] = {}
@@ -173,7 +175,9 @@ class Runner:
             sweep=sweep,
             state="pending",
         )
-        launch = LaunchContext(run_id=run_id, server_url=self.server_url, write_token=token)
+        launch = LaunchContext(
+            run_id=run_id, server_url=self.server_url, write_token=token, server_socket=self.server_socket
+        )
         try:
             executor = executor_for(plan, self.executors)
             handle = executor.submit(plan, launch)
@@ -197,7 +201,9 @@ class Runner:
         dequeued = LaunchMilestones(dequeued=time.time()) if queued is not None else None
         if dequeued is not None:  # its start is timed from leaving the queue, not from being queued
             update.launch = dequeued
-        self.client.update_run(run_id, update)
+        recorded = self.client.update_run(run_id, update)
+        if recorded.state is RunState.CANCELLED:  # `mlbench cancel` came before the run had a handle
+            executor.cancel(handle)
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
         active = ActiveRun(item, run_id, token, handle, progress, executor, milestones=dequeued)
@@ -275,6 +281,7 @@ class Runner:
             message,
             deleted=active.deleted,
             milestones=active.milestones,
+            network=status.network if status is not None else None,
         )
         if result is None:
             active.deleted = True
@@ -299,6 +306,7 @@ class Runner:
         *,
         deleted: bool = False,
         milestones: LaunchMilestones | None = None,
+        network: NetworkCheck | None = None,
     ) -> RunResult | None:
         """Record that a run ended, with what its target said of launching it; its result as
         the server computed it (None: deleted)."""
@@ -312,6 +320,8 @@ class Runner:
         )
         if milestones is not None:  # set only when known: a null would clear the stored ones
             update.launch = milestones
+        if network is not None:
+            update.network = network
         try:
             detail = self.client.update_run(run_id, update)
         except MlbenchError as exc:

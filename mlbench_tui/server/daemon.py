@@ -59,6 +59,9 @@ class ServerInfo:
     started: float = 0.0
     version: str = ""
     idle_timeout: float | None = None  # set for a detached server (it exits when idle)
+    # A Unix socket the server also answers on, beside its store: ranks inside emulated network
+    # namespaces (spec.network) reach it there without crossing the links being measured.
+    socket: str | None = None
 
     def client(self, *, admin: bool = True, timeout: float = 30.0) -> MlbenchClient:
         """A client of this server that re-attaches to the store's server (found, or started
@@ -247,12 +250,16 @@ def _env_server() -> ServerInfo | None:
     url = os.environ.get("MLBENCH_SERVER_URL")
     if not url:
         return None
+    url = url.rstrip("/")
+    # a server of this state directory named by its URL (the TUI's launches): its Unix socket too
+    recorded = next((info for info in recorded_servers() if info.url == url), None)
     return ServerInfo(
-        url=url.rstrip("/"),
+        url=url,
         pid=0,
         store="",
         admin_token=os.environ.get("MLBENCH_TOKEN", ""),
         read_token=os.environ.get("MLBENCH_READ_TOKEN", os.environ.get("MLBENCH_TOKEN", "")),
+        socket=recorded.socket if recorded is not None else None,
     )
 
 
@@ -291,11 +298,21 @@ def ensure_server(db_path: str | Path | None = None) -> ServerInfo:
     if named is not None:
         return named
     store = (Path(db_path).expanduser() if db_path else load_settings().store_path).resolve()
+    _remove_network_leftovers()
     with _store_lock(store):
         found = _reusable(read_state(state_path(store)), store)
         if found is not None:
             return found
         return _start_detached(store)
+
+
+def _remove_network_leftovers() -> None:
+    """What a killed ``apply`` left (its runs' emulated networks) goes the next time the store is
+    used."""
+    from mlbench_tui.executors import remove_leftovers
+
+    for note in remove_leftovers():
+        print(f"mlbench: {note}", file=sys.stderr)
 
 
 def _start_detached(store: Path) -> ServerInfo:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection
 
 from mlbench_tui.errors import NotFound
-from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results import provenance
 from mlbench_tui.results.events import EventRecord
@@ -53,7 +53,7 @@ def with_result(
     plan = _plan(run)
     state, message = settle_state(update.state, update.error, events, plan.workers if plan else run.workers)
     milestones = update.launch if update.launch is not None else run.launch
-    result = _computed(store, conn, run, state, message, events, update.host, milestones)
+    result = _computed(store, conn, run, state, message, events, update.host, milestones, update.network)
     fields = update.model_dump(exclude_unset=True)
     fields.update(state=state, result=result)
     fields["error"] = message if state is not RunState.SUCCEEDED else None
@@ -69,6 +69,7 @@ def _computed(
     events: list[EventRecord],
     host: dict[str, Any] | None,
     milestones: LaunchMilestones | None,
+    network: NetworkCheck | None,
 ) -> RunResult:
     """The result of ``run``, ended in ``state``, from its stored metrics and ``events``."""
     plan = _plan(run)
@@ -93,6 +94,7 @@ def _computed(
             message=message,
             launched_at=max(run.created.timestamp(), (milestones.dequeued if milestones else None) or 0.0),
             milestones=milestones,
+            network=network,
         )
     result.run_id = run.id
     _add_speedup(conn, run, result)
@@ -115,9 +117,27 @@ def recomputed(store: Store, conn: Connection, run_id: str) -> RunUpdate | None:
         return None
     before = run.result
     events = all_events(lambda since: queries.events(conn, run_id, since=since, limit=MAX_PAGE))
-    result = _computed(store, conn, run, run.state, before.message, events, before.fingerprint, run.launch)
+    result = _computed(
+        store, conn, run, run.state, before.message, events, before.fingerprint, run.launch, _check(before)
+    )
     result.computed_by = provenance.current(recomputed_from=provenance.stored_rules(before))
     return RunUpdate(result=result)
+
+
+def _check(result: RunResult) -> NetworkCheck | None:
+    """What the target did to a run's links, as its stored result recorded it (a recompute has
+    no executor to ask again)."""
+    figures = result.network
+    if figures is None or figures.method is None:
+        return None
+    return NetworkCheck(
+        method=figures.method,
+        nodes=figures.nodes,
+        held=figures.held,
+        problems=tuple(figures.problems),
+        setup_s=figures.setup_s,
+        teardown_s=figures.teardown_s,
+    )
 
 
 def _plan(run: RunDetail) -> RunPlan | None:

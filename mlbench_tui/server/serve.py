@@ -64,6 +64,52 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with its terminating NUL
+
+
+def socket_path(store: str | Path) -> Path:
+    """Where the server of ``store`` answers on a Unix socket: beside the store, or (a path too long
+    for a socket address) in a private folder of the temporary directory named by the store."""
+    beside = Path(store).with_name(Path(store).name + ".sock")
+    if len(os.fsencode(beside)) <= UNIX_PATH_MAX:
+        return beside
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(os.fsencode(Path(store).resolve())).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"mlbench-{os.getuid()}" / f"{digest}.sock"
+
+
+def bind_unix_socket(path: Path) -> socket.socket | None:
+    """A listening Unix socket at ``path``, readable and writable by this user only; None (the server
+    then answers on TCP alone) when it cannot be made. Whoever serves the store owns the path, so a
+    file left there by a killed server is replaced."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old)
+        sock.listen(listen_backlog())
+        sock.set_inheritable(True)
+        return sock
+    except OSError:
+        return None
+
+
+def _close_unix(sock: socket.socket | None, path: Path) -> None:
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.close()
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
 def bind_preferred(host: str, port: int, preferred: int | None) -> socket.socket:
     """``bind_socket`` on ``preferred`` when given and free, else on ``port``."""
     if preferred:
@@ -170,6 +216,8 @@ class EmbeddedServer:
         except BaseException:
             self.store.close()
             raise
+        self._unix_path = socket_path(self.store.path)
+        self._unix = bind_unix_socket(self._unix_path)
         self.url = _url(self._sock)
         from mlbench_tui.server.app import create_app
 
@@ -186,12 +234,13 @@ class EmbeddedServer:
             open_reads=self.auth.open_reads,
             started=time.time(),
             version=__version__,
+            socket=str(self._unix_path) if self._unix is not None else None,
         )
         self._error: BaseException | None = None
 
     def _run(self) -> None:
         try:
-            self._server.run(sockets=[self._sock])
+            self._server.run(sockets=[self._sock, *([self._unix] if self._unix is not None else [])])
         except BaseException as exc:  # surfaced by start()
             self._error = exc
 
@@ -218,6 +267,7 @@ class EmbeddedServer:
             self._thread.join(10)
         with contextlib.suppress(OSError):
             self._sock.close()
+        _close_unix(self._unix, self._unix_path)
         self.store.close()
 
     def __enter__(self) -> EmbeddedServer:
@@ -250,9 +300,15 @@ def serve_foreground(
 
     store = Store.for_server(db_path)
     try:
+        from mlbench_tui.executors import remove_leftovers
+
+        for note in remove_leftovers():  # what a killed `apply` left, now that the store is in use
+            print(f"mlbench server: {note}", file=sys.stderr, flush=True)
         auth = serving_tokens(store, remembered=True, admin=admin_token, read=read_token)
         sock = bind_preferred(host, port, prefer_port)
         bound = int(sock.getsockname()[1])
+        unix_path = socket_path(store.path)
+        unix = bind_unix_socket(unix_path)
         info = ServerInfo(
             url=_url(sock),
             pid=os.getpid(),
@@ -263,6 +319,7 @@ def serve_foreground(
             started=time.time(),
             version=__version__,
             idle_timeout=idle_timeout,
+            socket=str(unix_path) if unix is not None else None,
         )
         spools = prepare_serving(store)
         app = create_app(store, auth, HostPolicy.for_address(host, bound, allow_hosts), spools)
@@ -286,11 +343,12 @@ def serve_foreground(
         done = threading.Event()
         _keep_house(server, watch, store, idle_timeout, done)
         try:
-            server.run(sockets=[sock])
+            server.run(sockets=[sock, *([unix] if unix is not None else [])])
         finally:
             done.set()
             remove_state(info)
             sock.close()
+            _close_unix(unix, unix_path)
     finally:
         store.close()
     return 0

@@ -21,6 +21,7 @@ from mlbench_worker.hyperparams import (
     plan_values,
 )
 from mlbench_worker.knobs import ALL_POLICIES, HyperparameterProblem, Policy, field_types, knobs
+from mlbench_worker.wire import DATA_SOURCES
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 OVERRIDE: frozenset[Policy] = frozenset({"override"})
@@ -106,12 +107,11 @@ OVERRIDE_MODELS: Mapping[str, type[BaseModel]] = {
 }
 """Task id -> the pydantic model of the overrides a spec of that task may write."""
 
-OPTION_MODELS: Mapping[str, type[BaseModel]] = {
-    task: _override_model(task, cls, "Options", "give its synthetic data")
+OPTION_MODELS: Mapping[tuple[str, str], type[BaseModel]] = {
+    (task, source): _override_model(task, cls, "Options", f"give its {source} data")
     for (task, source), cls in DATA_OPTIONS.items()
-    if source == "synthetic"
 }
-"""Task id -> the pydantic model of the synthetic ``data.options`` a spec of that task may write."""
+"""(task id, data source) -> the pydantic model of the ``data.options`` a spec may write for it."""
 
 
 def select_by_task(schema: dict[str, Any]) -> None:
@@ -129,13 +129,15 @@ def select_by_task(schema: dict[str, Any]) -> None:
 
 
 def _task_properties(task: str) -> dict[str, Any]:
-    """The body properties one task constrains: its overrides, and its synthetic data's options."""
+    """The body properties one task constrains: its overrides, and each data source's options
+    (none for a source the task declares none for; an absent source is synthetic)."""
     out: dict[str, Any] = {"hyperparameters": OVERRIDE_MODELS[task].model_json_schema()}
-    options = OPTION_MODELS.get(task)
-    synthetic = {"properties": {"source": {"const": "synthetic"}}, "required": ["source"]}
-    out["data"] = {
-        "if": synthetic,
-        "then": {"properties": {"options": options.model_json_schema() if options else {"maxProperties": 0}}},
-        "else": {"properties": {"options": {"maxProperties": 0}}},
-    }
+    clauses = []
+    for source in DATA_SOURCES:
+        model = OPTION_MODELS.get((task, source))
+        named: dict[str, Any] = {"properties": {"source": {"const": source}}, "required": ["source"]}
+        when = {"anyOf": [{"not": {"required": ["source"]}}, named]} if source == "synthetic" else named
+        options = model.model_json_schema() if model else {"maxProperties": 0}
+        clauses.append({"if": when, "then": {"properties": {"options": options}}})
+    out["data"] = {"allOf": clauses}
     return out

@@ -47,6 +47,7 @@ from mlbench_tui.spec.limits import (
     MAX_TELEMETRY_INTERVAL_S,
     MIN_TELEMETRY_INTERVAL_S,
 )
+from mlbench_tui.spec.network import NetworkField, network_schema, network_tag
 from mlbench_tui.spec.shortforms import (
     BACKENDS,
     BackendSweep,
@@ -401,6 +402,13 @@ class BenchmarkBody(StrictModel):
         description="Implementation choices: {cuda_graphs: true} replays each training step from CUDA "
         "graphs (off by default); {host_allocator: system} keeps the C library's allocator defaults.",
     )
+    network: NetworkField | None = Field(
+        default=None,
+        description="The links between ranks: {bandwidth: 100Mbit, latency: 5ms} per rank, or a rate alone "
+        "('network: 1Gbit'); lists sweep. Local runs emulate them (a network namespace per node, tc on "
+        "its link); Kubernetes enforces them per pod. Unset: the machine's own network, nothing emulated.",
+        json_schema_extra=network_schema,
+    )
     target: Target = Field(
         default_factory=lambda: LocalTarget(kind="local"),
         description="Where ranks run: 'local', {kind: kubernetes, namespace, image, ...} or "
@@ -505,14 +513,27 @@ class BenchmarkSpec(StrictModel):
     def name(self) -> str:
         return self.metadata.name
 
-    def run_suffix(self, framework: str, backend: str, workers: int, repeat: int | None = None) -> str:
-        """What follows metadata.name in a run name: ``[-tf|-pt]-<backend>-<workers>w[-r<i>]``.
+    def run_suffix(
+        self,
+        framework: str,
+        backend: str,
+        workers: int,
+        repeat: int | None = None,
+        network: tuple[int | None, float] | None = None,
+    ) -> str:
+        """What follows metadata.name in a run name: ``[-tf|-pt]-<backend>-<workers>w[-<network>][-r<i>]``.
 
         The framework appears only when the spec compares frameworks, so single-framework run
-        names stay ``<name>-<backend>-<workers>w``; ``repeat`` None gives the longest suffix.
+        names stay ``<name>-<backend>-<workers>w``; a spec with ``network`` names each run of
+        several ranks by its bandwidth and latency (``-100mbit-5ms``; ``network`` None gives the
+        longest of them);
+        ``repeat`` None gives the longest suffix.
         """
         suffix = f"-{FRAMEWORK_TAGS[framework]}" if len(self.spec.framework) > 1 else ""
         suffix += f"-{backend}-{workers}w"
+        if self.spec.network is not None and workers > 1:  # one rank has no link: no network run
+            points = [network] if network is not None else self.spec.network.points()
+            suffix += "-" + max((network_tag(*point) for point in points), key=len)
         if self.spec.repeats > 1:
             suffix += f"-r{self.spec.repeats - 1 if repeat is None else repeat}"
         return suffix
@@ -533,9 +554,9 @@ class BenchmarkSpec(StrictModel):
     def normalized(self) -> dict[str, Any]:
         """The spec as plain JSON data, short forms expanded; the input of the spec hash.
 
-        Implementation choices, telemetry and the energy price left at their defaults, an unset
-        ``ranks_per_node`` and an empty ``env_loading_code`` are omitted, so specs written before
-        they existed keep their hash (and their stored runs)."""
+        Implementation choices, telemetry, the pre-flight, the network and the energy price left
+        at their defaults, an unset ``ranks_per_node`` and an empty ``env_loading_code`` are
+        omitted, so specs written before they existed keep their hash (and their stored runs)."""
         doc = self.model_dump(mode="json", by_alias=True)
         if self.spec.implementation == Implementation():
             del doc["spec"]["implementation"]
@@ -543,10 +564,16 @@ class BenchmarkSpec(StrictModel):
             del doc["spec"]["hardware"]["ranks_per_node"]
         if self.spec.telemetry == Telemetry():
             del doc["spec"]["telemetry"]
+        if self.spec.preflight == Preflight():
+            del doc["spec"]["preflight"]
         if self.spec.price_per_kwh is None:
             del doc["spec"]["price_per_kwh"]
         if self.spec.currency is None:
             del doc["spec"]["currency"]
+        if self.spec.network is None:
+            del doc["spec"]["network"]
+        elif self.spec.network.kubernetes_bandwidth is None:
+            del doc["spec"]["network"]["kubernetes_bandwidth"]
         if not self.spec.env_loading_code:
             del doc["spec"]["env_loading_code"]
         return doc

@@ -38,6 +38,7 @@ def policy_issues(spec: BenchmarkSpec) -> list[PolicyIssue]:
         *_name_issues(spec),
         *_slurm_issues(spec),
         *_node_issues(spec),
+        *_network_issues(spec),
         *env_issues(dict(spec.spec.env), spec.spec.env_loading_code, spec.spec.workers, spec.spec.target),
         *hyperparameter_issues(task, spec.spec.hyperparameters, spec.spec.backend),
         *scaling_issues(spec, task),
@@ -235,6 +236,20 @@ def _node_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
             )
 
 
+def _network_issues(spec: BenchmarkSpec) -> Iterator[PolicyIssue]:
+    """``network.kubernetes_bandwidth`` chooses how pods are limited: it means nothing elsewhere."""
+    network = spec.spec.network
+    if network is None or network.kubernetes_bandwidth is None:
+        return
+    if not isinstance(spec.spec.target, KubernetesTarget):
+        yield PolicyIssue(
+            ("spec", "network", "kubernetes_bandwidth"),
+            "network.kubernetes_bandwidth applies to kubernetes targets; this spec runs on "
+            f"{spec.spec.target.kind}",
+            "remove it: local runs shape their emulated links with tc",
+        )
+
+
 def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
     data = spec.spec.data
     if not task.reads_data and "data" in spec.spec.model_fields_set and data.source != "synthetic":
@@ -244,12 +259,18 @@ def _data_issues(spec: BenchmarkSpec, task: TaskInfo) -> Iterator[PolicyIssue]:
             "remove spec.data or set it to 'synthetic'",
         )
         return
-    _typed, problems = check_data_options(task.id, data.source, data.options)
+    typed, problems = check_data_options(task.id, data.source, data.options)
     for problem in problems:
         hint = problem.hint or (did_you_mean(problem.name, problem.choices) if problem.at_key else None)
         if not problem.at_key and problem.choices:
             hint = did_you_mean(str(data.options.get(problem.name)), problem.choices)
         yield PolicyIssue(("spec", "data", "options", problem.name), problem.message, hint, problem.at_key)
+    if getattr(typed, "decoder", None) == "gpu" and spec.spec.hardware.gpus == 0:
+        yield PolicyIssue(
+            ("spec", "data", "options", "decoder"),
+            "data option decoder 'gpu' decodes on the rank's GPU, and this run has none",
+            "set spec.hardware.gpu, or decoder 'auto' or 'cpu'",
+        )
     yield from data_path_issues(data.source, data.path, spec.spec.target)
 
 

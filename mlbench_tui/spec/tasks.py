@@ -213,6 +213,30 @@ TASKS: Mapping[str, TaskInfo] = _ro(
             "channels_last 'auto' trains in channels_last memory layout on CPU (same math, "
             "1.3-1.5x faster convolutions there) and NCHW on GPU.",
         ),
+        "1b": TaskInfo(
+            id="1b",
+            template_max_time="12h",
+            synthetic_sizes=("image_size", "num_classes"),
+            name="resnet50-imagenet",
+            title="Image classification: ResNet-50 v1.5 on ImageNet (MLPerf Training)",
+            model="ResNet-50 v1.5 (He et al. 2015; stride on the 3x3 convolution)",
+            dataset="ImageNet ILSVRC 2012 (1,281,167 train / 50,000 val, 224x224)",
+            goal=TaskGoal(metric=wire.VAL_GLOBAL_PREC1, direction="max", full=75.9, light=50.0),
+            hyperparameters=hps.ResNet50,
+            backends=ALL_BACKENDS,
+            precisions=ALL_PRECISIONS,
+            notes="MLPerf Training's image classification (rules: mlcommons/training_policies "
+            "training_rules.adoc, ResNet rows; reference: mlcommons/training image_classification). "
+            "batch_size is per worker; opt_name auto is LARS from a global batch of 2048 (base lr 10, "
+            "5 warm-up epochs, 41 epochs, weight decay 2e-4), SGD with momentum below it (lr 0.1 x "
+            "global batch / 256, a multiple of 0.001; 90 epochs; weight decay 1e-4); linear warm-up from "
+            "0, then polynomial decay (power 2) to 1e-4; label smoothing 0.1; no weight decay or LARS "
+            "scaling on BatchNorm parameters and biases; random resized crops to 224 with flips, "
+            "evaluation on the centre 224 of 256; weight decay 1e-4 x 2^N and label smoothing 0 or 0.1 "
+            "as MLPerf allows. data.options: synthetic {train_samples, val_samples, image_size, "
+            "num_classes, noise, seed}; path/download {decoder: auto|cpu|gpu, loader_workers, "
+            "prefetch_batches}. The light goal (50%) is reachable on synthetic data.",
+        ),
         "2a": TaskInfo(
             id="2a",
             name="logreg-epsilon",

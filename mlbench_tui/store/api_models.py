@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 from mlbench_worker import wire
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mlbench_tui.lifecycle import LaunchMilestones, RunState
+from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.owners import RunOwner
-from mlbench_tui.plan import GoalPlan, RunPlan
+from mlbench_tui.plan import GoalPlan, NetworkPlan, RunPlan
 from mlbench_tui.results.model import RunResult, StoredGoal
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES
 from mlbench_tui.store.wire_models import pydantic_model
@@ -126,6 +126,11 @@ class RunUpdate(_Wire):
         description="When the target reached each step of launching the run (what it knows so far); "
         "they split the launcher's part of the run's start in its result.",
     )
+    network: NetworkCheck | None = Field(
+        default=None,
+        description="With a final state: what the target did to the run's links (spec.network) and whether "
+        "the shaping held, for the result.",
+    )
     spool: str | None = Field(
         default=None,
         max_length=4096,
@@ -203,6 +208,9 @@ class RunInfo(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     launch: LaunchMilestones | None = Field(
         default=None, description="When the target reached each step of launching the run (None: unknown)."
+    )
+    network: NetworkPlan | None = Field(
+        default=None, description="The run's links (its plan's spec.network point); None: the machine's own."
     )
     owner: RunOwner | None = Field(default=None, description="The process that launches and watches it.")
 

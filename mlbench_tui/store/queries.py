@@ -31,7 +31,7 @@ from mlbench_tui.store.api_models import (
 
 RUN_INFO_COLUMNS = (
     "id, name, spec_name, spec_hash, task, backend, workers, repeat, goal, state, target_kind, handle, "
-    "created, started, finished, result, error, labels, launch, owner"
+    "created, started, finished, result, error, labels, launch, owner, json_extract(plan, '$.network')"
 )
 RUN_DETAIL_COLUMNS = RUN_INFO_COLUMNS + ", spec_text, plan, spool"
 RANK_COLUMNS = "rank, state, host, pid, pod, exit_code, message, updated"
@@ -66,6 +66,7 @@ def run_info_dict(row: Sequence[Any]) -> dict[str, Any]:
         "labels": _json(row[17]) or {},
         "launch": _json(row[18]),
         "owner": _json(row[19]),
+        "network": _json(row[20]),
     }
 
 
@@ -109,9 +110,9 @@ def get_run(conn: Connection, run_id: str) -> RunDetail | None:
     if row is None:
         return None
     data = run_info_dict(row)
-    data["spec_text"] = row[20]
-    data["plan"] = _json(row[21]) or {}
-    data["spool"] = row[22]
+    data["spec_text"] = row[21]
+    data["plan"] = _json(row[22]) or {}
+    data["spool"] = row[23]
     ranks = conn.exec_driver_sql(
         f"SELECT {RANK_COLUMNS} FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)
     ).fetchall()

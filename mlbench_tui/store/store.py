@@ -22,6 +22,7 @@ import orjson
 from sqlalchemy import Connection
 
 from mlbench_tui.errors import Conflict, NotFound, StoreError, UsageError
+from mlbench_tui.lifecycle import RunState
 from mlbench_tui.owners import RunOwner
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
@@ -298,8 +299,10 @@ class Store:
                 raise NotFound(f"run {run_id} not found")
             fields: dict[str, Any] = dict(documents)
             now = time.time()
-            if data.get("state") is not None:
-                state = upd.state.value if upd.state else None
+            state = upd.state.value if data.get("state") is not None and upd.state else None
+            if state is not None and current.state is RunState.CANCELLED and state not in _TERMINAL:
+                state = None  # a cancel that came before its launcher's "running" stays a cancel
+            if state is not None:
                 fields["state"] = state
                 if state == "running" and current.started is None and "started" not in data:
                     fields["started"] = now

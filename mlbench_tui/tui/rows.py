@@ -142,6 +142,7 @@ class CompareRow:
     comm_share: float | None
     cost: float | None
     best: float | None
+    network: str = ""  # the run's links (RunResult.network_label); '' for the machine's own
 
 
 def compare_rows(
@@ -152,9 +153,10 @@ def compare_rows(
     The baseline is ``baseline_id`` when given, otherwise the run with the fewest workers that
     reached its goal (MLBench compares against 1 worker); speedup is ``results.scoring.speedup``
     scaled by the baseline's workers, and only for runs of the baseline's variant (precision,
-    CUDA graphs): eager against graphs is an implementation comparison, not scaling, which
-    ``vs_baseline`` gives instead (time to accuracy plus graph capture, the baseline's over the
-    run's). Figures come from each run's stored result.
+    CUDA graphs) and links (a one-worker baseline has none, so it serves every link): eager against
+    graphs, or 10 Mbit/s against 1 Gbit/s, is not scaling; eager against graphs is an
+    implementation comparison, which ``vs_baseline`` gives instead (time to accuracy plus graph
+    capture, the baseline's over the run's). Figures come from each run's stored result.
     """
     results = {run.id: run.known_result() for run in runs}
 
@@ -174,10 +176,12 @@ def compare_rows(
         return None if t is None else t + (results[run.id].graph_capture_s or 0.0)
 
     base_total = end_to_end(baseline) if baseline else None
+    links = results[baseline.id].network_label if baseline else ""
     rows = []
     for run in runs:
         res = results[run.id]
-        gain, efficiency = speedup(base_t if res.variant == variant else None, tta(run), run.workers, base_k)
+        same = res.variant == variant and (res.network_label == links or (not links and base_k == 1))
+        gain, efficiency = speedup(base_t if same else None, tta(run), run.workers, base_k)
         total = end_to_end(run)
         rows.append(
             CompareRow(
@@ -196,6 +200,7 @@ def compare_rows(
                 comm_share=res.time_split.communication_fraction if res.time_split else None,
                 cost=res.cost_to_target,
                 best=res.best_value,
+                network=res.network_label,
             )
         )
     return rows, baseline.id if baseline else None

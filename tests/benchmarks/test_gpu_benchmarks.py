@@ -36,11 +36,15 @@ def test_the_suite_covers_every_task_and_precision_with_specs_that_validate(tmp_
     cases = gpu_suite.cases(list(gpu_suite.SMOKE))
     assert {c.task for c in cases} == set(TASKS)
     for task in TASKS.values():
-        assert {c.precision for c in cases if c.task == task.id and not c.cuda_graphs} == set(task.precisions)
+        precisions = set(gpu_suite.SUITE_PRECISIONS.get(task.id, task.precisions))
+        assert {c.precision for c in cases if c.task == task.id and not c.cuda_graphs} == precisions
+    assert gpu_suite.SUITE_PRECISIONS == {"1b": ("fp32", "bf16")}  # ResNet-50's long steps: two of four
     graphed = {(c.task, c.precision) for c in cases if c.cuda_graphs}
     assert graphed == {
         ("1a", "fp32"),
         ("1a", "bf16"),
+        ("1b", "fp32"),
+        ("1b", "bf16"),
         ("2a", "fp32"),
         ("2a", "bf16"),
         ("3a", "fp32"),
@@ -66,6 +70,7 @@ def test_one_spec_file_holds_every_case_as_its_own_document(tmp_path: Path) -> N
     assert [spec.spec.metadata.name for spec in loaded] == [c.name for c in cases]
 
 
+@pytest.mark.timeout(900)  # three tasks applied and graph-checked in a subprocess (its own limit: 600 s)
 def test_the_cpu_twin_applies_once_fills_every_column_and_checks_graph_losses(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
@@ -97,13 +102,19 @@ def test_the_cpu_twin_applies_once_fills_every_column_and_checks_graph_losses(tm
     state, tta, step_ms, share, memory, capture, startup = rows["2a"][3:]
     assert state == "succeeded" and capture == "n/a"
     assert float(startup) > 0 and float(rows["0a"][9]) > 0  # run created to the first step's end
-    assert "startup per case (median of 2)" in proc.stdout  # and where those seconds went
+    assert "startup per case (median of 3)" in proc.stdout  # and where those seconds went
     assert float(tta) >= 0 and float(step_ms) > 0 and float(memory) > 0  # TTA: 0.1 s here, 0.0 on a fast one
     assert 0.3 < float(share) <= 1.05  # the phases account for most of the training time
     check = next(line for line in proc.stdout.splitlines() if line.startswith("  2a    fp32          "))
     assert check.split()[-1] == "ok"
+    # task 1b's CPU twin: tiny ResNet-50 images to the light goal, and LARS replayed like eager
+    assert (
+        next(line for line in proc.stdout.splitlines() if line.startswith("  1b ")).split()[3] == "succeeded"
+    )
+    check = next(line for line in proc.stdout.splitlines() if line.startswith("  1b    fp32          "))
+    assert check.split()[-1] == "ok"
     # one spec file, one store: every case is a document of it
-    assert (tmp_path / "gpu-suite.yaml").read_text().count("apiVersion") == 2
+    assert (tmp_path / "gpu-suite.yaml").read_text().count("apiVersion") == 3
 
 
 def test_a_graph_loss_outside_the_tolerance_is_a_mismatch() -> None:
@@ -130,6 +141,6 @@ def test_graph_mode_and_eager_give_the_same_losses_on_cpu() -> None:
 def test_cuda_graphs_give_eager_losses_on_the_gpu() -> None:
     import torch
 
-    for task in ("1a", "2a", "3a"):
+    for task in ("1a", "1b", "2a", "3a"):
         check = graph_losses.check(task, "fp32", torch.device("cuda"), steps=50)
         assert check.ok, (task, check.error, check.max_rel_diff)

@@ -48,6 +48,7 @@ def test_a_part_that_overruns_its_share_is_stopped_and_named() -> None:
     assert "(gpu_suite wrote no figures)" in text
 
 
+@pytest.mark.timeout(1500)  # every part in a subprocess (its own limit: 1200 s)
 def test_smoke_runs_every_part_on_cpu_and_writes_one_summary(tmp_path: Path) -> None:
     _no_cuda()
     out = tmp_path / "summary.txt"
@@ -71,7 +72,8 @@ def test_smoke_runs_every_part_on_cpu_and_writes_one_summary(tmp_path: Path) -> 
     assert any(",2a,fp32,eager,1,128,step_time_ms," in row and ",gpu_suite," in row for row in rows), summary
     assert any(",0a,fp32,eager,1,,allreduce_latency_min_size_us," in row for row in rows), summary
     assert any(line.split()[:2] == ["fp32", "1"] for line in summary.splitlines()[-12:])
-    assert "graph mode vs eager losses (max relative difference): 2a fp32 ok (0.0e+00)" in summary
+    assert "graph mode vs eager losses (max relative difference): 1b fp32 ok (0.0e+00), 2a fp32 ok" in summary
+    assert "last lines of gpu_step 1b:" in summary and "ResNet-50 v1.5 (task 1b) training step" in summary
 
 
 def test_when_forked_ranks_fail_on_the_gpu_the_suite_starts_its_ranks_cold() -> None:

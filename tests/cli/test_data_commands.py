@@ -69,6 +69,31 @@ def test_bad_libsvm_file_is_a_clean_error(tmp_path: Path, capsys: pytest.Capture
 
 def test_unknown_dataset_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["data", "prepare", "imagenet"])
+        main(["data", "prepare", "mnist"])
     assert exc.value.code == 2
-    assert "invalid choice: 'imagenet'" in capsys.readouterr().err
+    assert "invalid choice: 'mnist'" in capsys.readouterr().err
+
+
+def test_prepare_imagenet_indexes_a_layout_and_refuses_archives_that_are_not_the_official_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from support.imagenet_files import write_archives, write_layout
+
+    monkeypatch.setenv("MLBENCH_DATA_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "cache" / "imagenet"
+    write_layout(target, train=2, val=1)
+    assert main(["data", "prepare", "imagenet", "--dir", str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(target)
+    assert "indexed 8 train, 4 val images of 4 classes (layout)" in err
+    assert "not in the closed division" not in err  # not 1,000 classes: not meant as ImageNet
+    assert main(["data", "list", "-o", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["imagenet"]["prepared"]["splits"]["train"]["images"] == 8
+    archives = tmp_path / "archives"
+    write_archives(archives, train=1, val=1)  # tiny archives: not the published checksums
+    assert main(["data", "prepare", "imagenet", "--dir", str(archives)]) == 1
+    err = capsys.readouterr().err
+    assert "\nerror: " in err and "ILSVRC2012_img_train.tar: md5" in err and "Traceback" not in err
+    assert main(["data", "prepare", "imagenet", "--dir", str(tmp_path / "nothing")]) == 1
+    assert "image-net.org account" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,10 +110,15 @@ def test_tasks_table_detail_and_unknown() -> None:
     assert table.returncode == 0
     header, *rows = table.stdout.splitlines()
     assert header.split()[:4] == ["ID", "NAME", "MODEL", "DATASET"]
-    assert [r.split()[0] for r in rows] == ["0a", "1a", "2a", "3a", "4a", "4b"]
-    assert "val_global_Perplexity  <= 70  <= 90" in table.stdout
+    assert [r.split()[0] for r in rows] == ["0a", "1a", "1b", "2a", "3a", "4a", "4b"]
+    assert re.search(r"val_global_Perplexity +<= 70 +<= 90", table.stdout)
     detail = mlbench("tasks", "resnet20-cifar10")
     assert "batch_size" in detail.stdout and "momentum" in detail.stdout
+    assert "DATA OPTION (synthetic)" in detail.stdout  # 1a's synthetic set
+    detail = mlbench("tasks", "1b")  # its data options too, per source, with their bounds
+    assert re.search(r"image_size +224 +>= 32, <= 1024 ", detail.stdout)
+    assert "DATA OPTION (path)" in detail.stdout and "DATA OPTION (download)" in detail.stdout
+    assert re.search(r"decoder +\"auto\" +auto, cpu, gpu ", detail.stdout)
     as_json = json.loads(mlbench("tasks", "-o", "json").stdout)
     assert as_json[1]["goal"]["full"] == 80 and "batch_size" in as_json[1]["overridable"]
     unknown = mlbench("tasks", "resnet")

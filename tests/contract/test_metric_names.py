@@ -24,6 +24,10 @@ PREFIXES = (*wire.METRIC_PREFIXES, sm.PREFIX)
 NOT_METRICS = {
     ("workers/mlbench_worker/optim/centralized.py", "lr"): "torch's param_group key",
     ("benchmarks/gpu_suite.py", "lr"): "a hyperparameter in a spec's hyperparameters",
+    ("benchmarks/graph_losses.py", "lr"): "a hyperparameter in a spec's hyperparameters",
+    ("benchmarks/resnet50_step.py", "lr"): "a hyperparameter in a worker config",
+    ("workers/mlbench_worker/hyperparams.py", "lr"): "the hyperparameter a problem names",
+    ("workers/mlbench_worker/optim/lars.py", "lr"): "torch's param_group key",
     ("benchmarks/resnet20_step.py", "lr"): "a hyperparameter in a worker config",
     ("benchmarks/task_steps.py", "lr"): "a hyperparameter and torch's param_group key",
     ("benchmarks/__init__.py", "allreduce_task"): "the name of a benchmark module",

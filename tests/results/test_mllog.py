@@ -49,7 +49,7 @@ from mlbench_tui.store.api_models import RunCreate, RunUpdate
 
 pytestmark = pytest.mark.slow
 
-TASK_IDS = ("0a", "1a", "2a", "3a", "4a", "4b")
+TASK_IDS = ("0a", "1a", "1b", "2a", "3a", "4a", "4b")
 
 # One small run per task: one rank, synthetic data, a few seconds on one core.
 SMOKE = {
@@ -59,6 +59,10 @@ SMOKE = {
   goal: light
   data: {source: synthetic, options: {train_samples: 128, val_samples: 64, noise: 24.0}}
   hyperparameters: {batch_size: 32, max_epochs: 2}""",
+    "1b": """
+  goal: light
+  data: {source: synthetic, options: {train_samples: 64, val_samples: 32, image_size: 32, num_classes: 4}}
+  hyperparameters: {batch_size: 16, max_epochs: 1}""",
     "2a": """
   goal: light
   data: {source: synthetic, options: {train_samples: 512, val_samples: 128}}
@@ -291,7 +295,12 @@ def test_a_synthetic_run_logs_the_sizes_it_ran_with(exports: dict[str, Path]) ->
 
 # ---------------------------------------------------------------------------------- closed division
 
-OFFICIAL_SAMPLES = {"1a": (50_000, 10_000), "2a": (400_000, 100_000), "3a": (2_088_628, 217_646)}
+OFFICIAL_SAMPLES = {
+    "1a": (50_000, 10_000),
+    "1b": (1_281_167, 50_000),
+    "2a": (400_000, 100_000),
+    "3a": (2_088_628, 217_646),
+}
 
 
 def _closed_plan(task: str) -> RunPlan:
@@ -365,6 +374,57 @@ def test_closed_rules_catch_a_changed_fixed_hyperparameter_and_a_missed_goal(tmp
     assert verdict.ok, verdict.report  # the same log claims less in the open division
 
 
+def _log_values(lines: list[str]) -> dict[str, Any]:
+    return {
+        doc["key"]: doc["value"] for doc in (json.loads(line.removeprefix(":::MLLOG ")) for line in lines)
+    }
+
+
+@pytest.mark.parametrize(("workers", "opt_name"), [(1, "sgd"), (8, "lars")])
+def test_1b_logs_mlperfs_resnet_keys_for_its_update(workers: int, opt_name: str, tmp_path: Path) -> None:
+    """Task 1b as MLPerf runs it, SGD on one rank (global batch 256) and LARS on eight (2048): the
+    closed rules pass, under the keys MLPerf's ResNet reference logs for that update."""
+    plan = _plan(
+        _spec("1b", "\n  goal: full\n  data: {source: path, path: /data/imagenet}").replace(
+            "workers: 1", f"workers: {workers}"
+        )
+    )
+    assert division(plan) == "closed"
+    metrics, events = recorded_run(plan)
+    lines = mllog_lines(plan, metrics, events, state="succeeded")
+    verdict = check(_write(tmp_path / "mllog.txt", lines))
+    assert verdict.ok, verdict.report
+    assert f"mllog_rules/closed_resnet50-imagenet_{opt_name}.yaml" in verdict.report
+    values = _log_values(lines)
+    steps = 1_281_167 // workers // 256  # per epoch, each rank's share in whole batches
+    if opt_name == "lars":
+        assert values["lars_opt_base_learning_rate"] == 10.0 and values["lars_epsilon"] == 0.0
+        assert values["lars_opt_learning_rate_warmup_epochs"] == 5.0
+        assert values["lars_opt_learning_rate_decay_steps"] == 41 * steps - 5 * steps + 1
+        assert values["lars_opt_weight_decay"] == 2e-4
+    else:
+        assert values["sgd_opt_base_learning_rate"] == 0.1 and "lars_epsilon" not in values
+        assert values["sgd_opt_learning_rate_decay_steps"] == 90 * steps + 1
+        assert values["model_bn_span"] == 256 and values["opt_learning_rate_warmup_epochs"] == 0.0
+    assert values["opt_name"] == opt_name and values["global_batch_size"] == 256 * workers
+    assert values["label_smoothing"] == 0.1 and values["train_samples"] == 1_281_167
+
+
+def test_1b_closed_rules_catch_a_changed_fixed_value(tmp_path: Path) -> None:
+    plan = _plan(
+        _spec("1b", "\n  goal: full\n  data: {source: download}").replace("workers: 1", "workers: 8")
+    )
+    metrics, events = recorded_run(plan)
+    lines = mllog_lines(plan, metrics, events, state="succeeded")
+    for key, good, bad in (("lars_epsilon", "0.0", "1e-08"), ("lars_opt_weight_decay", "0.0002", "0.0003")):
+        tampered = [
+            line.replace(f'"value": {good},', f'"value": {bad},') if f'"{key}"' in line else line
+            for line in lines
+        ]
+        verdict = check(_write(tmp_path / f"{key}.txt", tampered))
+        assert not verdict.ok and f"CHECK for '{key}' failed" in verdict.report, verdict.report
+
+
 def test_division_is_closed_only_for_the_task_as_defined() -> None:
     assert division(_closed_plan("1a")) == "closed"
     light = _plan(_spec("1a", "\n  goal: light\n  data: {source: path, path: /data}"))
@@ -389,13 +449,21 @@ def test_closed_rules_check_every_fixed_hyperparameter_of_the_catalog(task: str)
     checks = {r["KEY"]["NAME"]: r["KEY"].get("CHECK") for r in rules if "KEY" in r}
     fixed = fixed_hyperparameters(info)
     assert fixed or task == "0a"
-    for name, default in fixed.items():
-        values = default if isinstance(default, list) else [default]
-        for key, value in zip(mllog_keys(name), values, strict=True):
-            assert key in checks, f"{name} ({key}) is fixed by the catalog but not checked"
-            assert eval(checks[key], {"v": {"value": value, "metadata": {}}}), (key, checks[key])
-            changed = not value if isinstance(value, bool) else value * 2 + 1
-            assert not eval(checks[key], {"v": {"value": changed, "metadata": {}}}), (key, checks[key])
+    # 1b's keys are named for its update, whose rules the opt_name line enqueues (lars or sgd)
+    for opt_name in ("lars", "sgd") if task == "1b" else (None,):
+        both = dict(checks)
+        if opt_name is not None:
+            extra = yaml.safe_load((RULES / f"closed_{info.name}_{opt_name}.yaml").read_text())
+            both.update({r["KEY"]["NAME"]: r["KEY"].get("CHECK") for r in extra if "KEY" in r})
+        for name, default in fixed.items():
+            if opt_name == "sgd" and name.startswith("lars_"):
+                continue  # not logged for SGD
+            values = default if isinstance(default, list) else [default]
+            for key, value in zip(mllog_keys(name, opt_name), values, strict=True):
+                assert key in both, f"{name} ({key}) is fixed by the catalog but not checked"
+                assert eval(both[key], {"v": {"value": value, "metadata": {}}}), (key, both[key])
+                changed = not value if isinstance(value, bool) else value * 2 + 1
+                assert not eval(both[key], {"v": {"value": changed, "metadata": {}}}), (key, both[key])
     if info.goal is not None:  # and the full goal, in the goal's unit
         good = {"value": info.goal.full, "metadata": {"metric": info.goal.metric}}
         assert eval(checks["eval_target"], {"v": good})

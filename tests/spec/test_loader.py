@@ -30,7 +30,7 @@ def issues_of(text: str, env: dict[str, str] | None = None) -> list[str]:
 def test_example_specs_all_load() -> None:
     loaded = load_paths([ROOT / "specs"], environ={})
     assert {item.spec.metadata.name for item in loaded} >= {"quickstart", "smoke-kind"}
-    assert {item.spec.spec.task for item in loaded} == {"0a", "1a", "2a", "3a", "4a", "4b"}
+    assert {item.spec.spec.task for item in loaded} == {"0a", "1a", "1b", "2a", "3a", "4a", "4b"}
     for path in sorted((ROOT / "specs").glob("*.yaml")):
         assert path.read_text().startswith("# yaml-language-server: $schema=./mlbench.schema.json\n"), path
 

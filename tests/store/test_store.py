@@ -32,6 +32,18 @@ def test_run_lifecycle_ranks_and_token_hashed_at_rest(store: Store) -> None:
         store.update_run("r-000000000000", RunUpdate(state="failed"))
 
 
+def test_a_cancel_before_the_launcher_says_running_stays_a_cancel(store: Store) -> None:
+    """``mlbench cancel`` of a run whose handle is not recorded yet marks it cancelled; the
+    launcher's "running" that follows records the handle and leaves the run cancelled (its watcher
+    then stops the ranks), so the run is never shown running again."""
+    run, _ = store.create_run(RunCreate(name="race-gloo-2w", workers=2, task="1a", backend="gloo"))
+    store.update_run(run.id, RunUpdate(state="cancelled", error="cancelled by user"))
+    late = store.update_run(run.id, RunUpdate(state="running", handle="local://h/" + run.id))
+    assert (late.state.value, late.handle) == ("cancelled", "local://h/" + run.id)
+    ended = store.update_run(run.id, RunUpdate(state="failed"))  # a final state still lands
+    assert ended.state.value == "failed"
+
+
 def test_ingest_is_idempotent_per_rank_session_seq(store: Store) -> None:
     run, _ = store.create_run(RunCreate(name="r", workers=2))
     rows = [("loss", i, None, 1.0, float(i)) for i in range(10)]

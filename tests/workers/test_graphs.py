@@ -21,6 +21,7 @@ from mlbench_worker.replay_capture import CaptureError, ReplayCapture
 from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.tasks.logreg import LogRegTrainer
 from mlbench_worker.tasks.resnet20 import ResNet20Trainer
+from mlbench_worker.tasks.resnet50 import ResNet50Trainer
 from mlbench_worker.tasks.steps import PhasedTrainer, StepResult
 from mlbench_worker.tracker import Tracker
 from support.graph_tape import GraphBreak, TapeCapture
@@ -76,6 +77,34 @@ def test_graphed_resnet_steps_train_exactly_like_eager_ones() -> None:
     _same_parameters(eager.model, graphed.model)  # BatchNorm statistics included
     assert runner.captured == 2 and tape.replays == len(batches)
     assert graphed.optimizer.lr == eager.optimizer.lr  # the warm-up changed the LR every step
+
+
+def _resnet50(**hp: Any) -> ResNet50Trainer:
+    options = {"train_samples": 8, "val_samples": 4, "image_size": 32, "num_classes": 10}
+    lars = {"opt_name": "lars", "lr": 2.0, "warmup_epochs": 2.0}  # the LR changes every step
+    ctx, _ = single_rank_context(
+        "1b", {"batch_size": 4, **lars, **hp}, {"source": "synthetic", "options": options}, None
+    )
+    torch.manual_seed(0)
+    return ResNet50Trainer(ctx)
+
+
+@pytest.mark.parametrize("capture", ["tape", "replay"])
+def test_graphed_resnet50_lars_steps_train_like_eager_ones(capture: str) -> None:
+    """Task 1b's step (LARS's trust ratios and momentum on the device, the LR a device tensor set
+    between replays): recorded once, replayed, the same losses and weights as eager."""
+    eager, graphed = _resnet50(), _resnet50()
+    batches = _batches(eager, 2)  # 4 steps of whole batches: one set of graphs
+    recorder = TapeCapture() if capture == "tape" else ReplayCapture()
+    runner = GraphedStep(graphed, recorder)
+    graphed_losses = _train(graphed, batches, runner)
+    eager_losses = _train(eager, batches)
+    if capture == "tape":  # the phases re-run: bit for bit
+        assert graphed_losses == eager_losses
+        _same_parameters(eager.model, graphed.model)
+    else:  # the recorded ops replayed
+        assert graphed_losses == pytest.approx(eager_losses, rel=1e-5)
+    assert runner.captured == 1 and graphed.optimizer.lr == eager.optimizer.lr
 
 
 def test_graphed_logistic_regression_matches_eager_and_refills_its_inputs() -> None:

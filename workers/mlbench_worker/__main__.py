@@ -125,6 +125,13 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     CLOCK.mark("interpreter")
+    from mlbench_worker.netns import join_from_environment
+
+    try:  # first of all, while this process has one thread: every socket it opens is the node's
+        join_from_environment()
+    except OSError as exc:
+        print(f"error: cannot join this rank's emulated node: {exc}", file=sys.stderr)
+        return 2
     args = _parse_args(argv)
     path = args.config or os.environ.get(rank_env.CONFIG)
     if not path:
@@ -172,14 +179,14 @@ def restart_with_rank_env(rank_env: Mapping[str, str], config_path: str) -> None
 
 
 def end_process(status: int) -> NoReturn:
-    """Exit now; after a clean end, skip the interpreter's teardown that launchers wait on.
+    """Exit now, without the interpreter's teardown that launchers wait on.
 
-    A clean end (status 0) has closed the reporter and the process group, so nothing is left
-    to flush; tearing down torch's modules would still take seconds per rank, which torchrun
-    and mpiexec (and the run's status) wait for.
+    Every end has closed the reporter (a clean one the process group too), so nothing is left to
+    flush; tearing down torch's modules would still take seconds per rank, which torchrun and
+    mpiexec (and the run's status) wait for, and after a failure it can block for good: the
+    process group left open is destroyed by the garbage collector, whose TCPStore joins a libuv
+    thread that does not always stop (seen on a one-rank gloo run whose task raised).
     """
-    if status != 0:
-        sys.exit(status)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)

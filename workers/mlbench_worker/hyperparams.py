@@ -51,6 +51,12 @@ class OptimizerSettings:
     overlap_comm: bool = False
     bucket_mb: float | None = None
     powersgd_rank: int = 1
+    local_update: Literal["sgd", "lars"] = "sgd"
+    lars_eta: float = 1e-3
+    lars_epsilon: float = 0.0
+    decay_vectors: bool = True
+    """Whether one-dimensional parameters (BatchNorm's, biases) take weight decay (and LARS's
+    trust ratio); MLPerf's ResNet leaves them out."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,177 @@ class ResNet20(TrainingHyperparameters):
         k = max(1, workers)
         warmup = self.warmup_epochs if "warmup_epochs" in given else float(math.log2(k))
         return dataclasses.replace(self, lr=round(self.lr * k, 12), base_lr=self.lr, warmup_epochs=warmup)
+
+
+LocalUpdate = Literal["lars", "sgd"]
+GradientAveraging = Literal["centralized_sgd", "power_sgd"]
+LARS_MIN_GLOBAL_BATCH = 2048
+"""Task 1b's ``opt_name: auto`` takes LARS from this global batch on, SGD below it: the smallest
+global batch MLPerf's reference publishes LARS hyperparameters for."""
+
+
+def _multiple_of(value: float, unit: float) -> bool:
+    """Whether ``value`` is an integer multiple of ``unit``, as MLPerf's checker tests it."""
+    ratio = value / unit
+    return abs(round(ratio) - ratio) < 1e-5
+
+
+def _power_of_two_multiple(value: float, unit: float) -> bool:
+    """Whether ``value`` is ``unit * 2**N`` for an integer N (MLPerf's weight-decay rule)."""
+    return value > 0 and _multiple_of(math.log2(value / unit), 1.0)
+
+
+@dataclass(frozen=True)
+class ImageNetRecipe:
+    """Task 1b's optimizer and schedule for one global batch: ``ResNet50.recipe`` fills what the
+    spec left to the reference's choice."""
+
+    opt_name: LocalUpdate
+    lr: float
+    warmup_epochs: float
+    max_epochs: int
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class ResNet50(TrainingHyperparameters):
+    """Task 1b: ResNet-50 v1.5 on ImageNet as MLPerf Training runs it: LARS for large global batches
+    or SGD with momentum, linear warm-up from 0 then polynomial decay, label smoothing."""
+
+    TASK: ClassVar[str] = "1b"
+
+    batch_size: int = knob(256, "Samples per worker per step.", "override", ge=1)
+    opt_name: Literal["auto", "lars", "sgd"] = knob(
+        "auto",
+        "Local update: lars, sgd (with momentum), or auto: lars from a global batch of 2048.",
+        "override",
+    )
+    lr: float | None = knob(
+        None,
+        "Peak learning rate after warm-up; default LARS 10 (25 from a global batch of 16k, 31.2 "
+        "from 32k), SGD 0.1 x global batch / 256. SGD's is a multiple of 0.001.",
+        "override",
+        gt=0,
+    )
+    warmup_epochs: float | None = knob(
+        None, "Linear warm-up from 0; default 5 (25 for LARS from 32k, 0 for SGD at 256).", "override", ge=0
+    )
+    max_epochs: int | None = knob(
+        None,
+        "Epochs the polynomial decay spans, where training stops without the goal; default LARS 41, SGD 90.",
+        "override",
+        ge=1,
+    )
+    weight_decay: float | None = knob(
+        None, "Weight decay, 1e-4 x 2^N; default LARS 2e-4, SGD 1e-4.", "override", gt=0
+    )
+    label_smoothing: float = knob(0.1, "Label smoothing of the loss: 0 or 0.1.", "override", ge=0, lt=1)
+    zero_init_residual: bool = knob(
+        True, "Start each block's last BatchNorm at weight 0 (the block as identity).", "override"
+    )
+    channels_last: Literal["auto"] | bool = knob(
+        "auto", "Memory layout: auto is channels_last on every device.", "override"
+    )
+    optimizer: GradientAveraging = knob(
+        "centralized_sgd", "Gradient averaging: all-reduce (centralized_sgd) or power_sgd.", "override"
+    )
+    aggregation: Aggregation = knob(
+        "by_model", "Gradient all-reduce: one flat buffer or per layer.", "override"
+    )
+    powersgd_rank: int = knob(4, "Rank of power_sgd's low-rank gradients.", "override", gt=0)
+    momentum: float = knob(0.9, "Momentum (MLPerf fixes 0.9 below a global batch of 32k).", ge=0, lt=1)
+    end_lr: float = knob(1e-4, "Learning rate at the end of the polynomial decay.", gt=0)
+    poly_power: float = knob(2.0, "Power of the polynomial decay.", gt=0)
+    lars_eta: float = knob(1e-3, "LARS trust coefficient (eta).", gt=0)
+    lars_epsilon: float = knob(0.0, "LARS epsilon in the trust ratio's denominator.", ge=0)
+    image_size: int = knob(224, "Training crop and evaluation image size.", ge=32)
+    eval_resize: int = knob(
+        256, "Shorter side an evaluation image is resized to before its centre crop.", ge=32
+    )
+    num_classes: int = knob(1000, "Classes (ImageNet-1k).", ge=2)
+
+    def problems(self) -> Iterator[HyperparameterProblem]:
+        """MLPerf's constraints on its tunable values (training rules, ResNet rows)."""
+        if self.weight_decay is not None and not _power_of_two_multiple(self.weight_decay, 1e-4):
+            yield HyperparameterProblem(
+                "weight_decay",
+                "hyperparameter 'weight_decay' must be 1e-4 x 2^N (MLPerf's rule), "
+                f"got {self.weight_decay:g}",
+                hint="use 1e-4, 2e-4, 5e-5, ...",
+            )
+        if self.label_smoothing not in (0.0, 0.1):
+            yield HyperparameterProblem(
+                "label_smoothing",
+                "hyperparameter 'label_smoothing' must be 0 or 0.1 (MLPerf's rule), "
+                f"got {self.label_smoothing:g}",
+            )
+        if self.lr is not None and self.opt_name != "lars" and not _multiple_of(self.lr, 1e-3):
+            yield HyperparameterProblem(
+                "lr",
+                f"hyperparameter 'lr' must be a multiple of 0.001 for SGD (MLPerf's rule), got {self.lr:g}",
+                hint="round it, or set opt_name: lars (any constant)",
+            )
+
+    def graph_problems(self) -> Iterator[HyperparameterProblem]:
+        return _optimizer_graph_problems(self.optimizer)
+
+    def recipe(self, workers: int) -> ImageNetRecipe:
+        """The optimizer and schedule of a run of ``workers`` ranks: the spec's values, the rest
+        the reference's for the global batch (MLPerf's ``lars_util.py`` and README for LARS; Goyal
+        et al. 2017's linear rule for SGD)."""
+        batch = self.batch_size * max(1, workers)
+        opt: LocalUpdate = (
+            self.opt_name
+            if self.opt_name != "auto"
+            else ("lars" if batch >= LARS_MIN_GLOBAL_BATCH else "sgd")
+        )
+        if opt == "lars":
+            lr, warmup = (10.0, 5.0) if batch < 16384 else (25.0, 5.0) if batch < 32768 else (31.2, 25.0)
+            epochs, decay = 41, 2e-4
+        else:
+            lr, warmup = max(0.001, round(0.1 * batch / 256, 3)), (5.0 if batch > 256 else 0.0)
+            epochs, decay = 90, 1e-4
+        return ImageNetRecipe(
+            opt_name=opt,
+            lr=self.lr if self.lr is not None else lr,
+            warmup_epochs=self.warmup_epochs if self.warmup_epochs is not None else warmup,
+            max_epochs=self.max_epochs if self.max_epochs is not None else epochs,
+            weight_decay=self.weight_decay if self.weight_decay is not None else decay,
+        )
+
+    def for_workers(self, workers: int, given: frozenset[str]) -> Self:
+        """The recipe for the run's global batch written into the values (what the plan records)."""
+        recipe = self.recipe(workers)
+        return dataclasses.replace(self, **dataclasses.asdict(recipe))
+
+    def optimizer_settings(self, workers: int) -> OptimizerSettings:
+        """LARS or SGD with momentum (no Nesterov, as MLPerf's reference); BatchNorm parameters and
+        biases take neither weight decay nor LARS's trust ratio (the reference's skip list)."""
+        recipe = self.recipe(workers)
+        return OptimizerSettings(
+            lr=recipe.lr,
+            momentum=self.momentum,
+            weight_decay=recipe.weight_decay,
+            aggregation=self.aggregation,
+            overlap_comm=bool(self.overlap_comm),
+            bucket_mb=self.bucket_mb,
+            powersgd_rank=self.powersgd_rank,
+            local_update=recipe.opt_name,
+            lars_eta=self.lars_eta,
+            lars_epsilon=self.lars_epsilon,
+            decay_vectors=False,
+        )
+
+    def steps_per_epoch(self, train_samples: int, workers: int) -> int:
+        """Optimizer steps per epoch: each rank's equal share of the training set in whole batches."""
+        return (train_samples // max(1, workers)) // self.batch_size
+
+    def decay_steps(self, train_samples: int, workers: int) -> int:
+        """The polynomial decay's length in steps, as MLPerf's reference counts it (train steps
+        minus warm-up steps, plus one)."""
+        recipe = self.recipe(workers)
+        per_epoch = self.steps_per_epoch(train_samples, workers)
+        return recipe.max_epochs * per_epoch - round(recipe.warmup_epochs * per_epoch) + 1
 
 
 @dataclass(frozen=True)
@@ -481,11 +658,11 @@ class Transformer(Translation):
 
 
 HYPERPARAMETERS: Mapping[str, type[TaskHyperparameters]] = MappingProxyType(
-    {cls.TASK: cls for cls in (AllReduce, ResNet20, LogReg, AwdLstm, Gnmt, Transformer)}
+    {cls.TASK: cls for cls in (AllReduce, ResNet20, ResNet50, LogReg, AwdLstm, Gnmt, Transformer)}
 )
 """Task id -> its hyperparameters."""
 
-AnyHyperparameters = AllReduce | ResNet20 | LogReg | AwdLstm | Gnmt | Transformer
+AnyHyperparameters = AllReduce | ResNet20 | ResNet50 | LogReg | AwdLstm | Gnmt | Transformer
 
 
 def check_hyperparameters(

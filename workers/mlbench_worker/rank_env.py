@@ -38,6 +38,20 @@ TF_WORKERS = "MLBENCH_TF_WORKERS"
 RANK_ENV_APPLIED = "MLBENCH_RANK_ENV_APPLIED"
 """Set in a rank that started again with its run's code-loading variables (``env_settings``)."""
 
+# -- the emulated network (spec.network on local runs) ---------------------------------------
+
+SERVER_SOCKET = "MLBENCH_SERVER_SOCKET"
+"""The metrics server's Unix socket: a rank inside an emulated node reports through it, off the
+links it measures (requests still name ``SERVER_URL``'s host)."""
+NETNS = "MLBENCH_NETNS"
+"""The network namespace file of the rank's emulated node, or a template with ``{node}`` (the
+node of the rank: its rank over ``RANKS_PER_NODE``) when one environment serves every rank."""
+RANKS_PER_NODE = "MLBENCH_RANKS_PER_NODE"
+HOSTS_FILE = "MLBENCH_HOSTS_FILE"
+"""The run's hosts file, the rank's /etc/hosts inside its node (its peers' names)."""
+LINK_INTERFACE = "MLBENCH_LINK_INTERFACE"
+"""The interface whose counters are the rank's link (sampled as ``sys/link_*``)."""
+
 # -- rendezvous: torchrun and torch.distributed's env:// -------------------------------------
 
 RANK = "RANK"
@@ -129,6 +143,11 @@ RESERVED = frozenset(
         SPOOL_DIR,
         TOKEN,
         READ_TOKEN,
+        SERVER_SOCKET,
+        NETNS,
+        RANKS_PER_NODE,
+        HOSTS_FILE,
+        LINK_INTERFACE,
     }
 )
 """What the engine sets for every rank (or keeps from it): a spec's ``env`` may not set these."""

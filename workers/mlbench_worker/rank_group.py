@@ -139,15 +139,15 @@ def _rank_order(
     if held is not None:
         held.close()
     _die_with_parent(launcher)
-    if slot.netns is not None:  # before the rank opens any socket
+    env = {**request.env, **slot.env}
+    if slot.netns is not None:  # before the rank opens any socket; the run's hosts file with it
         try:
-            netns.join(slot.netns)
+            netns.join(slot.netns, env.get(rank_env.HOSTS_FILE) or None)
         except OSError as exc:  # the rank cannot run where it belongs: it fails, saying why
             path = slot.env.get(rank_env.TORCHELASTIC_ERROR_FILE)
             error_file.record(exc, traceback.format_exc(), peer_failure=False, path=path)
             print(f"mlbench: rank {slot.rank}: {exc}", flush=True)
             os._exit(1)
-    env = {**request.env, **slot.env}
     if port is not None:
         env[rank_env.MASTER_PORT] = str(port)
     return RankOrder(main=request.main, env=env, log_path=slot.log_path)

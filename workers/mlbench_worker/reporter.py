@@ -30,6 +30,7 @@ import os
 import random
 import re
 import secrets
+import socket
 import sys
 import tempfile
 import threading
@@ -52,6 +53,24 @@ _CONTROL = re.compile(r"[\x00-\x1f]")
 _KIND_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket: the request line and Host header are those of ``host:port``."""
+
+    def __init__(self, path: str, host: str, port: int | None, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 class Reporter:
     """Batches one rank's metrics/logs/events to the server from a background thread."""
 
@@ -66,8 +85,12 @@ class Reporter:
         interval: float = 0.5,
         timeout: float = 10.0,
         max_buffer: int = 1_000_000,
+        server_socket: str | None = None,
     ) -> None:
         self.server_url = server_url.rstrip("/") if server_url else None
+        # Where the server also answers on a Unix socket (a rank in an emulated network namespace
+        # reaches it there, off the links it measures); requests still name the URL's host.
+        self.server_socket = server_socket
         self.run_id = run_id
         self.rank = int(rank)
         self.session = secrets.token_hex(8)
@@ -101,13 +124,15 @@ class Reporter:
 
     @classmethod
     def from_env(cls, rank: int) -> Reporter:
-        """From ``MLBENCH_SERVER_URL``, ``MLBENCH_RUN_ID``, ``MLBENCH_RUN_TOKEN``, ``MLBENCH_SPOOL_DIR``."""
+        """From ``MLBENCH_SERVER_URL``, ``MLBENCH_RUN_ID``, ``MLBENCH_RUN_TOKEN``, ``MLBENCH_SPOOL_DIR``
+        and ``MLBENCH_SERVER_SOCKET``."""
         return cls(
             os.environ.get(rank_env.SERVER_URL) or None,
             os.environ.get(rank_env.RUN_ID, ""),
             os.environ.get(rank_env.RUN_TOKEN, ""),
             rank,
             spool_dir=os.environ.get(rank_env.SPOOL_DIR) or None,
+            server_socket=os.environ.get(rank_env.SERVER_SOCKET) or None,
         )
 
     # ---------------------------------------------------------------- training-thread API
@@ -353,8 +378,12 @@ class Reporter:
         if self._conn is None:
             assert self.server_url
             parts = urllib.parse.urlsplit(self.server_url)
-            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            self._conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=self.timeout)
+            host = parts.hostname or "127.0.0.1"
+            if self.server_socket:
+                self._conn = UnixConnection(self.server_socket, host, parts.port, timeout=self.timeout)
+            else:
+                cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+                self._conn = cls(host, parts.port, timeout=self.timeout)
         headers = {
             "Content-Type": "application/json",
             "Authorization": f"Bearer {self._token}",

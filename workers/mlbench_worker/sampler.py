@@ -28,8 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from mlbench_worker import rank_env, wire
 from mlbench_worker import sysmetrics as sm
-from mlbench_worker import wire
 from mlbench_worker.cgroup import cgroup_limits
 from mlbench_worker.gpu_device import DeviceError, GpuDevice, NotSupported, NvmlDevice
 from mlbench_worker.gpu_poll import PERIOD_S, GpuPoller
@@ -80,6 +80,39 @@ class HostProbe:
                 out.append((sm.NET_SENT_MIB_S, (net[1] - before[1]) / MIB / seconds))
                 out.append((sm.NET_RECV_MIB_S, (net[2] - before[2]) / MIB / seconds))
         self._net = net
+        return out
+
+
+class LinkProbe:
+    """The rank's emulated link (``MLBENCH_LINK_INTERFACE``), read inside the node's namespace:
+    the interface's byte counters and their rates over the last interval, in bits per second."""
+
+    def __init__(self, psutil: ModuleType, interface: str) -> None:
+        self.psutil = psutil
+        self.interface = interface
+        self._last = self._counters()
+
+    def _counters(self) -> tuple[float, int, int] | None:
+        counters = self.psutil.net_io_counters(pernic=True).get(self.interface)
+        return None if counters is None else (time.monotonic(), counters.bytes_sent, counters.bytes_recv)
+
+    def totals(self) -> Sample:
+        """The byte counters alone (what a boundary of the timed run records)."""
+        now = self._counters()
+        return (
+            [] if now is None else [(sm.LINK_SENT_BYTES, float(now[1])), (sm.LINK_RECV_BYTES, float(now[2]))]
+        )
+
+    def read(self) -> Sample:
+        now, before = self._counters(), self._last
+        self._last = now
+        if now is None:
+            return []
+        out: Sample = [(sm.LINK_SENT_BYTES, float(now[1])), (sm.LINK_RECV_BYTES, float(now[2]))]
+        if before is not None and now[0] > before[0] and now[1] >= before[1] and now[2] >= before[2]:
+            seconds = now[0] - before[0]
+            out.append((sm.LINK_SENT_MBIT_S, (now[1] - before[1]) * 8 / 1e6 / seconds))
+            out.append((sm.LINK_RECV_MBIT_S, (now[2] - before[2]) * 8 / 1e6 / seconds))
         return out
 
 
@@ -221,6 +254,7 @@ class Sampler:
         self.env = os.environ if env is None else env
         self.cgroup_root = cgroup_root
         self.host: HostProbe | None = None
+        self.link: LinkProbe | None = None
         self.gpu: GpuProbe | None = None
         self.gpu_device = gpu_device  # the rank's GPU given, instead of found through NVML
         self.poller: GpuPoller | None = None
@@ -239,6 +273,9 @@ class Sampler:
         psutil = optional_import("psutil", "CPU, memory and network series (psutil)", self.log)
         if psutil is not None:
             self.host = HostProbe(psutil)
+            link = self.env.get(rank_env.LINK_INTERFACE)
+            if link:
+                self.link = LinkProbe(psutil, link)
         if self.gpu_device is not None:
             self.gpu = GpuProbe(None, self.local_rank, self.env, self.log, device=self.gpu_device)
         elif self.want_gpu:
@@ -263,6 +300,8 @@ class Sampler:
         out: Sample = []
         if self.host is not None:
             out.extend(self.host.read())
+        if self.link is not None:
+            out.extend(self.link.read())
         if self.gpu is not None:
             if self._start_polling():
                 out.extend(self.gpu.once())
@@ -293,6 +332,9 @@ class Sampler:
         interval): it is looked for now, so polling covers the whole timed run."""
         if not self.ready.is_set():
             return  # the libraries are still loading on the sampler's thread
+        if self.link is not None:  # the link's bytes at the boundary itself, not up to a second off
+            with contextlib.suppress(Exception):
+                self._report(self.link.totals(), time.time())
         with contextlib.suppress(Exception):
             if self.poller is None and self._start_polling() and self.gpu is not None:
                 self._report(self.gpu.once(), time.time())

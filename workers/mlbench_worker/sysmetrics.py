@@ -23,6 +23,10 @@ MEM_LIMIT_MIB = "sys/mem_limit_mib"
 CPU_LIMIT_CORES = "sys/cpu_limit_cores"
 NET_SENT_MIB_S = "sys/net_sent_mib_s"
 NET_RECV_MIB_S = "sys/net_recv_mib_s"
+LINK_SENT_BYTES = "sys/link_sent_bytes"
+LINK_RECV_BYTES = "sys/link_recv_bytes"
+LINK_SENT_MBIT_S = "sys/link_sent_mbit_s"
+LINK_RECV_MBIT_S = "sys/link_recv_mbit_s"
 GPU_UTIL = "sys/gpu_util"
 GPU_MEM_USED_MIB = "sys/gpu_mem_used_mib"
 GPU_MEM_TOTAL_MIB = "sys/gpu_mem_total_mib"
@@ -33,7 +37,7 @@ GPU_SM_CLOCK_MHZ = "sys/gpu_sm_clock_mhz"
 GPU_TEMP_C = "sys/gpu_temp_c"
 GPU_READINGS = "sys/gpu_readings"
 
-Source = Literal["psutil", "cgroup", "nvml", "framework"]
+Source = Literal["psutil", "cgroup", "nvml", "framework", "link"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,16 @@ SERIES: tuple[SysSeries, ...] = (
         "included: local ranks talk over it) over the last interval",
     ),
     SysSeries(NET_RECV_MIB_S, "MiB/s", "psutil", "bytes received by the host over the last interval"),
+    SysSeries(
+        LINK_SENT_BYTES,
+        "bytes",
+        "link",
+        "bytes the rank's emulated node sent over its link since the link was made (spec.network; "
+        "the node's ranks share it); also read at run_start, the goal and run_stop",
+    ),
+    SysSeries(LINK_RECV_BYTES, "bytes", "link", "bytes the rank's emulated node received over its link"),
+    SysSeries(LINK_SENT_MBIT_S, "Mbit/s", "link", "the node's link rate out over the last interval"),
+    SysSeries(LINK_RECV_MBIT_S, "Mbit/s", "link", "the node's link rate in over the last interval"),
     SysSeries(
         GPU_UTIL,
         "%",

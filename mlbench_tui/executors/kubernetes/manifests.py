@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
-from mlbench_tui.executors.kubernetes import pod
+from mlbench_tui.executors.kubernetes import network, pod
 from mlbench_tui.executors.kubernetes.pod import (
     MASTER_PORT,
     SECRET_TOKEN_KEY,
@@ -169,7 +169,10 @@ def job(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
         "backoffLimit": 0,
         "ttlSecondsAfterFinished": DEFAULT_TTL_S,
         "template": {
-            "metadata": {"labels": template_labels, "annotations": {ANNOTATION_RUN_ID: launch.run_id}},
+            "metadata": {
+                "labels": template_labels,
+                "annotations": {ANNOTATION_RUN_ID: launch.run_id, **network.pod_annotations(plan.network)},
+            },
             "spec": pod.pod_spec(plan, launch, _refs(plan, launch), command),
         },
     }
@@ -190,9 +193,12 @@ def mpijob(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
     worker_spec = pod.pod_spec(
         plan, launch, refs, ["/usr/sbin/sshd", "-De", "-f", "/home/mlbench/.sshd_config"]
     )
-    launcher_spec = pod.pod_spec(plan, launch, refs, launcher_cmd)
-    # The launcher only starts processes; GPUs belong to the workers.
+    launcher_spec = pod.pod_spec(plan, launch, refs, launcher_cmd, shaped=False)
+    # The launcher only starts processes; GPUs (and the links being measured) belong to the workers.
     launcher_spec["containers"][0].pop("resources", None)
+    worker_meta: dict[str, Any] = {"labels": labels(plan, launch.run_id, "worker")}
+    if network.pod_annotations(plan.network):
+        worker_meta["annotations"] = network.pod_annotations(plan.network)
     run_policy: dict[str, Any] = {
         "cleanPodPolicy": "Running",
         "backoffLimit": 0,
@@ -223,10 +229,7 @@ def mpijob(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
                 "Worker": {
                     "replicas": nodes,
                     "restartPolicy": "Never",
-                    "template": {
-                        "metadata": {"labels": labels(plan, launch.run_id, "worker")},
-                        "spec": worker_spec,
-                    },
+                    "template": {"metadata": worker_meta, "spec": worker_spec},
                 },
             },
         },
@@ -254,6 +257,7 @@ def config_map(plan: RunPlan, launch: LaunchContext) -> dict[str, Any]:
     data = {
         "config.json": json.dumps(run_worker_config(plan, launch), indent=2, sort_keys=True),
         "plan.json": json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True),
+        **network.config_files(plan.network),  # the link-shaping init containers' batch files
     }
     size = sum(len(key) + len(value.encode()) for key, value in data.items())
     if size > MAX_CONFIG_MAP_BYTES:

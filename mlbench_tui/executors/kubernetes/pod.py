@@ -16,6 +16,7 @@ from mlbench_worker.wire import config_document
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.executors.kubernetes import network
 from mlbench_tui.executors.kubernetes.placement import (
     GPU_LABEL,
     GPU_MODEL_LABEL,
@@ -199,6 +200,8 @@ def _env(plan: RunPlan, launch: LaunchContext, refs: PodRefs) -> list[dict[str, 
         env.append(
             {"name": rank_env.TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, "value": RANK_LOG_PREFIX_TEMPLATE}
         )
+    if plan.network is not None:  # the ranks sample the pod's link: what the limits let through
+        env.append({"name": rank_env.LINK_INTERFACE, "value": network.POD_INTERFACE})
     if plan.framework == "tensorflow":
         # MultiWorkerMirroredStrategy: each rank builds TF_CONFIG from this list and its RANK
         # (one template for all pods of the Indexed Job); the rendezvous port serves TF's gRPC.
@@ -215,7 +218,9 @@ def _volumes(plan: RunPlan, refs: PodRefs) -> tuple[list[dict[str, Any]], list[d
             "name": "config",
             "configMap": {
                 "name": refs.config_map,
-                "items": [{"key": "config.json", "path": "config.json"}],
+                "items": [
+                    {"key": key, "path": key} for key in ("config.json", *network.config_files(plan.network))
+                ],
             },
         },
         # Data loader workers exchange batches through /dev/shm; the container default is 64 MiB.
@@ -253,9 +258,12 @@ def _container(plan: RunPlan, launch: LaunchContext, refs: PodRefs, command: lis
     return container
 
 
-def pod_spec(plan: RunPlan, launch: LaunchContext, refs: PodRefs, command: list[str]) -> dict[str, Any]:
-    """A pod of the run running ``command``."""
-    volumes, _ = _volumes(plan, refs)
+def pod_spec(
+    plan: RunPlan, launch: LaunchContext, refs: PodRefs, command: list[str], *, shaped: bool = True
+) -> dict[str, Any]:
+    """A pod of the run running ``command``; a ``shaped`` pod (a worker's) gets the init containers
+    that limit its links, where the spec's network needs them."""
+    volumes, mounts = _volumes(plan, refs)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "subdomain": refs.name,
@@ -265,6 +273,12 @@ def pod_spec(plan: RunPlan, launch: LaunchContext, refs: PodRefs, command: list[
         "containers": [_container(plan, launch, refs, command)],
         "volumes": volumes,
     }
+    target = target_of(plan)
+    shapers = network.init_containers(
+        plan.network, target.image, target.image_pull_policy or "IfNotPresent", mounts[0], CONFIG_DIR
+    )
+    if shaped and shapers:
+        spec["initContainers"] = shapers
     if target_of(plan).service_account:
         spec["serviceAccountName"] = target_of(plan).service_account
     selector = _node_selector(plan)

@@ -47,6 +47,7 @@ from mlbench_tui.executors.local.launch import (
     rank_environment,
     worker_main,
 )
+from mlbench_tui.executors.local.network import runs as emulated
 from mlbench_tui.executors.local.records import (
     GROUP_FILE,
     LAUNCH_FILE,
@@ -58,6 +59,7 @@ from mlbench_tui.executors.local.records import (
 )
 from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
 from mlbench_tui.executors.run_files import read_record, write_config
+from mlbench_tui.lifecycle import NetworkCheck
 from mlbench_tui.plan import RunPlan, worker_settings
 
 SCHEME = "local"
@@ -129,7 +131,9 @@ class LocalExecutor(Executor[LocalRequest]):
 
     def check_placement(self, plan: RunPlan) -> None:
         """Every rank of a GPU run takes GPUs of its own (rank i: GPU LOCAL_RANK): refuse a run
-        that needs more than this machine shows (NCCL fails two ranks on one GPU)."""
+        that needs more than this machine shows (NCCL fails two ranks on one GPU); and a run with
+        a network this machine cannot emulate (privileges, iproute2, the kernel's qdiscs)."""
+        emulated.check(plan)
         needed = plan.workers * plan.resources.gpus
         if not needed:
             return
@@ -182,8 +186,10 @@ class LocalExecutor(Executor[LocalRequest]):
             run_dir=str(run_dir),
             config_path=config_path,
             config=worker_settings(plan, launch.run_id),
-            env=rank_environment(plan, reporting, cold),
-            reserve_port=cold in (LaunchMode.DIRECT, LaunchMode.MPIEXEC),
+            env=rank_environment(plan, reporting, cold, launch.server_socket),
+            reserve_port=cold in (LaunchMode.DIRECT, LaunchMode.MPIEXEC)
+            or (cold is LaunchMode.TORCHRUN and plan.network is not None),
+            network=emulated.describe(plan),
         )
         return DryRun(executor=SCHEME, plan=plan, launch=launch, request=request)
 
@@ -198,20 +204,28 @@ class LocalExecutor(Executor[LocalRequest]):
         (run_dir / "spool").mkdir(exist_ok=True)
         write_config(Path(request.config_path), request.config)
         env = {**os.environ, **request.env}
+        network = emulated.setup(dryrun.plan, run_id, self.runs_dir)
+        if network is not None:
+            files.write(network.made())
+            env.update(emulated.shared_environment(dryrun.plan, network))
         proc: Launcher | None = None
         mode, port = request.mode, None
-        if mode is LaunchMode.FORKED:
-            proc = self._fork(request, env, run_id)
-        if proc is None:
-            mode = request.cold
-            port = ports.reserve(self.runs_dir, run_id) if request.reserve_port else None
-            if port is not None:
-                env[rank_env.MASTER_PORT] = str(port)
-            try:
+        try:
+            if mode is LaunchMode.FORKED:
+                proc = self._fork(emulated.place_forked(request, network), env, run_id)
+            if proc is None:
+                mode = request.cold
+                port = ports.reserve(self.runs_dir, run_id) if request.reserve_port else None
+                if port is not None:
+                    env[rank_env.MASTER_PORT] = str(port)
+                if network is not None and mode is LaunchMode.TORCHRUN and port is not None:
+                    env[rank_env.PET_MASTER_ADDR] = str(network.layout.host_address)  # the agent's store
+                    env[rank_env.PET_MASTER_PORT] = str(port)
                 proc = self._spawn(request.command, env, run_dir)
-            except ExecutorError:
-                ports.release(self.runs_dir, run_id, port)
-                raise
+        except BaseException:
+            ports.release(self.runs_dir, run_id, port)
+            emulated.finish(self.runs_dir, run_id, network)
+            raise
         _CHILDREN[run_dir] = proc
         files.write(
             LaunchRecord(
@@ -363,7 +377,20 @@ class LocalExecutor(Executor[LocalRequest]):
                 "exit status unknown"
             )
         ranks = self._rank_statuses(launch, state)
-        return RunStatus(handle=resolved, state=state, ranks=ranks, message=message)
+        network = self._settle_network(run_dir, launch.run_id, state)
+        return RunStatus(handle=resolved, state=state, ranks=ranks, message=message, network=network)
+
+    def _settle_network(self, run_dir: Path, run_id: str, state: RunState) -> NetworkCheck | None:
+        """The run's emulated network as far as it is known; once the run is over, checked and
+        removed (by whichever process sees it end first)."""
+        files = RunFiles(run_dir)
+        if state.is_terminal() or state is RunState.UNKNOWN:
+            made = files.network()
+            check = emulated.finish(self.runs_dir, run_id, made)
+            if check is not None:
+                files.write(check)
+                return check
+        return files.network()
 
     def _watched_elsewhere(self, launch: LaunchRecord) -> bool:
         if launch.watcher_pid == os.getpid():
@@ -458,6 +485,7 @@ class LocalExecutor(Executor[LocalRequest]):
         elif finished is None:
             files.write(ExitRecord(exit_code=None, state=RunState.CANCELLED, finished_at=time.time()))
             ports.release(self.runs_dir, launch.run_id, launch.master_port)
+        self._settle_network(run_dir, launch.run_id, RunState.CANCELLED)  # its ranks are gone
 
     # -- logs --------------------------------------------------------------------------------
 

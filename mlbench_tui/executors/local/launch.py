@@ -85,6 +85,7 @@ class LocalRequest:
     reserve_port: bool = False  # a cold start: schedule picks MASTER_PORT (mpiexec, a rank started alone)
     master_addr: str = MASTER_HOST  # a forked group's rendezvous host (its launcher picks the port)
     rank_netns: tuple[str | None, ...] = ()  # per rank, the network namespace a forked rank joins
+    network: str | None = None  # the emulated network made before the ranks start (spec.network)
 
     @property
     def workers(self) -> int:
@@ -110,7 +111,8 @@ class LocalRequest:
         how = f"# launch: {self.mode.value}: {self.mode.note}"
         if self.fallback is not None:
             how += f"; {self.fallback.value} when it cannot"
-        return [how, *shell_exports(self.env), shlex.join(self.command)]
+        network = [f"# network: {self.network}"] if self.network else []
+        return [how, *network, *shell_exports(self.env), shlex.join(self.command)]
 
 
 def mpiexec_path() -> str | None:
@@ -149,11 +151,14 @@ def launcher_argv(mode: LaunchMode, plan: RunPlan, *, python: str, cpu_count: in
     if mode is LaunchMode.TENSORFLOW:  # K plain processes, one TF_CONFIG each (tf_launch)
         return (python, "-m", TF_LAUNCH, "--nproc", k, "--")
     if mode is LaunchMode.TORCHRUN:
+        # On emulated links the agent's store listens where the nodes reach it: torchrun's static
+        # rendezvous at the bridge's address (PET_MASTER_ADDR, PET_MASTER_PORT, set at start).
+        standalone = () if plan.network is not None else ("--standalone",)
         return (
             python,
             "-m",
             "torch.distributed.run",
-            "--standalone",
+            *standalone,
             "--nnodes",
             "1",
             "--nproc-per-node",
@@ -178,14 +183,25 @@ def launcher_argv(mode: LaunchMode, plan: RunPlan, *, python: str, cpu_count: in
     raise ExecutorError(f"launch mode {mode.value} has no cold launcher")  # pragma: no cover
 
 
-def rank_environment(plan: RunPlan, reporting: rank_env.Reporting, cold: LaunchMode) -> dict[str, str]:
+def rank_environment(
+    plan: RunPlan, reporting: rank_env.Reporting, cold: LaunchMode, server_socket: str | None = None
+) -> dict[str, str]:
     """What every rank's environment adds to this process's: thread caps (the spec's ``env``
-    may set its own), the spec's ``env``, reporting, and what the ``cold`` launcher does not set
-    itself (a forked rank's own rendezvous variables come with its fork: ``forked_ranks``)."""
+    may set its own), the spec's ``env``, reporting (through the server's Unix socket for a run on
+    emulated nodes), and what the ``cold`` launcher does not set itself (a forked rank's own
+    rendezvous variables come with its fork: ``forked_ranks``)."""
     env = rank_env.thread_caps(plan.resources.threads_per_rank)
     env.update(plan.env)
     env[rank_env.PYTHONUNBUFFERED] = "1"
     env.update(reporting.to_env())
+    if plan.network is not None:
+        if not server_socket:
+            raise ExecutorError(
+                f"run {plan.name}: ranks on emulated nodes report through the metrics server's Unix "
+                "socket, and this server has none",
+                hint="use the local server (unset MLBENCH_SERVER_URL), which answers on one beside its store",
+            )
+        env[rank_env.SERVER_SOCKET] = server_socket
     if cold is LaunchMode.DIRECT:  # what torchrun gives rank 0 of 1
         env.update({rank_env.RANK: "0", rank_env.LOCAL_RANK: "0", rank_env.WORLD_SIZE: "1"})
         env[rank_env.LOCAL_WORLD_SIZE] = "1"

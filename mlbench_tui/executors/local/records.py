@@ -10,11 +10,12 @@ from pydantic import BaseModel
 
 from mlbench_tui.executors.local.launch import LaunchMode
 from mlbench_tui.executors.run_files import read_record, write_record
-from mlbench_tui.lifecycle import RunState
+from mlbench_tui.lifecycle import NetworkCheck, RunState
 
 LAUNCH_FILE = "launch.json"
 EXIT_FILE = "exit.json"
 CANCEL_FILE = "cancel.json"
+NETWORK_FILE = "network.json"  # the run's emulated network: made (setup time), then checked and removed
 LAUNCHER_LOG = "launcher.log"
 GROUP_FILE = "group.json"  # a forked run's ranks and root cause (``warm_protocol.GroupRecord``)
 
@@ -67,11 +68,16 @@ class RunFiles:
     def cancelled(self) -> bool:
         return (self.run_dir / CANCEL_FILE).exists()
 
-    def write(self, record: LaunchRecord | ExitRecord | CancelRecord) -> None:
+    def network(self) -> NetworkCheck | None:
+        return read_record(self.run_dir / NETWORK_FILE, NetworkCheck)
+
+    def write(self, record: LaunchRecord | ExitRecord | CancelRecord | NetworkCheck) -> None:
         if isinstance(record, LaunchRecord):
             name = LAUNCH_FILE
         elif isinstance(record, ExitRecord):
             name = EXIT_FILE
+        elif isinstance(record, NetworkCheck):
+            name = NETWORK_FILE
         else:
             name = CANCEL_FILE
         write_record(self.run_dir / name, record)

@@ -37,6 +37,7 @@ class SlurmCluster:
     conf: str | None = None  # SLURM_CONF for the client tools; default: theirs
     python: str | None = None  # interpreter on the compute nodes; default: this one
     gpu_option: GpuOption = "gpus-per-task"  # or 'gres' (--gres=gpu:N per node) for older setups
+    network_prolog: bool = False  # the site installed mlbench's network prolog (spec.network runs)
 
     def client_env(self) -> dict[str, str]:
         """The environment the Slurm client tools run with (SLURM_CONF when recorded)."""

@@ -43,7 +43,7 @@ from mlbench_tui.executors.api import (
 )
 from mlbench_tui.executors.rank_logs import RankLogTailer, follow_rank_logs
 from mlbench_tui.executors.run_files import read_record, write_config, write_record
-from mlbench_tui.executors.slurm import sbatch
+from mlbench_tui.executors.slurm import network, sbatch
 from mlbench_tui.executors.slurm import state as slurm_state
 from mlbench_tui.executors.slurm.cluster import DEFAULT_NAME, SlurmCluster, resolve_cluster
 from mlbench_tui.executors.slurm.state import JobInfo
@@ -152,6 +152,18 @@ class SlurmExecutor(Executor[SlurmRequest]):
             ) from None
 
     # -- dryrun / schedule -------------------------------------------------------------------
+
+    def check_placement(self, plan: RunPlan) -> None:
+        """A run with a network needs the site's network prolog on the cluster's nodes."""
+        cluster = self.cluster(sbatch.slurm_target(plan).cluster)
+        reason = network.refusal(plan.network, cluster.name, cluster.network_prolog)
+        if reason is not None:
+            raise ExecutorError(
+                f"run {plan.name}: {reason}",
+                hint="an administrator installs the prolog, then: mlbench cluster add slurm "
+                f"{cluster.name} --network-prolog ...; or run it locally (target: local), where links "
+                "are emulated",
+            )
 
     def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun[SlurmRequest]:
         """Pure apart from reading the cluster record: the script and the sbatch command."""

@@ -28,6 +28,7 @@ from mlbench_worker import rank_env
 from mlbench_tui import __version__
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext
+from mlbench_tui.executors.slurm import network
 from mlbench_tui.executors.slurm.cluster import SlurmCluster
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.spec.limits import SLURM_MAX_TIME_MINUTES
@@ -127,6 +128,7 @@ def _job_options(plan: RunPlan, target: SlurmTarget, cluster: SlurmCluster) -> l
     if target.constraint:
         options.append(f"--constraint={target.constraint}")
     options.append("--no-requeue")  # a benchmark run is never silently restarted
+    options.extend(network.sbatch_options(plan.network))  # whole nodes, the links in the job comment
     options.extend(target.extra_args)
     return options
 

@@ -31,10 +31,12 @@ from mlbench_tui.errors import MlbenchError
 from mlbench_tui.formatting import format_duration, format_money, without_empty
 from mlbench_tui.report.figure import Figure, Panel
 from mlbench_tui.report.inputs import RunRecord, read_series, sweeps, training
+from mlbench_tui.report.network import network_figures
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
 from mlbench_tui.results.history import HistoryEntry, configuration, histories, history_rows
 from mlbench_tui.results.model import RunResult
+from mlbench_tui.results.network_sweep import network_lines, network_table
 from mlbench_tui.results.table import value_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.client import MlbenchClient
@@ -85,7 +87,7 @@ def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
     ratio = "—" if row.vs_baseline is None or baseline else f"{row.vs_baseline:.2f}x"
     return (
         name,
-        row.backend,
+        f"{row.backend} {row.network}" if row.network else row.backend,  # its links, when emulated
         str(row.workers),
         row.implementation,
         Text(row.state, style=STATE_STYLES.get(row.state, "")),
@@ -113,11 +115,13 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
             "One run per configuration: repeats are scored with the olympic mean here.", style="grey50"
         )
     table = Table(title="Per configuration, over repeats (olympic mean)", title_justify="left", expand=True)
+    networked = any(s.network for s in scores)
     for column in (
         "spec",
         "backend",
         "impl",
         "workers",
+        *(["network"] if networked else []),
         "runs",
         "time to accuracy",
         "min",
@@ -133,6 +137,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
             s.backend,
             s.variant,
             str(s.workers),
+            *([s.network or "—"] if networked else []),
             f"{s.reached} of {s.runs}",
             format_duration(s.time_to_accuracy_s, unknown="—"),
             format_duration(s.min_s, unknown="—"),
@@ -147,6 +152,7 @@ def config_table(runs: list[RunInfo]) -> Table | Text:
 
 
 SPEEDUP_TITLE = "speedup vs workers"
+NETWORK_TITLE = "speedup vs bandwidth per rank (Mbit/s)"
 BUSBW_TITLE = "all-reduce bus bandwidth (GB/s)"
 LATENCY_TITLE = "all-reduce latency p50 (us): one rank moves no data, so no bandwidth"
 
@@ -330,7 +336,10 @@ class CompareScreen(Screen[None]):
         for line in self.unshown:
             note.append(f"\n{line}", style="grey50")
         sweep = sweep_table(ordered, self.sweeps)
-        parts = (note, sweep) if sweep is not None else (note, config_table(ordered))
+        parts: list[Any] = [note, sweep if sweep is not None else config_table(ordered)]
+        lines = network_lines([run.known_result() for run in ordered])
+        if lines:
+            parts.append(Text(network_table(lines)))
         self.query_one("#configs", Static).update(_stack(*parts, history_renderable(self.history)))
 
     def _chart(self) -> None:
@@ -344,9 +353,14 @@ class CompareScreen(Screen[None]):
             if len(counts) > 1
             else f"every run used {counts[0] if counts else 1} worker(s): no other worker count to compare"
         )
-        scaling = scaling_figures(training(records), colours)
+        by_network = network_figures(training(records), colours)
+        speedup_chart = self.query_one("#speedup-chart", MetricChart)
+        speedup_chart.log_x = bool(by_network)  # swept over bandwidth: speedup against it
+        speedup_chart.x_label = "bandwidth (Mbit/s)" if by_network else "workers"
+        scaling = by_network or scaling_figures(training(records), colours)
         charts = (
-            ("#speedup-chart", SPEEDUP_TITLE, scaling, "Speedup", no_scaling),
+            ("#speedup-chart", NETWORK_TITLE if by_network else SPEEDUP_TITLE, scaling, "Speedup",
+             no_scaling),
             ("#busbw-chart", BUSBW_TITLE, sweep_figures(sweeps(records), colours), "Bus bandwidth",
              "no all-reduce run compared"),
         )  # fmt: skip

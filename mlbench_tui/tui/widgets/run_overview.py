@@ -17,7 +17,14 @@ from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_mon
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.report.environment import readable, readable_fingerprint
-from mlbench_tui.results.table import allreduce_text, checks_lines, step_line, telemetry_lines, value_text
+from mlbench_tui.results.table import (
+    allreduce_text,
+    checks_lines,
+    network_detail_lines,
+    step_line,
+    telemetry_lines,
+    value_text,
+)
 from mlbench_tui.store.api_models import RunDetail
 from mlbench_tui.tui.goal import goal_label
 from mlbench_tui.tui.rows import _ts
@@ -68,6 +75,7 @@ def summary_renderable(run: RunDetail) -> Group:
         ("backend", run.backend),
         ("workers", run.workers),
         ("goal", goal_text),
+        *network_detail_lines(run.network, run.result.network if run.result is not None else None),
         ("target", run.target_kind + (f"  {run.handle}" if run.handle else "")),
         (
             "resources",

@@ -552,3 +552,28 @@ def test_ranks_that_share_a_node_share_a_pod(executor: KubernetesExecutor, kube:
     assert (4, "[rank 4] training 1a on 8 rank(s)") in shipped
     final = executor.describe(handle)
     assert final is not None and final.state is RunState.SUCCEEDED and len(final.ranks) == 8
+
+
+def test_a_run_with_a_network_reaches_the_api_with_its_link_limits(
+    executor: KubernetesExecutor, kube: KubeApi
+) -> None:
+    network = {"bandwidth_bps": 100_000_000, "latency_s": 0.005}
+    _schedule(executor, network=network)
+    job = kube.get("batch/v1/jobs", NS, JOB)
+    assert job is not None
+    template = job["spec"]["template"]
+    assert template["metadata"]["annotations"]["kubernetes.io/egress-bandwidth"] == "100M"
+    assert template["metadata"]["annotations"]["kubernetes.io/ingress-bandwidth"] == "100M"
+    (shaper,) = template["spec"]["initContainers"]
+    assert shaper["command"] == ["tc", "-batch", "/etc/mlbench/shaping.tc"]
+    assert shaper["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    worker = template["spec"]["containers"][0]
+    assert worker["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # the rank itself gets none
+    assert {"name": "MLBENCH_LINK_INTERFACE", "value": "eth0"} in worker["env"]
+    config = kube.get("v1/configmaps", NS, f"{JOB}-config")
+    assert config is not None
+    assert (
+        config["data"]["shaping.tc"] == "qdisc add dev eth0 root handle 1: netem delay 5000us limit 10000\n"
+    )
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "config")
+    assert {"key": "shaping.tc", "path": "shaping.tc"} in volume["configMap"]["items"]

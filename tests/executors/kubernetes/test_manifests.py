@@ -69,6 +69,24 @@ CASES: dict[str, dict[str, Any]] = {
         "backend": "mpi",
         "goal": None,
     },
+    # spec.network: the bandwidth CNI plugin's annotations, latency from init containers running tc
+    "gloo-cpu-2w-network": {
+        "name": "resnet-gloo-2w-100mbit-5ms",
+        "network": {"bandwidth_bps": 100_000_000, "latency_s": 0.005},
+    },
+    # clusters without that plugin: tc in the pod for both, what arrives through an ifb device
+    "gloo-cpu-2w-network-tc": {
+        "name": "resnet-gloo-2w-10mbit",
+        "network": {"bandwidth_bps": 10_000_000, "kubernetes_bandwidth": "tc"},
+    },
+    "mpi-cpu-2w-network": {
+        "name": "allreduce-mpi-2w-1gbit",
+        "task": "0a",
+        "task_name": "allreduce",
+        "backend": "mpi",
+        "goal": None,
+        "network": {"bandwidth_bps": 1_000_000_000, "latency_s": 0.001},
+    },
 }
 
 

@@ -236,7 +236,7 @@ def test_a_warm_ranks_end_is_known_after_its_executor_has_gone(tmp_path: Path) -
     status = LocalExecutor(runs).wait("local://x/r-vanish", timeout=60)
     assert status.state is RunState.FAILED, status
     assert status.message == (  # the cause as the rank recorded it in its error file
-        "rank 0 exited with code 2: ConfigError: missing key 'world_size' "
+        "rank 0 exited with code 2: ConfigError: missing key 'run_id' "
         "(see its log: mlbench logs RUN --rank 0)"
     )
 

@@ -152,7 +152,7 @@ def test_extra_args_leave_the_job_name_task_count_and_time_limit_mlbench_set(
     spec = (
         "apiVersion: mlbench/v1\nkind: Benchmark\nmetadata:\n  name: named\nspec:\n  task: 0a\n"
         "  workers: 2\n  max_time: 30m\n  target:\n    kind: slurm\n    cluster: test\n"
-        "    partition: down\n    extra_args: ['--comment=nightly', '-Q', '--nice=5', '--hold']\n"
+        "    partition: down\n    extra_args: ['--comment=nightly', '-Q', '--nice=5']\n"
     )
     [loaded] = load_text(spec, "named.yaml")
     [plan] = expand(loaded.spec)

@@ -54,6 +54,13 @@ CASES: dict[str, dict[str, Any]] = {
         "target": {"nodes": 2},
         "cluster": {"gpu_option": "gres"},
     },
+    # spec.network on a cluster with mlbench's network prolog: whole nodes, the links in the comment
+    "gloo-cpu-2w-network": {
+        "name": "resnet-gloo-2w-100mbit-5ms",
+        "network": {"bandwidth_bps": 100_000_000, "latency_s": 0.005},
+        "target": {},
+        "cluster": {"network_prolog": True},
+    },
 }
 
 

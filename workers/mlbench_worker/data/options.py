@@ -173,11 +173,66 @@ class TransformerSynthetic(ToyTranslation):
             )
 
 
+@dataclass(frozen=True)
+class SyntheticImageOptions(DataOptions):
+    """Task 1b's synthetic source: a learnable stand-in generated on the rank's device from a fixed
+    seed (one random low-frequency prototype per class plus per-image noise)."""
+
+    TASK: ClassVar[str] = "1b"
+    SOURCE: ClassVar[str] = "synthetic"
+
+    train_samples: int = knob(
+        8192, "Training images over all ranks (ImageNet has 1,281,167).", "override", ge=1, le=1_281_167
+    )
+    val_samples: int = knob(
+        1024, "Validation images over all ranks (ImageNet has 50,000).", "override", ge=1, le=50_000
+    )
+    image_size: int = knob(224, "Image height and width (the model's input).", "override", ge=32, le=1024)
+    num_classes: int = knob(1000, "Classes (ImageNet has 1,000).", "override", ge=2, le=1000)
+    noise: float = knob(
+        48.0, "Per-pixel noise, a standard deviation on the 0-255 scale.", "override", ge=0, le=255
+    )
+    seed: int = _seed()
+
+
+@dataclass(frozen=True)
+class ImageNetFileOptions(DataOptions):
+    """Task 1b's prepared ImageNet (``data: path``): how the JPEG files are decoded."""
+
+    TASK: ClassVar[str] = "1b"
+    SOURCE: ClassVar[str] = "path"
+
+    decoder: Literal["auto", "cpu", "gpu"] = knob(
+        "auto",
+        "Where JPEGs are decoded: gpu (torchvision's nvJPEG decoder), cpu (Pillow in loader "
+        "processes), or auto: gpu when the rank has one and torchvision, else cpu.",
+        "override",
+    )
+    loader_workers: int | None = knob(
+        None,
+        "Loader processes per rank; default the rank's CPU threads (0: decode in the rank).",
+        "override",
+        ge=0,
+        le=64,
+    )
+    prefetch_batches: int = knob(2, "Batches each loader process prepares ahead.", "override", ge=1, le=64)
+
+
+@dataclass(frozen=True)
+class ImageNetDownloadOptions(ImageNetFileOptions):
+    """Task 1b's ImageNet from the official archives (``data: download``): decoded as a path's."""
+
+    SOURCE: ClassVar[str] = "download"
+
+
 DATA_OPTIONS: Mapping[tuple[str, str], type[DataOptions]] = MappingProxyType(
     {
         (cls.TASK, cls.SOURCE): cls
         for cls in (
             Cifar10Synthetic,
+            SyntheticImageOptions,
+            ImageNetFileOptions,
+            ImageNetDownloadOptions,
             EpsilonSynthetic,
             WikiText2Synthetic,
             GnmtSynthetic,

@@ -18,6 +18,7 @@ import torch
 from mlbench_worker.comm import Comm
 from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.aggregation import AGGREGATORS, Aggregator
+from mlbench_worker.optim.lars import local_optimizer
 
 
 class CentralizedOptimizer:
@@ -102,15 +103,8 @@ def aggregator_options(settings: OptimizerSettings) -> dict[str, Any]:
 def centralized_sgd(
     params: Iterable[torch.nn.Parameter], comm: Comm, settings: OptimizerSettings
 ) -> CentralizedOptimizer:
-    """SGD (momentum, nesterov, weight decay from ``settings``) with all-reduce gradient averaging."""
+    """SGD (momentum, nesterov, weight decay from ``settings``), or the LARS update where the
+    settings ask for it (``optim.lars``), with all-reduce gradient averaging."""
     plist = [p for p in params if p.requires_grad]
-    sgd = torch.optim.SGD(
-        plist,
-        lr=settings.lr,
-        momentum=settings.momentum,
-        nesterov=settings.nesterov and settings.momentum > 0,
-        weight_decay=settings.weight_decay,
-        fused=True,
-    )
     aggregator = make_aggregator(settings.aggregation, comm, plist, **aggregator_options(settings))
-    return CentralizedOptimizer(sgd, aggregator)
+    return CentralizedOptimizer(local_optimizer(plist, settings), aggregator)

@@ -28,6 +28,7 @@ from mlbench_worker.comm import Comm
 from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.aggregation import Aggregator
 from mlbench_worker.optim.centralized import CentralizedOptimizer
+from mlbench_worker.optim.lars import local_optimizer
 
 
 @dataclass
@@ -167,19 +168,12 @@ def _orthonormal(p: torch.Tensor) -> torch.Tensor:
 def power_sgd(
     params: Iterable[torch.nn.Parameter], comm: Comm, settings: OptimizerSettings
 ) -> CentralizedOptimizer:
-    """SGD (``momentum``, ``nesterov``, ``weight_decay`` from ``settings``) on PowerSGD-averaged gradients.
+    """SGD (``momentum``, ``nesterov``, ``weight_decay`` from ``settings``; LARS where they ask for
+    it) on PowerSGD-averaged gradients.
 
     ``powersgd_rank`` (1) sets the rank; momentum is applied to the decompressed average, as in
     the paper's experiments.
     """
     plist = [p for p in params if p.requires_grad]
-    sgd = torch.optim.SGD(
-        plist,
-        lr=settings.lr,
-        momentum=settings.momentum,
-        nesterov=settings.nesterov and settings.momentum > 0,
-        weight_decay=settings.weight_decay,
-        fused=True,
-    )
     aggregator = PowerSGDAggregator(comm, plist, rank=settings.powersgd_rank)
-    return CentralizedOptimizer(sgd, aggregator)
+    return CentralizedOptimizer(local_optimizer(plist, settings), aggregator)

@@ -1,5 +1,7 @@
 """Learning-rate schedules used by the official tasks.
 
+``PolyWarmup`` is MLPerf ResNet's (task 1b): linear warm-up from 0, then polynomial decay.
+
 ``WarmupPlateau`` is MLBench's ``ReduceLROnPlateauWithWarmup``: a linear warm-up per step from
 the single-worker LR to the scaled LR (Goyal et al.), then the LR is multiplied by ``factor``
 when the validation loss has not improved by more than ``threshold`` (absolute) for more than
@@ -58,4 +60,30 @@ class WarmupPlateau:
                 self._after_warmup = max(self.min_lr, self._after_warmup * self.factor)
                 self.bad_epochs = 0
                 self.lr = self._after_warmup
+        return self.lr
+
+
+class PolyWarmup:
+    """MLPerf ResNet's schedule (its reference's ``PolynomialDecayWithWarmup``): the learning rate
+    rises linearly from 0 to ``peak_lr`` over ``warmup_steps``, then decays as a polynomial of
+    ``power`` to ``end_lr`` over ``decay_steps`` (train steps minus warm-up steps, plus one)."""
+
+    def __init__(
+        self, *, peak_lr: float, end_lr: float, warmup_steps: int, decay_steps: int, power: float = 2.0
+    ) -> None:
+        self.peak_lr = peak_lr
+        self.end_lr = end_lr
+        self.warmup_steps = max(0, warmup_steps)
+        self.decay_steps = max(1, decay_steps)
+        self.power = power
+        self.lr = self.on_step(0)
+
+    def on_step(self, step: int) -> float:
+        """LR for optimizer step ``step`` (0-based; the reference counts from 1)."""
+        t = step + 1
+        if t <= self.warmup_steps:
+            self.lr = self.peak_lr * t / self.warmup_steps
+        else:
+            done = min(t - self.warmup_steps, self.decay_steps) / self.decay_steps
+            self.lr = self.end_lr + (self.peak_lr - self.end_lr) * (1.0 - done) ** self.power
         return self.lr

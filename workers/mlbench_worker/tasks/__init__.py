@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 TASKS: dict[str, str] = {
     "0a": "mlbench_worker.tasks.allreduce:run",
     "1a": "mlbench_worker.tasks.resnet20:run",
+    "1b": "mlbench_worker.tasks.resnet50:run",
     "2a": "mlbench_worker.tasks.logreg:run",
     "3a": "mlbench_worker.tasks.awd_lstm:run",
     "4a": "mlbench_worker.tasks.gnmt:run",

@@ -390,7 +390,7 @@ def slow_compute(ctx: LoopContext, trainer: LoopTrainer) -> None:
     if not isinstance(trainer, Slowable) or ctx.config.implementation.cuda_graphs:
         raise ValueError(
             f"MLBENCH_INJECT_FAULT mode=slow needs an eager step that runs MLBench's phases "
-            f"(tasks 1a, 2a, 3a without cuda_graphs), not task {ctx.config.task}'s"
+            f"(tasks 1a, 1b, 2a, 3a without cuda_graphs), not task {ctx.config.task}'s"
         )
     trainer.compute_slowdown = slowdown
     ctx.log(f"compute slowed {slowdown:g}x on purpose (MLBENCH_INJECT_FAULT)")
