@@ -222,7 +222,7 @@ spec:
 """,
     )
     archive = tmp_path / "tel.zip"
-    assert mlbench("export", "tel-gloo-2w", "-o", str(archive)).returncode == 0
+    assert mlbench("export", "tel-gloo-2w", "--out", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
         rows = list(csv.DictReader(io.StringIO(zf.read("metrics.csv").decode())))
         official = json.loads(zf.read("official_result.json"))
