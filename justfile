@@ -13,7 +13,7 @@ setup:
 # Applying it again does nothing (its run already succeeded); add --force to run it again.
 quickstart:
     mlbench apply specs/quickstart.yaml
-    @echo "next: mlbench status | mlbench logs quickstart-gloo-2w | mlbench results specs/quickstart.yaml | mlbench export quickstart-gloo-2w -o quickstart.zip" >&2
+    @echo "next: mlbench status | mlbench logs quickstart-gloo-2w | mlbench results specs/quickstart.yaml | mlbench export quickstart-gloo-2w --out quickstart.zip" >&2
 
 # Same as quickstart: the shortest real demo.
 demo: quickstart
@@ -44,6 +44,10 @@ typecheck:
 # Regenerate the committed JSON Schema for specs.
 schema:
     mlbench schema > specs/mlbench.schema.json
+
+# Regenerate the Markdown reference under docs/ (spec fields, task pages) from the schema and catalog.
+docs:
+    mlbench docs --out docs
 
 # Run the side-by-side performance benchmarks (not tests).
 bench NAME="":

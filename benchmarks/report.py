@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.copyfile(args.store, store)
         env = {**os.environ, "MLBENCH_HOME": str(Path(tmp) / "home"), "MLBENCH_DB": str(store)}
         commands = {
-            "mlbench report": [sys.executable, "-m", "mlbench_tui", "report", "-o", f"{tmp}/ours.html"],
+            "mlbench report": [sys.executable, "-m", "mlbench_tui", "report", "--out", f"{tmp}/ours.html"],
             "peer: serial matplotlib": [sys.executable, "-c", PEER, str(store), f"{tmp}/peer.html"],
         }
         for command in commands.values():  # warm the page cache and bytecode

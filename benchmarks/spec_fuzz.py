@@ -121,7 +121,8 @@ def _child(argv: list[str]) -> None:
             for plan in plans:
                 parse_config(json.loads(json.dumps(worker_config(plan, "r-fuzz"))))
             planned = [PlannedRun(plan=plan, spec_text="", source="fuzz.yaml") for plan in plans[:8]]
-            dry_run_text(planned, "http://127.0.0.1:8765")
+            # as apply's: its local server answers on a Unix socket too (ranks on emulated links use it)
+            dry_run_text(planned, "http://127.0.0.1:8765", "/run/mlbench-fuzz/server.sock")
         except Exception:
             record("an accepted spec failed later", data, "")
 

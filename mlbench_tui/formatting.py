@@ -12,7 +12,9 @@ never passes through here.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from mlbench_worker import wire
@@ -260,3 +262,76 @@ def render_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str] | Non
     for row in rows:
         lines.append("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns).rstrip())
     return "\n".join(lines)
+
+
+_RATE_UNITS = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s"), (1.0, "B/s"))
+
+
+def format_bandwidth(gbps: float | None, *, unknown: str = MISSING) -> str:
+    """A bandwidth given in GB/s (decimal, as nccl-tests reports it) in the first of GB/s, MB/s,
+    KB/s and B/s that reads 1 or more: ``12.3 GB/s``, ``34.7 KB/s``, never ``0.0000347``."""
+    if gbps is None or not math.isfinite(gbps):
+        return unknown
+    rate = abs(gbps) * 1e9
+    if rate == 0:
+        return "0 B/s"
+    for factor, unit in _RATE_UNITS:
+        if _rounded(rate / factor) >= 1 or unit == "B/s":
+            return _signed(gbps, f"{significant(rate / factor)} {unit}")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A table fitted to a width: its text, and the columns left out to fit."""
+
+    text: str
+    left_out: tuple[str, ...] = ()
+
+
+FOLD_MIN = 24  # the narrowest a folding column gets before columns are left out
+
+
+def fit_table(
+    rows: Sequence[Mapping[str, str]],
+    width: int | None,
+    *,
+    priority: Sequence[str],
+    keep: Sequence[str] = (),
+    fold: str | None = None,
+) -> Fitted:
+    """``render_table`` within ``width`` characters (None: as wide as it takes): the ``keep``
+    columns stay, the others join in ``priority`` order (those not named in it last) while they
+    fit beside the ``fold`` column at ``FOLD_MIN``; the fold column then takes the room left (up to
+    its widest cell), its text wrapping onto continuation lines."""
+    if not rows:
+        return Fitted("")
+    columns = list(rows[0].keys())
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+
+    def total(cols: Sequence[str]) -> int:
+        return sum(widths[c] for c in cols) + 2 * (len(cols) - 1)
+
+    if width is None or total(columns) <= width:
+        return Fitted(render_table(rows, columns))
+    natural = widths.get(fold or "", 0)
+    if fold in widths:
+        widths[fold] = min(natural, max(len(fold), FOLD_MIN))
+    ranked = [c for c in priority if c in columns] + [c for c in columns if c not in priority]
+    chosen = [c for c in columns if c in keep or c == fold]
+    for column in ranked:
+        if column not in chosen and total([*chosen, column]) <= width:
+            chosen.append(column)
+    dropped = tuple(c for c in columns if c not in chosen)
+    columns = [c for c in columns if c in chosen]
+    if fold in widths:
+        widths[fold] = max(widths[fold], min(natural, widths[fold] + width - total(columns)))
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
+    for row in rows:
+        cells = {c: [str(row.get(c, ""))] for c in columns}
+        if fold in cells:
+            cells[fold] = textwrap.wrap(cells[fold][0], widths[fold], break_on_hyphens=False) or [""]
+        for i in range(max(len(v) for v in cells.values())):
+            parts = [(cells[c][i] if i < len(cells[c]) else "").ljust(widths[c]) for c in columns]
+            lines.append("  ".join(parts).rstrip())
+    return Fitted("\n".join(lines), tuple(dropped))

@@ -7,8 +7,11 @@ store that records them and the commands that show them all import them from her
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +31,48 @@ class RunState(StrEnum):
     def is_terminal(self) -> bool:
         """True once the run can no longer change (succeeded, failed or cancelled)."""
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+class StoredRun(Protocol):
+    """What deciding that a plan already ran needs of a stored run."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec_hash(self) -> str: ...
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def created(self) -> datetime: ...
+
+
+Stored = TypeVar("Stored", bound=StoredRun)
+UNCHANGED = "unchanged, already succeeded"  # how apply's plan says a run is skipped (and the TUI reads it)
+STARTS = "will run"
+
+
+def already_succeeded(plans: Iterable[tuple[str, str]], runs: Iterable[Stored]) -> dict[str, Stored]:
+    """For each plan (its run name and spec hash), the latest stored run of the same name and spec
+    hash that succeeded: what ``apply`` skips as unchanged (``--force`` runs it again)."""
+    done: dict[tuple[str, str], Stored] = {}
+    for run in sorted(runs, key=lambda r: r.created):
+        if run.state == RunState.SUCCEEDED:
+            done[(run.name, run.spec_hash)] = run
+    return {name: done[(name, digest)] for name, digest in plans if (name, digest) in done}
+
+
+QUEUED_BY = "mlbench.io/queued-by"
+"""The label of a run an apply registered ahead of launching it (``HOST:PID`` of that apply)."""
+
+
+def queue_owner(state: RunState, handle: str | None, labels: dict[str, str]) -> tuple[str, int] | None:
+    """The (host, pid) of the apply whose queue a run waits in (pending, not yet launched)."""
+    if state is not RunState.PENDING or handle:
+        return None
+    host, _, pid = labels.get(QUEUED_BY, "").rpartition(":")
+    return (host, int(pid)) if host and pid.isdigit() else None
 
 
 _HANDLE_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+-]*)://(?P<where>[^/]*)/(?P<run_id>[A-Za-z0-9._-]+)$")
@@ -78,6 +123,11 @@ class LaunchMilestones(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    dequeued: float | None = Field(
+        default=None,
+        description="apply took the run off its queue to launch it (it was registered, pending, while "
+        "earlier runs of its sweep ran); None: launched as soon as it was registered.",
+    )
     submitted: float | None = Field(
         default=None, description="The target accepted the run: Slurm's Submit, the first pod's creation."
     )

@@ -38,13 +38,15 @@ def wait_bound(default: float) -> float:
 
 def holder(path: Path, kinds: tuple[str, ...] = ("FLOCK",)) -> int | None:
     """The pid of a process holding a lock of ``kinds`` (``FLOCK``; ``POSIX`` as SQLite takes)
-    on ``path`` (from ``/proc/locks``), if any."""
+    on ``path`` (from ``/proc/locks``), if any. A write lock's holder comes first: that is the one
+    a writer waits on (SQLite's readers keep read locks on a WAL store's shared memory too)."""
     try:
         info = os.stat(path)
         text = Path("/proc/locks").read_text()
     except OSError:
         return None
     where = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    found: list[tuple[bool, int]] = []
     for line in text.splitlines():
         fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters carry "->")
@@ -52,8 +54,8 @@ def holder(path: Path, kinds: tuple[str, ...] = ("FLOCK",)) -> int | None:
             continue
         pid = fields[4]
         if fields[5] == where and pid.isdigit() and int(pid) != os.getpid():
-            return int(pid)
-    return None
+            found.append((fields[3] != "WRITE", int(pid)))
+    return min(found, key=lambda item: item[0])[1] if found else None
 
 
 def describe(pid: int | None) -> str:

@@ -130,7 +130,7 @@ def test_installed_cli_writes_and_validates_a_spec_outside_the_checkout(installe
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"mlbench {installed.wheel.name.split('-')[1]}"
 
-    init = installed.run("mlbench", "init", "1a", "-o", "bench.yaml")
+    init = installed.run("mlbench", "init", "1a", "--out", "bench.yaml")
     assert init.returncode == 0, init.stderr
     assert "task: 1a" in (installed.elsewhere / "bench.yaml").read_text()
     validate = installed.run("mlbench", "validate", "bench.yaml")

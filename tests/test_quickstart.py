@@ -65,7 +65,7 @@ def test_quickstart_reaches_its_goal_through_the_cli(
     assert "state:    succeeded" in capsys.readouterr().out
     assert main(["logs", "quickstart-gloo-2w", "--grep", "goal reached"]) == 0
     assert "goal reached" in capsys.readouterr().out
-    assert main(["export", "quickstart-gloo-2w", "-o", str(tmp_path / "qs.zip")]) == 0
+    assert main(["export", "quickstart-gloo-2w", "--out", str(tmp_path / "qs.zip")]) == 0
     with zipfile.ZipFile(tmp_path / "qs.zip") as archive:
         official = json.loads(archive.read("official_result.json"))
         assert official["reached"] is True and official["task"] == "1a"

@@ -12,7 +12,10 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import IO, Any
+from typing import Any
+
+from mlbench_tui.commands.confirm import confirm
+from mlbench_tui.commands.usage import documented
 
 CLOUD_DEFAULT_GPU = "1xT4"
 DEFAULT_NAMESPACE = "mlbench"
@@ -25,6 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="create, delete, list and switch between benchmark clusters (GKE, EKS, KIND)",
         description="Provision Kubernetes clusters for benchmarks: GKE and EKS GPU clusters through "
         "Pulumi (one stack per cluster), KIND clusters locally.",
+        **documented("cluster"),
     )
     group.set_defaults(handler=lambda _args: _usage(group))
     cmds = group.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
@@ -36,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "mlbench.io/gpu=true:NoSchedule so only benchmark pods land there), write a kubeconfig context "
         "mlbench-PROVIDER-NAME, then install the in-cluster server. Cloud clusters show an hourly cost "
         "estimate and ask for confirmation first. Re-running resumes an interrupted create.",
+        **documented("cluster create"),
     )
     p.add_argument("provider", metavar="PROVIDER", help="gcp, aws or kind")
     p.add_argument("name", metavar="NAME", help="cluster name (lowercase letters, digits, '-')")
@@ -71,6 +76,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="record an existing Slurm cluster (partition, shared directory, server URL)",
         description="Record how to use an existing Slurm cluster from this login node, so a spec can say "
         "target: {kind: slurm, cluster: NAME}. Nothing is provisioned; adding NAME again updates it.",
+        **documented("cluster add"),
     )
     p.add_argument("provider", metavar="PROVIDER", choices=("slurm",), help="slurm")
     p.add_argument("name", metavar="NAME", help="cluster name (lowercase letters, digits, '-')")
@@ -106,20 +112,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=cmd_add)
 
     p = cmds.add_parser(
-        "delete", help="delete a cluster, its kubeconfig context and its record (slurm: forget the record)"
+        "delete",
+        help="delete a cluster, its kubeconfig context and its record (slurm: forget the record)",
+        **documented("cluster delete"),
     )
     p.add_argument("provider", metavar="PROVIDER", help="gcp, aws, kind or slurm")
     p.add_argument("name", metavar="NAME")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler=cmd_delete)
 
-    p = cmds.add_parser("list", help="list the clusters mlbench created")
+    p = cmds.add_parser("list", help="list the clusters mlbench created", **documented("cluster list"))
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.set_defaults(handler=cmd_list)
 
     p = cmds.add_parser(
         "use",
         help="make a cluster current: its kubeconfig context, or the default Slurm cluster of specs",
+        **documented("cluster use"),
     )
     p.add_argument("name", metavar="NAME")
     p.add_argument("--provider", help="gcp, aws, kind or slurm (when several clusters share NAME)")
@@ -128,6 +137,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = cmds.add_parser(
         "init",
         help="install the in-cluster mlbench server (and optionally the NVIDIA device plugin)",
+        **documented("cluster init"),
     )
     p.add_argument("--context", help="kubeconfig context (default: the current one)")
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"namespace (default {DEFAULT_NAMESPACE})")
@@ -146,23 +156,6 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def _progress(line: str) -> None:
     print(line.rstrip("\n"), file=sys.stderr, flush=True)
-
-
-def confirm(question: str, *, assume_yes: bool, action: str, stdin: IO[str] | None = None) -> bool:
-    """Ask ``question`` on the terminal; True to go on. Without a TTY, only ``--yes`` goes on."""
-    if assume_yes:
-        return True
-    from mlbench_tui.errors import UsageError
-
-    stream = stdin if stdin is not None else sys.stdin
-    if stream is None or not stream.isatty():
-        raise UsageError(
-            f"refusing to {action} without confirmation: stdin is not a terminal",
-            hint="pass --yes to confirm",
-        )
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    answer = stream.readline()
-    return answer.strip().lower() in ("y", "yes")
 
 
 def cmd_create(args: argparse.Namespace) -> int:

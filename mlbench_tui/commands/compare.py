@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mlbench_tui.commands.usage import documented
+
 EXIT_REGRESSED = 1
 
 
@@ -23,6 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "that would detect a 5%% change at the measured noise. A side is a run id or name, a spec file "
         "or name, label:KEY=VALUE[,KEY=VALUE], or an archive from mlbench export. Exit 1 with "
         "--fail-on-regression when a figure regressed by more than PCT percent.",
+        **documented("compare"),
     )
     p.add_argument("base", metavar="BASE", help="the runs to compare against")
     p.add_argument("candidate", metavar="CAND", help="the runs to judge")

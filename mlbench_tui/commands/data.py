@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlbench_tui.commands.usage import documented
+
 # name -> "module:function"; the function takes the target directory and returns the prepared one.
 DATASETS: dict[str, str] = {
     "epsilon": "mlbench_worker.data.epsilon:prepare",
@@ -52,6 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="download and prepare official datasets",
         description="Download (with checksum verification) and convert the official datasets once, "
         "so runs with data 'path' or 'download' start training at once.",
+        **documented("data"),
     )
     actions = group.add_subparsers(dest="data_command", metavar="ACTION")
     p = actions.add_parser(
@@ -59,12 +62,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="download and convert one dataset",
         description="Download NAME (files already in DIR are verified and reused), convert it to the "
         "format the worker memory-maps, and print the prepared directory.",
+        **documented("data prepare"),
     )
     p.add_argument("name", choices=sorted(DATASETS), metavar="NAME", help=", ".join(sorted(DATASETS)))
     p.add_argument("--dir", type=Path, default=None, help="target directory (default: the worker's cache)")
     p.add_argument("--force", action="store_true", help="convert again even if DIR is already prepared")
     p.set_defaults(handler=cmd_prepare)
-    p = actions.add_parser("list", help="list the datasets and where they are prepared by default")
+    p = actions.add_parser(
+        "list", help="list the datasets and where they are prepared by default", **documented("data list")
+    )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.set_defaults(handler=cmd_list)
     group.set_defaults(handler=lambda args: _usage(group))

@@ -7,6 +7,8 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
+from mlbench_tui.commands.usage import documented
+
 FORMATS = ("html", "png", "svg")
 
 
@@ -18,32 +20,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Scaling (time to accuracy, speedup, efficiency, compute/communication split per "
         "worker count), all-reduce curves (task 0a) and per-run training curves, drawn with matplotlib "
         "from the store. Choose a spec's runs (a spec file or directory, or a spec name), single runs "
-        "(id or name), or leave REF out for every finished run in the store.",
+        "(id or name), or leave REF out for every finished run in the store. PNG and SVG figures are "
+        "sized for their panels unless --width/--height say otherwise, and carry the notes the page "
+        "shows under them.",
+        **documented("report"),
     )
     p.add_argument("refs", nargs="*", metavar="SPEC|RUN|DIR", help="spec file/directory/name, or run id/name")
     p.add_argument(
         "-o",
         "--output",
-        type=Path,
-        default=Path("report.html"),
-        metavar="FILE.html",
-        help="HTML file to write (default report.html)",
-    )
-    p.add_argument(
         "--format",
+        dest="format",
         choices=FORMATS,
         default="html",
-        help="html (one self-contained page, the default) or png/svg figure files",
+        help="output format: html (one self-contained page, the default) or png/svg figure files",
     )
     p.add_argument(
+        "--out",
         "--out-dir",
+        dest="out",
         type=Path,
-        default=Path("report-figures"),
-        metavar="DIR",
-        help="where --format png|svg writes its files (default report-figures)",
+        default=None,
+        metavar="PATH",
+        help="the HTML file (default report.html), or the folder of png/svg files (default report-figures)",
     )
-    p.add_argument("--width", type=_pixels, metavar="PX", help="figure width in pixels (png/svg)")
-    p.add_argument("--height", type=_pixels, metavar="PX", help="figure height in pixels (png/svg)")
+    p.add_argument(
+        "--width", type=_pixels, metavar="PX", help="figure width in pixels (png/svg; default: by panels)"
+    )
+    p.add_argument(
+        "--height", type=_pixels, metavar="PX", help="figure height in pixels (png/svg; default: by panels)"
+    )
     p.set_defaults(handler=cmd_report)
 
 
@@ -69,10 +75,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         with closing(run_reader()) as reader:
             run_ids = report_run_ids(reader, args.refs)
             if args.format == "html":
-                written = write_report(reader, run_ids, args.output, renderer=renderer)
+                out = args.out or Path("report.html")
+                written = write_report(reader, run_ids, out, renderer=renderer)
             else:
+                out = args.out or Path("report-figures")
                 size = {"width": args.width, "height": args.height}
-                written = write_figures(reader, run_ids, args.out_dir, args.format, renderer=renderer, **size)
-    where = written.paths[0] if args.format == "html" else args.out_dir
+                written = write_figures(reader, run_ids, out, args.format, renderer=renderer, **size)
+    where = written.paths[0] if args.format == "html" else out
     print(f"wrote {where} ({written.runs} runs, {written.figures} figures)", file=sys.stderr)
     return 0

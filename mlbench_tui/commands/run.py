@@ -13,6 +13,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
 from mlbench_tui.commands.spec import max_runs_option, positive_int
+from mlbench_tui.commands.usage import documented
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -25,7 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the benchmarks of spec files or directories and show their results",
         description="Validate specs, plan their runs, run each (sweeps and repeats in order) with live "
         "progress on stderr, and print the results table on stdout. Runs whose spec is unchanged and that "
-        "already succeeded are skipped (use --force to run them again). Exit 1 when a run failed.",
+        "already succeeded are skipped (use --force to run them again).",
+        **documented("apply"),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory")
     p.add_argument("--dry-run", action="store_true", help="print the exact commands and exit")
@@ -43,37 +45,72 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     max_runs_option(p)
     p.set_defaults(handler=cmd_apply)
 
-    p = sub.add_parser("status", help="list runs, or show one run in detail")
+    p = sub.add_parser(
+        "status",
+        help="list runs, or show one run in detail",
+        description="The latest runs, newest first, or one run with its result, checks and ranks.",
+        **documented("status"),
+    )
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or name")
     p.add_argument("-n", "--limit", type=positive_int, default=50, help="how many runs to list (default 50)")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="output format (json: the runs as the server records them, one run with its ranks)",
+    )
     _ranks_option(p)
     p.set_defaults(handler=cmd_status)
 
-    p = sub.add_parser("logs", help="print a run's logs (all ranks, or one)")
+    p = sub.add_parser(
+        "logs",
+        help="print a run's logs (all ranks, or one)",
+        description="A run's stored log lines: every rank's, prefixed [rank N], or one rank's. When "
+        "nothing matches, a note on stderr says whether the rank wrote nothing or --grep matched nothing.",
+        **documented("logs"),
+    )
     p.add_argument("run", metavar="RUN", help="run id or name")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     p.add_argument("--rank", type=_rank, metavar="R", help="only rank R (lines without prefix)")
     p.add_argument("--grep", metavar="REGEX", help="only lines matching the Python regular expression")
     p.set_defaults(handler=cmd_logs)
 
-    p = sub.add_parser("cancel", help="stop every rank of a run")
+    p = sub.add_parser("cancel", help="stop every rank of a run", **documented("cancel"))
     p.add_argument("run", metavar="RUN", help="run id or name")
     p.set_defaults(handler=cmd_cancel)
 
-    p = sub.add_parser("delete", help="delete a run (cancelling it first) with its metrics and logs")
+    p = sub.add_parser(
+        "delete",
+        help="delete a run (cancelling it first) with its metrics and logs",
+        description="Delete a run with its metrics, logs and events, after asking (a running run is "
+        "cancelled first). Without a terminal to ask on, --yes is needed.",
+        **documented("delete"),
+    )
     p.add_argument("run", metavar="RUN", help="run id or name")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler=cmd_delete)
 
     p = sub.add_parser(
         "results",
         help="results table of a run, a spec, or every finished run",
         description="Time to accuracy, epochs and steps to goal, compute/communication split, speedup and "
-        "efficiency versus 1 worker, cost, and the olympic mean over repeats.",
+        "efficiency versus 1 worker, cost, and the olympic mean over repeats; newest run first, like "
+        "status. The table fits the terminal: the least important columns are left out (named under "
+        "it) and long outcomes fold; --wide shows every column.",
+        **documented("results"),
     )
     p.add_argument(
         "ref", nargs="?", metavar="RUN|SPEC", help="run id/name, spec file/directory, or spec name"
     )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("-w", "--wide", action="store_true", help="every column, however wide the terminal")
+    p.add_argument(
+        "--recompute",
+        action="store_true",
+        help="recompute these runs' results from their stored metrics and events with this version's "
+        "rules (stale results are recomputed when read anyway; this forces it)",
+    )
     p.add_argument(
         "--history",
         action="store_true",
@@ -89,9 +126,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Write a run's archive: spec, plan, metrics (CSV and JSON), events, logs per rank, "
         "official_result.json, MLPerf's training log mllog.txt (written with MLCommons' mlperf-logging, "
         "the 'mlperf' extra) and the ruleset that checks it (mllog_rules/).",
+        **documented("export"),
     )
     p.add_argument("run", metavar="RUN", help="run id or name")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.zip", help="archive to write")
+    p.add_argument("--out", required=True, metavar="FILE.zip", help="archive to write")
     p.add_argument(
         "--org", metavar="NAME", help="submission_org of the MLPerf log (default: the spec's 'org' label)"
     )
@@ -170,10 +208,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs.status import status_detail, status_table
+    from mlbench_tui.runs.status import status_detail, status_json, status_table
 
     client = _client()
-    if args.run:
+    if args.output == "json":
+        write_text(sys.stdout, status_json(client, args.run, args.limit))
+    elif args.run:
         write_text(sys.stdout, status_detail(client, args.run, args.ranks))
     elif args.ranks is not None:
         from mlbench_tui.errors import UsageError
@@ -185,10 +225,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs.logs import iter_logs
+    from mlbench_tui.runs.logs import iter_logs, no_lines_note
 
+    printed = 0
     for line in iter_logs(_client(), args.run, follow=args.follow, rank=args.rank, grep=args.grep):
         print(line, flush=args.follow)
+        printed += 1
+    if not printed:
+        print(no_lines_note(args.run, args.rank, args.grep), file=sys.stderr)
     return 0
 
 
@@ -200,9 +244,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from mlbench_tui.runs.control import delete_run
+    from mlbench_tui.commands.confirm import confirm
+    from mlbench_tui.runs.control import delete_question, delete_run
+    from mlbench_tui.runs.lookup import resolve_run
 
-    print(delete_run(_client(), args.run), file=sys.stderr)
+    client = _client()
+    run = resolve_run(client, args.run)
+    if not confirm(delete_question(run), assume_yes=args.yes, action="delete a run"):
+        print("cancelled: nothing was deleted", file=sys.stderr)
+        return 1
+    print(delete_run(client, run.id), file=sys.stderr)
     return 0
 
 
@@ -213,9 +264,27 @@ def cmd_results(args: argparse.Namespace) -> int:
         return _history(args)
     client = _client()
     results = collect_results(client, args.ref)
+    if args.recompute:
+        from mlbench_tui.runs.results import recompute
+
+        results = recompute(client, results)
     ranks = run_ranks(client, results, args.ranks)
-    write_text(sys.stdout, results_output(results, args.output, sweep_curves(client, results), ranks))
+    width = None if args.wide else terminal_width(sys.stdout)
+    curves = sweep_curves(client, results)
+    write_text(sys.stdout, results_output(results, args.output, curves, ranks, width=width))
     return 0
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The columns a table may take on ``stream``: ``COLUMNS`` when set, the terminal's width on
+    a terminal, else None (a pipe or file gets every column)."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    isatty = getattr(stream, "isatty", None)
+    return shutil.get_terminal_size().columns if callable(isatty) and isatty() else None
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -243,7 +312,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from mlbench_tui.results.mllog import require_mlperf_logging
 
         require_mlperf_logging("--check")  # before the export: fail fast, with the install hint
-    exported = export_run(_client(), args.run, args.output, org=args.org)
+    exported = export_run(_client(), args.run, args.out, org=args.org)
     print(f"wrote {exported.path}", file=sys.stderr)
     for note in exported.left_out:
         print(f"note: left out {note}", file=sys.stderr)

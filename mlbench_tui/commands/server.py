@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from mlbench_tui.commands.usage import documented
+
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
@@ -16,6 +18,7 @@ def register(sub: Any) -> None:
             "that long). The server records its URL and tokens in a state file (mode 0600) under the "
             "state directory, so other mlbench commands find and use it instead of starting their own."
         ),
+        **documented("server"),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: 8765; 0 picks a free port)")

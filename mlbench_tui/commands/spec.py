@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench_tui.commands.usage import documented
+
 if TYPE_CHECKING:
     from mlbench_tui.errors import SpecIssue
     from mlbench_tui.plan import RunPlan
@@ -27,7 +29,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "validate",
         help="check spec files or directories and report every problem",
         description="Validate benchmark specs (files or directories of *.yaml/*.yml). "
-        "Exit 0 when all are valid, 2 otherwise; problems go to stderr as FILE:LINE:COL: MESSAGE.",
+        "Problems go to stderr as FILE:LINE:COL: MESSAGE (hint: ...), every one at once. validate "
+        "checks what a spec says, the catalog and the target's limits; plan and apply also check that "
+        "this machine (or the cluster) can place the runs, such as their GPUs.",
+        **documented("validate"),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
@@ -38,7 +43,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="show the runs a spec expands to (sweeps x repeats), without running anything",
-        description="Expand specs into run plans: one per backend x workers x repeat.",
+        description="Expand specs into run plans: one per backend x workers x repeat, and check that "
+        "this machine (or the target) can place them.",
+        **documented("plan"),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="spec file or directory ('-' reads stdin)")
     p.add_argument(
@@ -51,25 +58,54 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     max_runs_option(p)
     p.set_defaults(handler=cmd_plan)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of the spec language")
+    p = sub.add_parser("schema", help="print the JSON Schema of the spec language", **documented("schema"))
     p.set_defaults(handler=cmd_schema)
 
     p = sub.add_parser(
         "tasks",
         help="list the official tasks (or show one task's hyperparameters)",
-        description="The official task catalog: goals, defaults, supported backends and precisions.",
+        description="The official task catalog: goals, defaults, supported backends and precisions; "
+        "with TASK, its page of the reference (docs/tasks/), the same text.",
+        **documented("tasks"),
     )
     p.add_argument("task", nargs="?", metavar="TASK", help="task id or name to show in detail")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     p.set_defaults(handler=cmd_tasks)
 
     p = sub.add_parser(
+        "explain",
+        help="explain a spec field: type, default, bounds, example, targets",
+        description="Print the reference of one spec field (a path such as spec.hardware.gpu, or its "
+        "tail such as gpu; a section prints its fields too), as docs/spec.md has it. With no FIELD, "
+        "every field's path.",
+        **documented("explain"),
+    )
+    p.add_argument("field", nargs="?", metavar="FIELD", help="field path or name")
+    p.set_defaults(handler=cmd_explain)
+
+    p = sub.add_parser(
+        "docs",
+        help="write the Markdown reference (spec fields and task pages) to a folder",
+        description="Write the reference generated from the spec schema and the task catalog: "
+        "README.md, spec.md and tasks/<id>.md (the repository's docs/ is this output).",
+        **documented("docs"),
+    )
+    p.add_argument("--out", type=Path, default=Path("docs"), metavar="DIR", help="folder (default docs)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when DIR differs from what would be written",
+    )
+    p.set_defaults(handler=cmd_docs)
+
+    p = sub.add_parser(
         "init",
         help="write a commented example spec for a task",
         description="Write a commented, valid spec for TASK (default: resnet20-cifar10) to stdout or a file.",
+        **documented("init"),
     )
     p.add_argument("task", nargs="?", default="1a", metavar="TASK", help="task id or name (default: 1a)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("--name", help="metadata.name (default: derived from the task)")
     p.set_defaults(handler=cmd_init)
@@ -161,7 +197,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for item in loaded:
             runs = item.spec.run_count()
             print(f"ok  {item.file}: {item.spec.metadata.name} (task {item.spec.spec.task}, {runs} run(s))")
+    for note in placement_notes(loaded):
+        print(note, file=sys.stderr)
     return 0
+
+
+def placement_notes(loaded: Sequence[LoadedSpec]) -> list[str]:
+    """What ``plan`` and ``apply`` would refuse on this machine although the spec is valid (local
+    targets only: validate never contacts a cluster). validate checks the spec, which may be meant
+    for another machine; it says so instead of staying silent."""
+    from mlbench_tui.errors import MlbenchError
+    from mlbench_tui.plan import expand
+    from mlbench_tui.runs.plans import check_placement
+
+    notes = []
+    for item in loaded:
+        local = [plan for plan in expand(item.spec) if plan.target.kind == "local"]  # clusters: not asked
+        try:
+            check_placement(local)
+        except MlbenchError as exc:
+            notes.append(
+                f"note: {item.file}: valid, but this machine cannot run it as it is (plan and apply refuse "
+                f"it here): {exc.message}"
+            )
+    return notes
 
 
 def _spec_summary(item: LoadedSpec, runs: int) -> dict[str, Any]:
@@ -321,6 +380,8 @@ def _resolve_task(key: str) -> TaskInfo:
 
 
 def _task_json(task: TaskInfo) -> dict[str, Any]:
+    from mlbench_tui.reference.task_pages import data_option_rows
+
     return {
         "id": task.id,
         "name": task.name,
@@ -347,7 +408,7 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
         "data_options": {
             source: {
                 name: {"default": default, "description": task_knob.description, "bounds": bounds}
-                for name, default, task_knob, bounds in _option_rows(cls)
+                for name, default, task_knob, bounds in data_option_rows(cls)
             }
             for source, cls in task.data_options.items()
         },
@@ -356,6 +417,7 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     """Print the task catalog, or one task's hyperparameters and policy."""
+    from mlbench_tui.reference.task_pages import precisions_short, task_page
     from mlbench_tui.spec.tasks import TASKS
 
     tasks = [_resolve_task(args.task)] if args.task else list(TASKS.values())
@@ -363,7 +425,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps([_task_json(t) for t in tasks], indent=2) + "\n")
         return 0
     if args.task:
-        sys.stdout.write(_task_detail(tasks[0]))
+        from mlbench_tui.commands.data import DESCRIPTIONS
+
+        sys.stdout.write(task_page(tasks[0], DESCRIPTIONS))
         return 0
     rows = []
     for t in tasks:
@@ -378,7 +442,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                 f"{'>=' if g.direction == 'max' else '<='} {g.full:g}" if g else "-",
                 f"{'>=' if g.direction == 'max' else '<='} {g.light:g}" if g else "-",
                 ",".join(t.backends),
-                ",".join(t.precisions),
+                precisions_short(t),
             ]
         )
     headers = ["ID", "NAME", "MODEL", "DATASET", "GOAL METRIC", "FULL", "LIGHT", "BACKENDS", "PRECISIONS"]
@@ -386,86 +450,49 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_detail(task: TaskInfo) -> str:
-    lines = [
-        f"{task.id}  {task.name}: {task.title}",
-        f"model:       {task.model}",
-        f"dataset:     {task.dataset}",
-    ]
-    if task.goal:
-        op = ">=" if task.goal.direction == "max" else "<="
-        lines.append(
-            f"goal:        {task.goal.metric} full {op} {task.goal.full:g}, light {op} {task.goal.light:g}"
-        )
-    else:
-        lines.append("goal:        none (a measurement sweep)")
-    lines += [
-        f"backends:    {', '.join(task.backends)}",
-        f"precisions:  {', '.join(task.precisions)}",
-        f"frameworks:  {', '.join(task.frameworks)}",
-        f"lr scaling:  {task.lr_scaling}",
-        f"notes:       {task.notes}",
-        "",
-    ]
-    rows = []
-    knobs = task.knobs
-    for key, value in task.defaults.items():
-        knob = knobs[key]
-        choices = task.choices.get(key)
-        bounds = _bounds(knob)
-        rows.append(
-            [
-                key,
-                json.dumps(value),
-                "yes" if key in task.overridable else "no",
-                ", ".join(map(str, choices)) if choices else ", ".join(bounds),
-                knob.description,
-            ]
-        )
-    headers = ["HYPERPARAMETER", "DEFAULT", "OVERRIDABLE", "CHOICES/BOUNDS", "DESCRIPTION"]
-    text = "\n".join(lines) + "\n" + render_table(headers, rows)
-    for source, cls in task.data_options.items():
-        option_rows = [
-            [name, json.dumps(default), bounds, option.description]
-            for name, default, option, bounds in _option_rows(cls)
-        ]
-        text += "\n" + render_table(
-            [f"DATA OPTION ({source})", "DEFAULT", "BOUNDS", "DESCRIPTION"], option_rows
-        )
-    return text
+# --------------------------------------------------------------------------- explain, docs
 
 
-def _bounds(knob: Any) -> list[str]:
-    """A knob's bounds as a spec writes them (``<= 1000000``, not ``<= 1e+06``)."""
-    from mlbench_worker.knobs import show_bound
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print one field's section of the spec reference (every field's path without one)."""
+    from mlbench_tui.errors import UsageError
+    from mlbench_tui.reference.spec_page import explain, field_names
+    from mlbench_tui.spec.diagnostics import did_you_mean
 
-    pairs = ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
-    return [f"{op} {show_bound(v)}" for op, v in pairs if v is not None]
+    names = field_names()
+    if args.field is None:
+        sys.stdout.write("\n".join(names) + "\n")
+        return 0
+    text = explain(args.field)
+    if text is None:
+        tails = sorted({n.rsplit(".", 1)[-1] for n in names} | set(names))
+        hint = did_you_mean(args.field, tails) or "list them with: mlbench explain"
+        raise UsageError(f"no spec field {args.field!r}", hint=hint)
+    sys.stdout.write(text)
+    return 0
 
 
-def _option_rows(cls: type[Any]) -> list[tuple[str, Any, Any, str]]:
-    """Each data option of ``cls``: name, default, its knob, and its bounds as text."""
-    import dataclasses
-    import typing
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Write (or with --check compare) the generated reference under --out."""
+    from mlbench_tui.commands.data import DESCRIPTIONS
+    from mlbench_tui.reference.pages import differences, reference_pages, write_pages
 
-    from mlbench_worker.knobs import field_types, knobs
-
-    out = []
-    types = field_types(cls)
-    for field in dataclasses.fields(cls):
-        option = knobs(cls)[field.name]
-        if typing.get_origin(types[field.name]) is typing.Literal:
-            out.append((field.name, field.default, option, ", ".join(typing.get_args(types[field.name]))))
-            continue
-        out.append((field.name, field.default, option, ", ".join(_bounds(option))))
-    return out
+    pages = reference_pages(DESCRIPTIONS)
+    if args.check:
+        stale = differences(args.out, pages)
+        for name in stale:
+            print(f"{args.out / name} is not what mlbench docs writes", file=sys.stderr)
+        return 1 if stale else 0
+    changed = write_pages(args.out, pages)
+    print(f"wrote {len(changed)} of {len(pages)} page(s) under {args.out}", file=sys.stderr)
+    return 0
 
 
 # --------------------------------------------------------------------------- init
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    """Write a commented spec for a task to stdout or ``-o FILE``."""
+    """Write a commented spec for a task to stdout or ``--out FILE``."""
     from mlbench_tui.errors import UsageError
     from mlbench_tui.spec.base import DNS1123_LABEL
     from mlbench_tui.spec.templates import spec_template
@@ -477,10 +504,10 @@ def cmd_init(args: argparse.Namespace) -> int:
             hint="use at most 40 lowercase letters, digits and '-' (it prefixes every run name)",
         )
     text = spec_template(task, name=args.name)
-    if not args.output:
+    if not args.out:
         sys.stdout.write(text)
         return 0
-    out = Path(args.output)
+    out = Path(args.out)
     if out.exists() and not args.force:
         raise UsageError(f"{out} already exists", hint="use --force to overwrite it")
     try:

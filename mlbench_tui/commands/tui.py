@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mlbench_tui.commands.usage import documented
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -12,6 +14,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Open the terminal UI. With no options it shows the default local store through its "
         "server, starting one in the background when none runs (it exits once unused). --server "
         "watches any mlbench server (e.g. one in a cluster).",
+        **documented("tui"),
     )
     p.add_argument(
         "--server", metavar="URL", help="mlbench server URL (default: MLBENCH_SERVER_URL or local)"

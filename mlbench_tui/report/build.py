@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.report.figure import Figure
-from mlbench_tui.report.gpu import energy_figures
 from mlbench_tui.report.implementations import implementation_figures
 from mlbench_tui.report.inputs import RunRecord, load_records, sweeps, training
 from mlbench_tui.report.network import network_figures
+from mlbench_tui.report.overlays import task_figures
 from mlbench_tui.report.renderer import Renderer
 from mlbench_tui.report.scaling import scaling_figures
 from mlbench_tui.report.sweep import sweep_figures
-from mlbench_tui.report.training import run_figures
+from mlbench_tui.report.training import ranks_figures
 
 if TYPE_CHECKING:
     from mlbench_tui.report.draw import ImageFormat
@@ -32,8 +32,9 @@ class ReportError(MlbenchError):
 
 
 def build_figures(records: Sequence[RunRecord]) -> list[Figure]:
-    """Every figure of the report, in page order: scaling per spec, all-reduce, each run, then
-    power and energy; panels with nothing to draw are left out, a note saying why."""
+    """Every figure of the report, in page order: scaling per spec that ran several worker counts,
+    all-reduce, implementations, each task's runs overlaid, then the ranks of multi-rank runs;
+    panels with nothing to draw are left out, a note saying why."""
     colours: dict[str, str] = {}
     trained = training(records)
     figures = [
@@ -41,8 +42,8 @@ def build_figures(records: Sequence[RunRecord]) -> list[Figure]:
         *network_figures(trained, colours),
         *sweep_figures(sweeps(records), colours),
         *implementation_figures(trained),
-        *run_figures(trained, colours),
-        *energy_figures(records),
+        *task_figures(trained),
+        *ranks_figures(trained),
     ]
     return [f.without_empty() for f in figures]
 
@@ -108,7 +109,7 @@ def write_figures(
     with _renderer(renderer) as drawing:
         records = _records(client, run_ids)
         figures = _drawn(build_figures(records))
-        images = drawing.render(figures, fmt, width=width, height=height)
+        images = drawing.render(figures, fmt, width=width, height=height, notes=True)
     paths = []
     for figure, image in zip(figures, images, strict=True):
         path = out_dir / f"{_safe(figure.key)}.{fmt}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from typing import Any, Literal
 
 import matplotlib
@@ -54,38 +55,78 @@ def grid_of(panels: int) -> tuple[int, int]:
     return math.ceil(panels / 2), 2
 
 
+NOTE_LINE_PX = 15  # a line of the notes drawn under a figure file
+TITLE_PX = 14  # the figure's title, from the top edge
+
+
 def default_size(figure: Figure) -> tuple[int, int]:
     """Width and height in pixels for ``figure`` when the caller asks for none."""
     rows, cols = grid_of(len(figure.panels))
     return max(640, PANEL_WIDTH_PX * cols), ROW_HEIGHT_PX * rows + 40
 
 
-def render(
-    figure: Figure, fmt: ImageFormat = "png", *, width: int | None = None, height: int | None = None
-) -> bytes:
-    """The figure as PNG or SVG bytes, ``width`` x ``height`` pixels (at 100 dpi)."""
+def size_for(figure: Figure, width: int | None, height: int | None) -> tuple[int, int]:
+    """The size to draw at: the caller's, else the panel grid's; one side given scales the other
+    (a wide figure of six panels given only a width keeps its rows readable)."""
     default_w, default_h = default_size(figure)
-    width, height = width or default_w, height or default_h
+    if width and not height:
+        return width, max(100, round(default_h * width / default_w))
+    if height and not width:
+        return max(100, round(default_w * height / default_h)), height
+    return width or default_w, height or default_h
+
+
+def note_lines(figure: Figure, width: int) -> list[str]:
+    """The figure's notes wrapped to ``width`` pixels of 7.5-point text."""
+    chars = max(40, int(width / 6.2))
+    return [
+        line for note in figure.notes for line in textwrap.wrap(f"- {note}", chars, subsequent_indent="  ")
+    ]
+
+
+def render(
+    figure: Figure,
+    fmt: ImageFormat = "png",
+    *,
+    width: int | None = None,
+    height: int | None = None,
+    notes: bool = False,
+) -> bytes:
+    """The figure as PNG or SVG bytes, ``width`` x ``height`` pixels (at 100 dpi); with ``notes``,
+    its notes are written under the panels (a figure file carries the caveats the page shows), the
+    figure taller by as much when the caller did not set its height."""
+    asked_height = height
+    width, height = size_for(figure, width, height)
+    lines = note_lines(figure, width) if notes else []
+    notes_px = NOTE_LINE_PX * len(lines) + (12 if lines else 0)
+    if asked_height is None:
+        height += notes_px
     with matplotlib.rc_context(STYLE):
         fig = MplFigure(figsize=(width / DPI, height / DPI), dpi=DPI)
         rows, cols = grid_of(len(figure.panels))
         axes = fig.subplots(
-            rows, cols, squeeze=False, gridspec_kw=_margins(width, height, rows, cols)
+            rows, cols, squeeze=False, gridspec_kw=_margins(width, height, rows, cols, notes_px)
         ).ravel()
         for ax, panel in zip(axes, figure.panels, strict=False):
             _draw_panel(ax, panel)
         for ax in axes[len(figure.panels) :]:
             ax.set_visible(False)
-        fig.suptitle(figure.title)
+        fig.suptitle(figure.title, y=1 - TITLE_PX / height, va="top")
+        if lines:
+            text = "\n".join(lines)
+            fig.text(
+                8 / width, (notes_px - 8) / height, text, ha="left", va="top", fontsize=7.5, color="#333"
+            )
         buffer = io.BytesIO()
         fig.savefig(buffer, format=fmt, dpi=DPI, metadata=_metadata(fmt), **_save_options(fmt))
     return buffer.getvalue()
 
 
-def _margins(width: int, height: int, rows: int, cols: int) -> dict[str, float]:
+def _margins(width: int, height: int, rows: int, cols: int, below: int = 0) -> dict[str, float]:
     """Fixed margins in pixels as figure fractions: one layout pass fewer than matplotlib's
-    constrained layout, which measured every label and then drew the figure a second time."""
-    left, right, top, bottom, between_x, between_y = 62, 14, 58, 48, 74, 84
+    constrained layout, which measured every label and then drew the figure a second time;
+    ``below``: pixels under the panels kept for the notes."""
+    left, right, top, bottom, between_x, between_y = 62, 14, 66, 48 + below, 74, 84
     panel_w = (width - left - right - between_x * (cols - 1)) / cols
     panel_h = (height - top - bottom - between_y * (rows - 1)) / rows
     return {
@@ -206,6 +247,8 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             axis.set_major_formatter(FuncFormatter(compact))
             axis.set_minor_locator(NullLocator())
             axis.set_minor_formatter(NullFormatter())
+            if positive:  # every point inside, with room: a point never falls below the lowest tick
+                (ax.set_xlim if axis is ax.xaxis else ax.set_ylim)(min(positive) / 1.5, max(positive) * 1.5)
     for log, axis in ((panel.x_log or bool(panel.stacks), ax.xaxis), (panel.y_log, ax.yaxis)):
         # five ticks read as well as nine and cost half as much to lay out; bars keep their categories
         if not log:
@@ -243,7 +286,19 @@ def _draw_bars(ax: Any, panel: Panel) -> None:
             width=0.7,
         )
         bottom = [b + v for b, v in zip(bottom, stack.values, strict=True)]
-    ax.set_ylim(0, max(bottom, default=0.0) * 1.08 or 1.0)
+    top = max(bottom, default=0.0)
+    for x, y, text in zip(positions, bottom, panel.labels, strict=False):
+        if text:
+            ax.annotate(
+                text,
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                va="bottom",
+                fontsize=7.5,
+            )
+    ax.set_ylim(0, top * (1.18 if panel.labels else 1.08) or 1.0)
     ax.set_xticks(positions)
     ax.set_xticklabels(
         panel.categories,

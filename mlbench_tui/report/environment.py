@@ -66,11 +66,19 @@ def readable(key: str, value: Any) -> str:
     return str(value)
 
 
-def environment(record: RunRecord) -> dict[str, str]:
-    """A run's environment: readable values by display name, in the report's order."""
-    fp = {k: v for k, v in record.result.fingerprint.items() if k not in PER_RUN and v not in (None, "", [])}
+def readable_fingerprint(fingerprint: Mapping[str, Any], *, per_run: bool = False) -> dict[str, str]:
+    """A fingerprint's readable values by display name, in the report's order (what the report and
+    the TUI's Environment tab show); ``per_run`` keeps one run's own details (its host, ranks)."""
+    fp = {
+        k: v for k, v in fingerprint.items() if (per_run or k not in PER_RUN) and v not in (None, "", [], {})
+    }
     keys = [k for k in ORDER if k in fp] + sorted(k for k in fp if k not in ORDER)
     return {NAMES.get(k, k.replace("_", " ")): readable(k, fp[k]) for k in keys}
+
+
+def environment(record: RunRecord) -> dict[str, str]:
+    """A run's environment: readable values by display name, in the report's order."""
+    return readable_fingerprint(record.result.fingerprint)
 
 
 def _e(value: object) -> str:

@@ -19,6 +19,11 @@ BACKEND_COLOURS: dict[str, str] = {
     "tensorflow": "#CC79A7",
 }
 SPARE_COLOURS = ("#D55E00", "#56B4E9", "#F0E442", "#000000")
+# One per run where a chart overlays a task's runs (Okabe-Ito, then Tableau's), distinct in order.
+RUN_COLOURS = (
+    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442",
+    "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF",
+)  # fmt: skip
 REFERENCE_COLOUR = "#555555"  # published baselines and ideal lines
 GOAL_COLOUR = "#C62828"
 LineStyle = Literal["-", "--", "-.", ":"]
@@ -28,6 +33,11 @@ LINE_STYLES: tuple[LineStyle, ...] = (
     "-.",
     ":",
 )  # a series' second key: framework, world size, dtype
+
+
+def run_colour(index: int) -> str:
+    """The colour of the ``index``-th run of an overlay chart."""
+    return RUN_COLOURS[index % len(RUN_COLOURS)]
 
 
 def backend_colour(backend: str, known: dict[str, str] | None = None) -> str:
@@ -108,6 +118,7 @@ class Panel:
     y_from_zero: bool = False
     note: str = ""  # why the panel is left out when it has nothing to draw
     corner: str = ""  # a label in the panel's top-left corner (a total the axis does not reach)
+    labels: tuple[str, ...] = ()  # text over each bar category (its value, its ratio to a baseline)
 
     @property
     def empty(self) -> bool:

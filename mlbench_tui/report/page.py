@@ -12,9 +12,11 @@ from datetime import UTC, datetime
 
 from mlbench_tui import __version__
 from mlbench_tui.formatting import format_duration
+from mlbench_tui.report.configs import CAPTION as TIME_CAPTION
+from mlbench_tui.report.configs import time_rows
 from mlbench_tui.report.environment import environment_section
 from mlbench_tui.report.figure import Figure
-from mlbench_tui.report.inputs import RunRecord
+from mlbench_tui.report.inputs import RunRecord, training
 from mlbench_tui.report.scaling import outcome
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.reference import verdicts
@@ -38,6 +40,7 @@ th, td { white-space: nowrap; } td.ok, td.bad, td.names, td.long { white-space: 
 td.names { min-width: 16em; } td.long { min-width: 20em; }
 details summary { cursor: pointer; } details pre { white-space: pre-wrap; max-width: 60em; }
 .wide { overflow-x: auto; }
+p.caption { color: #333; max-width: 70em; }
 """
 OUTCOME_WIDTH = 90  # characters of an outcome shown before the rest folds away
 
@@ -130,29 +133,64 @@ def specs_section(records: Sequence[RunRecord]) -> str:
 
 
 def figure_block(figure: Figure, png: bytes | None) -> str:
-    """A figure with its caption and notes; one with nothing to draw (``png`` None) is its title
-    and the notes saying why."""
+    """A figure with its notes (its caption is its section's, written once above it); one with
+    nothing to draw (``png`` None) is its title and the notes saying why."""
     notes = "".join(f"<li>{_e(n)}</li>" for n in figure.notes)
     if png is None:
         return f'<figure id="{_e(figure.key)}"><h3>{_e(figure.title)}</h3><ul>{notes}</ul></figure>'
     data = base64.b64encode(png).decode("ascii")
+    caption = f"<figcaption><ul>{notes}</ul></figcaption>" if notes else ""
     return (
         f'<figure id="{_e(figure.key)}"><img alt="{_e(figure.title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption><p>{_e(figure.caption)}</p>{f'<ul>{notes}</ul>' if notes else ''}</figcaption></figure>"
+        f"{caption}</figure>"
+    )
+
+
+def time_table(records: Sequence[RunRecord]) -> str:
+    """The time-to-accuracy table of specs that ran one worker count ('' when there are none)."""
+    rows = time_rows(training(records))
+    if not rows:
+        return ""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("spec", "task", "goal", "configuration", "runs", "time to accuracy", "capture", "step",
+                  "comm", "published baseline")
+    )  # fmt: skip
+    body = ""
+    for r in rows:
+        cells = [f"<td>{_e(v)}</td>" for v in (r.spec, r.task, r.goal, r.configuration)]
+        left_out = f"<br>left out: {_e(r.left_out)}" if r.left_out else ""
+        cells.append(f"<td class=long>{_e(r.runs)}{left_out}</td>")
+        cells.append(f"<td class='num {'ok' if r.reached else 'bad'}'>{_e(r.time_to_accuracy)}</td>")
+        cells += [f"<td class=num>{_e(v)}</td>" for v in (r.capture, r.step, r.communication)]
+        body += f"<tr>{''.join(cells)}<td class=long>{_e(r.baseline)}</td></tr>"
+    return (
+        f'<h2 id="time-to-accuracy">Time to accuracy</h2><p class=caption>{_e(TIME_CAPTION)}</p>'
+        f"<div class=wide><table><tr>{head}</tr>{body}</table></div>"
     )
 
 
 def render_page(
     records: Sequence[RunRecord], figures: Sequence[Figure], images: Mapping[str, bytes], *, title: str
 ) -> str:
-    """The whole page; ``images`` maps each figure's key to its PNG."""
+    """The whole page; ``images`` maps each figure's key to its PNG. Each kind of figure's caption
+    is written once, above the first figure of its kind."""
     sections: dict[str, list[str]] = {}
+    written: set[str] = set()
     for figure in figures:
-        sections.setdefault(figure.section or "Figures", []).append(
-            figure_block(figure, images.get(figure.key))
-        )
-    body = "".join(f"<h2>{_e(name)}</h2>{''.join(blocks)}" for name, blocks in sections.items())
-    contents = "".join(f'<li><a href="#{_e(f.key)}">{_e(f.title)}</a></li>' for f in figures)
+        blocks = sections.setdefault(figure.section or "Figures", [])
+        if figure.caption and figure.caption not in written and figure.key in images:
+            written.add(figure.caption)
+            blocks.append(f"<p class=caption>{_e(figure.caption)}</p>")
+        blocks.append(figure_block(figure, images.get(figure.key)))
+    table = time_table(records)
+    body = table + "".join(f"<h2>{_e(name)}</h2>{''.join(blocks)}" for name, blocks in sections.items())
+    contents = (
+        '<li><a href="#time-to-accuracy">Time to accuracy (one worker count per spec)</a></li>'
+        if table
+        else ""
+    )
+    contents += "".join(f'<li><a href="#{_e(f.key)}">{_e(f.title)}</a></li>' for f in figures)
     failed = sum(1 for r in records if outcome(r.result) is not None)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
@@ -161,7 +199,7 @@ def render_page(
         f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
         f"<h1>{_e(title)}</h1><p class=meta>{len(records)} run(s), {failed} without a result"
         f" &middot; made by mlbench {_e(__version__)} on {stamp} from the stored results (nothing re-run)</p>"
-        f"<h2>Figures</h2><ol>{contents}</ol>"
+        f"<h2>Contents</h2><ol>{contents}</ol>"
         f"<h2>Runs</h2>{runs_table(records)}<h2>Specs</h2>{specs_section(records)}"
         f"<h2>Environment</h2>{environment_section(records)}{body}</body></html>"
     )

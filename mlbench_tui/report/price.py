@@ -112,4 +112,5 @@ def cost_panel(records: Sequence[RunRecord], colours: dict[str, str]) -> Panel:
         x_integer=True,
         y_from_zero=True,
         note="no run had a price per hour",
+        corner="" if series else "no run had a price per hour: MLBench's cost alone",
     )

@@ -28,10 +28,10 @@ DRAW_MODULE = "mlbench_tui.report.draw"
 MAX_WORKERS = 8
 
 
-def _render(figure: Figure, fmt: ImageFormat, width: int | None, height: int | None) -> bytes:
+def _render(figure: Figure, fmt: ImageFormat, width: int | None, height: int | None, notes: bool) -> bytes:
     from mlbench_tui.report.draw import render
 
-    return render(figure, fmt, width=width, height=height)
+    return render(figure, fmt, width=width, height=height, notes=notes)
 
 
 def _cores() -> int:
@@ -95,10 +95,12 @@ class Renderer:
         *,
         width: int | None = None,
         height: int | None = None,
+        notes: bool = False,
     ) -> list[bytes]:
-        """Each figure's image, in order."""
+        """Each figure's image, in order; with ``notes``, the figure's notes are drawn under it (a
+        file on its own carries the caveats a page writes beside it)."""
         pool = self._ready_pool() if len(figures) >= 2 else None
         if pool is None:
-            return [_render(f, fmt, width, height) for f in figures]
-        futures = [pool.submit(_render, f, fmt, width, height) for f in figures]
+            return [_render(f, fmt, width, height, notes) for f in figures]
+        futures = [pool.submit(_render, f, fmt, width, height, notes) for f in figures]
         return [future.result() for future in futures]

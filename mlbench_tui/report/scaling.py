@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from mlbench_worker import wire
 
 from mlbench_tui.lifecycle import RunState
+from mlbench_tui.plan import GoalPlan
 from mlbench_tui.report.anchors import PUBLISHED, anchors_for
 from mlbench_tui.report.figure import (
     LINE_STYLES,
@@ -171,7 +172,7 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
     tta = Panel(
         "Time to accuracy", "workers", "seconds" + (" (log)" if log else ""), series=tuple(tta_lines),
         marks=tuple(marks), refs=tuple(refs), x_integer=True, y_log=log, y_from_zero=not log,
-        note="no run reached its goal",
+        note="no run reached its goal", corner=unlike(results),
     )  # fmt: skip
     speed = Panel(
         "Speedup", "workers", "speedup vs 1 worker (x)", series=tuple(speedup_lines),
@@ -185,9 +186,7 @@ def scaling_figure(spec_name: str, records: Sequence[RunRecord], colours: dict[s
     )  # fmt: skip
     task = (results[0].task_name or results[0].task) if results else ""
     goal = next((r.goal for r in results if r.goal is not None), None)
-    goal_text = (
-        f", goal {goal.metric} {'>=' if goal.direction == 'max' else '<='} {goal.target:g}" if goal else ""
-    )
+    goal_text = f", goal {goal_words(goal)}" if goal else ""
     return Figure(
         key=f"scaling-{spec_name}",
         title=f"{spec_name}: scaling ({task}{goal_text})",
@@ -246,22 +245,49 @@ def _missed(records: Sequence[RunRecord], colours: dict[str, str]) -> tuple[list
     return marks, notes
 
 
+def goal_words(goal: GoalPlan) -> str:
+    """``Prec@1 >= 70 (light goal)``: the goal a time to accuracy is on."""
+    op = ">=" if goal.direction == "max" else "<="
+    kind = f" ({goal.kind} goal)" if goal.kind in ("full", "light") else ""
+    return f"{goal.metric.removeprefix('val_global_')} {op} {goal.target:g}{kind}"
+
+
+def unlike(results: Sequence[RunResult]) -> str:
+    """What a time-to-accuracy panel says when its runs' goal is not the published baselines'
+    (MLBench's are on the full goal): '' when they agree or there is no baseline."""
+    goal = next((r.goal for r in results if r.goal is not None), None)
+    anchors = anchors_for(results[0].task) if results else ()
+    if (
+        goal is None
+        or not anchors
+        or all((a.metric, a.target) == (goal.metric, goal.target) for a in anchors)
+    ):
+        return ""
+    theirs = f"{anchors[0].metric.removeprefix('val_global_')} {anchors[0].target:g}"
+    return f"runs: {goal_words(goal)}; baselines: {theirs}, not like for like"
+
+
 def _anchor_refs(results: Sequence[RunResult]) -> tuple[list[RefLine], list[str]]:
-    """Published references for the task, labelled with source, hardware and their own goal."""
+    """Published references for the task, labelled with source, hardware and the goal they reached."""
     if not results:
         return [], []
     goal = next((r.goal for r in results if r.goal is not None), None)
     refs, notes = [], []
     for i, anchor in enumerate(anchors_for(results[0].task)):
+        metric = anchor.metric.removeprefix("val_global_")
         refs.append(
-            RefLine(anchor.label, anchor.time_to_accuracy_s, REFERENCE_COLOUR, LINE_STYLES[1 + i % 3])
+            RefLine(
+                f"{anchor.label} ({metric} {anchor.target:g})",
+                anchor.time_to_accuracy_s,
+                REFERENCE_COLOUR,
+                LINE_STYLES[1 + i % 3],
+            )
         )
         notes.append(anchor.description)
         if goal is not None and (goal.metric != anchor.metric or goal.target != anchor.target):
-            metric = anchor.metric.removeprefix("val_global_")
             notes.append(
                 f"{anchor.source}'s baselines reached {metric} {anchor.target:g}; these runs' goal is "
-                f"{goal.metric.removeprefix('val_global_')} {goal.target:g}: the times are not like for like."
+                f"{goal_words(goal)}: the times are not like for like."
             )
     notes += [p.description for p in PUBLISHED if p.task == results[0].task]
     return refs, list(dict.fromkeys(notes))
@@ -303,9 +329,25 @@ def _mean_last(record: RunRecord, name: str) -> float | None:
     return sum(last.values()) / len(last) if last else None
 
 
-def scaling_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list[Figure]:
-    """One scaling figure per spec among ``records`` (runs with a goal)."""
-    by_spec: dict[str, list[RunRecord]] = {}
+def by_spec(records: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """Records by spec name, in name order."""
+    grouped: dict[str, list[RunRecord]] = {}
     for record in records:
-        by_spec.setdefault(record.result.spec_name or record.result.name, []).append(record)
-    return [scaling_figure(spec, members, colours) for spec, members in sorted(by_spec.items())]
+        grouped.setdefault(record.result.spec_name or record.result.name, []).append(record)
+    return dict(sorted(grouped.items()))
+
+
+def scales(records: Sequence[RunRecord]) -> bool:
+    """Whether a spec's runs span more than one worker count (else a scaling figure has one point:
+    its runs go in the time-to-accuracy table instead)."""
+    return len({r.result.workers for r in records}) > 1
+
+
+def scaling_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list[Figure]:
+    """One scaling figure per spec among ``records`` (runs with a goal) that ran more than one
+    worker count."""
+    return [
+        scaling_figure(spec, members, colours)
+        for spec, members in by_spec(records).items()
+        if scales(members)
+    ]

@@ -1,5 +1,5 @@
-"""Per-run figures of a time-to-accuracy run: the goal metric against training time with the
-goal line, the loss, step time per rank with stragglers marked, and GPU telemetry when recorded.
+"""The ranks of a multi-rank run: step time per rank with the stragglers marked (the rank the
+others waited for), and each rank's GPU utilisation; the rule that names stragglers.
 """
 
 from __future__ import annotations
@@ -9,22 +9,9 @@ from collections.abc import Sequence
 
 from mlbench_worker import wire
 
-from mlbench_tui.formatting import format_duration
-from mlbench_tui.report.anchors import published_for
-from mlbench_tui.report.figure import (
-    GOAL_COLOUR,
-    SPARE_COLOURS,
-    Figure,
-    LineStyle,
-    Mark,
-    Panel,
-    RefLine,
-    Series,
-    backend_colour,
-)
-from mlbench_tui.report.gpu import few_samples_note, gpu_panels
+from mlbench_tui.report.figure import GOAL_COLOUR, SPARE_COLOURS, Figure, Panel, Series
+from mlbench_tui.report.gpu import rank_util_panel
 from mlbench_tui.report.inputs import RunRecord
-from mlbench_tui.report.scaling import outcome_line
 from mlbench_tui.results.ranks import (
     RANK_METRICS,
     STRAGGLER_FACTOR,
@@ -33,18 +20,15 @@ from mlbench_tui.results.ranks import (
     settle_ranks,
 )
 from mlbench_tui.results.table import step_line
-from mlbench_tui.results.telemetry import gpu_util_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
 MAX_RANK_LINES = 8  # above this, the ranks' median and min-max band, plus the stragglers
-RUN_CAPTION = (
-    "Training time excludes validation. The goal metric is the global (all-reduced) validation "
-    "value after each evaluation; the dashed line is the goal. Step time is per rank (one training "
-    "step, data loading to optimizer step); a rank whose busy time per step (its step less its "
-    "communication) is more than 25% above the other ranks' median held the others up and is "
-    "marked as a straggler. GPU panels (when the run sampled its GPUs) plot against time since "
-    "training started: utilisation, memory in use on the GPU and the peak PyTorch allocated, and "
-    "power draw."
+RANKS_CAPTION = (
+    "Step time is per rank (one training step, data loading to optimizer step); a rank whose busy "
+    "time per step (its step less its communication) is more than 25% above the other ranks' "
+    "median held the others up and is marked as a straggler. Above eight ranks, their median and "
+    "min-max band are drawn, with the stragglers on top. GPU utilisation is each rank's, against "
+    "time since training started."
 )
 
 
@@ -67,60 +51,6 @@ def stragglers(record: RunRecord) -> dict[int, float]:
 def _xy(points: Sequence[MetricPoint], scale: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
     kept = [p for p in points if p.step is not None]
     return tuple(float(p.step or 0) for p in kept), tuple(p.value * scale for p in kept)
-
-
-def goal_panel(record: RunRecord, colour: str) -> Panel:
-    result, goal = record.result, record.result.goal
-    assert goal is not None
-    values = record.lowest_rank(goal.metric)
-    train = {p.step: p.value for p in record.lowest_rank(wire.TIME_TRAIN)}
-    points = [(train[p.step], p.value) for p in values if p.step in train]
-    x_label = "training time (s)"
-    if not points and values:  # no training clock: fall back to epochs
-        points = [(p.epoch or 0.0, p.value) for p in values]
-        x_label = "epoch"
-    metric = goal.metric.removeprefix("val_global_")
-    op = ">=" if goal.direction == "max" else "<="
-    marks = []
-    if result.reached and result.time_to_accuracy_s is not None and x_label.startswith("training"):
-        reached_at = next((y for x, y in points if x >= result.time_to_accuracy_s - 1e-6), goal.target)
-        marks.append(
-            Mark(
-                result.time_to_accuracy_s,
-                reached_at,
-                f"reached in {format_duration(result.time_to_accuracy_s)}",
-                GOAL_COLOUR,
-                "*",
-            )
-        )
-    series = (
-        (Series(metric, tuple(x for x, _ in points), tuple(y for _, y in points), colour),) if points else ()
-    )
-    return Panel(
-        f"Validation {metric}",
-        x_label,
-        f"{metric} (%)" if "Prec" in metric else metric,  # accuracy in percent; perplexity, BLEU bare
-        series=series,
-        marks=tuple(marks),
-        refs=(RefLine(f"goal {op} {goal.target:g}", goal.target, GOAL_COLOUR),),
-        note="no evaluation recorded",
-    )
-
-
-def loss_panel(record: RunRecord, colour: str) -> Panel:
-    series = []
-    lines: tuple[tuple[str, str, LineStyle], ...] = (
-        (wire.TRAIN_LOSS, "train", "-"),
-        (wire.VAL_GLOBAL_LOSS, "validation", "--"),
-    )
-    for name, label, style in lines:
-        x, y = _xy(record.lowest_rank(name))
-        if x:
-            series.append(Series(label, x, y, colour, style, marker=None if label == "train" else "o"))
-    refs = tuple(RefLine(p.label, p.value) for p in published_for(record.result.task, "loss"))
-    return Panel(
-        "Loss", "step", "loss", series=tuple(series), refs=refs if series else (), note="no loss recorded"
-    )
 
 
 def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
@@ -176,39 +106,28 @@ def step_time_panel(record: RunRecord) -> tuple[Panel, list[str]]:
     ), notes
 
 
-def run_figure(record: RunRecord, colours: dict[str, str]) -> Figure:
-    result = record.result
-    colour = backend_colour(result.backend, colours)
+def ranks_figure(record: RunRecord) -> Figure:
+    """A multi-rank run's ranks: step time per rank (stragglers marked) and, when it sampled its
+    GPUs, each rank's utilisation."""
     steps, notes = step_time_panel(record)
-    why = outcome_line(result)
-    if why is not None:
-        notes.insert(0, f"{result.name}: {why}")
-    if (few := few_samples_note(record)) is not None:
-        notes.append(few)
-    util = gpu_util_text(result.telemetry) if result.telemetry is not None else None
-    if util is not None:
-        notes.append(f"{result.name}: GPU utilisation {util} (mean over ranks while the run was timed)")
-    panels = (goal_panel(record, colour), loss_panel(record, colour), steps, *gpu_panels(record))
-    head = f"{result.name} ({result.backend}, {result.workers} worker{'s' if result.workers != 1 else ''}"
-    state = (
-        ""
-        if why is None
-        else f", {result.state.value}" + ("" if result.reached is not False else ", goal missed")
+    util = rank_util_panel(record)
+    result = record.result
+    return Figure(
+        f"ranks-{result.name}",
+        f"{result.name}: its {result.workers} ranks ({result.backend})",
+        RANKS_CAPTION,
+        (steps, *([util] if util is not None else [])),
+        "Ranks",
+        tuple(notes),
     )
-    return Figure(f"run-{result.name}", head + state + ")", RUN_CAPTION, panels, "Runs", tuple(notes))
 
 
-def run_figures(records: Sequence[RunRecord], colours: dict[str, str]) -> list[Figure]:
-    """One figure per time-to-accuracy run, by spec, framework, backend, workers and repeat."""
+def ranks_figures(records: Sequence[RunRecord]) -> list[Figure]:
+    """One ranks figure per run that had more than one rank, by spec, backend, workers, repeat."""
+    several = [r for r in records if len(r.ranks(wire.STEP_TIME)) > 1 or r.result.workers > 1]
     ordered = sorted(
-        records,
-        key=lambda r: (
-            r.result.spec_name,
-            r.result.framework,
-            r.result.backend,
-            r.result.workers,
-            r.result.repeat,
-            r.result.name,
-        ),
-    )
-    return [run_figure(record, colours) for record in ordered]
+        several,
+        key=lambda r: (r.result.spec_name, r.result.framework, r.result.backend, r.result.workers,
+                       r.result.repeat, r.result.name),
+    )  # fmt: skip
+    return [ranks_figure(record) for record in ordered]

@@ -16,7 +16,7 @@ from typing import Any
 
 from mlbench_worker import wire
 
-from mlbench_tui.formatting import format_number, render_table, without_empty
+from mlbench_tui.formatting import format_bandwidth, format_number, render_table, without_empty
 from mlbench_tui.results.scoring import SPREAD_LIMIT, LeftOut, olympic_mean, variation
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 
@@ -178,6 +178,15 @@ def _cv(value: Spread | None) -> str:
     return f"{100 * value.cv:.1f}%" + (" !" if value.cv > SPREAD_LIMIT else "")
 
 
+def _rests_on(curves: Sequence[SweepCurve]) -> str:
+    """What a table's figures are: one run's, or the olympic mean over each configuration's runs."""
+    if all(c.runs == 1 for c in curves):
+        labels = ", ".join(c.label for c in curves)
+        return f"one run of {labels}" if len(curves) == 1 else f"one run each of {labels}"
+    counts = ", ".join(f"{c.label} x{c.runs}" for c in curves)
+    return f"olympic mean of {counts}"
+
+
 def sweep_tables(curves: Sequence[SweepCurve]) -> str:
     """One table per dtype: a row per message size, per configuration its p50 latency (us) and
     bus bandwidth (GB/s), olympic means over its repeats, with the latency's coefficient of
@@ -196,10 +205,11 @@ def sweep_tables(curves: Sequence[SweepCurve]) -> str:
                 row[f"{curve.label} P50 us"] = _figure(point.latency_p50_s if point else None, 1e6)
                 if curve.runs > 1:
                     row[f"{curve.label} CV"] = _cv(point.latency_p50_s if point else None)
-                row[f"{curve.label} GB/s"] = _figure(point.busbw_gbps if point else None)
+                row[f"{curve.label} BUSBW"] = format_bandwidth(
+                    point.busbw_gbps.mean if point and point.busbw_gbps else None
+                )
             rows.append(row)
-        runs = ", ".join(f"{c.label} x{c.runs}" for c in mine)
-        title = f"all-reduce {dtype}: p50 latency and bus bandwidth per message size (olympic mean of {runs})"
+        title = f"all-reduce {dtype}: p50 latency and bus bandwidth per message size ({_rests_on(mine)})"
         notes = [
             f"left out of {c.label}: " + ", ".join(f"{lo.name} ({lo.reason})" for lo in c.left_out)
             for c in mine

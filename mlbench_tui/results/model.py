@@ -308,6 +308,17 @@ class Suspect(_Loose):
     reason: str = Field(description="The bound it fails and by how much.")
 
 
+class Provenance(_Loose):
+    """Which version and rules computed a result (``results.provenance``)."""
+
+    mlbench: str = Field(default="", description="The mlbench version that computed it.")
+    rules: str = Field(default="", description="Digest of the result rules it was computed by.")
+    recomputed_from: str | None = Field(
+        default=None,
+        description="Set when it replaced a stored result: that result's rules ('' when unrecorded).",
+    )
+
+
 class RunResult(_Loose):
     """The result of one run: identity, outcome against its goal, where the time went, what it cost."""
 
@@ -390,6 +401,10 @@ class RunResult(_Loose):
     )
     failures: list[dict[str, Any]] = Field(default_factory=list, description="rank_failed events.")
     fingerprint: dict[str, Any] = Field(default_factory=dict, description="Versions, CPU/GPU, image.")
+    computed_by: Provenance | None = Field(
+        default=None,
+        description="The version and rules that computed it; None: stored before they were recorded.",
+    )
 
     @model_validator(mode="before")
     @classmethod

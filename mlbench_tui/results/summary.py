@@ -31,6 +31,7 @@ from mlbench_worker.hyperparams import (
 from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.plan import GoalPlan, RunPlan
 from mlbench_tui.results import events as ev
+from mlbench_tui.results import provenance
 from mlbench_tui.results.bounds import suspects
 from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.flops import flop_figures, model_flops
@@ -218,6 +219,7 @@ def summarize_run(
         startup=startup_figures(
             events, launched_at=launched_at, target=plan.target.kind, milestones=milestones
         ),
+        computed_by=provenance.current(),
     )
     result.network = network_figures(plan, result, metrics, events, network)
     if result.network is not None:  # the environment record says what links the run had

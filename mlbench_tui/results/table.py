@@ -5,11 +5,13 @@ Task 0a's repeats are aggregated per message size instead (``allreduce.sweep_tab
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from mlbench_tui.formatting import (
     DEFAULT_CURRENCY,
     MISSING,
+    fit_table,
     format_duration,
     format_energy,
     format_figure,
@@ -36,6 +38,7 @@ from mlbench_tui.results.model import (
 )
 from mlbench_tui.results.network_sweep import network_lines, network_table
 from mlbench_tui.results.preflight import preflight_short, preflight_text
+from mlbench_tui.results.provenance import provenance_text
 from mlbench_tui.results.reference import verdicts
 from mlbench_tui.results.reference_figures import FIGURE_NAMES
 from mlbench_tui.results.scoring import (
@@ -139,7 +142,8 @@ def telemetry_lines(figures: TelemetryFigures, currency: str = DEFAULT_CURRENCY)
         lines.append(("gpu memory", f"peak {format_mebibytes(figures.peak_gpu_mem_mib)} allocated"))
     util = gpu_util_text(figures)
     if util is not None:
-        lines.append(("gpu util", f"{util} mean over ranks while the run was timed"))
+        timed = " mean over ranks while the run was timed" if figures.mean_gpu_util is not None else ""
+        lines.append(("gpu util", util + timed))
     source = {"counter": "NVML energy counter", "power": "integrated NVML power"}.get(
         figures.energy_source or ""
     )
@@ -208,8 +212,11 @@ def step_line(result: RunResult) -> str | None:
 
 def checks_lines(result: RunResult) -> list[tuple[str, str]]:
     """``(label, text)`` lines of a run's checks: each headline figure's verdict against its
-    machine's expected value, and each figure that fails a physical bound with the reason."""
+    machine's expected value, each figure that fails a physical bound with the reason, and which
+    rules recomputed a result stored by older ones."""
     lines = [("startup", startup_text(result.startup))] if result.startup is not None else []
+    if result.computed_by is not None and result.computed_by.recomputed_from is not None:
+        lines.append(("computed", provenance_text(result.computed_by)))
     if result.preflight is not None:
         lines.append(("preflight", preflight_text(result.preflight)))
     lines += [("verdict", verdict.text()) for verdict in verdicts(result)]
@@ -375,6 +382,12 @@ def config_key_of(score: ConfigScore) -> ConfigKey:
 
 
 ALWAYS_SHOWN = ("RUN", "STATE", "RESULT")
+# What a narrow terminal keeps, most important first (``fit_table`` leaves out from the end).
+PRIORITY = (
+    "RUN", "STATE", "RESULT", "TIME TO ACC", "IMPL", "SPEEDUP", "EFFICIENCY", "VS REF", "FRAMEWORK",
+    "COMM", "CAPTURE", "GPU UTIL", "ENERGY TO ACC", "COST", "STEPS", "EPOCHS", "VAL TIME", "PEAK MEM",
+    "GPU MEM", "WALL", "ENERGY COST", "START", "LAUNCHER", "REACHED",
+)  # fmt: skip
 
 
 def cv_text(cv: float | None) -> str:
@@ -419,12 +432,22 @@ def score_notes(scores: Sequence[ConfigScore]) -> list[str]:
     return lines
 
 
-def render_results(results: Sequence[RunResult], *, sweep_tables: bool = False) -> str:
+def render_results(
+    results: Sequence[RunResult], *, sweep_tables: bool = False, width: int | None = None
+) -> str:
     """The results table, plus the repeat scores when a configuration ran more than once or some
     of its runs are left out of its score; ``sweep_tables`` says the all-reduce tables of 0a runs
-    follow it. Columns empty in every row are left out."""
-    text = render_table(without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN))
+    follow it. Columns empty in every row are left out; within ``width`` characters, outcomes
+    fold and the least important columns are left out too, named under the table."""
+    rows = without_empty(results_rows(results, sweep_tables=sweep_tables), ALWAYS_SHOWN)
+    fitted = fit_table(rows, width, priority=PRIORITY, keep=ALWAYS_SHOWN, fold="RESULT")
+    text = fitted.text
     notes = check_notes(results)
+    if fitted.left_out:
+        hidden = ", ".join(fitted.left_out)
+        notes.insert(0, f"(left out to fit {width} columns: {hidden}; --wide shows every column)")
+    if width is not None:  # a narrow terminal: the notes wrap too
+        notes = [line for note in notes for line in textwrap.wrap(note, width, subsequent_indent="  ")]
     if notes:
         text += "\n" + "\n".join(notes)
     shown = [s for s in score_configs(results) if s.runs > 1 or (s.left_out and s.speedup is not None)]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mlbench_tui.detached import Detached, start_detached
 from mlbench_tui.errors import MlbenchError
 from mlbench_tui.executors import executor_for
+from mlbench_tui.lifecycle import UNCHANGED
 from mlbench_tui.plan import plan_warnings
 from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.plans import (
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
 
 DETACH_READY_S = 60.0
+NOTHING_TO_DO = "nothing to do: every run of this spec already succeeded (use --force to run again)"
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,14 @@ def apply(paths: Sequence[str], options: ApplyOptions, *, out: Any = None, err: 
     if options.detach:
         pid, log_path = detach(paths, options)
         text = log_path.read_text(errors="replace")
+        lines: list[str] = []
         if PLAN_HEADER in text:
             block = text[text.index(PLAN_HEADER) :].splitlines()
-            printer.note(
-                "\n".join([block[0], *[line for line in block[1:] if line.startswith("  ")][: len(planned)]])
-            )
+            lines = [line for line in block[1:] if line.startswith("  ")][: len(planned)]
+            printer.note("\n".join([block[0], *lines]))
+        if lines and all(line.endswith(UNCHANGED) for line in lines):
+            printer.note(NOTHING_TO_DO)
+            return 0
         printer.note(f"applying in the background (pid {pid}); its output: {log_path}")
         printer.note("watch with: mlbench status   (or mlbench tui)")
         return 0
@@ -145,7 +150,7 @@ def _apply_planned(
     printer.note(plan_summary(planned))
     earlier = [item.existing_result() for item in planned if item.existing is not None]
     if len(earlier) == len(planned):
-        printer.note("nothing to do: every run of this spec already succeeded (use --force to run again)")
+        printer.note(NOTHING_TO_DO)
         print(render_results(earlier), file=out)
         return 0
     runner = Runner(client, printer, server_url=server_url, server_socket=server_socket)

@@ -6,12 +6,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mlbench_tui.executors import executor_for_handle
+from mlbench_tui.formatting import format_age
 from mlbench_tui.lifecycle import RunHandle, RunState
 from mlbench_tui.runs.lookup import resolve_run
 from mlbench_tui.store.api_models import RunUpdate
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
+    from mlbench_tui.store.api_models import RunDetail
 
 
 def cancel_run(client: MlbenchClient, ref: str) -> str:
@@ -28,6 +30,15 @@ def cancel_run(client: MlbenchClient, ref: str) -> str:
         handle = RunHandle.parse(recorded.handle)
         executor_for_handle(handle).cancel(handle)
     return f"cancelled {run.name} ({run.id})"
+
+
+def delete_question(run: RunDetail) -> str:
+    """What ``mlbench delete`` asks before deleting ``run``."""
+    going = "" if run.state.is_terminal() else f" It is {run.state}: its ranks are stopped first."
+    return (
+        f"Delete run {run.name} ({run.id}, {run.state}, created {format_age(run.created)}) with its "
+        f"metrics, logs and events?{going}"
+    )
 
 
 def delete_run(client: MlbenchClient, ref: str) -> str:

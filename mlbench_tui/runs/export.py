@@ -10,6 +10,7 @@ result can be checked by someone without the store (or without mlbench).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import tempfile
@@ -185,7 +186,11 @@ def check_export(path: str | Path) -> Compliance:
         if MLLOG not in names:
             raise MlbenchError(f"{path} has no {MLLOG} to check")
         archive.extractall(tmp, members=names)
-        return check(Path(tmp) / MLLOG, Path(tmp) / MLLOG_RULES)
+        verdict = check(Path(tmp) / MLLOG, Path(tmp) / MLLOG_RULES)
+    # The checker names the files it read, here in a folder that is gone: name them in the archive.
+    inside = str(Path(tmp).resolve())
+    report = verdict.report.replace(inside, str(path)).replace(tmp, str(path))
+    return dataclasses.replace(verdict, report=report)
 
 
 @dataclass(frozen=True)

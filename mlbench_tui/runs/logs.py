@@ -22,6 +22,16 @@ def _log_line(line_rank: int, text: str, only_rank: int | None) -> str:
     return f"{prefix} {text}"
 
 
+def no_lines_note(ref: str, rank: int | None, grep: str | None) -> str:
+    """What an empty ``mlbench logs`` means, said on stderr: the rank (or run) wrote nothing, or
+    nothing it wrote matches ``--grep``."""
+    who = f"rank {rank} of {ref}" if rank is not None else ref
+    if grep is not None:
+        return f"note: no log line of {who} matches {grep!r}"
+    where = "" if rank is None else f" (mlbench logs {ref} shows every rank's)"
+    return f"note: {who} wrote no log lines{where}"
+
+
 def iter_logs(
     client: MlbenchClient,
     ref: str,
@@ -39,6 +49,13 @@ def iter_logs(
         except re.error as exc:
             raise UsageError(f"invalid --grep expression {grep!r}: {exc}") from None
     run = resolve_run(client, ref)
+    if rank is not None and rank >= run.workers:
+        ranks = "rank 0" if run.workers == 1 else f"ranks 0-{run.workers - 1}"
+        raise UsageError(
+            f"run {run.name} has no rank {rank}: it ran {ranks}",
+            hint=f"choose --rank {ranks.removeprefix('ranks ').removeprefix('rank ')}, or leave --rank out "
+            "for every rank's lines",
+        )
     cursor = 0
     while True:
         page = client.logs(run.id, cursor, rank=rank, regex=grep, limit=5000)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.executors import executor_for_handle
 from mlbench_tui.lifecycle import RunHandle, RunState
+from mlbench_tui.runs.queue import orphan_reason
 from mlbench_tui.store.api_models import RankUpdate
 
 if TYPE_CHECKING:
@@ -41,7 +42,11 @@ def resolve_run(client: RunReader, ref: str) -> RunDetail:
 
 
 def reconcile(client: MlbenchClient, run: RunInfo) -> RunInfo:
-    """Fix a run the store still thinks active whose processes are gone (its ``apply`` died)."""
+    """Fix a run the store still thinks active whose processes are gone (its ``apply`` died), or
+    that waits in the queue of an apply that is gone (``runs.queue``)."""
+    orphaned = orphan_reason(run)
+    if orphaned is not None:
+        return client.update_run(run.id, state=RunState.CANCELLED, finished=datetime.now(UTC), error=orphaned)
     if run.state.is_terminal() or not run.handle:
         return run
     try:

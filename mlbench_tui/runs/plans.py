@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench_tui.executors import executor_for
 from mlbench_tui.executors.api import REDACTED, DryRun, Executor, LaunchContext
-from mlbench_tui.lifecycle import RunState
+from mlbench_tui.lifecycle import STARTS, UNCHANGED, already_succeeded
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.spec.limits import MAX_RUNS
 
@@ -88,13 +88,9 @@ def mark_unchanged(planned: Sequence[PlannedRun], client: MlbenchClient, *, forc
     if force:
         return
     runs = [run for name in {p.plan.spec_name for p in planned} for run in client.list_runs(spec_name=name)]
-    done = {
-        (run.name, run.spec_hash): run
-        for run in sorted(runs, key=lambda r: r.created)
-        if run.state == RunState.SUCCEEDED
-    }
+    done = already_succeeded(((p.plan.name, p.plan.spec_hash) for p in planned), runs)
     for item in planned:
-        item.existing = done.get((item.plan.name, item.plan.spec_hash))
+        item.existing = done.get(item.plan.name)
 
 
 def plan_summary(planned: Sequence[PlannedRun]) -> str:
@@ -106,7 +102,7 @@ def plan_summary(planned: Sequence[PlannedRun]) -> str:
             if plan.goal
             else "sweep"
         )
-        what = "unchanged, already succeeded" if item.skipped else "will run"
+        what = UNCHANGED if item.skipped else STARTS
         lines.append(
             f"  {plan.name}: task {plan.task} ({plan.task_name}), "
             f"{plan.workers} x {plan.backend}, {goal} -- {what}"

@@ -104,7 +104,10 @@ class RunProgress:
         parts.append(f"elapsed {format_elapsed(time.monotonic() - self.started)}")
         eta = self.eta_s()
         if eta is not None and self.state == "running" and self.phase == "training":
-            parts.append(f"ETA {'<=' if self.eta_bounded else ''}{format_elapsed(eta)}")
+            if self.eta_bounded:  # the goal is out of reach at this pace: when the run stops instead
+                parts.append(f"goal not in reach at this pace: max_epochs in {format_elapsed(eta)}")
+            else:
+                parts.append(f"ETA to goal {format_elapsed(eta)}")
         if self.message:
             parts.append(self.message)
         return "  ".join(parts)

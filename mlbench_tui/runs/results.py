@@ -7,6 +7,7 @@ report`` draws the same runs.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     """Results of one run (id or name), of a spec (a spec file/directory, or a spec name: the
-    latest run of each plan), or of every finished run."""
+    latest run of each plan), or of every finished run; newest first, as ``mlbench status``."""
     if ref is None:
         runs = [r for r in client.list_runs() if r.state.is_terminal()]
     elif RUN_ID.fullmatch(ref):
@@ -58,8 +59,31 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     latest: dict[str, RunInfo] = {}
     for run in sorted(runs, key=lambda r: r.created):
         latest[run.name if ref is not None else run.id] = run
-    chosen = sorted(latest.values(), key=lambda r: r.created)
+    chosen = sorted(latest.values(), key=lambda r: r.created, reverse=True)  # newest first, as status
     return [current_result(client, run) or run.known_result() for run in chosen]
+
+
+def recompute(client: MlbenchClient, results: Sequence[RunResult]) -> list[RunResult]:
+    """``results`` recomputed by the server from their runs' stored metrics and events, with its
+    version's rules (``mlbench results --recompute``); a run that has not ended keeps its own."""
+    from mlbench_tui.errors import MlbenchError
+
+    fresh = []
+    for result in results:
+        if result.run_id is None or not result.state.is_terminal():
+            fresh.append(result)
+            continue
+        try:
+            fresh.append(client.recompute_result(result.run_id).known_result())
+        except MlbenchError as exc:
+            print(f"note: {result.name}: not recomputed: {exc.message}", file=sys.stderr)
+            fresh.append(result)
+    stamps = {
+        f"mlbench {r.computed_by.mlbench}, result rules {r.computed_by.rules}" for r in fresh if r.computed_by
+    }
+    done = sum(1 for r in fresh if r.computed_by is not None and r.computed_by.recomputed_from is not None)
+    print(f"recomputed {done} result(s) with {', '.join(sorted(stamps)) or 'this version'}", file=sys.stderr)
+    return fresh
 
 
 def history_entries(reader: RunReader, ref: str | None) -> list[HistoryEntry]:
@@ -144,9 +168,11 @@ def results_output(
     output: str,
     curves: Sequence[SweepCurve] = (),
     ranks: RunRanks | None = None,
+    width: int | None = None,
 ) -> str:
     """The results table (and the all-reduce tables of 0a runs, and a run's ranks), or with
-    ``output == "json"`` every result, the repeat scores, the all-reduce curves and the ranks."""
+    ``output == "json"`` every result, the repeat scores, the all-reduce curves and the ranks;
+    the table fits ``width`` characters (None: as wide as it takes)."""
     if output == "json":
         scores = [score.as_dict() for score in score_configs(results)]
         runs = [result.model_dump(mode="json") for result in results]
@@ -154,7 +180,7 @@ def results_output(
         if ranks is not None:
             document["ranks"] = ranks_json(ranks.run, ranks.figures, ranks.choice)
         return json.dumps(document, indent=2, default=str)
-    text = render_results(results, sweep_tables=bool(curves)) or "no finished runs"
+    text = render_results(results, sweep_tables=bool(curves), width=width) or "no finished runs"
     if curves:
         text += "\n\n" + sweep_tables(curves)
     if ranks is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from mlbench_tui.errors import MlbenchError
@@ -18,6 +19,7 @@ from mlbench_tui.results.table import (
     value_text,
 )
 from mlbench_tui.runs.lookup import reconcile, resolve_run
+from mlbench_tui.runs.queue import queued_text
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
 from mlbench_tui.server.current_results import current_result
 from mlbench_tui.spec.tasks import get_task
@@ -35,15 +37,32 @@ def _result_text(result: RunResult | None) -> str:
     return result_text(result)
 
 
+def latest_runs(client: MlbenchClient, limit: int = 50) -> list[RunInfo]:
+    """The latest ``limit`` runs, newest first, each reconciled with its executor."""
+    runs = sorted(client.list_runs(limit=limit), key=lambda r: r.created, reverse=True)
+    return [reconcile(client, run) for run in runs]
+
+
+def status_json(client: MlbenchClient, ref: str | None, limit: int = 50) -> str:
+    """``mlbench status -o json``: ``{"runs": [...]}`` as the server records them, newest first;
+    with ``ref``, that run's whole record (plan, ranks, result)."""
+    if ref is not None:
+        run = resolve_run(client, ref)
+        if reconcile(client, run).state != run.state:
+            run = client.get_run(run.id)
+        return json.dumps(run.model_dump(mode="json"), indent=2)
+    runs = [run.model_dump(mode="json") for run in latest_runs(client, limit)]
+    return json.dumps({"runs": runs}, indent=2)
+
+
 def status_table(client: MlbenchClient, limit: int = 50) -> str:
     """``mlbench status``: the latest runs, newest first."""
-    runs = sorted(client.list_runs(limit=limit), key=lambda r: r.created, reverse=True)
+    runs = latest_runs(client, limit)
     if not runs:
         return "no runs yet (start one with: mlbench apply specs/quickstart.yaml)"
     rows = []
     networked = any(run.network is not None for run in runs)
     for run in runs:
-        run = reconcile(client, run)
         rows.append(
             {
                 "ID": run.id,
@@ -61,7 +80,10 @@ def status_table(client: MlbenchClient, limit: int = 50) -> str:
 
 
 def _live_text(client: MlbenchClient, run: RunInfo) -> str:
-    """For an active run: the latest value of its goal metric, or how far its sweep got (0a)."""
+    """For an active run: the latest value of its goal metric, or how far its sweep got (0a); for a
+    run waiting in an apply's queue, whose."""
+    if (queued := queued_text(run)) is not None:
+        return queued
     if run.state.is_terminal() or run.state is RunState.PENDING:
         return "-"
     try:

@@ -33,8 +33,16 @@ from mlbench_tui.results.summary import host_fingerprint, summarize_run
 from mlbench_tui.runs.interrupts import deferred_interrupts
 from mlbench_tui.runs.plans import PlannedRun, fits
 from mlbench_tui.runs.progress import ProgressPrinter, RunProgress
+from mlbench_tui.runs.queue import queue_label
 from mlbench_tui.spec.tasks import get_task
-from mlbench_tui.store.api_models import MAX_TEXT_LEN, RankUpdate, RunCreate, RunUpdate, Stream
+from mlbench_tui.store.api_models import (
+    MAX_TEXT_LEN,
+    RankUpdate,
+    RunCreate,
+    RunCreated,
+    RunUpdate,
+    Stream,
+)
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -125,6 +133,7 @@ class Runner:
         self.owner = RunOwner.this_process()
         self._launched: dict[str, tuple[Executor[Any], RunHandle]] = {}  # submitted, not yet finished
         self._active: list[ActiveRun] = []  # launched and watched, in order
+        self._queued: dict[str, RunCreated] = {}  # by run name: registered pending, not yet submitted
 
     @property
     def server_url(self) -> str:
@@ -141,17 +150,19 @@ class Runner:
 
     def _start(self, item: PlannedRun) -> ActiveRun | None:
         plan = item.plan
-        request = RunCreate.from_plan(plan, spec_text=item.spec_text)
-        request.owner, request.exclusive = self.owner, True
-        try:
-            created = self.client.create_run(request)
-        except MlbenchError as exc:
-            if not _under_way(exc):
-                raise
-            why = exc.message.split(": ", 1)[-1]  # past "server answered 409 (run_under_way)"
-            self.printer.note(f"{plan.name}: not started: {why} (watch it with: mlbench status {plan.name})")
-            self.under_way.append(plan.name)
-            return None
+        queued = self._queued.pop(plan.name, None)
+        if queued is not None:
+            created = queued
+        else:
+            request = RunCreate.from_plan(plan, spec_text=item.spec_text)
+            request.owner, request.exclusive = self.owner, True
+            try:
+                created = self.client.create_run(request)
+            except MlbenchError as exc:
+                if not _under_way(exc):
+                    raise
+                self._note_under_way(plan.name, exc)
+                return None
         run_id, token = created.run.id, created.write_token
         task = get_task(plan.task)
         sweep = task.sweep if task is not None else None
@@ -181,20 +192,21 @@ class Runner:
             return None
         self._launched[run_id] = (executor, handle)
         spool = executor.spool_dir(handle)
-        recorded = self.client.update_run(
-            run_id,
-            RunUpdate(
-                state=RunState.RUNNING,
-                handle=str(handle),
-                started=_now(),
-                spool=None if spool is None else str(spool),
-            ),
+        update = RunUpdate(
+            state=RunState.RUNNING,
+            handle=str(handle),
+            started=_now(),
+            spool=None if spool is None else str(spool),
         )
+        dequeued = LaunchMilestones(dequeued=time.time()) if queued is not None else None
+        if dequeued is not None:  # its start is timed from leaving the queue, not from being queued
+            update.launch = dequeued
+        recorded = self.client.update_run(run_id, update)
         if recorded.state is RunState.CANCELLED:  # `mlbench cancel` came before the run had a handle
             executor.cancel(handle)
         progress.state = "running"
         self.printer.note(f"{plan.name}: started run {run_id} ({handle}); logs: mlbench logs {run_id} -f")
-        active = ActiveRun(item, run_id, token, handle, progress, executor)
+        active = ActiveRun(item, run_id, token, handle, progress, executor, milestones=dequeued)
         self._active.append(active)
         try:
             active.tailer = executor.log_tailer(handle)
@@ -417,6 +429,7 @@ class Runner:
         """Run the plans in order (several at once with ``parallel`` while cores allow)."""
         queue = [item for item in planned if not item.skipped]
         try:
+            queue = self._register(queue)
             while queue or self._active:
                 while queue and self._fits(queue[0], self._active, parallel):
                     self.start(queue.pop(0))
@@ -428,13 +441,49 @@ class Runner:
         except KeyboardInterrupt:
             self.printer.note("interrupted: cancelling active runs")
             self._cancel_launched()
+            self._unqueue("apply was interrupted before it started this run")
             for run in list(self._active):
                 self.finish(run)
             raise
         except BaseException:
             self._cancel_launched()  # never leave ranks behind, whatever went wrong here
+            self._unqueue("apply stopped before it started this run")
             raise
         return self.results
+
+    def _register(self, queue: list[PlannedRun]) -> list[PlannedRun]:
+        """Register the runs that will wait for earlier ones, as pending and owned by this apply,
+        so the store shows the queue; each is submitted later under the same run (``start``).
+        Returns the queue less the runs another live apply already has under way."""
+        kept = queue[:1]
+        for item in queue[1:]:
+            request = RunCreate.from_plan(item.plan, spec_text=item.spec_text)
+            request.labels.update(queue_label())
+            request.owner, request.exclusive = self.owner, True
+            try:
+                self._queued[item.plan.name] = self.client.create_run(request)
+            except MlbenchError as exc:
+                if not _under_way(exc):
+                    raise
+                self._note_under_way(item.plan.name, exc)
+                continue
+            kept.append(item)
+        return kept
+
+    def _note_under_way(self, name: str, exc: MlbenchError) -> None:
+        why = exc.message.split(": ", 1)[-1]  # past "server answered 409 (run_under_way)"
+        self.printer.note(f"{name}: not started: {why} (watch it with: mlbench status {name})")
+        self.under_way.append(name)
+
+    def _unqueue(self, why: str) -> None:
+        """End the queued runs that will not start now: cancelled, with ``why``."""
+        for name, created in list(self._queued.items()):
+            del self._queued[name]
+            update = RunUpdate(state=RunState.CANCELLED, finished=_now(), error=why)
+            try:
+                self.client.update_run(created.run.id, update)
+            except MlbenchError as exc:  # the next command that reads it ends it (runs.queue)
+                self.printer.note(f"{name}: could not record that it will not start: {exc.message}")
 
     def _cancel_launched(self) -> None:
         for executor, handle in list(self._launched.values()):

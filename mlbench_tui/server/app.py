@@ -19,10 +19,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.types import ASGIApp
 
 from mlbench_tui import __version__
-from mlbench_tui.server import errors
+from mlbench_tui.server import errors, stream_events
 from mlbench_tui.server.auth import AuthConfig, Authorizer
 from mlbench_tui.server.hosts import HostCheck, HostPolicy
 from mlbench_tui.server.ingest import IngestFastPath, Ingestor
@@ -32,15 +33,35 @@ from mlbench_tui.server.routes.context import Api, json_response
 from mlbench_tui.server.spools import SpoolImporter
 from mlbench_tui.server.stream import Hub
 from mlbench_tui.store import queries
-from mlbench_tui.store.api_models import ErrorBody, EventBatch, Health, LogBatch, MetricBatch, MetricsSummary
+from mlbench_tui.store.api_models import ErrorBody, EventBatch, Health, LogBatch, MetricBatch
 from mlbench_tui.store.store import Store
 
+_BAD_BODY = {
+    "description": "The body could not be read as JSON (bytes that are not UTF-8, for one).",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid token."},
     403: {"model": ErrorBody, "description": "Token not allowed to do this."},
     404: {"model": ErrorBody, "description": "Unknown run."},
     413: {"model": ErrorBody, "description": "Body too large."},
+    421: {"model": ErrorBody, "description": "The Host header names another server (wrong_host)."},
     422: {"model": ErrorBody, "description": "Invalid request."},
+    503: {
+        "model": ErrorBody,
+        "description": "The store cannot answer now: read-only, locked by another program, or failing.",
+    },
+}
+_WRITE_ERRORS: dict[str, dict[str, Any]] = {  # every operation that writes (POST, PUT, PATCH, DELETE)
+    "409": {
+        "description": "The run's record does not take this write: it ended (run_ended), the rank "
+        "reported its stop (rank_stopped), or a run of that name is under way elsewhere (run_under_way).",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    },
+    "507": {
+        "description": "The disk holding the store is full (disk_full); nothing stored is lost.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    },
 }
 
 
@@ -108,11 +129,20 @@ def create_app(
         )
         components = schema.setdefault("components", {})
         schemas = components.setdefault("schemas", {})
-        for model in (MetricBatch, LogBatch, EventBatch, MetricsSummary):
-            doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        documented: list[type[BaseModel]] = [MetricBatch, LogBatch, EventBatch, *stream_events.models()]
+        for model in documented:
+            doc = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
             for name, sub_schema in doc.pop("$defs", {}).items():
                 schemas.setdefault(name, sub_schema)
-            schemas[model.__name__] = doc
+            schemas.setdefault(model.__name__, doc)
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                responses = operation.setdefault("responses", {})
+                if "requestBody" in operation and not path.endswith(":batch"):  # FastAPI parses these
+                    responses.setdefault("400", _BAD_BODY)
+                if method in ("post", "put", "patch", "delete"):
+                    for status, answer in _WRITE_ERRORS.items():
+                        responses.setdefault(status, answer)
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         app.openapi_schema = schema
         return schema

@@ -237,6 +237,10 @@ class MlbenchClient:
         )
         return _RUN_LIST.validate_json(resp.content)
 
+    def recompute_result(self, run_id: str) -> RunDetail:
+        """Have the server recompute a finished run's result with its version's rules."""
+        return self._model(self._request("POST", f"/v1/runs/{run_id}/result:recompute"), RunDetail)
+
     def delete_run(self, run_id: str) -> None:
         self._request("DELETE", f"/v1/runs/{run_id}")
 

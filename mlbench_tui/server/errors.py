@@ -62,7 +62,9 @@ def error_parts(exc: BaseException) -> tuple[int, str, Any]:
     if isinstance(exc, RequestValidationError):
         return 422, "invalid_request", clean_errors(exc.errors())
     if isinstance(exc, StarletteHTTPException):
-        reason = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        reason = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error"
+        )
         return exc.status_code, reason, exc.detail
     return 500, "internal_error", "internal server error (see the server log)"
 

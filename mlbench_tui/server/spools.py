@@ -31,7 +31,7 @@ import msgspec
 from mlbench_tui.errors import Conflict, MlbenchError, NotFound, StoreError
 from mlbench_tui.server.errors import ApiError
 from mlbench_tui.server.ingest import event_rows, fast_metric_parts, log_rows, metric_params, validated
-from mlbench_tui.server.results import recomputed
+from mlbench_tui.server.results import resettled
 from mlbench_tui.store.api_models import MAX_RANK
 from mlbench_tui.store.store import Store
 
@@ -254,7 +254,7 @@ class SpoolImporter:
 
     def _settle_again(self, run_id: str) -> None:
         """An ended run's state and result, from its record as it is now."""
-        update = self.store.read(lambda c: recomputed(self.store, c, run_id))
+        update = self.store.read(lambda c: resettled(self.store, c, run_id))
         if update is not None:
             self.store.update_run(run_id, update)
             log.warning("run %s: result computed again after its spool was imported", run_id)

@@ -25,6 +25,8 @@ from mlbench_tui.spec.limits import MAX_ISSUES, MAX_RUNS, MAX_SPEC_BYTES
 from mlbench_tui.spec.models import API_VERSION, KIND, BenchmarkSpec
 from mlbench_tui.spec.policy import PolicyIssue, hyperparameter_issues, policy_issues
 from mlbench_tui.spec.reading import (
+    broken_link,
+    comment_hints,
     file_size,
     flow_nesting,
     json_comment_line,
@@ -284,7 +286,7 @@ def collect_text(
     for (index, data, conv), doc_text in zip(converted, texts, strict=True):
         yaml_issues = [_yaml_issue(p, file) for p in problems if p.document == index]
         spec, doc_issues = validate_document(data, file, conv.positions, conv.failed_locs)
-        issues.extend(_sorted(conv.issues + yaml_issues + doc_issues))
+        issues.extend(comment_hints(_sorted(conv.issues + yaml_issues + doc_issues), text))
         if spec is not None and not conv.issues and not yaml_issues:
             loaded.append(LoadedSpec(spec, file, index, conv.positions.start[0], doc_text, conv.positions))
     return loaded, _capped(issues, file)
@@ -348,8 +350,8 @@ def spec_files(path: Path) -> list[Path]:
         rel = candidate.relative_to(path)
         if any(part.startswith(".") for part in rel.parts):
             continue
-        if candidate.suffix in YAML_SUFFIXES and candidate.is_file():
-            out.append(candidate)
+        if candidate.suffix in YAML_SUFFIXES and (candidate.is_file() or candidate.is_symlink()):
+            out.append(candidate)  # a broken link too: collect_paths says so
     return out
 
 
@@ -379,10 +381,16 @@ def collect_paths(
                 issues.append(SpecIssue(str(path), 1, 1, "no *.yaml or *.yml files in this directory"))
         elif path.exists():
             files = [path]
+        elif path.is_symlink():
+            issues.append(broken_link(path))
+            continue
         else:
             issues.append(SpecIssue(str(path), 1, 1, "no such file or directory"))
             continue
         for file in files:
+            if file.is_symlink() and not file.exists():
+                issues.append(broken_link(file))
+                continue
             key = file.resolve()
             if key in seen:  # the same file named twice (a directory and a file in it)
                 continue

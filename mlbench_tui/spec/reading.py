@@ -7,10 +7,13 @@ guards) and turn what YAML itself would report badly into a message at the right
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import IO
 
+from mlbench_tui.errors import SpecIssue
 from mlbench_tui.spec.limits import MAX_SPEC_BYTES, MAX_YAML_DEPTH
 
 _FLOW_TOKEN = re.compile(r"[\[\]{}\"'#]")
@@ -104,3 +107,29 @@ def json_comment_line(text: str, until_line: int) -> int | None:
         if _JSON_COMMENT.search(line) and "://" not in line:
             found = number
     return found
+
+
+COMMENT_HINT = "'//' starts no comment in YAML: it became part of the value; comments start with '#'"
+
+
+def comment_hints(issues: list[SpecIssue], text: str) -> list[SpecIssue]:
+    """Issues at a line that holds a ``//`` comment (``workers: 2 // two ranks`` reads as the
+    value ``2 // two ranks``) say so, when they have no hint of their own."""
+    lines = text.splitlines()
+    return [
+        dataclasses.replace(issue, hint=COMMENT_HINT)
+        if issue.hint is None and 0 < issue.line <= len(lines) and json_comment_line(lines[issue.line - 1], 1)
+        else issue
+        for issue in issues
+    ]
+
+
+def broken_link(path: Path) -> SpecIssue:
+    """A spec that is a symbolic link to nothing (a link copied without what it points to)."""
+    return SpecIssue(
+        str(path),
+        1,
+        1,
+        f"a broken symbolic link: its target {os.readlink(path)} does not exist",
+        "copy the file it points to (cp -L), or point the link at an existing spec",
+    )

@@ -25,6 +25,15 @@ def _line(text: str, comment: str, width: int = 38) -> str:
     return f"{text.ljust(width)}# {comment}" if comment else text
 
 
+def _precision_comment(task: TaskInfo) -> str:
+    """What ``hardware.precision`` may be; for a sweep of element types, where those are set."""
+    allowed = f"allowed for this task: {', '.join(task.precisions)}"
+    dtypes = task.defaults.get("dtypes")
+    return allowed + (
+        "; the element types it measures: hyperparameters.dtypes" if isinstance(dtypes, list) else ""
+    )
+
+
 def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
     """A commented spec for ``task`` that validates as written (local target, 2 gloo workers)."""
     name = name or task.name
@@ -61,7 +70,7 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
         _line('    cpu: "1"', "per rank (Kubernetes quantity); threads per rank = ceil(cpu)"),
         _line("    memory: 4Gi", "per rank"),
         _line("    # gpu: 1xT4", "GPUs per rank; needed by nccl and fp16"),
-        _line("    precision: fp32", f"allowed for this task: {', '.join(task.precisions)}"),
+        _line("    precision: fp32", _precision_comment(task)),
         _line("  target: local", "or {kind: kubernetes, namespace: mlbench, image: IMAGE}"),
     ]
     if not task.reads_data:
@@ -73,7 +82,8 @@ def spec_template(task: TaskInfo, *, name: str | None = None) -> str:
             _line("    # path: ~/datasets", "dataset directory (path) or cache directory (download)"),
         ]
     lines += [
-        "  # Overridable hyperparameters and their defaults (batch size and LR schedule only):",
+        f"  # What task {task.id} lets a spec override, at its defaults (the rest is fixed; see: mlbench "
+        f"tasks {task.id}):",
         "  hyperparameters: {}",
     ]
     for key in sorted(task.overridable):

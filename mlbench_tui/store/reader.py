@@ -15,6 +15,8 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from mlbench_tui.errors import NotFound
+from mlbench_tui.lifecycle import RunState
+from mlbench_tui.results.provenance import rules_digest
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE, EventsPage, MetricsPage, RunDetail, RunInfo
 from mlbench_tui.store.engine import default_db_path, make_engine, read_only_uri
@@ -32,7 +34,8 @@ class StoreReader:
     @classmethod
     def open(cls, path: str | Path | None = None) -> StoreReader | None:
         """A reader of ``path`` (the default store), or None where only a server can answer: no
-        file yet, or a schema this code would first have to migrate (which takes the writer)."""
+        file yet, a schema this code would first have to migrate (which takes the writer), or a
+        result that other rules computed (a server recomputes and stores it before serving it)."""
         from mlbench_tui.store.migrations import MIGRATIONS
 
         file = Path(path).expanduser() if path else default_db_path()
@@ -41,9 +44,9 @@ class StoreReader:
         try:
             with contextlib.closing(sqlite3.connect(read_only_uri(file), uri=True)) as conn:
                 done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+                if done != {name for name, _ in MIGRATIONS} or _stale_results(conn):
+                    return None
         except sqlite3.Error:
-            return None
-        if done != {name for name, _ in MIGRATIONS}:
             return None
         return cls(make_engine(file.resolve(), pool_size=1, read_only=True))
 
@@ -99,3 +102,14 @@ class StoreReader:
         """As ``MlbenchClient.events``: events newer than ``since``, oldest first."""
         with self._engine.connect() as conn:
             return queries.events(conn, run_id, since=since, kind=kind, limit=limit)
+
+
+def _stale_results(conn: sqlite3.Connection) -> bool:
+    """Whether a finished run's stored result was computed by other rules than this version's."""
+    terminal = tuple(state.value for state in RunState if state.is_terminal())
+    row = conn.execute(
+        "SELECT 1 FROM runs WHERE result IS NOT NULL AND state IN (?, ?, ?)"
+        " AND coalesce(json_extract(result, '$.computed_by.rules'), '') != ? LIMIT 1",
+        (*terminal, rules_digest()),
+    ).fetchone()
+    return row is not None

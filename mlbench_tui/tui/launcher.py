@@ -68,7 +68,8 @@ class Launcher:
         result = CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         if proc.returncode != 0:
             message = proc.stderr.strip() or proc.stdout.strip() or f"exit code {proc.returncode}"
-            raise LaunchError(message.splitlines()[-1] if len(message) > 300 else message)
+            said = [line for line in message.splitlines() if line.startswith(("error: ", "hint: "))]
+            raise LaunchError("\n".join(said) if said else message.splitlines()[-1])
         return result
 
     def apply(self, path: Path, *, force: bool = False) -> CommandResult:

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mlbench_tui.formatting import format_elapsed
-from mlbench_tui.lifecycle import RunState
-from mlbench_tui.results.scoring import reached_time, speedup
+from mlbench_tui.lifecycle import RunState, queue_owner
+from mlbench_tui.results.scoring import is_sweep, reached_time, speedup
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.goal import GoalStatus, goal_status
 
@@ -39,13 +39,16 @@ class RunRow:
     eta_s: float | None
     created: float  # unix seconds
     error: str | None = None
+    implementation: str = ""  # how it executed (``fp32``, ``bf16 graphs``); "" until it has a result
+    queued_by: int | None = None  # the pid of the apply whose queue it waits in
 
     def matches(self, text: str, state: str) -> bool:
         if state != "all" and self.state != state:
             return False
         if not text:
             return True
-        hay = f"{self.name} {self.spec_name} {self.task} {self.backend} {self.state} {self.id}".lower()
+        words = (self.name, self.spec_name, self.task, self.backend, self.implementation, self.state, self.id)
+        hay = " ".join(words).lower()
         return all(word in hay for word in text.lower().split())
 
 
@@ -87,6 +90,8 @@ def run_row(run: RunInfo, goal_points: Sequence[tuple[float, float]] = ()) -> Ru
         eta_s=status.eta_s if status and run.state in (RunState.RUNNING, RunState.PENDING) else None,
         created=_ts(run.created),
         error=run.error,
+        implementation=result.variant if result is not None and not is_sweep(result) else "",
+        queued_by=owner[1] if (owner := queue_owner(run.state, run.handle, run.labels)) else None,
     )
 
 
@@ -128,8 +133,10 @@ class CompareRow:
     workers: int
     state: str
     reached: bool | None
+    implementation: str
     time_to_accuracy_s: float | None
     wall_time_s: float | None
+    vs_baseline: float | None  # how many times faster than the baseline end to end (graph capture in)
     speedup: float | None
     efficiency: float | None
     comm_share: float | None
@@ -147,7 +154,9 @@ def compare_rows(
     reached its goal (MLBench compares against 1 worker); speedup is ``results.scoring.speedup``
     scaled by the baseline's workers, and only for runs of the baseline's variant (precision,
     CUDA graphs) and links (a one-worker baseline has none, so it serves every link): eager against
-    graphs, or 10 Mbit/s against 1 Gbit/s, is not scaling. Figures come from each run's stored result.
+    graphs, or 10 Mbit/s against 1 Gbit/s, is not scaling; eager against graphs is an
+    implementation comparison, which ``vs_baseline`` gives instead (time to accuracy plus graph
+    capture, the baseline's over the run's). Figures come from each run's stored result.
     """
     results = {run.id: run.known_result() for run in runs}
 
@@ -161,12 +170,19 @@ def compare_rows(
     base_t = tta(baseline) if baseline else None
     base_k = baseline.workers if baseline else 1
     variant = results[baseline.id].variant if baseline else None
+
+    def end_to_end(run: RunInfo) -> float | None:
+        t = tta(run)
+        return None if t is None else t + (results[run.id].graph_capture_s or 0.0)
+
+    base_total = end_to_end(baseline) if baseline else None
     links = results[baseline.id].network_label if baseline else ""
     rows = []
     for run in runs:
         res = results[run.id]
         same = res.variant == variant and (res.network_label == links or (not links and base_k == 1))
         gain, efficiency = speedup(base_t if same else None, tta(run), run.workers, base_k)
+        total = end_to_end(run)
         rows.append(
             CompareRow(
                 id=run.id,
@@ -175,8 +191,10 @@ def compare_rows(
                 workers=run.workers,
                 state=run.state.value,
                 reached=res.reached,
+                implementation="—" if is_sweep(res) else res.variant,  # 0a sweeps its dtypes, as results says
                 time_to_accuracy_s=tta(run),
                 wall_time_s=res.wall_time_s,
+                vs_baseline=base_total / total if base_total and total else None,
                 speedup=gain,
                 efficiency=efficiency,
                 comm_share=res.time_split.communication_fraction if res.time_split else None,

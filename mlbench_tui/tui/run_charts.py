@@ -8,11 +8,13 @@ bands across ranks instead of a line per rank. Pure functions of the wire models
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlbench_worker import sysmetrics as sm
 from pydantic import ValidationError
 
+from mlbench_tui.formatting import format_bandwidth, significant
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.spec.tasks import default_charts, get_task, sweep_of
@@ -25,12 +27,27 @@ BUSBW = "_busbw"
 LATENCY = "_latency_p50"
 
 
+AXIS_LABEL = 7  # characters a chart's y label may take
+
+
+def bandwidth_label(gbps: float) -> str:
+    """A bandwidth axis label in a unit that reads (``897MB/s``, ``12KB/s``), never ``34.7µ``;
+    two significant figures where three do not fit."""
+    text = format_bandwidth(gbps).replace(" ", "")
+    if len(text) <= AXIS_LABEL:
+        return text
+    number, unit = text[:-4], text[-4:]
+    return f"{significant(float(number), 2)}{unit}"
+
+
 @dataclass(frozen=True)
 class ChartLook:
-    """A chart's title (with its unit) and the factor from the metric's unit to the chart's."""
+    """A chart's title (with its unit), the factor from the metric's unit to the chart's, and how
+    its y labels are written (None: plain numbers)."""
 
     title: str
     scale: float = 1.0
+    y_format: Callable[[float], str] | None = None
 
 
 LOOKS: dict[str, ChartLook] = {
@@ -44,8 +61,8 @@ LOOKS: dict[str, ChartLook] = {
 SWEEP_FIGURES: dict[str, ChartLook] = {  # 0a's curves: <prefix><dtype>_<figure>
     "latency_p50": ChartLook("latency p50 (us)", 1e6),
     "latency_p99": ChartLook("latency p99 (us)", 1e6),
-    "busbw": ChartLook("bus bandwidth (GB/s)"),
-    "algbw": ChartLook("algorithm bandwidth (GB/s)"),
+    "busbw": ChartLook("bus bandwidth", y_format=bandwidth_label),
+    "algbw": ChartLook("algorithm bandwidth", y_format=bandwidth_label),
 }
 
 
@@ -59,7 +76,7 @@ def look(name: str) -> ChartLook:
         dtype, _, figure = name.removeprefix(sweep.prefix).partition("_")
         known = SWEEP_FIGURES.get(figure)
         if known is not None:
-            return ChartLook(f"all-reduce {dtype} {known.title}", known.scale)
+            return ChartLook(f"all-reduce {dtype} {known.title}", known.scale, known.y_format)
     return ChartLook(name)
 
 
@@ -71,14 +88,31 @@ def gpu_run(run: RunDetail) -> bool:
         return False
 
 
+def swept_dtypes(run: RunDetail) -> set[str] | None:
+    """The element types a sweep run measures (its plan's ``dtypes``; fp16 never on mpi, which
+    has no fp16 reduction); None when the plan does not say."""
+    try:
+        dtypes = RunPlan.model_validate(run.plan).hyperparameters.get("dtypes")
+    except ValidationError:
+        return None
+    if not isinstance(dtypes, list):
+        return None
+    return {str(d) for d in dtypes} - ({"fp16"} if run.backend == "mpi" else set())
+
+
 def opening_charts(run: RunDetail) -> list[str]:
-    """The metrics charted when the run opens: its task's charts (one rank's sweep: latency in
-    place of bus bandwidth), then the GPU charts of a GPU run."""
+    """The metrics charted when the run opens: its task's charts for the element types it
+    measures (one rank's sweep: latency in place of bus bandwidth), then the GPU charts of a GPU
+    run."""
     names = default_charts(run.task, run.goal.metric if run.goal is not None else None)
     task = get_task(run.task)
-    if task is not None and task.sweep is not None and run.workers == 1:
-        swapped = [n.removesuffix(BUSBW) + LATENCY if n.endswith(BUSBW) else n for n in names]
-        names = list(dict.fromkeys(swapped))
+    if task is not None and task.sweep is not None:
+        if run.workers == 1:
+            names = [n.removesuffix(BUSBW) + LATENCY if n.endswith(BUSBW) else n for n in names]
+        dtypes = swept_dtypes(run)
+        if dtypes is not None:
+            names = [n for n in names if n.removeprefix(task.sweep.prefix).partition("_")[0] in dtypes]
+        names = list(dict.fromkeys(names))
     if gpu_run(run):
         names += [n for n in GPU_CHARTS if n not in names]
     return names

@@ -170,10 +170,10 @@ def test_mpi_allreduce_apply_results_export_idempotence_delete(
     followed = mlbench("logs", "ar-mpi-2w", "-f")  # the run is over: follow returns at once
     assert followed.returncode == 0 and "[rank 0]" in followed.stdout
 
-    into_dir = mlbench("export", "ar-mpi-2w", "-o", str(tmp_path))
+    into_dir = mlbench("export", "ar-mpi-2w", "--out", str(tmp_path))
     assert into_dir.returncode == 2 and "is a directory" in into_dir.stderr
     archive = tmp_path / "ar.zip"
-    assert mlbench("export", "ar-mpi-2w", "-o", str(archive)).returncode == 0
+    assert mlbench("export", "ar-mpi-2w", "--out", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
         official = json.loads(zf.read("official_result.json"))
         assert official["allreduce"]["fp32"]["peak_busbw_gbps"] > 0
@@ -182,7 +182,9 @@ def test_mpi_allreduce_apply_results_export_idempotence_delete(
 
     forced = mlbench("apply", "--force", "-q", str(spec))
     assert forced.returncode == 0 and "nothing to do" not in forced.stderr
-    assert mlbench("delete", "ar-mpi-2w").returncode == 0
+    refused = mlbench("delete", "ar-mpi-2w")  # no terminal to ask on
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert mlbench("delete", "ar-mpi-2w", "--yes").returncode == 0
     listed = mlbench("status").stdout
     assert listed.count("ar-mpi-2w") == 1  # the older run is still there, the deleted one is gone
 
@@ -313,7 +315,7 @@ def test_a_run_whose_ranks_all_stopped_stays_succeeded_when_apply_is_stopped(
     """SIGTERM reaches ``apply`` after the run's rank reported a successful stop but before its
     process exited (it hangs at exit on purpose, so the window is always open): apply cancels
     what is still running, and the run is still recorded as succeeded; the repeats not yet
-    started are not run."""
+    started are not run: they were queued (pending) and end cancelled, saying why."""
     assert mlbench("status").returncode == 0  # the server lives in this process and outlives apply
     extra = '  repeats: 3\n  env: {MLBENCH_INJECT_FAULT: "rank=0,step=exit,mode=hang"}\n'
     spec = _spec(tmp_path, "late-term", repetitions=2, max_exp=1, num_sizes=2, extra=extra)
@@ -340,8 +342,14 @@ def test_a_run_whose_ranks_all_stopped_stays_succeeded_when_apply_is_stopped(
     assert not _run_pids(run_id)
     status = mlbench("status", run_id).stdout
     assert "state:    succeeded" in status, status
-    listed = json.loads(mlbench("results", "late-term", "-o", "json").stdout)["runs"]
-    assert [run["state"] for run in listed] == ["succeeded"], listed
+    listed = json.loads(mlbench("status", "-o", "json").stdout)["runs"]
+    mine = sorted((run for run in listed if run["spec_name"] == "late-term"), key=lambda run: run["repeat"])
+    assert [(run["state"], run["handle"] is None) for run in mine] == [
+        ("succeeded", False),
+        ("cancelled", True),  # never launched
+        ("cancelled", True),
+    ], mine
+    assert {run["error"] for run in mine[1:]} == {"apply was interrupted before it started this run"}
 
 
 STRESS_RUNS = 30

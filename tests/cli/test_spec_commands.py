@@ -24,7 +24,9 @@ def test_validate_examples_directory() -> None:
     proc = mlbench("validate", "specs")
     assert proc.returncode == 0, proc.stderr
     assert "ok  specs/quickstart.yaml: quickstart (task 1a, 1 run(s))" in proc.stdout
-    assert proc.stderr == ""
+    # only notes that this machine cannot run an example as it is (1b's 8 GPUs on a CPU machine)
+    for line in proc.stderr.splitlines():
+        assert line.startswith("note: specs/") and "this machine cannot run it as it is" in line, line
     quiet = mlbench("validate", "-q", "specs/quickstart.yaml")
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
 
@@ -114,11 +116,12 @@ def test_tasks_table_detail_and_unknown() -> None:
     assert re.search(r"val_global_Perplexity +<= 70 +<= 90", table.stdout)
     detail = mlbench("tasks", "resnet20-cifar10")
     assert "batch_size" in detail.stdout and "momentum" in detail.stdout
-    assert "DATA OPTION (synthetic)" in detail.stdout  # 1a's synthetic set
+    assert "`data: {source: synthetic, options: {...}}` takes:" in detail.stdout  # 1a's synthetic set
     detail = mlbench("tasks", "1b")  # its data options too, per source, with their bounds
-    assert re.search(r"image_size +224 +>= 32, <= 1024 ", detail.stdout)
-    assert "DATA OPTION (path)" in detail.stdout and "DATA OPTION (download)" in detail.stdout
-    assert re.search(r"decoder +\"auto\" +auto, cpu, gpu ", detail.stdout)
+    assert "| `image_size` | `224` | >= 32, <= 1024 |" in detail.stdout
+    assert "`data: {source: path, options: {...}}` takes:" in detail.stdout
+    assert "`data: {source: download, options: {...}}` takes:" in detail.stdout
+    assert '| `decoder` | `"auto"` | auto, cpu, gpu |' in detail.stdout
     as_json = json.loads(mlbench("tasks", "-o", "json").stdout)
     assert as_json[1]["goal"]["full"] == 80 and "batch_size" in as_json[1]["overridable"]
     unknown = mlbench("tasks", "resnet")
@@ -127,12 +130,12 @@ def test_tasks_table_detail_and_unknown() -> None:
 
 def test_init_writes_a_valid_spec_and_refuses_to_overwrite(tmp_path: Path) -> None:
     target = tmp_path / "my.yaml"
-    proc = mlbench("init", "3a", "-o", str(target), "--name", "mine")
+    proc = mlbench("init", "3a", "--out", str(target), "--name", "mine")
     assert proc.returncode == 0, proc.stderr
     assert mlbench("validate", "-q", str(target)).returncode == 0
-    again = mlbench("init", "3a", "-o", str(target))
+    again = mlbench("init", "3a", "--out", str(target))
     assert again.returncode == 2 and "already exists" in again.stderr
-    assert mlbench("init", "1a", "-o", str(target), "--force").returncode == 0
+    assert mlbench("init", "1a", "--out", str(target), "--force").returncode == 0
     stdout = mlbench("init", "allreduce")
     assert stdout.stdout.startswith("# yaml-language-server: $schema=") and "task: 0a" in stdout.stdout
 

@@ -91,8 +91,8 @@ def test_a_read_only_store_is_read_by_every_read_command(
         ("status", "kept-gloo-2w"),
         ("results", "kept-gloo-2w"),
         ("logs", "kept-gloo-2w", "--rank", "0"),
-        ("export", "kept-gloo-2w", "-o", str(tmp_path / "kept.zip")),
-        ("report", "kept-gloo-2w", "-o", str(tmp_path / "report.html")),
+        ("export", "kept-gloo-2w", "--out", str(tmp_path / "kept.zip")),
+        ("report", "kept-gloo-2w", "--out", str(tmp_path / "report.html")),
     ):
         result = run_mlbench(*args)
         assert result.returncode == 0, (args, result.stderr)

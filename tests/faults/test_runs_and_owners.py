@@ -22,7 +22,7 @@ from mlbench_tui.server.daemon import IDLE_TIMEOUT_ENV, alive, ensure_server, st
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.reader import StoreReader
 
-from .conftest import run_dirs, run_mlbench, start_mlbench, store_path, sweep_spec, wait_for
+from .conftest import rank_pid, run_dirs, run_mlbench, start_mlbench, store_path, sweep_spec, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +44,19 @@ def test_two_applies_of_one_spec_run_it_once_and_the_second_names_the_first(tmp_
     try:
         wait_for(lambda: [d for d in run_dirs() if (d / "launch.json").exists()], "the first run to launch")
         run_id = run_dirs()[0].name
+        # the first run's ranks are stopped (SIGSTOP) while the second apply decides, so the first
+        # is under way then whatever the machine's speed
+        ranks = [wait_for(lambda r=r: rank_pid(run_id, r), f"rank {r}'s process") for r in (0, 1)]
         # the same run again, from a directory that also holds another spec (that one runs)
         sweep_spec(tmp_path / "both", "twice", repetitions=3000)
         sweep_spec(tmp_path / "both", "other")
-        second = run_mlbench("apply", str(tmp_path / "both"))
+        for pid in ranks:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            second = run_mlbench("apply", str(tmp_path / "both"))
+        finally:
+            for pid in ranks:
+                os.kill(pid, signal.SIGCONT)
         assert second.returncode == 1, second.stderr
         said = f"twice-gloo-2w: not started: twice-gloo-2w is already under way as run {run_id}"
         assert said in second.stderr and f"launched by apply pid {first.pid}" in second.stderr, second.stderr

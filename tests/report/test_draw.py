@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 from PIL import Image
 
-from mlbench_tui.report.draw import compact, default_size, grid_of, render
+from mlbench_tui.report.draw import compact, default_size, grid_of, render, size_for
 from mlbench_tui.report.figure import BarStack, Figure, Mark, Panel, RefLine, Series
 
 FIGURE = Figure(
@@ -73,3 +74,34 @@ def test_compact_tick_labels() -> None:
         "1M",
         "5G",
     ]
+
+
+def test_a_figure_file_carries_its_notes_and_keeps_its_rows_readable_at_any_width() -> None:
+    noted = dataclasses.replace(FIGURE, notes=("Cost per run is left out: no run had a price per hour.",) * 3)
+    plain = Image.open(io.BytesIO(render(noted, "png")))
+    with_notes = Image.open(io.BytesIO(render(noted, "png", notes=True)))
+    assert with_notes.size[0] == plain.size[0] and with_notes.size[1] > plain.size[1]  # room for the notes
+    bottom = with_notes.convert("L").crop((0, plain.size[1], with_notes.size[0], with_notes.size[1]))
+    assert bottom.getextrema()[0] < 128  # text was written there
+    # only a width: the height follows the panel grid (two rows stay two readable rows)
+    assert size_for(FIGURE, 1200, None) == (1200, round(800 * 1200 / 960))
+    assert size_for(FIGURE, None, None) == default_size(FIGURE)
+    assert size_for(FIGURE, 1200, 400) == (1200, 400)  # both: as asked
+
+
+def test_bars_carry_their_values() -> None:
+    labelled = Figure(
+        "bars",
+        "Bars",
+        "",
+        (Panel("Bars", "", "s", categories=("a", "b"), stacks=(BarStack("t", (1.0, 2.0), "#4C72B0"),),
+               labels=("1.00 s (2.00x)", "2.00 s")),),
+    )  # fmt: skip
+    svg = render(labelled, "svg", width=600, height=400)
+    unlabelled = render(
+        dataclasses.replace(labelled, panels=(dataclasses.replace(labelled.panels[0], labels=()),)),
+        "svg",
+        width=600,
+        height=400,
+    )
+    assert len(svg) > len(unlabelled)  # the labels were drawn (as paths: text is outlined in SVG)

@@ -12,6 +12,7 @@ from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import GoalPlan, ImplementationPlan
 from mlbench_tui.report.anchors import ANCHORS
 from mlbench_tui.report.build import build_figures
+from mlbench_tui.report.configs import time_rows
 from mlbench_tui.report.figure import BACKEND_COLOURS, GOAL_COLOUR, Figure
 from mlbench_tui.report.inputs import RunClock, RunRecord
 from mlbench_tui.report.training import stragglers
@@ -133,10 +134,10 @@ def test_failed_and_missed_runs_are_marked_and_named_never_dropped() -> None:
     ]
     assert "spec-gloo-2w-r0: never reached the goal (best 55.5, goal >= 70)" in scaling.notes
     assert "spec-gloo-4w-r0: failed: rank 3 exited with code 1" in scaling.notes
-    # their own figures say so in the title and the notes
-    assert figures["run-spec-gloo-4w-r0"].title == "spec-gloo-4w-r0 (gloo, 4 workers, failed)"
-    assert figures["run-spec-gloo-2w-r0"].title == "spec-gloo-2w-r0 (gloo, 2 workers, succeeded, goal missed)"
-    assert figures["run-spec-gloo-4w-r0"].notes[0] == "spec-gloo-4w-r0: failed: rank 3 exited with code 1"
+    # the task's training figure names them too
+    training = figures["training-1a"]
+    assert "spec-gloo-4w-r0: failed: rank 3 exited with code 1" in training.notes
+    assert "spec-gloo-2w-r0: never reached the goal (best 55.5, goal >= 70)" in training.notes
 
 
 def test_a_point_says_how_many_repeats_it_rests_on_and_names_the_ones_left_out() -> None:
@@ -146,18 +147,34 @@ def test_a_point_says_how_many_repeats_it_rests_on_and_names_the_ones_left_out()
         trained("gloo", 1, 2, 120.0),
         trained("gloo", 1, 3, None, state=RunState.CANCELLED, wall=5.0),
     ]
-    notes = by_key(build_figures(records))["scaling-spec"].notes
-    assert "spec gloo fp32 1w: olympic mean of 3 of 4 runs; left out: spec-gloo-1w-r3 (cancelled)" in notes
+    (row,) = time_rows(records)  # one worker count: a row of the table, not a one-point scaling figure
+    assert (row.runs, row.left_out) == ("3 of 4", "spec-gloo-1w-r3 (cancelled)")
+    assert row.time_to_accuracy == "1 m 50 s (1 m 40 s to 2 m 00 s)"  # olympic mean, min to max
+    notes = by_key(build_figures([*records, trained("gloo", 2, 0, 60.0)]))["scaling-spec"].notes
+    assert (
+        "spec gloo fp32 1w: olympic mean of 3 of 4 runs, speedup against 3 one-worker run(s); left out: "
+        "spec-gloo-1w-r3 (cancelled)" in notes
+    )
 
 
 def test_published_baselines_are_drawn_with_source_hardware_and_their_own_goal() -> None:
-    figure = by_key(build_figures([trained("gloo", 1, 0, 100.0)]))["scaling-spec"]
+    figure = by_key(build_figures([trained("gloo", 1, 0, 100.0), trained("gloo", 2, 0, 60.0)]))[
+        "scaling-spec"
+    ]
     refs = figure.panel("Time to accuracy").refs
     assert [(r.label, r.y) for r in refs] == [
-        ("MLBench 1x T4, PyTorch 1.5: 407 s", 407.0),
-        ("MLBench 1x T4, TensorFlow: 1,191 s", 1191.0),
-        ("MLBench 3 vCPUs, PyTorch 1.5: 5,895 s", 5895.0),
+        ("MLBench 1x T4, PyTorch 1.5: 407 s (Prec@1 80)", 407.0),
+        ("MLBench 1x T4, TensorFlow: 1,191 s (Prec@1 80)", 1191.0),
+        ("MLBench 3 vCPUs, PyTorch 1.5: 5,895 s (Prec@1 80)", 5895.0),
     ]
+    # the panel itself says the runs' light goal is not the baselines' full one
+    assert figure.panel("Time to accuracy").corner == (
+        "runs: Prec@1 >= 70 (light goal); baselines: Prec@1 80, not like for like"
+    )
+    assert figure.title == "spec: scaling (resnet20-cifar10, goal Prec@1 >= 70 (light goal))"
+    (row,) = time_rows([trained("gloo", 1, 0, 100.0)])  # the table says it too
+    assert row.goal == "Prec@1 >= 70 (light goal)"
+    assert row.baseline == "MLBench 1x T4: 6 m 47 s to Prec@1 80 (another goal: not comparable)"
     assert (
         "MLBench's published baseline, GCP n1-standard-4, 1x T4, PyTorch 1.5, 1 worker(s): 407 s to Prec@1 80"
         in (figure.notes)
@@ -172,22 +189,28 @@ def test_published_baselines_are_drawn_with_source_hardware_and_their_own_goal()
 def test_mlbench_published_loss_and_costs_are_drawn_for_their_tasks() -> None:
     loss = [MetricPoint("train_loss", 0.5, 0, s) for s in (1, 2)]
     run = trained("gloo", 1, 0, 10.0, metrics=loss)
-    logreg = RunRecord(run.result.model_copy(update={"task": "2a"}), "", run.metrics)
-    figures = by_key(build_figures([logreg]))
-    refs = figures["run-spec-gloo-1w-r0"].panel("Loss").refs
+    two = trained("gloo", 2, 0, 6.0)
+
+    def as_task(record: RunRecord, task: str, **update: object) -> RunRecord:
+        return RunRecord(record.result.model_copy(update={"task": task, **update}), "", record.metrics)
+
+    figures = by_key(build_figures([as_task(run, "2a"), as_task(two, "2a")]))
+    refs = figures["training-2a"].panel("Loss").refs
     assert [(r.label, r.y) for r in refs] == [("MLBench's target loss 0.2828", 0.2828)]
     assert "MLBench's published result for task 2a: target loss 0.2828" in figures["scaling-spec"].notes
-    gnmt = RunRecord(run.result.model_copy(update={"task": "4a"}), "", {})
-    cost = by_key(build_figures([gnmt]))["scaling-spec"].panel("Cost per run")
+    gnmt = [as_task(run, "4a"), as_task(two, "4a")]
+    cost = by_key(build_figures(gnmt))["scaling-spec"].panel("Cost per run")
     assert [(m.x, m.y, m.label) for m in cost.marks] == [
         (1.0, 10.0, "MLBench 1x T4: $10 per run"),
         (4.0, 18.0, "MLBench 4x T4: $18 per run"),
     ]
     assert cost.y_label == "cost to the goal (USD)"
-    priced = gnmt.result.model_copy(update={"cost_to_target": 12.5, "currency": "EUR"})
-    cost = by_key(build_figures([RunRecord(priced, "", {})]))["scaling-spec"].panel("Cost per run")
-    assert [(s.x, s.y) for s in cost.series] == [((1.0,), (12.5,))]
+    assert cost.corner == "no run had a price per hour: MLBench's cost alone"  # the PNG says it too
+    priced = [as_task(r, "4a", cost_to_target=12.5, currency="EUR") for r in (run, two)]
+    cost = by_key(build_figures(priced))["scaling-spec"].panel("Cost per run")
+    assert [(s.x, s.y) for s in cost.series] == [((1.0, 2.0), (12.5, 12.5))]
     assert cost.y_label == "cost to the goal (EUR)" and cost.marks == ()  # MLBench's dollars are not euros
+    assert cost.corner == ""
 
 
 def test_speedup_without_communication_step_phases_and_price_index_across_worker_counts() -> None:
@@ -209,13 +232,17 @@ def test_speedup_without_communication_step_phases_and_price_index_across_worker
     assert [(b.label, b.values) for b in step.stacks] == [("forward", (50.0,))]  # 0.5 s over 10 steps
 
 
-def test_one_worker_specs_say_why_speedup_and_price_index_are_left_out() -> None:
-    figure = by_key(build_figures([trained("gloo", 1, 0, 10.0)]))["scaling-spec"]
-    assert [p.title for p in figure.panels] == ["Time to accuracy", "Where the time went"]
-    assert (
-        "Speedup, Parallel efficiency and Price index are left out: every run used 1 worker: "
-        "no other worker count to compare with." in figure.notes
+def test_a_spec_of_one_worker_count_is_a_table_row_not_a_one_point_scaling_figure() -> None:
+    records = [trained("gloo", 1, 0, 10.0), trained("gloo", 1, 1, 12.0)]
+    assert "scaling-spec" not in by_key(build_figures(records))
+    (row,) = time_rows(records)
+    assert (row.spec, row.task, row.configuration, row.runs) == (
+        "spec",
+        "1a resnet20-cifar10",
+        "gloo 1w fp32",
+        "2 of 2",
     )
+    assert row.reached and row.left_out == ""
 
 
 def test_without_a_one_worker_run_speedup_says_why_it_is_empty() -> None:
@@ -271,7 +298,7 @@ def test_a_backend_keeps_its_colour_in_every_figure() -> None:
     assert colours == {"gloo": {BACKEND_COLOURS["gloo"]}, "mpi": {BACKEND_COLOURS["mpi"]}}
 
 
-def test_run_figure_goal_metric_against_training_time_with_goal_line_and_stragglers() -> None:
+def test_a_tasks_runs_overlay_one_line_per_run_and_a_multi_rank_run_shows_its_stragglers() -> None:
     metrics = [
         *(MetricPoint("val_global_Prec@1", v, 0, s) for s, v in ((10, 40.0), (20, 65.0), (30, 72.0))),
         *(MetricPoint("time_train", t, 0, s) for s, t in ((10, 11.0), (20, 22.0), (30, 33.0))),
@@ -279,35 +306,56 @@ def test_run_figure_goal_metric_against_training_time_with_goal_line_and_straggl
         *(MetricPoint("step_time", 0.1, r, s) for r in (0, 1, 2) for s in (10, 20, 30)),
         *(MetricPoint("step_time", 0.15, 3, s) for s in (10, 20, 30)),
     ]
-    figure = by_key(build_figures([trained("gloo", 4, 0, 33.0, metrics=metrics)]))["run-spec-gloo-4w-r0"]
+    other = [
+        *(MetricPoint("val_global_Prec@1", v, 0, s) for s, v in ((10, 50.0), (20, 71.0))),
+        *(MetricPoint("time_train", t, 0, s) for s, t in ((10, 9.0), (20, 18.0))),
+        *(MetricPoint("step_time", 0.08, 0, s) for s in (10, 20)),
+    ]
+    runs = [trained("gloo", 4, 0, 33.0, metrics=metrics), trained("gloo", 1, 0, 18.0, metrics=other)]
+    figures = by_key(build_figures(runs))
+    figure = figures["training-1a"]
+    assert figure.title == "Task 1a (resnet20-cifar10): training, 2 runs"
     goal = figure.panel("Validation Prec@1")
     assert goal.x_label == "training time (s)"
-    assert (goal.series[0].x, goal.series[0].y) == ((11.0, 22.0, 33.0), (40.0, 65.0, 72.0))
-    assert [(r.label, r.y, r.colour) for r in goal.refs] == [("goal >= 70", 70.0, GOAL_COLOUR)]
-    assert [(m.x, m.y, m.label) for m in goal.marks] == [
-        (33.0, 72.0, "reached in 33.0 s")
-    ]  # format_duration: 3 significant figures
+    # one line per run, named without the prefix they share, in spec/backend/workers order
+    assert [(s.label, s.x, s.y) for s in goal.series] == [
+        ("1w-r0", (9.0, 18.0), (50.0, 71.0)),
+        ("4w-r0", (11.0, 22.0, 33.0), (40.0, 65.0, 72.0)),
+    ]
+    assert len({s.colour for s in goal.series}) == 2
+    assert [(r.label, r.y, r.colour) for r in goal.refs] == [("goal >= 70 (light)", 70.0, GOAL_COLOUR)]
+    assert [(m.x, m.y, m.label) for m in goal.marks] == [(18.0, 71.0, "18.0 s"), (33.0, 72.0, "33.0 s")]
     assert figure.panel("Loss").series[0].y == pytest.approx((0.2, 0.1, 2 / 30))
-    steps = figure.panel("Step time per rank")
-    assert [s.label for s in steps.series] == ["rank 0", "rank 1", "rank 2", "rank 3 (straggler, +50%)"]
-    assert steps.series[3].y == pytest.approx((150.0, 150.0, 150.0))  # milliseconds
-    assert figure.notes == ("spec-gloo-4w-r0: rank 3 held the others up, busy time +50%",)
-    assert [p.title for p in figure.panels] == ["Validation Prec@1", "Loss", "Step time per rank"]
+    steps = figure.panel("Step time")
+    assert [(s.label, s.y) for s in steps.series] == [
+        ("1w-r0", (80.0, 80.0)),
+        ("4w-r0", (100.0, 100.0, 100.0)),
+    ]
+    assert "spec-gloo-4w-r0: rank 3 (+50%) held the others up (its ranks figure below)" in figure.notes
+    ranks = figures["ranks-spec-gloo-4w-r0"]  # only the multi-rank run has a ranks figure
+    assert "ranks-spec-gloo-1w-r0" not in figures
+    per_rank = ranks.panel("Step time per rank")
+    assert [s.label for s in per_rank.series] == ["rank 0", "rank 1", "rank 2", "rank 3 (straggler, +50%)"]
+    assert per_rank.series[3].y == pytest.approx((150.0, 150.0, 150.0))  # milliseconds
+    assert ranks.notes == ("spec-gloo-4w-r0: rank 3 held the others up, busy time +50%",)
 
 
 def test_many_ranks_draw_their_median_and_band_plus_the_stragglers_only() -> None:
     metrics = [MetricPoint("step_time", 0.2 if r == 7 else 0.1, r, s) for r in range(16) for s in (1, 2)]
-    figure = build_figures([trained("gloo", 16, 0, 10.0, metrics=metrics)])[-1]
+    figure = by_key(build_figures([trained("gloo", 16, 0, 10.0, metrics=metrics)]))["ranks-spec-gloo-16w-r0"]
     steps = figure.panel("Step time per rank")
     assert [s.label for s in steps.series] == ["median of 16 ranks", "rank 7 (straggler, +100%)"]
     assert steps.series[0].high == (200.0, 200.0)
 
 
 def test_gpu_telemetry_panels_appear_only_when_recorded() -> None:
-    plain = build_figures([trained("nccl", 1, 0, 10.0)])
-    assert [p.title for p in plain[-1].panels] == ["Validation Prec@1"]  # nothing else recorded
-    assert "Loss is left out: no loss recorded." in plain[-1].notes
-    assert not [f for f in plain if f.key.startswith("energy-")]
+    plain = by_key(build_figures([trained("nccl", 1, 0, 10.0)]))["training-1a"]
+    assert [p.title for p in plain.panels] == []  # nothing recorded: the figure is its notes
+    assert plain.notes == (  # a CPU run: no GPU panels to leave out
+        "Validation Prec@1 is left out: no evaluation recorded.",
+        "Loss is left out: no loss was recorded.",
+        "Step time is left out: no step time was recorded.",
+    )
 
 
 def gpu_run() -> RunRecord:
@@ -327,52 +375,52 @@ def gpu_run() -> RunRecord:
 
 
 def test_gpu_panels_plot_utilisation_memory_and_power_against_time_since_training_started() -> None:
-    figure = by_key(build_figures([gpu_run()]))["run-spec-nccl-1w-r0"]
-    assert [p.title for p in figure.panels][-3:] == ["GPU utilisation", "GPU memory", "GPU power"]
+    figure = by_key(build_figures([gpu_run()]))["training-1a"]
+    assert [p.title for p in figure.panels] == [
+        "GPU utilisation", "GPU memory", "GPU power", "Energy since training started",
+    ]  # fmt: skip
     times = (-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0)
     util = figure.panel("GPU utilisation")
     assert (util.x_label, util.y_label) == ("time since training started (s)", "utilisation (%)")
-    assert [(s.label, s.x, s.y) for s in util.series] == [("GPU busy", times, (0.0,) * 3 + (50.0,) * 4)]
-    assert [(r.label, r.x) for r in util.refs] == [("training starts", 0.0), ("goal reached", 2.5)]
-    memory = figure.panel("GPU memory")
-    assert memory.y_label == "memory (GiB)"
-    assert [(s.label, s.y) for s in memory.series] == [
-        ("in use (all processes)", (1.0,) * 3 + (2.0,) * 4),
-        ("peak allocated (PyTorch)", (0.0,) * 3 + (0.5,) * 4),
+    assert [(s.label, s.x, s.y) for s in util.series] == [
+        ("spec-nccl-1w-r0", times, (0.0,) * 3 + (50.0,) * 4)
     ]
-    assert memory.corner == "GPU total: 140.4 GiB"  # a label, not a line beside a 0.5 GiB peak
+    memory = figure.panel("GPU memory")
+    assert memory.y_label == "memory in use (GiB)"
+    assert [s.y for s in memory.series] == [(1.0,) * 3 + (2.0,) * 4]
+    assert memory.corner == "GPU total: 140.4 GiB"  # a label, not a line beside a 2 GiB curve
     power = figure.panel("GPU power")
-    assert (power.y_label, power.series[0].label, power.series[0].y[-1]) == ("power (W)", "power draw", 200.0)
+    assert (power.y_label, power.series[0].y[-1]) == ("power (W)", 200.0)
 
 
-def test_a_gpu_run_gets_a_power_and_energy_figure_with_the_energy_to_the_goal_marked() -> None:
-    figure = by_key(build_figures([gpu_run()]))["energy-spec-nccl-1w-r0"]
+def test_a_gpu_run_marks_the_energy_to_its_goal_in_the_tasks_energy_panel() -> None:
+    figure = by_key(build_figures([gpu_run()]))["training-1a"]
     energy = figure.panel("Energy since training started")
     assert (energy.x_label, energy.y_label) == ("time since training started (s)", "energy (J)")
     (used,) = energy.series
-    assert used.label == "energy used"
     assert used.x == (0.0, 1.0, 2.0, 2.5, 3.0)
     assert used.y == pytest.approx((0.0, 200.0, 400.0, 500.0, 600.0))  # the counter, from the start
-    assert [(m.x, m.y, m.label) for m in energy.marks] == [(2.5, 500.0, "energy to the goal: 500 J")]
-    assert figure.panel("Power draw").y_label == "power (W)"
-    assert "spec-nccl-1w-r0: energy to the goal: 500 J (training start to goal, all ranks)" in figure.notes
+    assert [(m.x, m.y, m.label) for m in energy.marks] == [(2.5, 500.0, "500 J")]
+    assert "spec-nccl-1w-r0: energy to the goal 500 J (all ranks)" in figure.notes
+    assert not [f for f in build_figures([gpu_run()]) if f.key.startswith("energy-")]  # no figure of its own
 
 
 def test_a_run_with_one_gpu_sample_says_why_it_has_no_gpu_panels() -> None:
     one = [MetricPoint(sm.GPU_UTIL, 10.0, 0, None, t=5.0), MetricPoint(sm.GPU_POWER_W, 80.0, 0, None, t=5.0)]
-    figure = by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))["run-spec-nccl-1w-r0"]
+    figure = by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))["training-1a"]
     assert not [p for p in figure.panels if p.title.startswith("GPU")]
-    assert "spec-nccl-1w-r0: GPU panels are left out: fewer than two GPU samples were taken" in figure.notes
-    assert "energy-spec-nccl-1w-r0" not in by_key(build_figures([trained("nccl", 1, 0, None, metrics=one)]))
+    assert (
+        "GPU utilisation, GPU memory and GPU power are left out: fewer than two GPU samples were taken."
+        in figure.notes
+    )
 
 
 def test_without_an_energy_counter_the_power_of_every_rank_is_integrated() -> None:
     power = [MetricPoint(sm.GPU_POWER_W, 100.0, r, None, t=1000.0 + i) for r in (0, 1) for i in range(4)]
     record = trained("nccl", 2, 0, 2.0, metrics=power)
     record = RunRecord(record.result, "", record.metrics, RunClock(1000.0, 1002.0, 1003.0))
-    energy = by_key(build_figures([record]))["energy-spec-nccl-2w-r0"].panel("Energy since training started")
+    energy = by_key(build_figures([record]))["training-1a"].panel("Energy since training started")
     (used,) = energy.series
-    assert used.label == "energy used, all GPUs"
     assert used.y == pytest.approx((0.0, 200.0, 400.0, 600.0))  # two GPUs at 100 W
     assert [(m.x, m.y) for m in energy.marks] == [(2.0, pytest.approx(400.0))]
 
@@ -445,13 +493,23 @@ def test_implementation_is_a_comparison_axis_with_time_to_accuracy_and_step_time
         run(4.0, 0.004, True, "fp32", RunState.SUCCEEDED),
         run(None, 0.002, True, "bf16", RunState.FAILED),
     ]
+    records[1].result.graph_capture_s = 2.0
     figure = by_key(build_figures(records))["implementations-1a"]
-    tta, step = figure.panel("Time to accuracy"), figure.panel("Step time")
+    tta, step = figure.panel("Time to accuracy, end to end"), figure.panel("Step time")
     assert tta.categories == ("nccl 1w CUDA graphs bf16", "nccl 1w CUDA graphs fp32", "nccl 1w eager fp32")
-    assert tta.stacks[0].values == (0.0, 4.0, 10.0)
-    assert [(m.x, m.label) for m in tta.marks] == [(0.0, "failed")]
-    assert step.stacks[0].values == pytest.approx((2.0, 4.0, 10.0))  # milliseconds
-    assert figure.notes == ("nccl 1w CUDA graphs bf16: no run reached the goal (failed: CUDA error: x)",)
+    assert [(s.label, s.values) for s in tta.stacks] == [
+        ("time to accuracy", (0.0, 4.0, 10.0)),
+        ("CUDA graph capture", (0.0, 2.0, 0.0)),  # stacked: end to end, graphs cost 6 s, not 4 s
+    ]
+    assert tta.labels == ("", "6.00 s (1.67x)", "10.0 s")  # the value, and how much faster than eager
+    # the failed way has no bar in any panel (it never trained: its fast steps mean nothing), a cross
+    assert [(m.x, m.label) for m in tta.marks] == [(0.0, "failed")] and step.marks == tta.marks
+    assert step.stacks[0].values == pytest.approx((0.0, 4.0, 10.0))  # milliseconds
+    assert step.labels == ("", "4.00 ms (2.50x)", "10.0 ms")
+    assert figure.notes == (
+        "nccl 1w CUDA graphs bf16: no run reached the goal (failed: CUDA error: x); no bar is drawn",
+    )
+    assert "olympic mean" in figure.caption
     one_way = [r for r in records if not r.result.implementation.cuda_graphs]
     assert "implementations-1a" not in by_key(build_figures(one_way))
 
@@ -484,7 +542,7 @@ def test_a_spec_run_two_ways_scales_each_way_on_its_own_line() -> None:
 
 
 def test_a_runs_figure_notes_its_gpu_utilisation_as_status_and_results_show_it() -> None:
-    from mlbench_tui.report.training import run_figure
+    from mlbench_tui.report.overlays import task_figure
     from mlbench_tui.results.model import TelemetryFigures
     from mlbench_tui.results.table import results_rows, telemetry_lines
 
@@ -503,7 +561,8 @@ def test_a_runs_figure_notes_its_gpu_utilisation_as_status_and_results_show_it()
             goal=GOAL,
             telemetry=telemetry,
         )
-        figure = run_figure(RunRecord(result, "", {}), {})
-        assert f"short-1w: GPU utilisation {shown} (mean over ranks while the run was timed)" in figure.notes
-        assert dict(telemetry_lines(telemetry))["gpu util"].startswith(f"{shown} mean")  # status, the TUI
+        figure = task_figure("1a", [RunRecord(result, "", {})])
+        timed = " (mean over ranks while the run was timed)" if telemetry.mean_gpu_util is not None else ""
+        assert f"short-1w: GPU utilisation {shown}{timed}" in figure.notes
+        assert dict(telemetry_lines(telemetry))["gpu util"].startswith(shown)  # status, the TUI
         assert results_rows([result])[0]["GPU UTIL"] == shown  # mlbench results

@@ -18,6 +18,7 @@ from PIL import Image
 from support.chromium import Chromium, chromium_path
 
 from mlbench_tui.report.build import build_figures
+from mlbench_tui.report.figure import RUN_COLOURS
 from mlbench_tui.report.inputs import load_records
 from mlbench_tui.server.serve import EmbeddedServer
 
@@ -28,8 +29,10 @@ FIGURES = [
     "allreduce-fp16",
     "allreduce-fp32",
     "allreduce-best-busbw",
-    *(f"run-report-train-{b}-{w}w-r{r}" for b in ("gloo", "mpi") for w in (1, 2) for r in (0, 1)),
+    "training-1a",  # the task's eight runs overlaid
+    *(f"ranks-report-train-{b}-2w-r{r}" for b in ("gloo", "mpi") for r in (0, 1)),  # multi-rank runs only
 ]
+TRAIN_RUNS = 8
 
 
 @pytest.fixture
@@ -62,19 +65,29 @@ def server(store: Path) -> Iterator[EmbeddedServer]:
 
 
 def test_report_opens_offline_in_headless_chromium(store: Path, tmp_path: Path) -> None:
-    proc = mlbench(store, "report", "-o", "out/report.html", cwd=tmp_path)
+    proc = mlbench(store, "report", "--out", "out/report.html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
-    assert proc.stderr.strip() == "wrote out/report.html (16 runs, 12 figures)"
+    assert proc.stderr.strip() == f"wrote out/report.html (16 runs, {len(FIGURES)} figures)"
     page = (tmp_path / "out" / "report.html").read_text()
     assert re.findall(r'<figure id="([^"]+)"', page) == FIGURES
     assert "<script" not in page and "<link" not in page and 'src="http' not in page
+    captions = re.findall(r"<p class=caption>([^<]+)</p>", page)
+    assert len(captions) == len(set(captions)) == 5  # one per kind: scaling, all-reduce, training, ranks
+    assert "<figcaption><p>" not in page  # no figure repeats its kind's caption
     binary = chromium_path()
     if binary is None:
         pytest.skip("chromium is not installed (./dev test installs it; or: apt-get install -y chromium)")
     with Chromium(binary, width=1280, height=1600) as browser:
-        load = browser.open(tmp_path / "out" / "report.html")
+        load = browser.open(tmp_path / "out" / "report.html", elements=("#training-1a img",))
     assert load.failed == [] and load.errors == []
+    # the overlay chart has one line per run: each run's colour is drawn in the goal-metric panel
+    overlay = Image.open(io.BytesIO(load.elements["#training-1a img"])).convert("RGB")
+    width, height = overlay.size
+    cell = overlay.crop((0, 0, width // 2, height // 2))  # the first of two rows: goal metric
+    counts = cell.getcolors(maxcolors=1 << 20) or []
+    drawn = [c for c in RUN_COLOURS[:TRAIN_RUNS] if _pixels(counts, c) > 40]
+    assert len(drawn) == TRAIN_RUNS, drawn
     assert all(url.startswith(("file:", "data:")) for url in load.requests), load.requests
     assert load.title == "mlbench report: report-allreduce, report-train"
     assert len(load.images) == len(FIGURES)
@@ -85,6 +98,11 @@ def test_report_opens_offline_in_headless_chromium(store: Path, tmp_path: Path) 
     assert len(colours) > 50  # text, tables and a figure, not a blank or error page
     white = max(count for count, colour in colours if colour == (255, 255, 255))
     assert white < 0.95 * shot.size[0] * shot.size[1]
+
+
+def _pixels(counts: list[tuple[int, tuple[int, int, int]]], colour: str) -> int:
+    rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return sum(n for n, c in counts if all(abs(a - b) < 30 for a, b in zip(c, rgb, strict=True)))
 
 
 @pytest.mark.parametrize("fmt", ["png", "svg"])
@@ -110,7 +128,7 @@ def test_bad_references_and_paths_are_clear_errors(store: Path, tmp_path: Path) 
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: no runs for 'no-such-spec'")
     (tmp_path / "a-file").write_text("")
-    proc = mlbench(store, "report", "report-train-gloo-1w-r0", "-o", "a-file/report.html", cwd=tmp_path)
+    proc = mlbench(store, "report", "report-train-gloo-1w-r0", "--out", "a-file/report.html", cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: cannot write a-file/report.html")
     assert "Traceback" not in proc.stderr
@@ -122,10 +140,12 @@ def test_report_reads_the_store_beside_a_server_that_writes_it(
     store: Path, server: EmbeddedServer, tmp_path: Path
 ) -> None:
     # The report reads the store file itself, needing no server of its own: here another one
-    # (unrecorded, so not one to reuse) holds the store's writer.
-    proc = mlbench(store, "report", "report-train", "-o", "r.html", cwd=tmp_path)
+    # (unrecorded, so not one to reuse) holds the store's writer. Its results were computed by
+    # older rules, so they are read through that server once first (which recomputes them).
+    server.info.client().list_runs()
+    proc = mlbench(store, "report", "report-train", "--out", "r.html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip() == "wrote r.html (8 runs, 9 figures)"
+    assert proc.stderr.strip() == "wrote r.html (8 runs, 6 figures)"  # scaling, training, 4 ranks
 
 
 def test_figures_hold_the_stored_results(server: EmbeddedServer) -> None:
@@ -165,8 +185,11 @@ def test_figures_hold_the_stored_results(server: EmbeddedServer) -> None:
     ]
     # the best of the mean curve lies within the repeats' own peaks
     assert min(peaks) <= max(best.series[2].y) <= max(peaks)
-    run = figures["run-report-train-gloo-2w-r0"]
-    goal = run.panel("Validation Prec@1")
-    assert goal.refs[0].y == 70.0 and goal.series[0].y[-1] >= 70.0
-    assert goal.marks[0].x == pytest.approx(results["report-train-gloo-2w-r0"].time_to_accuracy_s)
-    assert [s.label for s in run.panel("Step time per rank").series][:2] == ["rank 0", "rank 1"]
+    training = figures["training-1a"]
+    goal = training.panel("Validation Prec@1")
+    assert len(goal.series) == TRAIN_RUNS and len({s.colour for s in goal.series}) == TRAIN_RUNS
+    assert goal.refs[0].y == 70.0 and all(s.y[-1] >= 70.0 for s in goal.series)
+    index = [s.label for s in goal.series].index("gloo-2w-r0")
+    assert goal.marks[index].x == pytest.approx(results["report-train-gloo-2w-r0"].time_to_accuracy_s)
+    ranks = figures["ranks-report-train-gloo-2w-r0"]
+    assert [s.label for s in ranks.panel("Step time per rank").series][:2] == ["rank 0", "rank 1"]

@@ -68,12 +68,12 @@ def test_sweep_tables_one_per_dtype_a_row_per_size_and_columns_per_configuration
     fp16, fp32 = sweep_tables(curves).split("\n\n")
     assert fp32.splitlines() == [
         "all-reduce fp32: p50 latency and bus bandwidth per message size "
-        "(olympic mean of gloo 2w x1, mpi 4w x1)",
-        "SIZE  BYTES  gloo 2w P50 us  gloo 2w GB/s  mpi 4w GB/s",  # mpi measured no latency: no column
-        "8     32     200             0.500         2.00",
-        "64    256    1500            1.25          -",
+        "(one run each of gloo 2w, mpi 4w)",  # no olympic mean of one run
+        "SIZE  BYTES  gloo 2w P50 us  gloo 2w BUSBW  mpi 4w BUSBW",  # mpi measured no latency: no column
+        "8     32     200             500 MB/s       2.00 GB/s",  # in a unit that reads 1 or more
+        "64    256    1500            1.25 GB/s      -",
     ]
-    assert fp16.splitlines()[2] == "8     16     1.00"
+    assert fp16.splitlines()[2] == "8     16     1.00 GB/s"
     (document,) = [c for c in sweep_json(curves) if c["backend"] == "gloo"]
     assert document["points"][1]["busbw_gbps"] == {"mean": 1.25, "low": 1.25, "high": 1.25, "cv": None}
     assert document["points"][1]["bytes"] == 256

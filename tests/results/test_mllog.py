@@ -513,9 +513,12 @@ def test_export_check_prints_the_checkers_report(
     cli_server: EmbeddedServer, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     archive = tmp_path / "run.zip"
-    assert main(["export", "mllog-2a-gloo-1w", "-o", str(archive), "--org", "Lab", "--check"]) == 0
+    assert main(["export", "mllog-2a-gloo-1w", "--out", str(archive), "--org", "Lab", "--check"]) == 0
     out, err = capsys.readouterr()
     assert "open_logreg-epsilon.yaml" in out and out.rstrip().endswith("SUCCESS")
+    assert (
+        "mlbench-export-" not in out and f"{archive}/mllog_rules/" in out
+    )  # the archive's files, no gone temp dir
     assert f"wrote {archive}" in err and "complies" in err
     assert _value(_log(archive), "submission_org") == "Lab"
 
@@ -529,12 +532,12 @@ def test_export_without_mlperf_logging_says_how_to_install_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "mlperf_logging", None)  # as if the extra were not installed
     archive = tmp_path / "run.zip"
-    assert main(["export", "mllog-2a-gloo-1w", "-o", str(archive)]) == 0
+    assert main(["export", "mllog-2a-gloo-1w", "--out", str(archive)]) == 0
     err = capsys.readouterr().err
     assert "note: left out mllog.txt" in err and "pip install 'mlbench-tui[mlperf]'" in err
     with zipfile.ZipFile(archive) as zf:
         assert "official_result.json" in zf.namelist() and "mllog.txt" not in zf.namelist()
-    assert main(["export", "mllog-2a-gloo-1w", "-o", str(tmp_path / "x.zip"), "--check"]) == 1
+    assert main(["export", "mllog-2a-gloo-1w", "--out", str(tmp_path / "x.zip"), "--check"]) == 1
     err = capsys.readouterr().err
     assert "--check needs MLCommons' mlperf-logging" in err and "pip install 'mlbench-tui[mlperf]'" in err
     assert not (tmp_path / "x.zip").exists()

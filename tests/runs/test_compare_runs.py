@@ -19,7 +19,7 @@ kind: Benchmark
 metadata: {{name: {name}, labels: {{commit: {commit}}}}}
 spec:
   task: 2a
-  goal: {{metric: val_global_Prec@1, target: 101}}
+  goal: {{metric: val_global_loss, target: 0}}
   workers: 1
   backend: gloo
   repeats: 3
@@ -28,8 +28,9 @@ spec:
     options: {{train_samples: 2048, val_samples: 128}}
   hyperparameters: {{batch_size: 32, max_epochs: 2, timing_warmup_steps: 8}}
 """
-"""128 steps a run, 120 of them timed; the goal cannot be reached, so every run takes them all. The
-slowed side's compute takes six times as long: its step is slower whatever else runs."""
+"""128 steps a run, 120 of them after the warm-up; the goal cannot be reached, so every run takes
+them all. The slowed side's compute takes six times as long: its step is slower whatever else
+runs."""
 SLOW = '  env: {MLBENCH_INJECT_FAULT: "rank=0,mode=slow,factor=6"}\n'
 
 
@@ -74,17 +75,22 @@ def test_the_same_configuration_is_no_significant_difference(home: Path) -> None
     same = mlbench("compare", "lr-base-gloo-1w-r0", "lr-base-gloo-1w-r1", "--fail-on-regression", "5")
     assert same.returncode == 0, same.stdout + same.stderr
     step = next(line for line in same.stdout.splitlines() if line.startswith("step "))
-    assert " samples " in step and "per side (assumed run-to-run noise 2.0%" in step  # one run a side
+    assert " samples " in step  # one run a side: its steps resampled
+    noise = re.search(r"per side \(assumed run-to-run noise (\d+\.\d)%", step)
+    assert noise is not None and float(noise[1]) >= 2.0, step  # never below the 2% floor
 
 
 def test_an_exported_archive_is_a_side(home: Path, tmp_path: Path) -> None:
     archive = tmp_path / "slow.zip"
-    assert mlbench("export", "lr-slow-gloo-1w-r0", "-o", str(archive)).returncode == 0
+    assert mlbench("export", "lr-slow-gloo-1w-r0", "--out", str(archive)).returncode == 0
     shown = mlbench("compare", "lr-base-gloo-1w-r0", str(archive))
     assert shown.returncode == 0, shown.stderr
     assert f"candidate: {archive} (1 run)" in shown.stdout and "regressed" in shown.stdout
     official = json.loads(__import__("zipfile").ZipFile(archive).read("official_result.json"))
-    assert official["step_time"]["warmup_steps"] == 8 and official["step_time"]["steps"] == 120
+    timed = official["step_time"]
+    # 120 steps after the warm-up; the stamped ones are timed (all of them unless the steps are so
+    # short that the stamps would cost over their budget, as on a loaded machine)
+    assert timed["warmup_steps"] == 8 and 0 < timed["steps"] <= 120
 
 
 def test_bad_sides_say_why(home: Path, tmp_path: Path) -> None:

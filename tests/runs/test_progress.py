@@ -22,13 +22,13 @@ def test_eta_extrapolates_the_goal_metric_and_respects_max_epochs() -> None:
     progress.on_metric("val_global_Prec@1", 50.0, 2, 20.0)  # +20 per epoch, 10 s per epoch
     assert progress.eta_s() == pytest.approx(10.0)
     line = progress.line()
-    assert "epoch 2/10" in line and "Prec@1 50 (goal >= 70.0)" in line and "ETA 10s" in line
+    assert "epoch 2/10" in line and "Prec@1 50 (goal >= 70.0)" in line and "ETA to goal 10s" in line
     capped = RunProgress("qs", GOAL, max_epochs=3, state="running")
     capped.on_metric("val_global_Prec@1", 10.0, 1, 10.0)
     capped.on_metric("val_global_Prec@1", 11.0, 2, 20.0)  # 59 epochs at this pace, but only 1 left
     assert capped.eta_s() == pytest.approx(10.0)
     capped.state, capped.phase = "running", "training"
-    assert "ETA <=10s" in capped.line()
+    assert "goal not in reach at this pace: max_epochs in 10s" in capped.line()  # never an ETA to the goal
 
 
 def test_min_goal_and_phases() -> None:

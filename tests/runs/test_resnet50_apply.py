@@ -54,7 +54,7 @@ def test_two_ranks_reach_the_light_goal_through_apply(
     assert main(["logs", "r50-light-gloo-2w", "--grep", "ImageNet"]) == 0
     assert "synthetic, 4 classes, 32x32" in capsys.readouterr().out
     archive = tmp_path / "r50.zip"
-    assert main(["export", "r50-light-gloo-2w", "-o", str(archive), "--check"]) == 0
+    assert main(["export", "r50-light-gloo-2w", "--out", str(archive), "--check"]) == 0
     with zipfile.ZipFile(archive) as zf:
         official = json.loads(zf.read("official_result.json"))
         log = [

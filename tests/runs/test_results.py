@@ -55,7 +55,7 @@ def test_sweep_table_per_size_backend_and_world_size(env: dict[str, str]) -> Non
     assert columns[2:] == [
         f"{config} {figure}"
         for config in ("gloo 2w", "gloo 4w", "mpi 2w", "mpi 4w")
-        for figure in ("P50 us", "CV", "GB/s")
+        for figure in ("P50 us", "CV", "BUSBW")
     ]  # two repeats each: the latency's coefficient of variation beside its olympic mean
     assert len(rows) == 16  # the spec's 16 sizes
     assert rows[0].split()[:2] == ["1", "4"] and rows[-1].split()[:2] == ["1000000", "4000000"]

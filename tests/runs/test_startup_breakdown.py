@@ -51,7 +51,7 @@ def test_a_run_shows_where_its_start_went(tmp_path: Path) -> None:
     )
 
     archive = tmp_path / "boot.zip"
-    assert mlbench("export", "boot-gloo-2w", "-o", str(archive)).returncode == 0
+    assert mlbench("export", "boot-gloo-2w", "--out", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
         lines = [
             json.loads(line.removeprefix(":::MLLOG ")) for line in zf.read("mllog.txt").decode().splitlines()

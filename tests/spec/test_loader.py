@@ -176,3 +176,28 @@ def test_the_specs_readme_example_is_valid() -> None:
     block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     (loaded,) = load_text(block, "README.md", environ={})
     assert loaded.spec.metadata.name == "my-bench"
+
+
+def test_a_trailing_double_slash_comment_gets_its_hint() -> None:
+    text = "apiVersion: mlbench/v1\nkind: Benchmark\nmetadata:\n  name: x\nspec:\n  task: 1a\n"
+    text += "  workers: 2 // two\n"
+    _, issues = collect_text(text, "s.yaml")
+    (issue,) = issues
+    assert (issue.line, issue.col) == (7, 12) and "'2 // two'" in issue.message
+    assert (
+        issue.hint == "'//' starts no comment in YAML: it became part of the value; comments start with '#'"
+    )
+
+
+def test_a_broken_symlink_says_so_named_or_in_a_directory(tmp_path: Path) -> None:
+    link = tmp_path / "specs" / "quickstart.yaml"
+    link.parent.mkdir()
+    link.symlink_to("../../mlbench_tui/spec/quickstart.yaml")  # copied without what it points to
+    for path in (link, link.parent):
+        _, issues = collect_paths([str(path)])
+        (issue,) = issues
+        assert (
+            issue.message
+            == "a broken symbolic link: its target ../../mlbench_tui/spec/quickstart.yaml does not exist"
+        )
+        assert issue.hint == "copy the file it points to (cp -L), or point the link at an existing spec"

@@ -207,9 +207,9 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
     real = empty_server.info.url
 
     class SlowHistory(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # a proxy that answers metric reads 1 s late
+        def do_GET(self) -> None:  # a proxy that answers metric reads 6 s late
             if "/metrics" in self.path:
-                time.sleep(1.0)
+                time.sleep(6.0)
             ahead = {"Authorization": self.headers.get("Authorization", "")}
             with urllib.request.urlopen(urllib.request.Request(real + self.path, headers=ahead)) as upstream:
                 body = upstream.read()
@@ -226,7 +226,10 @@ def test_run_feed_waits_longer_for_a_big_run_s_history(empty_server: EmbeddedSer
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
         client = MlbenchClient(
-            f"http://127.0.0.1:{proxy.server_address[1]}", empty_server.info.read_token, timeout=0.3
+            # an ordinary limit well above what a loaded machine takes to answer, well below the delay
+            f"http://127.0.0.1:{proxy.server_address[1]}",
+            empty_server.info.read_token,
+            timeout=2.0,
         )
         posted: list[Message] = []
         feed = RunFeed(

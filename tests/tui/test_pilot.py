@@ -156,8 +156,10 @@ async def test_run_screen_shows_goal_ranks_charts_and_logs(server: EmbeddedServe
         assert logs.only_matches and all("epoch" in e.text for e in logs.visible_entries())
         await pilot.press("g", "right_square_bracket")
         assert logs.ranks == parse_ranks("0") and {e.rank for e in logs.visible_entries()} == {0}
-        await pilot.press("right_square_bracket")  # rank 1 printed nothing here: an empty view
+        await pilot.press("right_square_bracket")  # rank 1 printed nothing here: the view says so
         assert logs.ranks == parse_ranks("1") and logs.visible_entries() == []
+        shown = [strip.text for strip in logs.query_one(RichLog).lines]
+        assert shown and shown[0].startswith("rank 1 wrote no log lines so far (")
         await pilot.press("right_square_bracket")
         assert logs.ranks is None
         await pilot.press("f", "w")

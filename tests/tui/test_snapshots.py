@@ -238,3 +238,85 @@ def test_compare_one_rank_allreduce_runs(snap_compare: Any, fixed_gpu_server: Em
         await pilot.pause(0.2)
 
     assert snap_compare(_app(fixed_gpu_server), terminal_size=(140, 50), run_before=run_before)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = Path("tests/fixtures/tui/launch")  # relative: the screen shows the path
+
+
+def _launch_dialog(spec: Path) -> Callable[[Any], Any]:
+    """A run_before that opens the spec screen on ``spec``, waits until it knows what apply would
+    do, and presses the launch key."""
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await _until(pilot, lambda: getattr(app.screen, "loaded", False))
+        await pilot.press("S")
+        await _until(pilot, lambda: type(app.screen).__name__ == "SpecScreen" and app.screen.preview)
+        await pilot.press("a")
+        await _until(pilot, lambda: type(app.screen).__name__ == "LaunchScreen")
+        await pilot.pause(0.3)
+
+    return run_before
+
+
+def _spec_app(srv: EmbeddedServer, spec: Path) -> MlbenchApp:
+    return MlbenchApp(srv.url, token=srv.info.read_token, clock=lambda: FIXED_NOW, spec_path=spec)
+
+
+def test_launch_dialog_says_the_runs_start(
+    snap_compare: Any, fixed_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    spec = LAUNCH / "start.yaml"
+    assert snap_compare(_spec_app(fixed_server, spec), terminal_size=SIZE, run_before=_launch_dialog(spec))
+
+
+def test_launch_dialog_says_an_unchanged_spec_is_skipped_and_offers_force(
+    snap_compare: Any, fixed_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlbench_tui.plan import expand
+    from mlbench_tui.spec.loader import load_paths
+    from mlbench_tui.store.api_models import RunCreate
+
+    monkeypatch.chdir(ROOT)
+    spec = LAUNCH / "start.yaml"
+    (loaded,) = load_paths([spec])
+    (plan,) = expand(loaded.spec)
+    with MlbenchClient(fixed_server.url, fixed_server.info.admin_token) as client:  # it ran before
+        run = client.create_run(RunCreate.from_plan(plan, loaded.text)).run
+        client.update_run(run.id, state="succeeded")
+    assert snap_compare(_spec_app(fixed_server, spec), terminal_size=SIZE, run_before=_launch_dialog(spec))
+
+
+def test_launch_dialog_says_why_apply_refuses(
+    snap_compare: Any, fixed_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a GPU run on a machine that shows no GPU
+    spec = LAUNCH / "gpu.yaml"
+    assert snap_compare(_spec_app(fixed_server, spec), terminal_size=SIZE, run_before=_launch_dialog(spec))
+
+
+def test_runs_screen_shows_a_sweeps_queued_points(snap_compare: Any, fixed_server: EmbeddedServer) -> None:
+    from mlbench_tui.store.api_models import RunCreate
+
+    with MlbenchClient(fixed_server.url, fixed_server.info.admin_token) as client:
+        running = client.create_run(
+            RunCreate(name="sweep-gloo-1w", spec_name="sweep", task="1a", workers=1)
+        ).run
+        client.update_run(running.id, state="running", handle="local://host/" + running.id)
+        for workers in (2, 4):  # what apply registers ahead of starting them
+            client.create_run(
+                RunCreate(
+                    name=f"sweep-gloo-{workers}w", spec_name="sweep", task="1a", workers=workers,
+                    labels={"mlbench.io/queued-by": "bench-host:4242"},
+                )
+            )  # fmt: skip
+
+    async def run_before(pilot: Any) -> None:
+        await _until(pilot, lambda: getattr(pilot.app.screen, "loaded", False))
+        await _until(pilot, lambda: len(pilot.app.screen.rows) == 6)
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(fixed_server), terminal_size=SIZE, run_before=run_before)

@@ -16,7 +16,7 @@ from textual.widgets import DataTable
 
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.tui.app import MlbenchApp
-from mlbench_tui.tui.screens.confirm import ConfirmScreen
+from mlbench_tui.tui.screens.launch import LaunchScreen
 from mlbench_tui.tui.screens.spec import SpecScreen
 
 pytestmark = pytest.mark.anyio
@@ -76,8 +76,11 @@ async def test_spec_screen_issues_plan_and_launch_confirmation(
             "tui-fixture-gloo-1w",
             "tui-fixture-gloo-2w",
         ]
+        found = await _until(pilot, lambda: screen.preview)  # what apply would do, from the store
+        assert found.outcome == "start" and found.starts == ("tui-fixture-gloo-1w", "tui-fixture-gloo-2w")
+        assert [str(plans.get_row_at(i)[1]) for i in range(plans.row_count)] == ["start", "start"]
         await pilot.press("a")
-        assert isinstance(app.screen, ConfirmScreen)
+        assert isinstance(app.screen, LaunchScreen)
         await pilot.press("n")
         assert isinstance(app.screen, SpecScreen)
 

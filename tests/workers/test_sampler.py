@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -43,8 +44,11 @@ def test_host_series_are_real_readings_of_this_process(tmp_path: Path) -> None:
     sampler = Sampler(recorder, 1.0, gpu=False, cgroup_root=tmp_path)
     sampler.setup()
     first = dict(sampler.sample())
-    ballast = bytearray(64 * 2**20)  # 64 MiB more resident memory
-    ballast[::4096] = b"x" * len(ballast[::4096])
+    # 64 MiB more resident memory: fresh pages of their own mapping, touched (a heap allocation
+    # could reuse pages a long test process freed and kept, as a tuned allocator does)
+    ballast = mmap.mmap(-1, 64 * 2**20)
+    for offset in range(0, len(ballast), mmap.PAGESIZE):
+        ballast[offset] = 1
     sum(i * i for i in range(300_000))  # some CPU time between the samples
     second = dict(sampler.sample())
     assert set(first) >= set(HOST) and set(second) >= set(HOST)
@@ -54,7 +58,7 @@ def test_host_series_are_real_readings_of_this_process(tmp_path: Path) -> None:
     assert second[sm.NET_SENT_MIB_S] >= 0 and second[sm.NET_RECV_MIB_S] >= 0
     assert not any(name.startswith("sys/gpu") for name in recorder.names())  # a CPU rank
     assert recorder.names() <= set(sm.BY_NAME)  # every name is in the documented table
-    del ballast
+    ballast.close()
 
 
 def test_closing_the_reporter_takes_a_last_sample_first(tmp_path: Path) -> None:
@@ -222,7 +226,7 @@ spec:
 """,
     )
     archive = tmp_path / "tel.zip"
-    assert mlbench("export", "tel-gloo-2w", "-o", str(archive)).returncode == 0
+    assert mlbench("export", "tel-gloo-2w", "--out", str(archive)).returncode == 0
     with zipfile.ZipFile(archive) as zf:
         rows = list(csv.DictReader(io.StringIO(zf.read("metrics.csv").decode())))
         official = json.loads(zf.read("official_result.json"))

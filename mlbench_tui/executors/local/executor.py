@@ -142,11 +142,21 @@ class LocalExecutor(Executor[LocalRequest]):
         shown = self._gpus.visible
         if needed > shown:
             per_rank = f"{plan.resources.gpus} GPU{'' if plan.resources.gpus == 1 else 's'}"
+            fit = shown // plan.resources.gpus
+            if fit == 0:
+                hint = (
+                    "run it where there are GPUs (a GPU machine, or target kubernetes or slurm), widen "
+                    "CUDA_VISIBLE_DEVICES, or leave out hardware.gpu (and use backend gloo) to train on CPU"
+                )
+            else:
+                hint = (
+                    f"lower workers to {fit} or fewer (or GPUs per rank), or widen CUDA_VISIBLE_DEVICES; "
+                    "ranks never share a GPU"
+                )
             raise ExecutorError(
                 f"run {plan.name} needs {needed} GPU{'' if needed == 1 else 's'} ({plan.workers} rank(s) x "
                 f"{per_rank}) but this machine shows {self._gpus.describe()}",
-                hint="lower workers (or GPUs per rank) to fit, or widen CUDA_VISIBLE_DEVICES; "
-                "ranks never share a GPU",
+                hint=hint,
             )
 
     # -- dryrun / schedule -------------------------------------------------------------------

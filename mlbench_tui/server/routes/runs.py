@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
+from sqlalchemy import Connection
 
-from mlbench_tui.errors import NotFound
-from mlbench_tui.server.results import ends_run, with_result
+from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.server.errors import ApiError
+from mlbench_tui.server.results import ends_run, recomputed, stale, with_result
 from mlbench_tui.server.routes.context import Api, RunId, json_response
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import (
     MAX_RANK,
+    ErrorBody,
     RankInfo,
     RankUpdate,
     RankUpdates,
@@ -25,6 +29,7 @@ from mlbench_tui.store.api_models import (
 )
 
 Rank = Annotated[int, Path(ge=0, le=MAX_RANK)]
+log = logging.getLogger(__name__)
 
 
 def router(api: Api) -> APIRouter:
@@ -45,19 +50,66 @@ def router(api: Api) -> APIRouter:
         spec_name: Annotated[str | None, Query(max_length=128)] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
     ) -> Response:
+        """Runs, newest first; a result that other rules computed is recomputed first (see get_run)."""
         api.authz.read(request)
-        runs = await api.read(
-            request, lambda c: queries.list_runs(c, state=state, spec_name=spec_name, limit=limit)
-        )
+
+        def listed(conn: Connection) -> list[RunInfo]:
+            return queries.list_runs(conn, state=state, spec_name=spec_name, limit=limit)
+
+        runs = await api.read(request, listed)
+        if await refresh(request, [run.id for run in runs if stale(run)]):
+            runs = await api.read(request, listed)
         return json_response(runs)
 
     @routes.get("/{run_id}", response_model=RunDetail)
     async def get_run(run_id: RunId, request: Request) -> Response:
+        """A run with its plan, ranks and result. A result stored by other rules than this
+        version's is recomputed from the run's stored metrics and events, and stored, before it is
+        served (``result.computed_by`` says by which version, and what it replaced)."""
         api.authz.read(request)
         detail = await api.read(request, lambda c: queries.get_run(c, run_id))
         if detail is None:
             raise NotFound(f"run {run_id} not found")
+        if stale(detail) and await refresh(request, [run_id]):
+            detail = await api.read(request, lambda c: queries.get_run(c, run_id))
+            if detail is None:  # deleted meanwhile
+                raise NotFound(f"run {run_id} not found")
         return json_response(detail)
+
+    @routes.post(
+        "/{run_id}/result:recompute",
+        response_model=RunDetail,
+        responses={409: {"model": ErrorBody, "description": "The run has not ended with a result."}},
+    )
+    async def recompute_result(run_id: RunId, request: Request) -> Response:
+        """Recompute a finished run's result from its stored metrics and events with this version's
+        rules (its recorded state and error are kept), store it and answer the run; 409 for a run
+        that has not ended with a result."""
+        api.authz.admin(request)
+        update = await api.read(request, lambda c: recomputed(api.store, c, run_id))
+        if update is None:
+            raise ApiError(409, "conflict", f"run {run_id} has no result to recompute: it has not ended")
+        return json_response(await api.write(api.store.op_update_run(run_id, update)))
+
+    async def refresh(request: Request, run_ids: list[str]) -> bool:
+        """Recompute and store the results of ``run_ids``; whether any changed. One that cannot
+        be recomputed is served as stored (and logged)."""
+        changed = False
+        for run_id in run_ids:
+
+            def fresh(conn: Connection, run_id: str = run_id) -> RunUpdate | None:
+                return recomputed(api.store, conn, run_id)
+
+            try:
+                update = await api.read(request, fresh)
+                if update is not None:
+                    await api.write(api.store.op_update_run(run_id, update))
+                    changed = True
+            except (NotFound, StoreError):
+                continue
+            except Exception:  # a result that cannot be recomputed is still served as stored
+                log.exception("cannot recompute the result of run %s", run_id)
+        return changed
 
     @routes.patch("/{run_id}", response_model=RunDetail)
     async def update_run(run_id: RunId, body: RunUpdate, request: Request) -> Response:

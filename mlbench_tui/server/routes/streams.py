@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -21,21 +21,21 @@ from mlbench_tui.server.stream import (
     follow,
     sse,
 )
+from mlbench_tui.server.stream_events import LIST_STREAM, RUN_STREAM, stream_response
 from mlbench_tui.store import queries
 from mlbench_tui.store.api_models import MAX_PAGE
 from mlbench_tui.store.changes import Change
 from mlbench_tui.store.store import Store
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "SSE stream"}
-}
 
 
 def router(api: Api) -> APIRouter:
     routes = APIRouter(tags=["streams"])
 
-    @routes.get("/v1/runs/{run_id}/stream", response_class=StreamingResponse, responses=_SSE_RESPONSES)
+    @routes.get(
+        "/v1/runs/{run_id}/stream", response_class=StreamingResponse, responses=stream_response(RUN_STREAM)
+    )
     async def stream_run(
         run_id: RunId,
         request: Request,
@@ -100,7 +100,7 @@ def router(api: Api) -> APIRouter:
             headers=_SSE_HEADERS,
         )
 
-    @routes.get("/v1/stream", response_class=StreamingResponse, responses=_SSE_RESPONSES)
+    @routes.get("/v1/stream", response_class=StreamingResponse, responses=stream_response(LIST_STREAM))
     async def stream_runs(request: Request) -> StreamingResponse:
         """Live stream of the run list: ``run`` (created or changed) and ``run_deleted`` events."""
         api.authz.read(request)

@@ -57,8 +57,10 @@ COLUMNS = (
     "run",
     "backend",
     "workers",
+    "impl",
     "state",
     "time to accuracy",
+    "vs baseline",
     "speedup",
     "efficiency",
     "comm share",
@@ -82,12 +84,15 @@ def compare_cells(row: CompareRow, baseline: bool) -> tuple[Text | str, ...]:
         if row.time_to_accuracy_s is not None
         else ("not reached" if row.reached is False else "—")
     )
+    ratio = "—" if row.vs_baseline is None or baseline else f"{row.vs_baseline:.2f}x"
     return (
         name,
         f"{row.backend} {row.network}" if row.network else row.backend,  # its links, when emulated
         str(row.workers),
+        row.implementation,
         Text(row.state, style=STATE_STYLES.get(row.state, "")),
         tta,
+        ratio,
         _f(row.speedup, ".2f") + ("x" if row.speedup is not None else ""),
         _f(None if row.efficiency is None else row.efficiency * 100, ".0f") + ("%" if row.efficiency else ""),
         _f(None if row.comm_share is None else row.comm_share * 100, ".1f")
@@ -222,6 +227,7 @@ class CompareScreen(Screen[None]):
         self.report_dir = report_dir  # where R writes (the working directory when None)
         self.charted = False  # the charts hold the latest data (tests wait for it)
         self.report_path: Path | None = None  # the last report R wrote
+        self.unshown: list[str] = []  # the charts left out, and why
         self.history: list[HistoryEntry] = []  # the compared configurations' runs over time
         self._finished: dict[str, RunResult] = {}  # an ended run's result with today's figures
 
@@ -318,10 +324,17 @@ class CompareScreen(Screen[None]):
             ids = [r.id for r in self.rows]
             if selected in ids:
                 table.move_cursor(row=ids.index(selected), animate=False)
+        self._rebuild_note()
+
+    def _rebuild_note(self) -> None:
+        """Below the table: its order, what is not charted and why (said once), and the scores."""
+        ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
         missing = len(self.run_ids) - len(ordered)
         note = Text(f"sorted by {self.sort}", style="grey50")
         if missing:
             note.append(f"   {missing} run(s) no longer in the store", style="yellow")
+        for line in self.unshown:
+            note.append(f"\n{line}", style="grey50")
         sweep = sweep_table(ordered, self.sweeps)
         parts: list[Any] = [note, sweep if sweep is not None else config_table(ordered)]
         lines = network_lines([run.known_result() for run in ordered])
@@ -334,17 +347,24 @@ class CompareScreen(Screen[None]):
         ordered = [self.runs[i] for i in self.run_ids if i in self.runs]
         records = [RunRecord(r.known_result(), "", self.sweeps.get(r.id, {})) for r in ordered]
         colours: dict[str, str] = {}
+        counts = sorted({r.result.workers for r in training(records)})
+        no_scaling = (
+            "needs a 1-worker run that reached its goal"
+            if len(counts) > 1
+            else f"every run used {counts[0] if counts else 1} worker(s): no other worker count to compare"
+        )
         by_network = network_figures(training(records), colours)
         speedup_chart = self.query_one("#speedup-chart", MetricChart)
         speedup_chart.log_x = bool(by_network)  # swept over bandwidth: speedup against it
         speedup_chart.x_label = "bandwidth (Mbit/s)" if by_network else "workers"
+        scaling = by_network or scaling_figures(training(records), colours)
         charts = (
-            ("#speedup-chart", NETWORK_TITLE if by_network else SPEEDUP_TITLE,
-             by_network or scaling_figures(training(records), colours), "Speedup",
-             "needs a 1-worker run that reached its goal"),
+            ("#speedup-chart", NETWORK_TITLE if by_network else SPEEDUP_TITLE, scaling, "Speedup",
+             no_scaling),
             ("#busbw-chart", BUSBW_TITLE, sweep_figures(sweeps(records), colours), "Bus bandwidth",
              "no all-reduce run compared"),
         )  # fmt: skip
+        unshown = []
         for chart_id, title, figures, panel, empty in charts:
             chart = self.query_one(chart_id, MetricChart)
             chart.clear()
@@ -354,7 +374,13 @@ class CompareScreen(Screen[None]):
                 title = LATENCY_TITLE if lines else title
             for label, points in lines:
                 chart.add_points(label, points, label)
-            chart.border_title = title if lines else f"{title}: {empty}"
+            chart.border_title = title
+            chart.display = bool(lines)  # a chart with nothing to draw is not shown, only said once
+            if not lines:
+                unshown.append(f"no {title} chart: {empty}")
+        self.query_one("#compare-charts").display = len(unshown) < len(charts)
+        self.unshown = unshown
+        self._rebuild_note()
         self.charted = True
 
     def action_write_report(self) -> None:

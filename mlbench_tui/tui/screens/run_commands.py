@@ -30,15 +30,16 @@ def in_background(app: Shell, what: str, job: Callable[[], str]) -> None:
     app.run_worker(run, name=what, thread=True, group="commands", exit_on_error=False)
 
 
-def launch(app: Shell, path: Path) -> None:
-    """``mlbench apply PATH --detach``: start every run of a spec file or directory."""
+def launch(app: Shell, path: Path, *, force: bool = False) -> None:
+    """``mlbench apply PATH --detach`` (``--force``): start the runs of a spec file or directory;
+    the notification says what apply did (started, skipped as unchanged)."""
+    from mlbench_tui.tui.screens.launch import applied
 
     def job() -> str:
-        result = app.launcher.apply(path)
-        lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
-        return f"launched {path.name}" + (f": {lines[-1]}" if lines else "")
+        result = app.launcher.apply(path, force=force)
+        return applied(result.stdout + result.stderr, path.name)
 
-    app.notify(f"launching {path} …", timeout=3)
+    app.notify(f"applying {path} …", timeout=3)
     in_background(app, "launch", job)
 
 

@@ -10,7 +10,7 @@ neighbour so lines stay connected), and a span is written a whole cell at a time
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mlbench_tui.tui.widgets.series import MinMaxSeries
@@ -139,8 +139,12 @@ def draw_chart(
     goal: float | None = None,
     x_label: str = "",
     legend: Sequence[str] | None = None,
+    empty: str = "waiting for data…",
+    y_format: Callable[[float], str] | None = None,
 ) -> list[list[Run]]:
-    """Render ``series`` into ``height`` rows of runs totalling ``width`` cells each."""
+    """Render ``series`` into ``height`` rows of runs totalling ``width`` cells each; ``empty`` is
+    what a chart without points says, ``y_format`` writes the y labels (default: ``format_value``)."""
+    y_text = y_format or format_value
     width = max(width, 1)
     height = max(height, 3)
     lay = layout_for(width, height)
@@ -167,7 +171,7 @@ def draw_chart(
     rows.append(legend_runs)
 
     if not filled:
-        message = "waiting for data…"
+        message = empty
         for r in range(ph):
             if r == ph // 2:
                 pad = max(0, (width - len(message)) // 2)
@@ -225,14 +229,12 @@ def draw_chart(
     # Y labels at the top, the middle, the goal and the bottom rows.
     labels: dict[int, str] = {}
     if lay.label_width:
-        labels[0] = format_value(y_hi)
-        labels[ph - 1] = format_value(y_lo)
+        labels[0] = y_text(y_hi)
+        labels[ph - 1] = y_text(y_lo)
         if ph >= 5:
-            labels.setdefault(
-                ph // 2, format_value(y_hi - (y_hi - y_lo) * ((ph // 2) * 4 + 2) / (dots_h - 1))
-            )
+            labels.setdefault(ph // 2, y_text(y_hi - (y_hi - y_lo) * ((ph // 2) * 4 + 2) / (dots_h - 1)))
         if 0 <= goal_row < ph:
-            labels[goal_row] = format_value(goal if goal is not None else 0.0)
+            labels[goal_row] = y_text(goal if goal is not None else 0.0)
 
     lw = lay.label_width
     for r in range(ph):

@@ -207,6 +207,7 @@ class ChartGrid(Grid):
                     look.title,
                     metric=name,
                     scale=look.scale,
+                    y_format=look.y_format,
                     goal=goal.target if goal is not None and goal.metric == name else None,
                     x_label=sweep.x_label if sweep is not None else "seconds" if sm.is_sys(name) else "step",
                     log_x=sweep is not None,
@@ -252,6 +253,10 @@ class ChartGrid(Grid):
         if batch.bands is not None:
             self.add_bands(batch.bands)
         self._fold(batch.series.values())
+        if self.run is not None and self.run.state.is_terminal():  # no more is coming: say so
+            for name, chart in self.charts.items():
+                if not chart.series:
+                    chart.say_empty(f"no data: the run ended without recording {name}")
 
 
 def _chart_id(name: str) -> str:

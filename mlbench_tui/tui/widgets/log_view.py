@@ -166,7 +166,20 @@ class LogView(Vertical):
         visible = self.visible_entries()[-REDRAW_LINES:]
         if visible:
             self._write(visible)
+        elif self.ranks is not None or (self.only_matches and self.pattern is not None):
+            log.write(Text(self.empty_note(), style="grey50"))  # an empty pane says why
         self._update_status()
+
+    def empty_note(self) -> str:
+        """Why the filtered log shows nothing: the ranks chosen wrote nothing (so far), or no line
+        matches the search."""
+        source = self.tail if self.tail is not None else self.entries
+        if self.ranks is not None and not any(e.rank in self.ranks for e in source):
+            who = _ranks_label(self.ranks).removeprefix("r")
+            ranks = f"rank {who}" if len(self.ranks) == 1 else f"ranks {who}"
+            others = sum(1 for e in self.entries if e.rank not in self.ranks)
+            return f"{ranks} wrote no log lines so far ({others} lines from the others)"
+        return "no line matches the search"
 
     # -- controls ---------------------------------------------------------------------------
     def set_pattern(self, pattern: str) -> str | None:

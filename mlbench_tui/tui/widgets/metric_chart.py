@@ -8,7 +8,7 @@ per dot column (see ``series.MinMaxSeries``), so it costs the same at 100 or 100
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -43,6 +43,7 @@ class MetricChart(Widget):
         log_x: bool = False,
         metric: str | None = None,
         scale: float = 1.0,
+        y_format: Callable[[float], str] | None = None,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
@@ -51,6 +52,8 @@ class MetricChart(Widget):
         self.border_title = title
         self.metric_name = metric or title  # the legend shows each series' latest value in its unit
         self.scale = scale  # points are the metric's values times this (us for seconds, GiB for MiB)
+        self.y_format = y_format  # the y labels in the chart's unit (bandwidth: 34.7KB/s, not 34.7µ)
+        self._empty = "waiting for data…"
         self.goal = goal
         self.x_label = x_label
         self.log_x = log_x
@@ -88,6 +91,13 @@ class MetricChart(Widget):
             self._labels.pop(key, None)
             self._invalidate()
 
+    def say_empty(self, text: str) -> None:
+        """What the chart says while it has no points (``waiting for data…`` until told otherwise,
+        e.g. that the run ended without recording this metric)."""
+        if text != self._empty:
+            self._empty = text
+            self._invalidate()
+
     def clear(self) -> None:
         self._series.clear()
         self._labels.clear()
@@ -107,7 +117,10 @@ class MetricChart(Widget):
             value = f" {format_metric(self.metric_name, last[1] / self.scale)}" if last else ""
             legend.append(f"{self._labels[key]}{value}")
         x_label = f"log10 {self.x_label}" if self.log_x else self.x_label
-        rows = draw_chart(series, width, height, goal=self.goal, x_label=x_label, legend=legend)
+        rows = draw_chart(
+            series, width, height, goal=self.goal, x_label=x_label, legend=legend, empty=self._empty,
+            y_format=self.y_format,
+        )  # fmt: skip
         styles = self._chart_styles()
         return [self._strip(row, styles, width) for row in rows[:height]]
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from mlbench_tui.formatting import DEFAULT_CURRENCY, format_duration, format_money
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan
+from mlbench_tui.report.environment import readable, readable_fingerprint
 from mlbench_tui.results.table import (
     allreduce_text,
     checks_lines,
@@ -62,7 +63,10 @@ def summary_renderable(run: RunDetail) -> Group:
     goal_text = f"{goal_label(run.goal)} ({run.goal.kind})" if run.goal else "none (measurement task)"
     # as stored: a plan from an older version shows no newer defaults (gpu_type_strict)
     resources = plan.resources.model_dump(exclude_unset=True) if plan is not None else {}
-    data = f"{plan.data.source} {plan.data.options or ''}".strip() if plan is not None else "—"
+    data = "—"
+    if plan is not None:
+        options = ", ".join(f"{key}: {readable(key, value)}" for key, value in plan.data.options.items())
+        data = f"{plan.data.source} ({options})" if options else plan.data.source
     rows = [
         ("name", run.name),
         ("id", run.id),
@@ -73,7 +77,10 @@ def summary_renderable(run: RunDetail) -> Group:
         ("goal", goal_text),
         *network_detail_lines(run.network, run.result.network if run.result is not None else None),
         ("target", run.target_kind + (f"  {run.handle}" if run.handle else "")),
-        ("resources", ", ".join(f"{k}={v}" for k, v in resources.items() if v not in (None, 0, ""))),
+        (
+            "resources",
+            ", ".join(f"{k}={_spec_value(v)}" for k, v in resources.items() if v not in (None, 0, "")),
+        ),
         ("data", data),
         ("created", _when(run.created)),
         ("started", _when(run.started)),
@@ -94,11 +101,11 @@ def ran_hyperparameters(plan: RunPlan) -> list[tuple[str, Text]]:
     rows = []
     for key, value in sorted(plan.hyperparameters.items()):
         if key in options and options[key] != value:
-            text = Text(str(options[key]), style="bold")
-            text.append(f"  (data.options; plan {value})", style="grey50")
+            text = Text(_spec_value(options[key]), style="bold")
+            text.append(f"  (data.options; plan {_spec_value(value)})", style="grey50")
             rows.append((key, text))
         else:
-            rows.append((key, Text(str(value))))
+            rows.append((key, Text(_spec_value(value))))
     return rows
 
 
@@ -163,10 +170,19 @@ def result_renderable(run: RunDetail, failures: list[wire.RankFailed], stop: wir
 def environment_renderable(env: dict[str, Any]) -> Group:
     if not env:
         return Group(Text(""), Text("Environment: not reported yet", style="grey50"))
-    rows = [
-        (k, v if not isinstance(v, dict | list) else str(v)) for k, v in sorted(env.items()) if v is not None
-    ]
+    rows = list(readable_fingerprint(env, per_run=True).items())  # as the report shows them
     return Group(Text(""), _kv_table(rows, "Environment"))
+
+
+def _spec_value(value: Any) -> str:
+    """A value as a spec writes it: ``true``, ``[fp32, fp16]``, never Python's ``True`` or ``['fp32']``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_spec_value(v) for v in value) + "]"
+    if value is None:
+        return "null"
+    return str(value)
 
 
 def _num(value: float | None) -> str:

@@ -13,7 +13,9 @@ from mlbench_tui.tui.widgets.bars import progress_bar
 from mlbench_tui.tui.widgets.rank_table import STATE_STYLES
 from mlbench_tui.tui.widgets.table import FittedTable
 
-COLUMNS = ("", "name", "task", "backend", "workers", "state", "progress", "best", "time to goal", "age")
+COLUMNS = (
+    "", "name", "task", "backend", "workers", "impl", "state", "progress", "best", "time to goal", "age",
+)  # fmt: skip
 
 
 def _best(row: RunRow) -> Text:
@@ -33,8 +35,10 @@ def _time_to_goal(row: RunRow) -> Text:
 
 def row_cells(row: RunRow, marked: bool, now: float) -> tuple[Text | str, ...]:
     """The cells of one run's line."""
-    if row.progress is None:
-        progress: Text = Text("no goal", style="grey50")
+    if row.queued_by is not None:
+        progress: Text = Text(f"queued (apply {row.queued_by})", style="grey50")
+    elif row.progress is None:
+        progress = Text("no goal", style="grey50")
     else:
         style = "red" if row.state == "failed" else "yellow" if row.state == "cancelled" else "green"
         progress = progress_bar(row.progress, 10, style=style)
@@ -44,6 +48,7 @@ def row_cells(row: RunRow, marked: bool, now: float) -> tuple[Text | str, ...]:
         row.task,
         row.backend,
         str(row.workers),
+        Text(row.implementation or "—", style="" if row.implementation else "grey50"),
         Text(row.state, style=STATE_STYLES.get(row.state, "")),
         progress,
         _best(row),

@@ -150,30 +150,33 @@ def _wait_for_ranks(request: StartRequest, count: int, timeout: float = 60.0) ->
     raise AssertionError(f"the launcher did not record {count} ranks")
 
 
-def test_a_forked_rank_keeps_every_descriptor_it_opens_until_it_exits(tmp_path: Path) -> None:
-    """The server's descriptors are closed once, in the child, before the rank runs: none is
-    closed again at the rank's exit, when its number belongs to the rank (gloo's store loop spun
-    forever on a closed epoll that way, and its rank never ended)."""
+def test_a_forked_rank_keeps_every_descriptor_it_opens_and_none_of_the_servers(tmp_path: Path) -> None:
+    """The server's descriptors are closed once, in the child, before the rank runs, each through
+    its owner: none is closed again later by number when the number belongs to the rank (gloo's
+    store loop spun forever on a closed epoll that way, and its rank never ended), and none of the
+    server's pipes is left open in the rank."""
     out = tmp_path / "fds.txt"
     code = f"""
-import atexit, os, sys
+import gc, os, stat, sys
 files = [open(os.devnull) for _ in range(8)]
-def check():
-    bad = []
-    for f in files:
-        try:
-            os.fstat(f.fileno())
-        except OSError:
-            bad.append(f.fileno())
-    with open({str(out)!r}, "w") as o:
-        o.write(f"closed under the rank: {{bad}}")
-atexit.register(check)
+gc.collect()  # whatever of the server's the child inherited is finalized now, if ever
+def alive(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+bad = [f.fileno() for f in files if not alive(f.fileno())]
+fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+pipes = [fd for fd in fds if alive(fd) and stat.S_ISFIFO(os.fstat(fd).st_mode)]
+with open({str(out)!r}, "w") as o:
+    o.write(f"closed under the rank: {{bad}}; pipes: {{pipes}}")
 sys.exit(3)
 """
     request = _request(tmp_path, "c", [], main=RankMain(code=code))
     launcher = warm_start.start(request, tmp_path)
     assert launcher.wait(timeout=60) == 3, _log(request)
-    assert out.read_text() == "closed under the rank: []"
+    assert out.read_text() == "closed under the rank: []; pipes: []"
 
 
 def test_another_import_environment_gets_another_server(tmp_path: Path) -> None:

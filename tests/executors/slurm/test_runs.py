@@ -297,7 +297,7 @@ def test_a_job_on_a_down_partition_shows_the_pending_reason(
     wait_until(lambda: "state:    cancelled" in mlbench("status", run_id).stdout, 30, "the reconciled state")
     run_dir = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs" / run_id
     assert (run_dir / "job.sbatch").exists()
-    assert mlbench("delete", run_id).returncode == 0
+    assert mlbench("delete", run_id, "--yes").returncode == 0
     assert not run_dir.exists()  # its files on the shared filesystem went with it
 
 
