@@ -53,7 +53,7 @@ kind: Benchmark
 metadata: {{name: {name}}}
 spec:
   task: 2a
-  goal: {{metric: val_global_Prec@1, target: 101}}
+  goal: {{metric: val_global_loss, target: 0}}  # never reached: every run takes its epoch
   workers: 2
   backend: gloo
   repeats: {repeats}
@@ -120,6 +120,9 @@ def real_runs(repeats: int, factor: float) -> None:
         print(
             f"   applied {2 * repeats} runs in {time.monotonic() - started:.0f} s (exit {applied.returncode})"
         )
+        if applied.returncode != 0:
+            print(applied.stderr.strip(), file=sys.stderr)
+            return
         _mlbench(home, "status")  # a first writer brings the store to this version's schema
         reader = StoreReader.open(home / "mlbench.db")
         if reader is None:
