@@ -75,11 +75,11 @@ def side_builders(
     import torch
     from mlbench_worker.comm import SingleComm
     from mlbench_worker.data import cifar10
-    from mlbench_worker.graphs import Capture, CudaCapture, GraphedStep
+    from mlbench_worker.devices.graphs import Capture, CudaCapture, GraphedStep
+    from mlbench_worker.devices.replay_capture import ReplayCapture
     from mlbench_worker.models.resnet import resnet20
-    from mlbench_worker.replay_capture import ReplayCapture
-    from mlbench_worker.reporter import Reporter
-    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.reporting.reporter import Reporter
+    from mlbench_worker.timing.tracker import Tracker
 
     device = torch.device("cpu") if smoke else torch.device("cuda", torch.cuda.current_device())
     backend = "gloo" if smoke else "nccl"

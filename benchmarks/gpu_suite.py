@@ -15,7 +15,7 @@ Exits 1 when a run failed or missed its goal, a case did not run within the budg
 mode's losses left the tolerance. On a machine without an NVIDIA GPU it says so and exits 0.
 
 ``--device cpu --smoke`` runs the same path on CPU: gloo ranks, tiny settings, fp32, and the
-graph check through the replay stand-in (``mlbench_worker.replay_capture``).
+graph check through the replay stand-in (``mlbench_worker.devices.replay_capture``).
 
     python -m benchmarks gpu_suite [--budget 480] [--tasks 1a,3a] [--keep DIR] [--device cpu --smoke]
 """

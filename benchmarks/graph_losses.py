@@ -7,7 +7,7 @@ batches; their per-step losses must agree within a relative tolerance: 1e-5 in f
 bf16 and fp16 (reduced precision rounds each op; two orders of kernels may round differently).
 On a GPU the graphs are CUDA graphs, and both sides run cuDNN's deterministic algorithms (its
 default fp32 convolution backward may accumulate with atomics: the check would measure that, not
-the graphs). On CPU ``mlbench_worker.replay_capture.ReplayCapture`` replays the ops each phase
+the graphs). On CPU ``mlbench_worker.devices.replay_capture.ReplayCapture`` replays the ops each phase
 recorded on the captured tensors, so a stale input or a state not carried fails there too.
 
     python -m benchmarks graph_losses [--device cpu] [--steps 50] [--tasks 1a,1b,2a,3a]
@@ -93,8 +93,9 @@ def _trainer(task: str, precision: str, device: Any, seed: int) -> Any:
     import torch
     from mlbench_worker.comm import SingleComm
     from mlbench_worker.config import parse_config
-    from mlbench_worker.context import Rendezvous, RunContext
-    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.context import RunContext
+    from mlbench_worker.launch.rendezvous import Rendezvous
+    from mlbench_worker.reporting.reporter import Reporter
     from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
     from mlbench_worker.tasks.logreg import LogRegTrainer
     from mlbench_worker.tasks.resnet20 import ResNet20Trainer
@@ -145,8 +146,8 @@ def _losses(trainer: Any, steps: int, step_fn: Callable[[Any, Any], Any]) -> lis
 def check(task: str, precision: str, device: Any, steps: int, seed: int = 7) -> LossCheck:
     """Eager and graphed losses of ``task`` in ``precision`` over its first ``steps`` steps."""
     import torch
-    from mlbench_worker.graphs import CudaCapture, GraphedStep
-    from mlbench_worker.replay_capture import ReplayCapture
+    from mlbench_worker.devices.graphs import CudaCapture, GraphedStep
+    from mlbench_worker.devices.replay_capture import ReplayCapture
 
     deterministic = torch.backends.cudnn.deterministic
     torch.backends.cudnn.deterministic = True  # the same kernels, the same sums, on both sides

@@ -301,7 +301,7 @@ def spool_import_seconds(workdir: Path, metrics: int = SPOOL_METRICS) -> tuple[f
     """Seconds to import a spool of ``metrics`` metrics (batches of 1,000, as the worker's reporter
     writes them when it reaches no server) into a store, as a server does when it starts; and the
     rows it stored."""
-    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.reporting.reporter import Reporter
 
     from mlbench_tui.server.spools import SpoolImporter
     from mlbench_tui.store.api_models import RunCreate, RunUpdate

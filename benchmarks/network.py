@@ -48,7 +48,7 @@ _RECEIVER = textwrap.dedent(
     """
     import socket, sys, time
     sys.path.insert(0, {workers!r})
-    from mlbench_worker.netns import join
+    from mlbench_worker.launch.netns import join
     join({netns!r})
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(({address!r}, 5201)); s.listen(1); print("ready", flush=True)
@@ -67,7 +67,7 @@ _SENDER = textwrap.dedent(
     """
     import socket, sys, time
     sys.path.insert(0, {workers!r})
-    from mlbench_worker.netns import join
+    from mlbench_worker.launch.netns import join
     join({netns!r})
     s = socket.create_connection(({address!r}, 5201)); block = b"x" * (1 << 16)
     stop, left = time.perf_counter() + {seconds}, float("{limit}")
@@ -81,7 +81,7 @@ _ALLREDUCE = textwrap.dedent(
     """
     import os, statistics, sys, time
     sys.path.insert(0, {workers!r})
-    from mlbench_worker.netns import join_from_environment
+    from mlbench_worker.launch.netns import join_from_environment
     join_from_environment()
     import torch, torch.distributed as dist
     torch.set_num_threads(1)

@@ -69,7 +69,8 @@ def build_trainer(
 ) -> Any:
     """Task 1a's trainer on synthetic data, configured as a run of the task would be."""
     import torch
-    from mlbench_worker.context import RunContext, detect_rendezvous
+    from mlbench_worker.context import RunContext
+    from mlbench_worker.launch.detect import detect_rendezvous
     from mlbench_worker.tasks.resnet20 import ResNet20Trainer
     from mlbench_worker.wire import parse_config
 
@@ -140,13 +141,13 @@ def rank_main(args: argparse.Namespace) -> None:
 
     import torch
     import torch.distributed as dist
-    from mlbench_worker.allocator import tune_host_allocator
     from mlbench_worker.comm import TorchComm
     from mlbench_worker.context import limit_threads
     from mlbench_worker.data import cifar10
+    from mlbench_worker.launch.allocator import tune_host_allocator
     from mlbench_worker.models.resnet import resnet20
-    from mlbench_worker.reporter import Reporter
-    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.reporting.reporter import Reporter
+    from mlbench_worker.timing.tracker import Tracker
     from torch.nn.parallel import DistributedDataParallel
 
     allocator = tune_host_allocator(args.host_allocator, os.environ)

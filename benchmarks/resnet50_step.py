@@ -63,7 +63,8 @@ def build_trainer(
 ) -> Any:
     """Task 1b's trainer on synthetic images, configured as a run of the task would be."""
     import torch
-    from mlbench_worker.context import RunContext, detect_rendezvous
+    from mlbench_worker.context import RunContext
+    from mlbench_worker.launch.detect import detect_rendezvous
     from mlbench_worker.tasks.resnet50 import ResNet50Trainer
     from mlbench_worker.wire import parse_config
 
@@ -165,11 +166,11 @@ def plain_loop(
 def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
-    from mlbench_worker.allocator import tune_host_allocator
     from mlbench_worker.comm import SingleComm, TorchComm
     from mlbench_worker.context import limit_threads
-    from mlbench_worker.reporter import Reporter
-    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.launch.allocator import tune_host_allocator
+    from mlbench_worker.reporting.reporter import Reporter
+    from mlbench_worker.timing.tracker import Tracker
 
     allocator = tune_host_allocator("tuned", os.environ)
     limit_threads(args.threads)

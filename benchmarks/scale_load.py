@@ -1,6 +1,6 @@
 """One load process of the scale benchmark: many simulated ranks on one asyncio loop.
 
-Each simulated rank behaves like the worker reporter (``workers/mlbench_worker/reporter.py``):
+Each simulated rank behaves like the worker reporter (``workers/mlbench_worker/reporting/reporter.py``):
 one keep-alive HTTP/1.1 connection, one ``session`` and one ``seq`` counter for all its batches,
 sent one after another, retried with the same ``(rank, session, seq)`` until acknowledged. Per
 reporter interval it sends a metric batch (its report window's training metrics, the tracker's

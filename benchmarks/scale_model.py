@@ -8,7 +8,7 @@ highest compute time and the lowest communication share, while the other ranks w
 ``agg``. Every value is a pure function of (seed, rank, window), so a store built twice is the
 same store and a test can name the stragglers in advance.
 
-Items are the JSON objects the worker reporter sends (``workers/mlbench_worker/reporter.py``):
+Items are the JSON objects the worker reporter sends (``workers/mlbench_worker/reporting/reporter.py``):
 metrics ``{name, value, step, epoch, t}`` (telemetry samples carry no step), log lines
 ``{text, stream, seq, t}``, events ``{kind, payload, t}``.
 """

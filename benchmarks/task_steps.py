@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT / "workers"))
 def _context(task: str, hp: dict[str, Any], data: dict[str, Any]) -> Any:
     import torch
     from mlbench_worker.comm import TorchComm
-    from mlbench_worker.context import RunContext, detect_rendezvous
-    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.context import RunContext
+    from mlbench_worker.launch.detect import detect_rendezvous
+    from mlbench_worker.reporting.reporter import Reporter
     from mlbench_worker.wire import parse_config
 
     comm = TorchComm("gloo")
@@ -100,7 +101,7 @@ def bench_logreg(args: argparse.Namespace) -> None:
     import torch
     import torch.nn.functional as F
     from mlbench_worker.tasks.logreg import LogRegTrainer
-    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.timing.tracker import Tracker
     from torch.nn.parallel import DistributedDataParallel
 
     batch, l2, lr = 128, 2.5e-6, 4.0
@@ -160,7 +161,7 @@ def bench_awd(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from mlbench_worker.models.awd_lstm import WeightDropLSTM, ar_tar_penalty, detach_hidden, locked_dropout
     from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
-    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.timing.tracker import Tracker
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 

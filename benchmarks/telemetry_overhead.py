@@ -3,7 +3,7 @@
 The step is the runtime's tracked logistic-regression step of ``tracker_overhead`` (2000
 features, batch 128, the runtime's CentralizedSGD and tracker), the cheapest step of any task
 and the most Python-bound, so a sampler holding the GIL would show here first. Blocks of about
-``--block-s`` seconds with the runtime's sampler running (``mlbench_worker.sampler.Sampler``,
+``--block-s`` seconds with the runtime's sampler running (``mlbench_worker.telemetry.sampler.Sampler``,
 feeding a real ``Reporter``) alternate with blocks without it (ABBA order), timed in the
 training thread's CPU time (robust to other processes' load) and in wall time (which also sees
 the sampler holding the GIL, and all the machine's noise). A sample lands about once per
@@ -30,9 +30,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlbench_worker.reporter import Reporter
-from mlbench_worker.sampler import Sampler
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.reporting.reporter import Reporter
+from mlbench_worker.telemetry.sampler import Sampler
+from mlbench_worker.timing.tracker import Tracker
 
 from benchmarks.tracker_overhead import make_steps
 

@@ -8,7 +8,7 @@ The tracked step is the runtime's: batches come through ``Tracker.each_batch`` (
 batch start: the batch is started on the tracker before the loader runs), and the step calls the
 ``record`` it gives after each phase (guarded: None on batches not stamped), with the
 runtime's default sampling (on a step this small the tracker stamps one batch in ~k and scales;
-see ``mlbench_worker.tracker``); stamping every batch is printed too.
+see ``mlbench_worker.timing.tracker``); stamping every batch is printed too.
 Blocks of steps with the tracker on and off are interleaved (ABBA order) and timed in thread
 CPU time so drift in machine load hits both sides; the median of the paired ratios is the
 overhead. An A/A control (the untracked step against itself) shows the noise floor.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 from mlbench_worker.comm import Comm, SingleComm, TorchComm
 from mlbench_worker.hyperparams import OptimizerSettings
 from mlbench_worker.optim.centralized import centralized_sgd
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.timing.tracker import Tracker
 
 
 def make_steps(tracker: Any, comm: Comm | None = None) -> tuple[Callable[[], None], Callable[[], None]]:

@@ -51,8 +51,9 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
 def _context(task: str, hp: dict[str, Any], data: dict[str, Any], precision: str) -> Any:
     import torch
     from mlbench_worker.comm import TorchComm
-    from mlbench_worker.context import RunContext, detect_rendezvous
-    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.context import RunContext
+    from mlbench_worker.launch.detect import detect_rendezvous
+    from mlbench_worker.reporting.reporter import Reporter
     from mlbench_worker.wire import parse_config
 
     comm = TorchComm("gloo")
@@ -97,7 +98,7 @@ def bench(task_id: str, args: argparse.Namespace) -> None:
     from mlbench_worker.data.wmt import PAD
     from mlbench_worker.tasks import gnmt, transformer
     from mlbench_worker.tasks.steps import autocast_for
-    from mlbench_worker.tracker import Tracker
+    from mlbench_worker.timing.tracker import Tracker
     from mlbench_worker.translation.trainer import TranslationTrainer
     from torch.nn.parallel import DistributedDataParallel
 

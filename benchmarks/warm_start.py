@@ -2,7 +2,7 @@
 
 The peer is the cold start every local run had before (fresh interpreters that import torch and
 the task, through torchrun beyond one rank: ``MLBENCH_WARM_START=0``); ours forks every rank
-from one process that imported them once (``mlbench_worker.warm``), under a launcher forked there
+from one process that imported them once (``mlbench_worker.launch.warm``), under a launcher forked there
 too that plays torchrun's agent. For each world size both sides apply the same spec (``--runs``
 repeats of a short task) in a throw-away ``MLBENCH_HOME`` each, alternately, and the medians of
 ``apply``'s wall time and of each run's startup (run created to its slowest rank's first step:

@@ -2,7 +2,7 @@
 
 ``mlbench cluster create|add`` writes a record, ``cluster list|use|delete`` read and remove them
 without any cloud tool installed, and the Slurm executor reads the record of the cluster a run
-goes to. Plain data and file I/O, below both the executors and infra.
+goes to. Plain data and file I/O, below both the executors and clusters.
 """
 
 from __future__ import annotations

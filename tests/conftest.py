@@ -72,8 +72,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
 def slurm_recorded(slurm_cluster: SlurmCluster, _isolated_home: Path) -> slurm_clusters.SlurmCluster:
     """The test cluster recorded as ``test`` (``mlbench cluster add slurm test``) in this test's
     MLBENCH_HOME, partition ``debug``, so specs say ``target: {kind: slurm, cluster: test}``."""
+    from mlbench_tui.clusters.slurm import SlurmProvider
     from mlbench_tui.executors.slurm import cluster as slurm_clusters
-    from mlbench_tui.infra.slurm import SlurmProvider
 
     cluster = slurm_clusters.SlurmCluster(name="test", partition="debug", conf=str(slurm_cluster.conf))
     SlurmProvider().add(cluster)

@@ -116,7 +116,7 @@ def test_wheel_holds_every_module_and_data_file_of_the_packages(installed: Insta
     assert not missing, f"source files the wheel lacks: {missing}"
     read_at_run_time = [
         "mlbench_tui/tui/mlbench.tcss",
-        "mlbench_tui/infra/prices.json",
+        "mlbench_tui/clusters/prices.json",
         "mlbench_infra/gke.py",
     ]
     assert set(read_at_run_time) <= in_wheel

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlbench_tui.infra.providers import context_name
+from mlbench_tui.clusters.providers import context_name
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))

@@ -4,7 +4,7 @@
 the EKS-optimized NVIDIA AMI (``AL2023_x86_64_NVIDIA``: driver and container toolkit
 preinstalled). That AMI does not run the NVIDIA device plugin, and EKS has no first-party addon
 for it, so ``mlbench cluster create aws`` applies the upstream plugin DaemonSet
-(``mlbench_tui.infra.device_plugin``) right after ``pulumi up`` (what eksctl does too); when the
+(``mlbench_tui.clusters.device_plugin``) right after ``pulumi up`` (what eksctl does too); when the
 stack is run with the pulumi CLI directly, run ``mlbench cluster init --device-plugin`` once.
 Benchmark nodes are labelled ``mlbench.io/pool=bench``; GPU nodes also ``mlbench.io/gpu=true`` and
 ``mlbench.io/gpu-model=<model>`` (``t4``, ``h100``: runs that name a model select on it), with the
@@ -23,6 +23,12 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from mlbench_tui.clusters.kubeconfig import exec_kubeconfig
+from mlbench_tui.clusters.providers import (
+    BenchPoolSize,
+    ClusterConfigError,
+    bench_pool_config,
+)
 from mlbench_tui.executors.kubernetes.placement import (
     BENCH_POOL_LABEL,
     GPU_LABEL,
@@ -30,12 +36,6 @@ from mlbench_tui.executors.kubernetes.placement import (
     GPU_TAINT,
     SYSTEM_POOL_LABEL,
     gpu_model_label,
-)
-from mlbench_tui.infra.kubeconfig import exec_kubeconfig
-from mlbench_tui.infra.providers import (
-    BenchPoolSize,
-    ClusterConfigError,
-    bench_pool_config,
 )
 
 CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)

@@ -18,6 +18,13 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from mlbench_tui.clusters.kubeconfig import exec_kubeconfig
+from mlbench_tui.clusters.prices import accelerator_model
+from mlbench_tui.clusters.providers import (
+    BenchPoolSize,
+    ClusterConfigError,
+    bench_pool_config,
+)
 from mlbench_tui.executors.kubernetes.placement import (
     BENCH_POOL_LABEL,
     GPU_LABEL,
@@ -25,13 +32,6 @@ from mlbench_tui.executors.kubernetes.placement import (
     GPU_TAINT,
     SYSTEM_POOL_LABEL,
     gpu_model_label,
-)
-from mlbench_tui.infra.kubeconfig import exec_kubeconfig
-from mlbench_tui.infra.prices import accelerator_model
-from mlbench_tui.infra.providers import (
-    BenchPoolSize,
-    ClusterConfigError,
-    bench_pool_config,
 )
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"

@@ -1,7 +1,7 @@
 """Cluster commands: ``cluster create|add|delete|list|use|init``.
 
 Thin: parse, build a ``ClusterRequest``, show the cost estimate and ask, call the provider from
-``mlbench_tui.infra.providers``' registry, print. Progress goes to stderr; stdout carries only
+``mlbench_tui.clusters.providers``' registry, print. Progress goes to stderr; stdout carries only
 the requested output (the context name, the cluster table). Only argparse and the stdlib at
 module level (``mlbench --help`` stays fast).
 """
@@ -159,9 +159,9 @@ def _progress(line: str) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    from mlbench_tui.clusters import prices
+    from mlbench_tui.clusters.providers import ClusterRequest, Preflight, load_provider, parse_gpu
     from mlbench_tui.errors import InfraError
-    from mlbench_tui.infra import prices
-    from mlbench_tui.infra.providers import ClusterRequest, Preflight, load_provider, parse_gpu
 
     gpu_text = (
         args.gpu if args.gpu is not None else (CLOUD_DEFAULT_GPU if args.provider in ("gcp", "aws") else None)
@@ -213,8 +213,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def _install_server(context: str | None, namespace: str, *, required: bool) -> None:
+    from mlbench_tui.clusters.providers import load_incluster_installer
     from mlbench_tui.errors import InfraError
-    from mlbench_tui.infra.providers import load_incluster_installer
 
     installer = load_incluster_installer()
     if installer is None:
@@ -228,8 +228,8 @@ def _install_server(context: str | None, namespace: str, *, required: bool) -> N
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from mlbench_tui.clusters.slurm import SlurmProvider
     from mlbench_tui.executors.slurm.cluster import SlurmCluster
-    from mlbench_tui.infra.slurm import SlurmProvider
 
     cluster = SlurmCluster(
         name=args.name,
@@ -257,7 +257,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from mlbench_tui.infra.providers import load_provider
+    from mlbench_tui.clusters.providers import load_provider
 
     provider = load_provider(args.provider)
     if args.provider == "slurm":  # only a record to forget: nothing to confirm
@@ -277,8 +277,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def _all_records() -> list[Any]:
     """Clusters of every available provider; unavailable providers are skipped with a note."""
+    from mlbench_tui.clusters.providers import PROVIDERS, load_provider
     from mlbench_tui.errors import InfraError
-    from mlbench_tui.infra.providers import PROVIDERS, load_provider
 
     records = []
     for name in PROVIDERS:
@@ -301,9 +301,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             "or record a Slurm cluster with `mlbench cluster add slurm NAME`"
         )
         return 0
+    from mlbench_tui.clusters import kubeconfig
+    from mlbench_tui.clusters.slurm import SlurmProvider
     from mlbench_tui.commands.spec import render_table
-    from mlbench_tui.infra import kubeconfig
-    from mlbench_tui.infra.slurm import SlurmProvider
 
     current = {SlurmProvider().current_context()}
     with contextlib.suppress(Exception):  # a broken kubeconfig must not hide the list
@@ -331,8 +331,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_use(args: argparse.Namespace) -> int:
+    from mlbench_tui.clusters.providers import load_provider
     from mlbench_tui.errors import InfraError
-    from mlbench_tui.infra.providers import load_provider
 
     matches = [r for r in _all_records() if r.name == args.name and args.provider in (None, r.provider)]
     if not matches:
@@ -347,7 +347,7 @@ def cmd_use(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     if args.device_plugin:
-        from mlbench_tui.infra import device_plugin
+        from mlbench_tui.clusters import device_plugin
 
         _progress("deploying the NVIDIA device plugin DaemonSet")
         device_plugin.apply(args.context)

@@ -1,6 +1,6 @@
 """The pre-flight of a run, from its ranks' ``preflight`` events: how it went and what it found.
 
-Each rank sends its checks (``mlbench_worker.preflight``); the run's figures keep each check at
+Each rank sends its checks (``mlbench_worker.telemetry.preflight``); the run's figures keep each check at
 its worst over the ranks (a fail over a warning over a pass), with the rank it was worst on, and
 the probes' figures: the slowest rank's GEMM rate (the run's measured peak, which the efficiency
 figures divide by) and the all-reduce probe's latency. ``preflight_lines`` is how status, the

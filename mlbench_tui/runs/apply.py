@@ -124,7 +124,7 @@ def _metrics_server(planned: Sequence[PlannedRun]) -> Iterator[tuple[MlbenchClie
     it also answers on beside its store (None when it has none)."""
     cache: dict[str, Executor[Any]] = {}
     if any(executor_for(item.plan, cache).in_cluster_server for item in planned):
-        from mlbench_tui.infra.incluster import server_for_plans
+        from mlbench_tui.clusters.incluster import server_for_plans
         from mlbench_tui.server.client import MlbenchClient
 
         with server_for_plans([item.plan for item in planned]) as endpoint:

@@ -1,7 +1,7 @@
 """Importing what ranks could not send: the batches in each run's spool folder.
 
 A rank that cannot reach the server keeps its batches in its run's spool folder (one JSON line
-per batch, ``mlbench_worker/spool.py``), each with the rank's sender session and sequence number.
+per batch, ``mlbench_worker/reporting/spool.py``), each with the rank's sender session and sequence number.
 Whichever process next serves the store imports every run's spool when it starts, and a run's
 own spool once more when the run ends, before its result is computed: the record is complete
 whatever happened to the server, ``apply`` or the network. Imports are idempotent: a batch the

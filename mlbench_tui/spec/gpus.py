@@ -1,8 +1,8 @@
 """The GPU models a spec (and ``mlbench cluster create --gpu``) may name, and typo hints for them.
 
-One catalog for the whole product: the clouds' price table (``mlbench_tui/infra/prices.json``)
+One catalog for the whole product: the clouds' price table (``mlbench_tui/clusters/prices.json``)
 offers a subset of it, and the worker compares each rank's device name with the model asked for
-(``mlbench_worker.devices.model_matches``: every word of the model must be a word of the
+(``mlbench_worker.devices.placement.model_matches``: every word of the model must be a word of the
 device's name, so ``A100-80GB`` matches ``NVIDIA A100-SXM4-80GB`` and ``T4`` matches ``Tesla
 T4``, while ``L4`` does not match ``NVIDIA L40S``).
 """

@@ -230,7 +230,7 @@ class Telemetry(StrictModel):
 
 
 class Preflight(StrictModel):
-    """Checks before training that the machine is healthy (``mlbench_worker.preflight``): NVML's
+    """Checks before training that the machine is healthy (``mlbench_worker.telemetry.preflight``): NVML's
     ECC errors, clock slowdowns and other processes on each GPU, its clocks under load, a short
     all-reduce and a matrix-multiply probe against the machine's expected values."""
 

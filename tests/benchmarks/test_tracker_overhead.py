@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.timing.tracker import Tracker
 
 from benchmarks.tracker_overhead import make_steps
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
-from mlbench_worker import reporter as worker_reporter
-from mlbench_worker.reporter import Reporter
+from mlbench_worker.reporting import reporter as worker_reporter
+from mlbench_worker.reporting.reporter import Reporter
 from pydantic import BaseModel
 
 from mlbench_tui.store import api_models

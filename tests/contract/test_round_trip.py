@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from mlbench_worker import wire
-from mlbench_worker.reporter import Reporter
+from mlbench_worker.reporting.reporter import Reporter
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.wire import WorkerConfig, parse_config
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from mlbench_worker import wire
-from mlbench_worker.reporter import Reporter
+from mlbench_worker.reporting.reporter import Reporter
 
 from mlbench_tui.server.daemon import ServerInfo, ensure_server, stop_server
 from mlbench_tui.store.api_models import RunCreate

@@ -1,4 +1,4 @@
-"""Fixtures for the infra tests: Pulumi's official mocks, installed fresh for each test."""
+"""Fixtures for the Pulumi program tests (``infra/mlbench_infra``): Pulumi's mocks, fresh per test."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import yaml
 from mlbench_worker.__main__ import run_rank
-from mlbench_worker.context import Rendezvous
-from mlbench_worker.reporter import Reporter
+from mlbench_worker.launch.rendezvous import Rendezvous
+from mlbench_worker.reporting.reporter import Reporter
 from mlbench_worker.wire import parse_config
 from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
 

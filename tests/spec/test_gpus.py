@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from mlbench_tui.clusters.prices import price_table
+from mlbench_tui.clusters.providers import parse_gpu
 from mlbench_tui.errors import SpecError, UsageError
-from mlbench_tui.infra.prices import price_table
-from mlbench_tui.infra.providers import parse_gpu
 from mlbench_tui.plan import RunPlan, expand, worker_config
 from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_model
 from mlbench_tui.spec.loader import load_text

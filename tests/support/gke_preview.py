@@ -15,8 +15,8 @@ from typing import Any
 
 import pulumi
 
-from mlbench_tui.infra import automation
-from mlbench_tui.infra.providers import ClusterRequest, GpuSpec
+from mlbench_tui.clusters import automation
+from mlbench_tui.clusters.providers import ClusterRequest, GpuSpec
 
 resources: list[dict[str, Any]] = []
 

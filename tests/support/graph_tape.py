@@ -1,6 +1,6 @@
 """A CPU stand-in for CUDA-graph capture that checks what a real capture would get wrong.
 
-``TapeCapture`` implements ``mlbench_worker.graphs.Capture``. "Capturing" runs each phase once
+``TapeCapture`` implements ``mlbench_worker.devices.graphs.Capture``. "Capturing" runs each phase once
 while recording every aten op it dispatches: the op, its non-tensor arguments, and for each
 tensor argument whether its storage existed before the step (its address) or was made by the
 step's phases. A "replay" re-runs the phase under the same recorder and raises ``GraphBreak`` at

@@ -1,4 +1,4 @@
-"""Pulumi mocks for the infra tests: echo inputs, add provider-computed outputs, record resources."""
+"""Pulumi mocks for the Pulumi program tests: echo inputs, add provider-computed outputs, record resources."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 from mlbench_worker.comm import SingleComm
-from mlbench_worker.context import Rendezvous, RunContext
+from mlbench_worker.context import RunContext
+from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.wire import parse_config
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlbench_worker.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD, libc_name, plan_allocator
+from mlbench_worker.launch.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD, libc_name, plan_allocator
 
 WORKERS = Path(__file__).resolve().parents[2] / "workers"
 
@@ -19,7 +19,7 @@ WORKERS = Path(__file__).resolve().parents[2] / "workers"
 # the page faults of the steady-state steps.
 STEPS = """
 import ctypes, json, os, resource, sys
-from mlbench_worker.allocator import tune_host_allocator
+from mlbench_worker.launch.allocator import tune_host_allocator
 facts = tune_host_allocator(sys.argv[1], os.environ)
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlbench_worker.cgroup import Limits, cgroup_limits
+from mlbench_worker.telemetry.cgroup import Limits, cgroup_limits
 
 GI = 2**30
 

@@ -20,7 +20,8 @@ SCRIPT = """
 import json, sys
 import torch
 from mlbench_worker.wire import parse_config
-from mlbench_worker.context import detect_rendezvous, init_comm
+from mlbench_worker.context import init_comm
+from mlbench_worker.launch.detect import detect_rendezvous
 backend = sys.argv[2]
 config = parse_config({"run_id": "c", "task": "0a", "backend": backend, "world_size": 2})
 comm = init_comm(config, detect_rendezvous())

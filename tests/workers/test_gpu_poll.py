@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from mlbench_worker import sysmetrics as sm
-from mlbench_worker.gpu_device import DeviceError, NotSupported
-from mlbench_worker.gpu_poll import GpuPoller
-from mlbench_worker.sampler import SampledReporter, Sampler
+from mlbench_worker.telemetry.gpu_device import DeviceError, NotSupported
+from mlbench_worker.telemetry.gpu_poll import GpuPoller
+from mlbench_worker.telemetry.sampler import SampledReporter, Sampler
 from support.trainers import RecordingReporter
 
 from mlbench_tui.results.power_log import power_logs

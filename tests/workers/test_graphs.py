@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 import torch
-from mlbench_worker.graphs import GraphedStep
+from mlbench_worker.devices.graphs import GraphedStep
+from mlbench_worker.devices.replay_capture import CaptureError, ReplayCapture
 from mlbench_worker.optim.centralized import CentralizedOptimizer
-from mlbench_worker.replay_capture import CaptureError, ReplayCapture
 from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.tasks.logreg import LogRegTrainer
 from mlbench_worker.tasks.resnet20 import ResNet20Trainer
 from mlbench_worker.tasks.resnet50 import ResNet50Trainer
 from mlbench_worker.tasks.steps import PhasedTrainer, StepResult
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.timing.tracker import Tracker
 from support.graph_tape import GraphBreak, TapeCapture
 from support.trainers import single_rank_context
 

@@ -12,8 +12,8 @@ from typing import Any
 import pynvml
 import pytest
 import torch
-from mlbench_worker import preflight
-from mlbench_worker.preflight import (
+from mlbench_worker.telemetry import preflight
+from mlbench_worker.telemetry.preflight import (
     PROBE_ALLREDUCE,
     PROBE_GEMM,
     HealthReadings,

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlbench_worker.reporter import Reporter
-from mlbench_worker.spool import Spool
+from mlbench_worker.reporting.reporter import Reporter
+from mlbench_worker.reporting.spool import Spool
 
 from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.store import queries
@@ -182,7 +182,7 @@ def test_exit_without_close_still_flushes(tmp_path: Path, server: EmbeddedServer
     created = server.info.client().create_run(RunCreate(name="atexit"))
     script = textwrap.dedent(
         """
-        from mlbench_worker.reporter import Reporter
+        from mlbench_worker.reporting.reporter import Reporter
         rep = Reporter.from_env(0)
         for i in range(300):
             rep.metric("m", float(i), step=i)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mlbench_worker.allocator import libc_name
+from mlbench_worker.launch.allocator import libc_name
 
 from mlbench_tui.plan import DataPlan, GoalPlan, ResourcesPlan, RunPlan, worker_config
 from mlbench_tui.server.client import MlbenchClient

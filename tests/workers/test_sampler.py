@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from mlbench_worker import sysmetrics as sm
-from mlbench_worker.sampler import SampledReporter, Sampler
-from mlbench_worker.spool import Spool
+from mlbench_worker.reporting.spool import Spool
+from mlbench_worker.telemetry.sampler import SampledReporter, Sampler
 from support.smoke import apply_one, mlbench
 from support.trainers import RecordingReporter
 

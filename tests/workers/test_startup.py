@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from mlbench_worker.startup import STARTUP_EVENT, StartupClock, process_start_time
+from mlbench_worker.timing.startup import STARTUP_EVENT, StartupClock, process_start_time
 
 
 class Events:
@@ -56,7 +56,7 @@ def test_the_startup_event_is_sent_once_with_the_process_start() -> None:
 
 CHILD = """
 import time
-from mlbench_worker.startup import process_start_time
+from mlbench_worker.timing.startup import process_start_time
 print(process_start_time(), time.time())
 """
 
@@ -81,7 +81,7 @@ def test_a_child_started_after_we_asked_for_it_to_the_clock_tick() -> None:
 
 LAZY = """
 import sys
-from mlbench_worker.startup import LAZY_IMPORTS, StartupClock, import_lazy
+from mlbench_worker.timing.startup import LAZY_IMPORTS, StartupClock, import_lazy
 clock = StartupClock()
 clock.mark("data")
 assert not any(name in sys.modules for name in LAZY_IMPORTS), "imported before setup"

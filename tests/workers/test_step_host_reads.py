@@ -22,7 +22,7 @@ from mlbench_worker.tasks.resnet20 import ResNet20Trainer
 from mlbench_worker.tasks.steps import Trainer
 from mlbench_worker.tasks.training import MetricWindow
 from mlbench_worker.tasks.transformer import TASK as TRANSFORMER
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.timing.tracker import Tracker
 from mlbench_worker.translation.trainer import TranslationTrainer
 from support.host_reads import HostReads
 from support.trainers import single_rank_context

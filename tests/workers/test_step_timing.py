@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mlbench_worker import phase_clock
-from mlbench_worker.phase_clock import CpuClock, CudaClock, TimedStep
-from mlbench_worker.tracker import PHASES, Tracker
+from mlbench_worker.timing import phase_clock
+from mlbench_worker.timing.phase_clock import CpuClock, CudaClock, TimedStep
+from mlbench_worker.timing.tracker import PHASES, Tracker
 from mlbench_worker.wire import MODEL_FLOPS, TIMED_STEP, TIMED_STEP_COMM
 
 

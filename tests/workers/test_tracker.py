@@ -6,8 +6,8 @@ import time
 
 import pytest
 import torch
-from mlbench_worker.phase_clock import CpuClock
-from mlbench_worker.tracker import CATEGORIES, PHASES, Tracker
+from mlbench_worker.timing.phase_clock import CpuClock
+from mlbench_worker.timing.tracker import CATEGORIES, PHASES, Tracker
 
 
 def _busy(seconds: float) -> None:

@@ -16,7 +16,7 @@ from mlbench_worker.rank_context import RankContext
 from mlbench_worker.rank_run import RankRun
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import HostStep, HostSums, run_training
-from mlbench_worker.tracker import Record, Tracker
+from mlbench_worker.timing.tracker import Record, Tracker
 from support.trainers import RecordingReporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_the_loop_the_schedule_and_the_tensorflow_task_import_no_torch() -> None
         from mlbench_worker.rank_context import RankContext
         from mlbench_worker.tasks import tf_resnet20
         from mlbench_worker.tasks.training import HostStep, HostSums, run_training
-        from mlbench_worker.tracker import Tracker
+        from mlbench_worker.timing.tracker import Tracker
 
         class Solo:
             rank, world_size = 0, 1

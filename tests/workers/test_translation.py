@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
-from mlbench_worker.context import Rendezvous, RunContext
+from mlbench_worker.context import RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.options import GnmtSynthetic, ToyTranslation, TransformerSynthetic
+from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.tasks import gnmt, transformer
-from mlbench_worker.tracker import Tracker
+from mlbench_worker.timing.tracker import Tracker
 from mlbench_worker.translation.batching import BatchPlan, collate, token_batches
 from mlbench_worker.translation.beam import beam_search
 from mlbench_worker.translation.schedules import GNMTSchedule, InverseSqrtSchedule

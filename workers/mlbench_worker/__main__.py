@@ -15,20 +15,22 @@ import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
-from mlbench_worker import error_file, rank_env, wire
+from mlbench_worker import rank_env, wire
 from mlbench_worker.config import load_config
 from mlbench_worker.knobs import HyperparameterError
 from mlbench_worker.rank_env import RANK_ENV_APPLIED
-from mlbench_worker.startup import CLOCK
+from mlbench_worker.reporting import error_file
+from mlbench_worker.timing.startup import CLOCK
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
-    from mlbench_worker.context import Rendezvous, ReporterLike
+    from mlbench_worker.context import ReporterLike
+    from mlbench_worker.launch.rendezvous import Rendezvous
 
 
 def make_reporter(rank: int) -> ReporterLike:
     """The reporter for this rank, configured from MLBENCH_SERVER_URL/RUN_ID/RUN_TOKEN."""
-    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.reporting.reporter import Reporter
 
     return Reporter.from_env(rank)
 
@@ -63,7 +65,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> int:
     """Set up this rank, run the task and report how it ended; returns the exit status."""
-    from mlbench_worker.allocator import tune_host_allocator
     from mlbench_worker.context import (
         RunContext,
         init_comm,
@@ -72,9 +73,10 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
         select_device,
     )
     from mlbench_worker.faults import maybe_inject_fault_at_exit
-    from mlbench_worker.fingerprint import fingerprint, rank_facts
+    from mlbench_worker.launch.allocator import tune_host_allocator
     from mlbench_worker.rank_run import RankRun
     from mlbench_worker.tasks import Outcome, UnknownTaskError, load_task
+    from mlbench_worker.telemetry.fingerprint import fingerprint, rank_facts
 
     run = RankRun(
         reporter,
@@ -110,7 +112,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
             wire.emit(reporter, wire.Environment(facts=fingerprint(ctx, ranks)))
         CLOCK.mark("environment")
         if config.preflight is not None:
-            from mlbench_worker.preflight import run_preflight
+            from mlbench_worker.telemetry.preflight import run_preflight
 
             run_preflight(ctx)  # raises PreflightFailed on every rank when the run stops for it
             CLOCK.mark("preflight")
@@ -125,7 +127,7 @@ def run_rank(config: WorkerConfig, rdv: Rendezvous, reporter: ReporterLike) -> i
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     CLOCK.mark("interpreter")
-    from mlbench_worker.netns import join_from_environment
+    from mlbench_worker.launch.netns import join_from_environment
 
     try:  # first of all, while this process has one thread: every socket it opens is the node's
         join_from_environment()
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     restart_with_rank_env(config.rank_env, path)
-    from mlbench_worker.context import detect_rendezvous
+    from mlbench_worker.launch.detect import detect_rendezvous
 
     try:
         rdv = detect_rendezvous()
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         error_file.record(exc, traceback.format_exc(), peer_failure=False)
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from mlbench_worker.sampler import attach
+    from mlbench_worker.telemetry.sampler import attach
 
     reporter = attach(make_reporter(rdv.rank), config, rdv)  # hardware telemetry, off the training thread
     if config.framework == "tensorflow":  # its own process model (TF_CONFIG), no torch process group

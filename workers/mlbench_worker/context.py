@@ -1,9 +1,7 @@
-"""Where this rank stands: rendezvous from the environment, process group, device, seeds, threads.
+"""Where this rank stands: process group, device, seeds, threads, from its rendezvous.
 
-Four launchers are understood: ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), a
-Kubernetes Indexed Job (JOB_COMPLETION_INDEX plus MASTER_* or PET_*), Slurm's ``srun``
-(SLURM_PROCID and the step's node list, see ``mlbench_worker.slurm``) and Open MPI's ``mpiexec``
-(OMPI_COMM_WORLD_*). ``RunContext`` is the one object a task receives.
+The rendezvous itself is read from the launcher's environment in ``mlbench_worker.launch.detect``.
+``RunContext`` is the one object a task receives.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import datetime
 import os
 import random
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,14 +19,15 @@ import torch
 
 from mlbench_worker import rank_env
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
-from mlbench_worker.devices import CudaQuery, GpuQuery, Placement, place
+from mlbench_worker.devices.placement import CudaQuery, GpuQuery, Placement, place
 from mlbench_worker.env_settings import parse_collective_timeout
+from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.rank_context import RankContext
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
 
 class ReporterLike(Protocol):
-    """What the runtime needs from ``mlbench_worker.reporter.Reporter`` (see its docs)."""
+    """What the runtime needs from ``mlbench_worker.reporting.reporter.Reporter`` (see its docs)."""
 
     def metric(
         self,
@@ -47,67 +46,6 @@ class ReporterLike(Protocol):
     def flush(self, timeout: float | None = None) -> bool: ...
 
     def close(self, timeout: float = 10.0) -> None: ...
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """This rank's place in the world and how to reach rank 0."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    master_addr: str | None
-    master_port: int | None
-    launcher: str  # "torchrun", "indexed-job", "slurm", "mpi" or "single"
-    local_world_size: int = 1  # ranks on this machine (each takes one GPU)
-
-
-def _int_env(env: Mapping[str, str], *names: str) -> int | None:
-    for name in names:
-        value = env.get(name)
-        if value not in (None, ""):
-            try:
-                return int(value)
-            except ValueError:
-                raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
-    return None
-
-
-def detect_rendezvous(env: Mapping[str, str] | None = None) -> Rendezvous:
-    """Read the launcher's environment; a process started alone is rank 0 of a world of one."""
-    env = os.environ if env is None else env
-    addr = env.get(rank_env.MASTER_ADDR) or env.get(rank_env.PET_MASTER_ADDR)
-    port = _int_env(env, rank_env.MASTER_PORT, rank_env.PET_MASTER_PORT)
-    if rank_env.RANK in env and rank_env.WORLD_SIZE in env:
-        rank = _int_env(env, rank_env.RANK) or 0
-        world = _int_env(env, rank_env.WORLD_SIZE) or 1
-        local = _int_env(env, rank_env.LOCAL_RANK) or 0
-        local_world = _int_env(env, rank_env.LOCAL_WORLD_SIZE) or 1
-        return Rendezvous(rank, world, local, addr, port, "torchrun", local_world)
-    if rank_env.JOB_COMPLETION_INDEX in env:
-        rank = _int_env(env, rank_env.JOB_COMPLETION_INDEX) or 0
-        world_env = _int_env(env, rank_env.WORLD_SIZE)
-        nnodes = _int_env(env, rank_env.PET_NNODES)
-        if world_env is None and nnodes is None:
-            raise ConfigError("an Indexed Job rank needs WORLD_SIZE or PET_NNODES in its environment")
-        nproc = _int_env(env, rank_env.PET_NPROC_PER_NODE) or 1
-        world = world_env if world_env is not None else (nnodes or 1) * nproc
-        local = _int_env(env, rank_env.LOCAL_RANK) or 0
-        local_world = _int_env(env, rank_env.LOCAL_WORLD_SIZE) or 1
-        return Rendezvous(rank, world, local, addr, port, "indexed-job", local_world)
-    if rank_env.OMPI_RANK not in env:  # mpiexec's ranks stay MPI ranks inside a Slurm step
-        from mlbench_worker.slurm import slurm_rendezvous
-
-        slurm = slurm_rendezvous(env)
-        if slurm is not None:
-            return slurm
-    mpi_rank = _int_env(env, rank_env.OMPI_RANK, rank_env.PMI_RANK, rank_env.PMIX_RANK)
-    if mpi_rank is not None:
-        world = _int_env(env, rank_env.OMPI_SIZE, rank_env.PMI_SIZE) or 1
-        local = _int_env(env, rank_env.OMPI_LOCAL_RANK, rank_env.MPI_LOCAL_RANK) or 0
-        local_world = _int_env(env, rank_env.OMPI_LOCAL_SIZE, rank_env.MPI_LOCAL_SIZE) or 1
-        return Rendezvous(mpi_rank, world, local, addr, port, "mpi", local_world)
-    return Rendezvous(0, 1, 0, addr, port, "single")
 
 
 def init_comm(config: WorkerConfig, rdv: Rendezvous, device: torch.device | None = None) -> Comm:

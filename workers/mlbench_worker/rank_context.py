@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlbench_worker.hyperparams import TaskHyperparameters
-from mlbench_worker.startup import CLOCK
+from mlbench_worker.timing.startup import CLOCK
 from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
 
 if TYPE_CHECKING:
-    from mlbench_worker.context import Rendezvous, ReporterLike
+    from mlbench_worker.context import ReporterLike
     from mlbench_worker.goals import Collective
+    from mlbench_worker.launch.rendezvous import Rendezvous
 
 H = TypeVar("H", bound=TaskHyperparameters)
 

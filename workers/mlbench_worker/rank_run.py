@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mlbench_worker import error_file, wire
+from mlbench_worker import wire
+from mlbench_worker.reporting import error_file
 from mlbench_worker.tasks.base import Outcome
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The hardware telemetry series: every ``sys/...`` metric a rank reports, in one table.
 
-``mlbench_worker.sampler`` records them; the server stores them like any metric (one row per
+``mlbench_worker.telemetry.sampler`` records them; the server stores them like any metric (one row per
 rank, name, time; no step); results, ``mlbench status`` and the TUI read the names and units
 from here. Standard library only: the engine imports this module without the worker's deps.
 

@@ -1,4 +1,4 @@
-"""The warm-start protocol: what the local executor and the fork server (``mlbench_worker.warm``)
+"""The warm-start protocol: what the local executor and the fork server (``mlbench_worker.launch.warm``)
 say to each other, one JSON line each, and the record of how a forked rank ended.
 
 The executor writes a ``StartRequest`` line to the server's stdin; the server answers with
@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 SWITCH = "MLBENCH_WARM_START"
 """``0`` (or ``off``, ``false``, ``no``) starts every local rank cold."""
-SERVER_MODULE = "mlbench_worker.warm"
+SERVER_MODULE = "mlbench_worker.launch.warm"
 """What the executor runs (``python -m``) to start a server."""
 
 

@@ -365,7 +365,7 @@ STARTUP_PHASES = (
     "first_step",
 )
 """The phases of a rank's start, in the order it goes through them (a task may skip some: 0a has
-no model); ``mlbench_worker.startup`` stamps them. ``lazy_imports`` is what torch imports the first
+no model); ``mlbench_worker.timing.startup`` stamps them. ``lazy_imports`` is what torch imports the first
 time it is used during setup (its compiler stack, when the first optimizer is built): before it
 had a phase of its own it was nearly all of ``model``."""
 
@@ -518,7 +518,7 @@ class ImplementationConfig:
 
     cuda_graphs: bool = False
     host_allocator: HostAllocator = "tuned"
-    """``tuned``: the rank keeps freed heap memory for the next step (``mlbench_worker.allocator``)."""
+    """``tuned``: the rank keeps freed heap memory for the next step (``mlbench_worker.launch.allocator``)."""
 
 
 def _read_data(value: Any, config: Mapping[str, Any]) -> DataConfig:

@@ -3,7 +3,7 @@
 The kubernetes package is imported lazily (inside the functions), and every call goes through
 ``call_json``: raw JSON answers (plain dicts, so fields newer than this client pass through) and
 ``ExecutorError``s that say what we were doing and how to fix it. The executor and the in-cluster
-server installer (``infra.incluster``) both use it.
+server installer (``clusters.incluster``) both use it.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ DEFAULT_TTL_S = 24 * 3600
 GPU_TYPE_LABEL = "mlbench.io/gpu-type"
 MPIJOB_API = "kubeflow.org/v2beta1"
 REDACTED_NOTE = "set by `mlbench apply` (the run's write token is never printed)"
-# In-cluster server Service (installed by mlbench_tui.infra.incluster); workers report here
+# In-cluster server Service (installed by mlbench_tui.clusters.incluster); workers report here
 # unless the target names another URL that pods can reach.
 IN_CLUSTER_SERVER = "mlbench-server"
 IN_CLUSTER_PORT = 8080

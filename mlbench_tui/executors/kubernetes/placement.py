@@ -1,5 +1,5 @@
 """Where benchmark pods may run: the node labels, GPU taint and tolerations that the cluster
-programs (``infra/components``, ``infra.kind``, ``infra.device_plugin``) put on nodes and the
+programs (``infra/mlbench_infra``, ``clusters.kind``, ``clusters.device_plugin``) put on nodes and the
 Kubernetes manifests select and tolerate.
 
 Benchmark nodes carry ``BENCH_POOL_LABEL``; GPU benchmark nodes also carry ``GPU_LABEL`` and the

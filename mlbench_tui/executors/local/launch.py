@@ -41,8 +41,9 @@ class LaunchMode(StrEnum):
     """How a local run's ranks start."""
 
     FORKED = "forked"
-    """Every rank forked from the warm-start server (``mlbench_worker.warm``), which imported torch
-    once, by a launcher forked there too that plays torchrun's agent (``mlbench_worker.rank_group``)."""
+    """Every rank forked from the warm-start server (``mlbench_worker.launch.warm``), which imported
+    torch once, by a launcher forked there too that plays torchrun's agent
+    (``mlbench_worker.launch.rank_group``)."""
     DIRECT = "direct"
     """One rank started alone, cold, with the environment torchrun would give rank 0 of 1."""
     TORCHRUN = "torchrun"

@@ -1,4 +1,4 @@
-"""Warm starts of local ranks: the executor's side of the fork server (``mlbench_worker.warm``),
+"""Warm starts of local ranks: the executor's side of the fork server (``mlbench_worker.launch.warm``),
 spoken through its protocol (``mlbench_worker.warm_protocol``; the engine never imports the server).
 
 Every rank of a local PyTorch gloo or nccl run is forked from a server that has already imported

@@ -6,7 +6,7 @@ that submits it and the environment added to sbatch's own process. The job asks 
 ``tasks_per_node``), and its one step runs ``srun`` on all of them:
 ``srun`` starts ``python -m mlbench_worker`` per task with its output in ``logs/rank-<task>.log``
 under the run directory on the shared filesystem, so the login node reads every rank's log.
-The ranks find each other from Slurm's environment (``mlbench_worker.slurm``).
+The ranks find each other from Slurm's environment (``mlbench_worker.launch.slurm``).
 
 Nothing from the spec reaches shell text unquoted: job options are checked names written as
 ``#SBATCH`` lines (the spec refuses spaces, quotes and shell characters in them), and every value

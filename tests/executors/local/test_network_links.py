@@ -139,7 +139,8 @@ def test_what_a_killed_process_left_is_found_and_removed_by_its_names(runs_dir: 
     # a process still inside one of its namespaces keeps it: that run's ranks are still going
     sleeper = subprocess.Popen(
         [sys.executable, "-c", f"import sys,time; sys.path.insert(0, {WORKERS!r}); "
-         f"from mlbench_worker.netns import join; join({str(links.NETNS_DIR / layout.namespaces[0])!r}); "
+         "from mlbench_worker.launch.netns import join; "
+         f"join({str(links.NETNS_DIR / layout.namespaces[0])!r}); "
          "print('in', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -27,7 +27,7 @@ _RANK = textwrap.dedent(
     """
     import os, socket, sys, time
     sys.path.insert(0, {workers!r})
-    from mlbench_worker.netns import join_from_environment
+    from mlbench_worker.launch.netns import join_from_environment
     join_from_environment()
     try:
         socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
@@ -36,8 +36,8 @@ _RANK = textwrap.dedent(
         print("tcp: unreachable", flush=True)
     print("peer:", socket.getnameinfo(("::ffff:{peer}", 0), 0)[0], flush=True)
     import psutil
-    from mlbench_worker.sampler import LinkProbe
-    from mlbench_worker.reporter import Reporter
+    from mlbench_worker.telemetry.sampler import LinkProbe
+    from mlbench_worker.reporting.reporter import Reporter
     probe = LinkProbe(psutil, "eth0")
     with Reporter.from_env(int(os.environ["RANK"])) as reporter:
         for name, value in probe.totals():

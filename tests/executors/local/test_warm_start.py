@@ -1,6 +1,6 @@
 """Warm starts: one-rank local runs forked from a server that has imported torch and the tasks.
 
-Real processes throughout: the server (``python -m mlbench_worker.warm``), the ranks it forks
+Real processes throughout: the server (``python -m mlbench_worker.launch.warm``), the ranks it forks
 (the real worker runtime), and ``mlbench apply``/``cancel`` in subprocesses against a real
 embedded server and store.
 """
@@ -337,7 +337,8 @@ def _servers_of_this_home() -> list[int]:
     return [
         pid
         for pid in processes.descendants(1)
-        if "mlbench_worker.warm" in _cmdline(pid) and processes.read_environ(pid).get("MLBENCH_HOME") == home
+        if "mlbench_worker.launch.warm" in _cmdline(pid)
+        and processes.read_environ(pid).get("MLBENCH_HOME") == home
     ]
 
 
@@ -432,7 +433,7 @@ def refusing(name):  # one function per name: torch._dynamo's rules refuse one o
 for name in ("is_available", "device_count", "init", "current_device", "set_device", "synchronize",
              "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info"):
     setattr(torch.cuda, name, refusing(name))
-from mlbench_worker import warm
+from mlbench_worker.launch import warm
 done = warm.preload()
 print(len(done), "modules")
 """

@@ -101,10 +101,10 @@ def test_without_the_prolog_a_cluster_refuses_the_network() -> None:
 def test_a_cluster_without_the_prolog_refuses_the_run_and_one_with_it_asks_for_whole_nodes() -> None:
     from support.kube_api import make_plan
 
+    from mlbench_tui.clusters.slurm import SlurmProvider
     from mlbench_tui.errors import ExecutorError
     from mlbench_tui.executors.slurm.cluster import SlurmCluster
     from mlbench_tui.executors.slurm.executor import SlurmExecutor
-    from mlbench_tui.infra.slurm import SlurmProvider
 
     plan = make_plan(
         target={"kind": "slurm", "cluster": "hpc"},

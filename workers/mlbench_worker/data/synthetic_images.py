@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mlbench_worker.cgroup import cgroup_limits
 from mlbench_worker.data.fetch import DatasetError
 from mlbench_worker.data.image_batches import Normalizer
 from mlbench_worker.data.options import SyntheticImageOptions
+from mlbench_worker.telemetry.cgroup import cgroup_limits
 
 CHUNK = 256
 _SPLIT_SEED = {"train": 1, "val": 2}

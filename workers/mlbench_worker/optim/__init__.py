@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from mlbench_worker.startup import import_lazy
+from mlbench_worker.timing.startup import import_lazy
 
 if TYPE_CHECKING:
     import torch

@@ -37,10 +37,10 @@ from mlbench_worker.data.options import WikiText2Synthetic, options_of
 from mlbench_worker.models.awd_lstm import AWDLSTM, AWDLSTMConfig, Hidden, ar_tar_penalty, detach_hidden
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import make_scaler
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.steps import PhasedTrainer, Step, StepResult, run_autocast
 from mlbench_worker.tasks.training import run_training
+from mlbench_worker.timing.startup import CLOCK
 
 EVAL_BATCH_SIZE = 10
 GRAPH_BAND = 0.08  # CUDA graphs for BPTT lengths within this share of bptt (at least 2) of it

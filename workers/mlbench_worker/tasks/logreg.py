@@ -31,10 +31,10 @@ from mlbench_worker.data.options import EpsilonSynthetic, options_of
 from mlbench_worker.models.logreg import LogisticRegression
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.steps import ClassificationTrainer, WarmupPlateauHooks
 from mlbench_worker.tasks.training import run_training
+from mlbench_worker.timing.startup import CLOCK
 
 
 class RegularizedBCE(nn.Module):

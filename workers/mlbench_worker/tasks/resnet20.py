@@ -30,10 +30,10 @@ from mlbench_worker.data.options import Cifar10Synthetic, options_of
 from mlbench_worker.models.resnet import resnet20
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.steps import ClassificationTrainer, WarmupPlateauHooks
 from mlbench_worker.tasks.training import run_training
+from mlbench_worker.timing.startup import CLOCK
 
 
 def load_cifar10(ctx: RunContext) -> tuple[cifar10.ImageSet, cifar10.ImageSet]:

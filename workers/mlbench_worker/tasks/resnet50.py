@@ -45,10 +45,10 @@ from mlbench_worker.data.options import ImageNetFileOptions, SyntheticImageOptio
 from mlbench_worker.models.resnet50 import resnet50
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.schedules import PolyWarmup
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.steps import ClassificationTrainer
 from mlbench_worker.tasks.training import run_training
+from mlbench_worker.timing.startup import CLOCK
 
 
 def use_channels_last(setting: object) -> bool:

@@ -2,7 +2,7 @@
 
 ``Trainer`` is a task's training (data, one step, a global validation, schedule hooks);
 ``PhasedTrainer`` splits its step into MLBench's phases, each a method on a ``Step`` (what flows
-between the phases), so the tracker can stamp each phase and ``mlbench_worker.graphs`` can
+between the phases), so the tracker can stamp each phase and ``mlbench_worker.devices.graphs`` can
 capture each in a CUDA graph; ``ClassificationTrainer`` is the phased step of the image and
 linear tasks. The loop itself is ``mlbench_worker.tasks.training``.
 """
@@ -25,7 +25,7 @@ from mlbench_worker.faults import slowed
 from mlbench_worker.optim.amp import make_scaler
 from mlbench_worker.optim.centralized import CentralizedOptimizer
 from mlbench_worker.optim.schedules import WarmupPlateau
-from mlbench_worker.tracker import CATEGORIES, Record
+from mlbench_worker.timing.tracker import CATEGORIES, Record
 
 
 @dataclass
@@ -180,7 +180,7 @@ class PhasedTrainer(Trainer, Generic[StepT]):
     ``train_step`` runs ``begin_step`` (host-side settings such as the learning rate, and the
     tensors the step reads), the phases ``fwd_pass`` .. ``comp_metrics`` and ``end_step``. The
     phases may neither read tensor values on the host nor depend on Python values that change
-    between steps: a CUDA graph (``mlbench_worker.graphs``) replays what they did at capture.
+    between steps: a CUDA graph (``mlbench_worker.devices.graphs``) replays what they did at capture.
     """
 
     @abc.abstractmethod

@@ -37,19 +37,20 @@ import numpy as np
 
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import rank_env, wire
-from mlbench_worker.allocator import tune_host_allocator
 from mlbench_worker.data.options import Cifar10Synthetic, options_of
+from mlbench_worker.launch.allocator import tune_host_allocator
 from mlbench_worker.optim.schedules import WarmupPlateau
 from mlbench_worker.rank_context import RankContext
 from mlbench_worker.rank_run import RankRun
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import HostStep, HostSums, run_training
-from mlbench_worker.tracker import Record, Tracker
+from mlbench_worker.timing.startup import CLOCK
+from mlbench_worker.timing.tracker import Record, Tracker
 from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
-    from mlbench_worker.context import Rendezvous, ReporterLike
+    from mlbench_worker.context import ReporterLike
+    from mlbench_worker.launch.rendezvous import Rendezvous
 
 MEAN = np.array([125.3, 123.0, 113.9], dtype=np.float32)
 STD = np.array([63.0, 62.1, 66.7], dtype=np.float32)

@@ -21,14 +21,14 @@ from mlbench_worker import hyperparams as hps
 from mlbench_worker import wire
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
 from mlbench_worker.goals import Collective, Stop, StopController
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.tracker import Record, Tracker
+from mlbench_worker.timing.startup import CLOCK
+from mlbench_worker.timing.tracker import Record, Tracker
 from mlbench_worker.wire import EpochEnd, EpochStart, EvalStart, GoalReached, Progress, RunStart, emit
 
 if TYPE_CHECKING:
     from mlbench_worker.context import ReporterLike
-    from mlbench_worker.graphs import GraphedStep
+    from mlbench_worker.devices.graphs import GraphedStep
 
 H = TypeVar("H", bound=hps.TaskHyperparameters)
 
@@ -398,7 +398,7 @@ def slow_compute(ctx: LoopContext, trainer: LoopTrainer) -> None:
 
 def graphed_step(ctx: LoopContext, trainer: LoopTrainer, tracker: Tracker) -> GraphedStep:
     """The trainer's step replayed from CUDA graphs (``implementation: {cuda_graphs: true}``)."""
-    from mlbench_worker.graphs import CudaCapture, GraphedStep
+    from mlbench_worker.devices.graphs import CudaCapture, GraphedStep
     from mlbench_worker.tasks.steps import PhasedTrainer
 
     if not isinstance(trainer, PhasedTrainer):

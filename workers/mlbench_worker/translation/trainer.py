@@ -35,9 +35,9 @@ from mlbench_worker.data.options import ToyTranslation, options_of
 from mlbench_worker.optim import build_optimizer
 from mlbench_worker.optim.amp import ReducedPrecisionAllReduce, comm_dtype, make_scaler
 from mlbench_worker.optim.centralized import CentralizedOptimizer
-from mlbench_worker.startup import CLOCK
 from mlbench_worker.tasks.steps import StepResult, Trainer, run_autocast
-from mlbench_worker.tracker import Record
+from mlbench_worker.timing.startup import CLOCK
+from mlbench_worker.timing.tracker import Record
 from mlbench_worker.translation.batching import Batch, BatchPlan, collate
 from mlbench_worker.translation.beam import beam_search
 from mlbench_worker.translation.bleu import STATS, bleu_from_stats, bleu_stats

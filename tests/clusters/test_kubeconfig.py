@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from mlbench_tui.clusters import kubeconfig
 from mlbench_tui.errors import InfraError
-from mlbench_tui.infra import kubeconfig
 
 CLUSTER_KUBECONFIG = """apiVersion: v1
 kind: Config

@@ -17,9 +17,9 @@ import pytest
 
 from mlbench_tui.cli import main
 from mlbench_tui.cluster_records import ClusterRecord, save_record
+from mlbench_tui.clusters import kubeconfig
 from mlbench_tui.commands.confirm import confirm
 from mlbench_tui.errors import UsageError
-from mlbench_tui.infra import kubeconfig
 
 CREATE = ["cluster", "create", "gcp", "test", "--nodes", "2", "--gpu", "1xT4"]
 

@@ -16,7 +16,7 @@ import math
 import random
 from collections.abc import Callable, Iterator
 
-from mlbench_worker.phase_clock import PhaseClock
+from mlbench_worker.timing.phase_clock import PhaseClock
 
 Record = Callable[[str], None]
 """What a training step calls with each phase's name as the phase ends (None: not stamped)."""

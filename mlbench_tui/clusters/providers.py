@@ -22,14 +22,14 @@ from mlbench_tui.spec.gpus import GPU_MODELS, canonical_gpu_model, suggest_gpu_m
 # name -> "module:Class". The kind provider and the in-cluster install live with the Kubernetes
 # code (issue 6); they are optional here and a clear error says so when they are missing.
 PROVIDERS: dict[str, str] = {
-    "gcp": "mlbench_tui.infra.automation:GcpProvider",
-    "aws": "mlbench_tui.infra.automation:AwsProvider",
-    "kind": "mlbench_tui.infra.kind:KindProvider",
-    "slurm": "mlbench_tui.infra.slurm:SlurmProvider",
+    "gcp": "mlbench_tui.clusters.automation:GcpProvider",
+    "aws": "mlbench_tui.clusters.automation:AwsProvider",
+    "kind": "mlbench_tui.clusters.kind:KindProvider",
+    "slurm": "mlbench_tui.clusters.slurm:SlurmProvider",
 }
 
 # The in-cluster server installer: ``install(context: str | None, namespace: str) -> None``.
-INCLUSTER_INSTALLER = "mlbench_tui.infra.incluster:install"
+INCLUSTER_INSTALLER = "mlbench_tui.clusters.incluster:install"
 
 
 Progress = Callable[[str], None]

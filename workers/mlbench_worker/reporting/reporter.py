@@ -40,7 +40,7 @@ import weakref
 from typing import Any
 
 from mlbench_worker import rank_env
-from mlbench_worker.spool import Batch, Spool
+from mlbench_worker.reporting.spool import Batch, Spool
 from mlbench_worker.wire import MAX_KIND_LEN, MAX_NAME_LEN, MAX_PAYLOAD_BYTES, MAX_TEXT_LEN
 
 # The server's limits are the wire contract's (a contract test validates what this module sends

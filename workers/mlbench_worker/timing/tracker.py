@@ -1,7 +1,7 @@
 """Per-rank timing of training phases with MLBench's phase names, cheap enough to leave on.
 
-A step stamps time as each phase ends (``record(phase)``) on a clock (``mlbench_worker.phase_clock``:
-``perf_counter`` on CPU, CUDA events on GPU); a schedule (``mlbench_worker.stamp_schedule``) picks
+A step stamps time as each phase ends (``record(phase)``) on a clock (``mlbench_worker.timing.phase_clock``:
+``perf_counter`` on CPU, CUDA events on GPU); a schedule (``mlbench_worker.timing.stamp_schedule``) picks
 which batches are stamped where the stamps would weigh on a micro-step, and phase totals are then
 scaled by batches / stamped batches. ``Tracker.each_batch`` is the one way a batch starts: the
 training loop and the benchmarks iterate their loaders through it. Every stamped batch after the
@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from mlbench_worker import wire
-from mlbench_worker.phase_clock import PhaseClock, TimedStep, make_clock
-from mlbench_worker.stamp_schedule import STAMP_COST_CUDA_S, STAMP_COST_S, Record, StampSchedule
+from mlbench_worker.timing.phase_clock import PhaseClock, TimedStep, make_clock
+from mlbench_worker.timing.stamp_schedule import STAMP_COST_CUDA_S, STAMP_COST_S, Record, StampSchedule
 
 if TYPE_CHECKING:
     import torch

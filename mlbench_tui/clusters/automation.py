@@ -35,14 +35,14 @@ from mlbench_tui.cluster_records import (
     save_record,
     state_dir,
 )
-from mlbench_tui.errors import InfraError
-from mlbench_tui.infra import kubeconfig
-from mlbench_tui.infra.prices import NodeShape, resolve_shape
-from mlbench_tui.infra.providers import (
+from mlbench_tui.clusters import kubeconfig
+from mlbench_tui.clusters.prices import NodeShape, resolve_shape
+from mlbench_tui.clusters.providers import (
     ClusterRequest,
     Progress,
     context_name,
 )
+from mlbench_tui.errors import InfraError
 
 MIN_PULUMI_VERSION = (3, 100, 0)
 PULUMI_INSTALL = (
@@ -546,7 +546,7 @@ class AwsProvider(PulumiProvider):
 
     def after_create(self, context: str, shape: NodeShape, progress: Progress) -> None:
         if shape.gpu_count:
-            from mlbench_tui.infra import device_plugin
+            from mlbench_tui.clusters import device_plugin
 
             progress("deploying the NVIDIA device plugin DaemonSet (EKS does not run one)")
             device_plugin.apply(context)

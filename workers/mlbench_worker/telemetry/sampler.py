@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench_worker import rank_env, wire
 from mlbench_worker import sysmetrics as sm
-from mlbench_worker.cgroup import cgroup_limits
-from mlbench_worker.gpu_device import DeviceError, GpuDevice, NotSupported, NvmlDevice
-from mlbench_worker.gpu_poll import PERIOD_S, GpuPoller
+from mlbench_worker.telemetry.cgroup import cgroup_limits
+from mlbench_worker.telemetry.gpu_device import DeviceError, GpuDevice, NotSupported, NvmlDevice
+from mlbench_worker.telemetry.gpu_poll import PERIOD_S, GpuPoller
 
 if TYPE_CHECKING:
-    from mlbench_worker.context import Rendezvous, ReporterLike
+    from mlbench_worker.context import ReporterLike
+    from mlbench_worker.launch.rendezvous import Rendezvous
     from mlbench_worker.wire import WorkerConfig
 
 MIB = float(2**20)
@@ -119,7 +120,7 @@ class LinkProbe:
 class GpuProbe:
     """The rank's GPU (a ``GpuDevice``), and the framework's peak allocated memory on it.
 
-    The GPU is the one the runtime placed the rank on (``mlbench_worker.devices``: GPU
+    The GPU is the one the runtime placed the rank on (``mlbench_worker.devices.placement``: GPU
     ``LOCAL_RANK`` of the visible ones), found in NVML by torch's UUID of it once torch has
     initialised CUDA, else as the ``LOCAL_RANK``-th entry of ``CUDA_VISIBLE_DEVICES`` (TensorFlow
     ranks), else as NVML's device ``LOCAL_RANK``. The probe reads the slowly changing values at

@@ -3,7 +3,7 @@
 Every local run would otherwise start fresh interpreters that import torch, CUDA's libraries and
 the task before the first step: seconds per rank on a GPU machine (4.6 s of every case of
 ``gpu_suite`` on an H200), paid again by every run of a sweep. The local executor starts
-``python -m mlbench_worker.warm`` once; it imports those modules (never CUDA: a CUDA context does
+``python -m mlbench_worker.launch.warm`` once; it imports those modules (never CUDA: a CUDA context does
 not survive a fork), says ``Ready`` and then forks one child per ``StartRequest`` line on its
 stdin: the run's launcher (``rank_group``), which forks the run's ranks and watches them as
 torchrun's agent would. The server answers each request with ``Started`` (the launcher's pid),
@@ -29,8 +29,8 @@ from typing import IO
 
 from pydantic import BaseModel
 
-from mlbench_worker import rank_group
-from mlbench_worker.startup import LAZY_IMPORTS
+from mlbench_worker.launch import rank_group
+from mlbench_worker.timing.startup import LAZY_IMPORTS
 from mlbench_worker.warm_protocol import Exited, Ready, Started, StartRequest
 
 PRELOAD = (
@@ -40,13 +40,13 @@ PRELOAD = (
     "torch.optim",
     "numpy",
     "mlbench_worker.__main__",
-    "mlbench_worker.allocator",
+    "mlbench_worker.launch.allocator",
     "mlbench_worker.comm",
     "mlbench_worker.context",
-    "mlbench_worker.fingerprint",
-    "mlbench_worker.reporter",
-    "mlbench_worker.sampler",
-    "mlbench_worker.tracker",
+    "mlbench_worker.telemetry.fingerprint",
+    "mlbench_worker.reporting.reporter",
+    "mlbench_worker.telemetry.sampler",
+    "mlbench_worker.timing.tracker",
     "mlbench_worker.tasks",
     "runpy",
     *LAZY_IMPORTS,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlbench_tui.clusters import kind
+from mlbench_tui.clusters.providers import ClusterRequest, GpuSpec, load_provider
 from mlbench_tui.errors import InfraError
-from mlbench_tui.infra import kind
-from mlbench_tui.infra.providers import ClusterRequest, GpuSpec, load_provider
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from mlbench_tui import __version__
 from mlbench_tui.cluster_records import ClusterRecord, find_record, load_records, remove_record, save_record
-from mlbench_tui.errors import InfraError
-from mlbench_tui.executors.kubernetes.placement import BENCH_POOL_LABEL
-from mlbench_tui.infra.providers import (
+from mlbench_tui.clusters.providers import (
     ClusterRequest,
     Progress,
     context_name,
 )
+from mlbench_tui.errors import InfraError
+from mlbench_tui.executors.kubernetes.placement import BENCH_POOL_LABEL
 
 KIND_API = "kind.x-k8s.io/v1alpha4"
 DEFAULT_IMAGE = f"mlbench-worker:{__version__}"
@@ -135,7 +135,7 @@ def load_image(name: str, image: str, *, progress: Progress) -> None:
 
 
 class KindProvider:
-    """The ``kind`` cluster provider (see ``mlbench_tui.infra.providers.Provider``)."""
+    """The ``kind`` cluster provider (see ``mlbench_tui.clusters.providers.Provider``)."""
 
     def __init__(self, image: str | None = None) -> None:
         self.image = image or os.environ.get("MLBENCH_WORKER_IMAGE") or DEFAULT_IMAGE
@@ -153,7 +153,7 @@ class KindProvider:
             )
 
     def create(self, request: ClusterRequest, *, progress: Progress) -> ClusterRecord:
-        from mlbench_tui.infra.kubeconfig import merge_context
+        from mlbench_tui.clusters.kubeconfig import merge_context
 
         self.preflight(request)
         name, context = request.name, context_name("kind", request.name)
@@ -206,7 +206,7 @@ class KindProvider:
         return record
 
     def delete(self, name: str, *, progress: Progress) -> None:
-        from mlbench_tui.infra.kubeconfig import remove_context
+        from mlbench_tui.clusters.kubeconfig import remove_context
 
         progress(f"deleting kind cluster {name}")
         if shutil.which("kind") is not None:
@@ -233,7 +233,7 @@ class KindProvider:
         return load_records("kind")
 
     def use(self, name: str) -> str:
-        from mlbench_tui.infra.kubeconfig import use_context
+        from mlbench_tui.clusters.kubeconfig import use_context
 
         record = find_record("kind", name)
         context = record.context if record is not None else context_name("kind", name)

@@ -278,7 +278,7 @@ def rank_checks(
 ) -> tuple[list[PreflightCheck], str | None]:
     """This rank's checks (NVML health on a GPU, the GEMM probe with the clocks under it, the
     all-reduce probe) and its device's name."""
-    from mlbench_worker.fingerprint import cpu_model
+    from mlbench_worker.telemetry.fingerprint import cpu_model
 
     checks: list[PreflightCheck] = []
     gpu_name = None

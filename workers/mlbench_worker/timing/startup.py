@@ -71,7 +71,7 @@ class StartupClock:
 
     def restart(self) -> None:
         """Count from this process's start again: a rank forked by a warm start
-        (``mlbench_worker.warm``) was imported by the process it was forked from."""
+        (``mlbench_worker.launch.warm``) was imported by the process it was forked from."""
         self.process_start = process_start_time()
         self._origin = self.process_start if self.process_start is not None else time.time()
         self._last = self._origin

@@ -14,8 +14,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from mlbench_tui.clusters.providers import ClusterRequest, GpuSpec
 from mlbench_tui.errors import UsageError
-from mlbench_tui.infra.providers import ClusterRequest, GpuSpec
 from mlbench_tui.spec.gpus import canonical_gpu_model
 
 PRICED_PROVIDERS: tuple[str, ...] = ("gcp", "aws")
@@ -25,7 +25,7 @@ GCP_DEFAULT_ZONES_PER_REGION = 3
 @lru_cache(maxsize=1)
 def price_table() -> dict[str, Any]:
     """The bundled price table (parsed once)."""
-    text = resources.files("mlbench_tui.infra").joinpath("prices.json").read_text(encoding="utf-8")
+    text = resources.files("mlbench_tui.clusters").joinpath("prices.json").read_text(encoding="utf-8")
     table: dict[str, Any] = json.loads(text)
     return table
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from support.kube_api import KubeApi
 
+from mlbench_tui.clusters import incluster
+from mlbench_tui.clusters.providers import load_incluster_installer
 from mlbench_tui.errors import InfraError
-from mlbench_tui.infra import incluster
-from mlbench_tui.infra.providers import load_incluster_installer
 
 NS = "mlbench"
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from mlbench_worker import sysmetrics as sm
-from mlbench_worker.gpu_device import DeviceError, GpuDevice, NotSupported
+from mlbench_worker.telemetry.gpu_device import DeviceError, GpuDevice, NotSupported
 
 POLL_S = 0.05
 PERIOD_S = 1.0

@@ -12,10 +12,10 @@ import pytest
 from support.kube_api import kube_api
 
 from mlbench_tui import cluster_records
+from mlbench_tui.clusters import automation, device_plugin, providers
+from mlbench_tui.clusters.prices import resolve_shape
+from mlbench_tui.clusters.providers import ClusterRequest, GpuSpec
 from mlbench_tui.errors import InfraError, UsageError
-from mlbench_tui.infra import automation, device_plugin, providers
-from mlbench_tui.infra.prices import resolve_shape
-from mlbench_tui.infra.providers import ClusterRequest, GpuSpec
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_provider_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(providers.load_provider("aws"), providers.Preflight)
     with pytest.raises(UsageError, match="unknown cluster provider 'azure'"):
         providers.load_provider("azure")
-    monkeypatch.setitem(providers.PROVIDERS, "future", "mlbench_tui.infra.not_written_yet:FutureProvider")
+    monkeypatch.setitem(providers.PROVIDERS, "future", "mlbench_tui.clusters.not_written_yet:FutureProvider")
     with pytest.raises(InfraError, match="not available in this installation"):
         providers.load_provider("future")
 

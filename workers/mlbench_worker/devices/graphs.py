@@ -14,7 +14,7 @@ capture that moved a parameter's storage (a module re-allocating its weights ins
 refused, since its replays would update memory nothing reads. Warming up and capturing are set
 aside from training time and summarised once per run. Random streams (dropout) differ from the
 eager run's: graphs draw from the device generator's replay-safe offsets. On a CPU,
-``mlbench_worker.replay_capture.ReplayCapture`` stands in for the capture.
+``mlbench_worker.devices.replay_capture.ReplayCapture`` stands in for the capture.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from mlbench_worker.tasks.steps import PhasedTrainer, Step, StepResult
-from mlbench_worker.tracker import Record
+from mlbench_worker.timing.tracker import Record
 
 Replay = Callable[[], None]
 WARMUP_STEPS = 3  # eager steps on a side stream before capture (torch's recipe: lazy state, cuDNN plans)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlbench_tui.cluster_records import ClusterRecord, find_record, load_records, remove_record, save_record
+from mlbench_tui.clusters.providers import ClusterRequest, Progress
 from mlbench_tui.errors import InfraError, UsageError
 from mlbench_tui.executors.slurm.cluster import (
     DEFAULT_NAME,
@@ -18,7 +19,6 @@ from mlbench_tui.executors.slurm.cluster import (
     current_file,
     current_name,
 )
-from mlbench_tui.infra.providers import ClusterRequest, Progress
 
 
 def check_options(cluster: SlurmCluster) -> None:

@@ -1,7 +1,7 @@
 """A failed rank's error file: the exception it ended with, where its launcher looks for it.
 
 torchrun gives each rank ``TORCHELASTIC_ERROR_FILE`` and names the root cause of a failed run from
-the first of those files; a forked group's launcher (``mlbench_worker.rank_group``) does the same.
+the first of those files; a forked group's launcher (``mlbench_worker.launch.rank_group``) does the same.
 The file is torch's format (``{"message": {"message": ..., "extraInfo": {"py_callstack": ...,
 "timestamp": ...}}}``, so torchrun's summary shows it too) with two additions in ``extraInfo``:
 whether the rank only noticed that a peer had died, and the time to the microsecond, so the

@@ -1,6 +1,6 @@
 """A CPU stand-in for CUDA-graph capture that replays like a graph: recorded ops on fixed tensors.
 
-``ReplayCapture`` implements ``mlbench_worker.graphs.Capture``. Capturing runs each phase once
+``ReplayCapture`` implements ``mlbench_worker.devices.graphs.Capture``. Capturing runs each phase once
 while recording every aten op it dispatches with the very tensors it read and wrote (the
 recording keeps them alive, as a graph's pool keeps its memory). A replay never runs the phase's
 Python again: it re-executes the recorded ops on those tensors, writing each op's result into the

@@ -30,7 +30,9 @@ import traceback
 from dataclasses import dataclass, field
 from types import FrameType
 
-from mlbench_worker import error_file, netns, rank_env
+from mlbench_worker import rank_env
+from mlbench_worker.launch import netns
+from mlbench_worker.reporting import error_file
 from mlbench_worker.warm_protocol import (
     GroupRecord,
     RankFailure,
@@ -312,7 +314,7 @@ def run_main(main: RankMain) -> int:
     preloaded modules; returns the exit status the interpreter would have ended with."""
     import runpy
 
-    from mlbench_worker.startup import CLOCK
+    from mlbench_worker.timing.startup import CLOCK
 
     CLOCK.restart()  # this process's start is the fork, not the server's
     try:

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Mapping
 
 from mlbench_worker import rank_env
-from mlbench_worker.context import Rendezvous
+from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.wire import ConfigError
 
 PORT_BASE = 10000  # ports 10000..29999: below Linux's ephemeral range (32768+)

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from mlbench_tui.clusters.prices import accelerator_model, estimate, price_table, resolve_shape
+from mlbench_tui.clusters.providers import ClusterRequest, GpuSpec, parse_gpu
 from mlbench_tui.errors import UsageError
 from mlbench_tui.executors.kubernetes.placement import gpu_model_label
-from mlbench_tui.infra.prices import accelerator_model, estimate, price_table, resolve_shape
-from mlbench_tui.infra.providers import ClusterRequest, GpuSpec, parse_gpu
 
 
 @pytest.mark.parametrize(
