@@ -207,14 +207,16 @@ def placement_notes(loaded: Sequence[LoadedSpec]) -> list[str]:
     targets only: validate never contacts a cluster). validate checks the spec, which may be meant
     for another machine; it says so instead of staying silent."""
     from mlbench_tui.errors import MlbenchError
+    from mlbench_tui.executors import executor_class
     from mlbench_tui.plan import expand
     from mlbench_tui.runs.plans import check_placement
 
     notes = []
     for item in loaded:
-        local = [plan for plan in expand(item.spec) if plan.target.kind == "local"]  # clusters: not asked
+        # a cluster's placement is not asked: validate never contacts one
+        offline = [plan for plan in expand(item.spec) if executor_class(plan.target.kind).places_offline]
         try:
-            check_placement(local)
+            check_placement(offline)
         except MlbenchError as exc:
             notes.append(
                 f"note: {item.file}: valid, but this machine cannot run it as it is (plan and apply refuse "
@@ -314,35 +316,20 @@ def render_plans(plans: Sequence[RunPlan], output: str) -> str:
 
 
 def network_column(plan: RunPlan) -> str:
-    """The plan's links: ``100Mbit +5ms, 2 nodes``, ``-`` without a network."""
-    if plan.network is None:
-        return "-"
-    text = plan.network.label()
-    if plan.target.kind == "local":
-        nodes = plan.emulated_nodes()
-        text += f", {nodes} node{'' if nodes == 1 else 's'}"
-    return text
+    """The plan's links as its target makes them (``100Mbit +5ms, 2 nodes`` locally), ``-`` without."""
+    from mlbench_tui.executors import executor_class
+
+    return executor_class(plan.target.kind).network_label(plan)
 
 
 def network_notes(plans: Sequence[RunPlan]) -> list[str]:
-    """What a plan's network means where it runs, said once under the table."""
+    """What the plans' networks mean where they run, said once under the table (by their targets)."""
+    from mlbench_tui.executors import executor_class
+
     notes: list[str] = []
-    local = [p for p in plans if p.network is not None and p.target.kind == "local"]
-    if local:
-        notes.append(
-            "network: each emulated node is a network namespace on this machine, linked to the others "
-            "through a bridge; tc shapes each node's link (ranks of one node talk unshaped)"
-        )
-    if any(p.backend == "nccl" for p in local):
-        notes.append(
-            "network: nccl runs use NCCL's socket transport between emulated nodes (P2P and shared "
-            "memory within a node), so they compare only with other shaped nccl runs"
-        )
-    if any(p.network is not None and p.target.kind == "kubernetes" for p in plans):
-        notes.append(
-            "network: pods carry the bandwidth CNI plugin's annotations; latency (and bandwidth with "
-            "kubernetes_bandwidth: tc) is set by an init container running tc with NET_ADMIN"
-        )
+    for kind in dict.fromkeys(p.target.kind for p in plans if p.network is not None):
+        shaped = [p for p in plans if p.network is not None and p.target.kind == kind]
+        notes += executor_class(kind).network_notes(shaped)
     return notes
 
 

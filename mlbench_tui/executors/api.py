@@ -141,6 +141,21 @@ class Executor(abc.ABC, Generic[R]):
     plan_outputs: ClassVar[tuple[str, ...]] = ()
     """The ``mlbench plan -o`` formats ``render_plans`` knows (Slurm's ``sbatch``, Kubernetes'
     ``yaml`` manifests)."""
+    places_offline: ClassVar[bool] = False
+    """``check_placement`` asks nothing but this machine, so ``validate`` may ask it too (a
+    cluster's placement is left to ``plan`` and ``apply``, which may contact it)."""
+
+    @classmethod
+    def network_label(cls, plan: RunPlan) -> str:
+        """The plan's links as ``mlbench plan`` shows them (``100Mbit +5ms``; ``-`` without a
+        network); a target adds what it makes of them."""
+        return plan.network.label() if plan.network is not None else "-"
+
+    @classmethod
+    def network_notes(cls, plans: Sequence[RunPlan]) -> list[str]:
+        """What the networks of ``plans`` (this target's, each with a network) mean here, said once
+        under the plan table; the default says nothing."""
+        return []
 
     @abc.abstractmethod
     def dryrun(self, plan: RunPlan, launch: LaunchContext) -> DryRun[R]:

@@ -122,6 +122,14 @@ class KubernetesExecutor(Executor[KubernetesRequest]):
 
     name = SCHEME
     in_cluster_server = True
+
+    @classmethod
+    def network_notes(cls, plans: Sequence[RunPlan]) -> list[str]:
+        return [
+            "network: pods carry the bandwidth CNI plugin's annotations; latency (and bandwidth with "
+            "kubernetes_bandwidth: tc) is set by an init container running tc with NET_ADMIN"
+        ]
+
     plan_outputs = ("yaml",)
 
     def __init__(

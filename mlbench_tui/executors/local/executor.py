@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -97,6 +97,27 @@ class LocalExecutor(Executor[LocalRequest]):
 
     name = SCHEME
     reconciles = True
+    places_offline = True
+
+    @classmethod
+    def network_label(cls, plan: RunPlan) -> str:
+        if plan.network is None:
+            return "-"
+        nodes = plan.emulated_nodes()
+        return f"{plan.network.label()}, {nodes} node{'' if nodes == 1 else 's'}"
+
+    @classmethod
+    def network_notes(cls, plans: Sequence[RunPlan]) -> list[str]:
+        notes = [
+            "network: each emulated node is a network namespace on this machine, linked to the others "
+            "through a bridge; tc shapes each node's link (ranks of one node talk unshaped)"
+        ]
+        if any(p.backend == "nccl" for p in plans):
+            notes.append(
+                "network: nccl runs use NCCL's socket transport between emulated nodes (P2P and shared "
+                "memory within a node), so they compare only with other shaped nccl runs"
+            )
+        return notes
 
     def __init__(
         self, runs_dir: str | Path | None = None, *, cpu_count: int | None = None, warm: bool | None = None
