@@ -161,7 +161,7 @@ def _value_issues(name: str, value: str, workers: list[int]) -> Iterator[PolicyI
             sizes = ", ".join(str(size) for size in short)
             yield PolicyIssue(
                 loc,
-                f"{es.INJECT_FAULT} names rank {parsed.rank}, but the runs of {sizes} worker(s) have no such "
-                "rank: the fault would never happen",
+                f"{rank_env.INJECT_FAULT} names rank {parsed.rank}, but the runs of {sizes} worker(s) "
+                "have no such rank: the fault would never happen",
                 f"name a rank from 0 to {min(workers) - 1}, or sweep world sizes above {parsed.rank}",
             )

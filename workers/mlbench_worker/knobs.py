@@ -46,15 +46,19 @@ class Knob:
             return "must be a finite number"
         if self.gt is not None and self.lt is not None and not self.gt < value < self.lt:
             return f"must be between {show_bound(self.gt)} and {show_bound(self.lt)}"
-        for bound, op, ok in (
-            (self.gt, ">", lambda b: value > b),
-            (self.ge, ">=", lambda b: value >= b),
-            (self.lt, "<", lambda b: value < b),
-            (self.le, "<=", lambda b: value <= b),
-        ):
-            if bound is not None and not ok(bound):
+        for bound, op in ((self.gt, ">"), (self.ge, ">="), (self.lt, "<"), (self.le, "<=")):
+            if bound is not None and not _holds(value, op, bound):
                 return f"must be {op} {show_bound(bound)}"
         return None
+
+
+def _holds(value: float, op: str, bound: float) -> bool:
+    """Whether ``value op bound`` (``op`` one of >, >=, <, <=)."""
+    if op == ">":
+        return value > bound
+    if op == ">=":
+        return value >= bound
+    return value < bound if op == "<" else value <= bound
 
 
 def show_bound(bound: float) -> str:
