@@ -12,9 +12,9 @@ from mlbench_worker.hyperparams import plan_values
 
 from mlbench_tui.plan import RunPlan, expand, spec_hash
 from mlbench_tui.results.mllog import division
+from mlbench_tui.server.serve import EmbeddedServer
 from mlbench_tui.spec.loader import load_text
 from mlbench_tui.store.api_models import RunDetail
-from mlbench_tui.store.reader import StoreReader
 from mlbench_tui.store.store import Store
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "stores" / "h200-2026-11-27"  # read-only copies
@@ -28,11 +28,10 @@ def _runs(tmp_path: Path, store: str) -> Iterator[RunDetail]:
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("state"))
     for path in copy.rglob("*"):
         path.chmod(0o644 if path.is_file() else 0o755)
-    with Store(copy / "mlbench.db") as store:  # the first writer migrates it, as the server does
-        assert "0004_run_launch" in store.migrations_applied  # written before launch milestones
-    reader = StoreReader.open(copy / "mlbench.db")
-    assert reader is not None, "the recorded store opens once migrated"
-    with reader:
+    with Store(copy / "mlbench.db") as writer:  # the first writer migrates it, as the server does
+        assert "0004_run_launch" in writer.migrations_applied  # written before launch milestones
+    # its results were stored by older rules, so a server reads it (and brings them up to date)
+    with EmbeddedServer(copy / "mlbench.db", record=False) as server, server.info.client() as reader:
         runs = reader.list_runs()
         assert runs
         for run in runs:

@@ -297,7 +297,8 @@ def test_a_run_whose_apply_was_killed_ends_as_its_ranks_said(
     """apply dies with SIGKILL while its ranks run on and finish normally: nobody holds the
     launcher's exit status, so ``mlbench status`` settles the run from every rank's run_stop."""
     assert mlbench("status").returncode == 0  # the server is a process of its own and outlives apply
-    spec = _spec(tmp_path, "lost", repetitions=20, max_exp=3, num_sizes=4)
+    # seconds of work even for warm (forked) ranks, so they are still going when apply is killed
+    spec = _spec(tmp_path, "lost", repetitions=5000, max_exp=3, num_sizes=4)
     run_id = _apply_then_kill_it(spec)
     assert len(_run_pids(run_id)) >= 3  # the ranks outlived their apply
     deadline = time.monotonic() + 120

@@ -15,8 +15,7 @@ from mlbench_tui.results.ranks import RankFigures, settle_ranks
 from mlbench_tui.results.step_time import step_time_figures, step_time_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.current_results import current_result
-from mlbench_tui.store.reader import StoreReader
-from mlbench_tui.store.store import Store
+from mlbench_tui.server.serve import EmbeddedServer
 
 STORES = Path(__file__).resolve().parents[1] / "fixtures" / "stores" / "h200-2026-11-27"
 
@@ -80,11 +79,9 @@ def test_a_recorded_h200_store_reads_with_today_s_definition(tmp_path: Path) -> 
     """The suite's runs (recorded before per-step timing) get their step time from the report
     windows after the warm-up: the 84 ms first window of 1a is no longer mixed in."""
     shutil.copytree(STORES / "suite", tmp_path / "suite")
-    with Store(tmp_path / "suite" / "mlbench.db"):  # the first writer migrates it, as the server does
-        pass
-    reader = StoreReader.open(tmp_path / "suite" / "mlbench.db")
-    assert reader is not None
-    try:
+    # its stored results were computed by other rules: a server reads it (migrated, brought up to date)
+    db = tmp_path / "suite" / "mlbench.db"
+    with EmbeddedServer(db, record=False) as server, server.info.client() as reader:
         runs = {r.name: r for r in reader.list_runs()}
         result = current_result(reader, reader.get_run(runs["gpu-1a-fp32-nccl-1w"].id))
         assert result is not None and result.step_time is not None
@@ -94,5 +91,3 @@ def test_a_recorded_h200_store_reads_with_today_s_definition(tmp_path: Path) -> 
         sweep = current_result(reader, reader.get_run(runs["gpu-0a-fp32-nccl-1w"].id))
         assert sweep is not None and sweep.sweep is not None
         assert (sweep.sweep.min_size, sweep.sweep.max_size, sweep.sweep.repetitions) == (1, 10_000_000, 20)
-    finally:
-        reader.close()
