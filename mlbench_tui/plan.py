@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from mlbench_worker import wire
 from mlbench_worker.data.options import parse_data_options
 from mlbench_worker.hyperparams import parse_hyperparameters
+from mlbench_worker.preflight_config import Expectation, PreflightConfig
 from mlbench_worker.wire import (
     DEFAULT_TELEMETRY_INTERVAL_S,
     PROBE_ALLREDUCE,
@@ -287,7 +288,7 @@ def preflight_plan(spec: Preflight, *, on_gpu: bool) -> PreflightPlan:
     )
 
 
-def preflight_settings(plan: RunPlan) -> wire.PreflightConfig | None:
+def preflight_settings(plan: RunPlan) -> PreflightConfig | None:
     """What the ranks' pre-flight judges against: the spec's own limits (any machine), then the
     reference table's expected probe figures for every machine class (a rank picks its own):
     the all-reduce at this backend and world size, the GEMM rate in this precision."""
@@ -296,12 +297,10 @@ def preflight_settings(plan: RunPlan) -> wire.PreflightConfig | None:
         return None
     expectations = []
     if pf.min_gemm_tflops is not None:
-        limit = wire.Expectation("*", PROBE_GEMM, pf.min_gemm_tflops, source="the spec's limit", limit=True)
+        limit = Expectation("*", PROBE_GEMM, pf.min_gemm_tflops, source="the spec's limit", limit=True)
         expectations.append(limit)
     if pf.max_allreduce_us is not None:
-        limit = wire.Expectation(
-            "*", PROBE_ALLREDUCE, pf.max_allreduce_us, source="the spec's limit", limit=True
-        )
+        limit = Expectation("*", PROBE_ALLREDUCE, pf.max_allreduce_us, source="the spec's limit", limit=True)
         expectations.append(limit)
     for row in reference_table():
         here = row.backend in (None, plan.backend) and row.workers == plan.workers
@@ -310,8 +309,8 @@ def preflight_settings(plan: RunPlan) -> wire.PreflightConfig | None:
         if probe or gemm:
             band = row.repeats_band() or row.step_spread
             source = f"{row.source} {row.measured}"
-            expectations.append(wire.Expectation(row.machine, row.figure, row.value, band, source))
-    return wire.PreflightConfig(on_failure=pf.on_failure, expectations=tuple(expectations))
+            expectations.append(Expectation(row.machine, row.figure, row.value, band, source))
+    return PreflightConfig(on_failure=pf.on_failure, expectations=tuple(expectations))
 
 
 def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mlbench_worker.wire import device_class
+from mlbench_worker.preflight_config import device_class
 
 from mlbench_tui.results.bands import Band, reference_band, run_band
 from mlbench_tui.results.model import RunResult

@@ -12,6 +12,7 @@ from typing import Any
 import pynvml
 import pytest
 import torch
+from mlbench_worker.preflight_config import Expectation
 from mlbench_worker.telemetry import preflight
 from mlbench_worker.telemetry.preflight import (
     PROBE_ALLREDUCE,
@@ -23,7 +24,7 @@ from mlbench_worker.telemetry.preflight import (
     judge_probe,
     read_health,
 )
-from mlbench_worker.wire import Expectation, Preflight, PreflightCheck, parse_event
+from mlbench_worker.wire import Preflight, PreflightCheck, parse_event
 
 
 class FakeNvml:

@@ -27,15 +27,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from mlbench_worker.preflight_config import Expectation, PreflightConfig, device_class
 from mlbench_worker.wire import (
     PROBE_ALLREDUCE,
     PROBE_GEMM,
     CheckStatus,
-    Expectation,
     Preflight,
     PreflightCheck,
-    PreflightConfig,
-    device_class,
     emit,
 )
 
