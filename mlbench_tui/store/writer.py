@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, Table, insert
 from mlbench_tui.errors import Conflict, MlbenchError, NotFound, StoreError
 from mlbench_tui.store.changes import Change, MetricChunk
 from mlbench_tui.store.engine import storage_error
+from mlbench_tui.store.linger import LINGER_MIN_RATE, LINGER_S, PEAK_GROUPS, ArrivalRate
 from mlbench_tui.store.series import SeriesCatalog
 from mlbench_tui.store.write_rules import WriteRules
 
@@ -38,18 +39,6 @@ MAX_GROUP_JOBS = 512
 # connection's statement cache (``engine.STATEMENT_CACHE``).
 METRIC_CHUNK = 128
 METRIC_WIDTH = MetricChunk.WIDTH
-
-# A commit costs per transaction (its pages, the WAL append), not per row. While requests arrive
-# at LINGER_MIN_RATE per second or more (counted over windows of RATE_WINDOW_S), a group waits up
-# to LINGER_S after its first request so that those arriving meanwhile share its commit; a lightly
-# loaded server is written at once. A group stops waiting once it is as large as the largest of
-# the last PEAK_GROUPS groups: clients that each wait for their answer before sending again (one
-# sequential client, or 16) have all arrived by then, and only independent senders (a thousand
-# ranks posting on their own clocks) wait out the linger.
-LINGER_S = 0.005
-PEAK_GROUPS = 32
-LINGER_MIN_RATE = 400.0
-RATE_WINDOW_S = 0.1
 
 
 def written_tables() -> dict[str, Table]:
@@ -76,25 +65,6 @@ def _chunk_sql(metrics: Table, rows: int) -> str:
         values.append(f"({row_id},{','.join(f'?{first + k}' for k in range(METRIC_WIDTH))})")
     columns = ", ".join(c.name for c in metrics.columns)
     return f"INSERT INTO {metrics.name} ({columns}) VALUES {','.join(values)}"
-
-
-class ArrivalRate:
-    """Arrivals per second over the last complete window of at least ``RATE_WINDOW_S`` seconds."""
-
-    def __init__(self) -> None:
-        self.rate = 0.0
-        self._count = 0
-        self._since: float | None = None
-
-    def add(self, now: float) -> None:
-        """Count one arrival at ``now`` (seconds, any monotonic clock); a window that ends here is rated."""
-        if self._since is None:
-            self._since = now
-        elapsed = now - self._since
-        if elapsed >= RATE_WINDOW_S:  # a quiet spell is one long window: a low rate
-            self.rate = self._count / elapsed
-            self._count, self._since = 0, now
-        self._count += 1
 
 
 @dataclass

@@ -14,8 +14,8 @@ from mlbench_tui.errors import NotFound
 from mlbench_tui.store import queries
 from mlbench_tui.store import writer as writer_module
 from mlbench_tui.store.api_models import RunCreate, RunUpdate
+from mlbench_tui.store.linger import LINGER_MIN_RATE, RATE_WINDOW_S, ArrivalRate
 from mlbench_tui.store.store import Store
-from mlbench_tui.store.writer import LINGER_MIN_RATE, RATE_WINDOW_S, ArrivalRate
 
 
 def test_concurrent_writers_are_group_committed(store: Store) -> None:
