@@ -81,6 +81,7 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
         "mlbench_worker.preflight_config",
         "mlbench_worker.wire_types",
         "mlbench_worker.hyperparams",
+        "mlbench_worker.hyperparams_base",
         "mlbench_worker.knobs",
         "mlbench_worker.rank_env",
         "mlbench_worker.env_settings",
