@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, Table, insert
 
 from mlbench_tui.errors import Conflict, MlbenchError, NotFound, StoreError
 from mlbench_tui.store.changes import Change, MetricChunk
-from mlbench_tui.store.engine import storage_error
+from mlbench_tui.store.engine import BUSY_TIMEOUT_MS, WRITER, is_busy, storage_error
 from mlbench_tui.store.linger import LINGER_MIN_RATE, LINGER_S, PEAK_GROUPS, ArrivalRate
 from mlbench_tui.store.series import SeriesCatalog
 from mlbench_tui.store.write_rules import WriteRules
@@ -39,6 +39,14 @@ MAX_GROUP_JOBS = 512
 # connection's statement cache (``engine.STATEMENT_CACHE``).
 METRIC_CHUNK = 128
 METRIC_WIDTH = MetricChunk.WIDTH
+
+# While another process holds the store's lock, the loop's writes retry this often (instead of
+# SQLite's busy wait, which would stall the loop and every read it serves) for up to busy_timeout.
+LOCK_RETRY_S = 0.025
+
+
+class _LockedElsewhere(Exception):
+    """The group could not begin: another process holds the store's write lock (retry later)."""
 
 
 def written_tables() -> dict[str, Table]:
@@ -154,6 +162,7 @@ class Writer:
             self._next_id[kind] = int(top or 0) + 1
         self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
         self._conn.rollback()
+        self._conn.info[WRITER] = True  # from here on its transactions write: BEGIN IMMEDIATE
         self.write_lock = threading.Lock()  # held while a group is written: holding it pauses writes
         self._inline_loop: asyncio.AbstractEventLoop | None = None
         self._inline_thread: int | None = None
@@ -162,6 +171,7 @@ class Writer:
         self._arrivals = ArrivalRate()  # of the loop's requests: a busy server lingers
         self._groups: collections.deque[int] = collections.deque(maxlen=PEAK_GROUPS)  # recent sizes
         self._lingering: asyncio.TimerHandle | None = None
+        self._locked_since: float | None = None  # loop time the loop's writes began to wait on a lock
         self._thread = threading.Thread(target=self._loop, name="mlbench-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -249,11 +259,29 @@ class Writer:
                 jobs.append(job)
                 rows += job.size()
             self._groups.append(len(jobs))
-            self._run_group(jobs)
+            self._raw.execute("PRAGMA busy_timeout=0")  # the loop never sleeps in SQLite
+            try:
+                self._run_group(jobs, locked_retry=self._lock_wait_left(loop))
+            except _LockedElsewhere:
+                self._pending.extendleft(reversed(jobs))  # first in line, as they came
+                self._drain_scheduled = True  # arrivals meanwhile do not retry sooner
+                loop.call_later(LOCK_RETRY_S, self._drain_inline)
+                return
+            finally:
+                self._raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._locked_since = None
         finally:
             self.write_lock.release()
         if self._pending:
             self._schedule_drain(loop)
+
+    def _lock_wait_left(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether the loop's writes may still wait for a lock another process holds: they wait
+        as long as SQLite's busy_timeout would, then answer that the store stayed locked."""
+        now = loop.time()
+        if self._locked_since is None:
+            self._locked_since = now
+        return now - self._locked_since < BUSY_TIMEOUT_MS / 1000
 
     async def drain(self) -> None:
         """Wait until the loop's pending writes are committed (server shutdown)."""
@@ -333,6 +361,7 @@ class Writer:
         self._queue.put(_STOP)
         self._thread.join(timeout)
         with contextlib.suppress(Exception):
+            self._conn.info.pop(WRITER, None)  # back in the pool it reads like any other
             self._conn.close()
 
     # ---- writer thread
@@ -358,7 +387,9 @@ class Writer:
             with self.write_lock:
                 self._run_group(jobs)
 
-    def _run_group(self, jobs: list[_Job]) -> None:
+    def _run_group(self, jobs: list[_Job], *, locked_retry: bool = False) -> None:
+        """Write ``jobs`` in one transaction and resolve them; with ``locked_retry``, a group that
+        cannot begin because another process holds the lock raises ``_LockedElsewhere`` instead."""
         group = self._new_group()
         results: list[tuple[Any, BaseException | None]] = []
         changes: list[Change] = []
@@ -369,6 +400,8 @@ class Writer:
                 self._flush_metrics(group)
         except Exception as exc:
             self._undo(group)
+            if locked_retry and is_busy(exc):
+                raise _LockedElsewhere from exc
             if len(jobs) == 1:
                 failure = storage_error(exc, self._path) or exc  # a full disk says so, not "500"
                 self._resolve(jobs, [(None, failure)], self._inline_thread)

@@ -155,15 +155,27 @@ def test_a_store_another_program_keeps_locked_is_waited_on_then_its_holder_named
         probe.close()
         known = storage_error(busy.value, store_path())
         assert isinstance(known, StoreLocked) and f"stayed locked by pid {holder.pid}" in known.message
-        # a write while it holds the lock waits (bounded by busy_timeout) and lands once it lets go
-        writing = threading.Thread(
-            target=lambda: server.client().update_run(run.run.id, state="running"), daemon=True
-        )
+        # a write while it holds the lock waits (bounded by busy_timeout) and lands once it lets go:
+        # not refused at once (SQLite skips the busy wait when a deferred transaction upgrades)
+        failures: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                server.client().update_run(run.run.id, state="running")
+            except BaseException as exc:
+                failures.append(exc)
+
+        writing = threading.Thread(target=write, daemon=True)
         writing.start()
+        writing.join(1.0)  # still waiting on the lock, however fast or slow this machine is
+        assert writing.is_alive() and not failures, failures
+        # and meanwhile the server answers reads: the wait does not stall it
+        assert server.client().get_run(run.run.id).state.value == "pending"
         holder.stdin.write("\n")
         holder.stdin.flush()
         writing.join(60)
     finally:
         holder.kill()
         holder.wait(10)
-    assert not writing.is_alive() and server.client().get_run(run.run.id).state.value == "running"
+    assert not writing.is_alive() and not failures, failures
+    assert server.client().get_run(run.run.id).state.value == "running"
