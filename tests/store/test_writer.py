@@ -201,3 +201,50 @@ def test_runs_created_or_deleted_in_a_rolled_back_group_are_known_as_committed(s
     assert store.ingest_metrics(kept.id, 0, 2, [("loss", 1, None, 1.0, 0.5)]).accepted == 1
     with pytest.raises(NotFound):
         store.ingest_metrics(doomed.id, 0, 0, [("loss", 1, None, 1.0, 0.5)])
+
+
+def test_a_loop_write_waits_out_another_connections_lock_without_stalling_the_loop(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another connection (an sqlite3 shell) holds the store's write lock, a server's write
+    waits in the loop, which keeps serving; it lands once the lock is let go, and past the wait it
+    is answered that the store stayed locked, naming the holder."""
+    from mlbench_tui.store.engine import StoreLocked
+
+    monkeypatch.setattr(writer_module, "BUSY_TIMEOUT_MS", 1000)
+    run, _ = store.create_run(RunCreate(name="locked", workers=1))
+    writer = store.writer
+    assert writer is not None
+    holder = sqlite3.connect(store.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+
+    def send(seq: int) -> asyncio.Future[tuple[int, bool]]:
+        params = writer.series.params(run.id, 0, [("loss", seq, None, 1.0, 1.0)])
+        return writer.ingest_metrics_async(run.id, 0, "s", seq, params)
+
+    async def ticks_until(fut: asyncio.Future[tuple[int, bool]]) -> int:
+        ticks = 0
+        while not fut.done():
+            await asyncio.sleep(0.005)  # other work the loop does meanwhile
+            ticks += 1
+        return ticks
+
+    async def serve() -> None:
+        writer.attach_loop(asyncio.get_running_loop())
+        try:
+            refused = send(0)
+            assert await ticks_until(refused) > 1  # the loop went on while the write waited
+            with pytest.raises(StoreLocked, match="stayed locked by"):
+                refused.result()
+            monkeypatch.setattr(writer_module, "BUSY_TIMEOUT_MS", 600_000)  # however slow this machine
+            landing = send(1)
+            for _ in range(3):
+                await asyncio.sleep(0.005)
+            assert not landing.done()  # waiting, not refused
+            holder.execute("ROLLBACK")
+            assert await asyncio.wait_for(landing, 60) == (1, False)
+        finally:
+            writer.attach_loop(None)
+
+    asyncio.run(serve())
+    assert sqlite3.connect(store.path).execute("SELECT step FROM metrics_v").fetchall() == [(1,)]
