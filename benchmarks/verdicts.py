@@ -264,7 +264,6 @@ def best_of(fn: Callable[[], object], times: int = 5) -> float:
 def cost(runs: int) -> None:
     from mlbench_tui.results.table import checks_lines, step_line
     from mlbench_tui.runs.compare import compare_runs, select
-    from mlbench_tui.server.current_results import current_result
     from mlbench_tui.store.reader import StoreReader
 
     print(f"\n3. cost on a {runs:,}-run store")
@@ -283,8 +282,7 @@ def cost(runs: int) -> None:
             run = reader.get_run(a_id)
 
             def added() -> None:
-                result = current_result(reader, run)
-                assert result is not None
+                result = run.known_result()
                 step_line(result)
                 checks_lines(result)
 

@@ -112,7 +112,6 @@ TUI_MAY_IMPORT = (
     "mlbench_tui.server.client",
     "mlbench_tui.server.paging",
     "mlbench_tui.server.records",
-    "mlbench_tui.server.current_results",
     "mlbench_tui.owners",
     "mlbench_tui.spec",
     "mlbench_tui.plan",

@@ -3,8 +3,8 @@
 Read through the server's HTTP API (a remote server, the TUI's own) or from the store file
 (``mlbench report`` on the local store), a few reads per run; long series come downsampled by the
 store's query (min/max/last buckets), so a report of a long run costs about the same as one of a
-short run. Nothing is re-run or recomputed beyond what the figures need (a result stored by an
-older version gets the figures it lacks from its stored series: ``server.current_results``).
+short run. Nothing is re-run or recomputed here: a result that other rules stored is served
+recomputed by the server (``server.results``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from mlbench_worker import wire
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.scoring import is_sweep
 from mlbench_tui.results.time_to_accuracy import MetricPoint
-from mlbench_tui.server.current_results import current_result
 from mlbench_tui.server.paging import all_metrics
 
 if TYPE_CHECKING:
@@ -106,7 +105,7 @@ def load_records(client: RunReader, run_ids: Sequence[str]) -> list[RunRecord]:
         run = client.get_run(run_id)
         records.append(
             RunRecord(
-                current_result(client, run) or run.known_result(),
+                run.known_result(),
                 run.spec_text,
                 read_series(client, run_id),
                 read_clock(client, run_id),

@@ -34,8 +34,8 @@ from mlbench_tui.results.reference_figures import (
 )
 from mlbench_tui.results.step_time import STEP_SERIES
 from mlbench_tui.results.time_to_accuracy import MetricPoint
+from mlbench_tui.runs.archived_results import refreshed
 from mlbench_tui.runs.lookup import RUN_ID
-from mlbench_tui.server.current_results import current_result, refreshed
 from mlbench_tui.server.paging import all_metrics
 from mlbench_tui.store.api_models import RunDetail, RunInfo
 
@@ -114,8 +114,8 @@ def select(reader: RunReader, ref: str) -> Selection:
         return _from_archive(Path(ref))
     loaded, left_out = [], []
     for run in named_runs(reader, ref):
-        result = current_result(reader, run)
-        if result is None or not result.succeeded:
+        result = run.known_result()
+        if run.result is None or not result.succeeded:
             left_out.append(f"{run.name} ({run.state})")
             continue
         loaded.append(LoadedRun(result, _read_points(reader, run.id, _sample_names(result))))

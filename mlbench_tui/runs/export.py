@@ -31,7 +31,6 @@ from mlbench_tui.results.reference import Verdict, verdicts
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.runs.lookup import resolve_run
 from mlbench_tui.runs.reads import read_events, read_metrics
-from mlbench_tui.server.current_results import current_result
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -213,8 +212,6 @@ def export_run(client: MlbenchClient, ref: str, output: str | Path, *, org: str 
     if target.is_dir():
         raise UsageError(f"{target} is a directory", hint=f"name the archive, e.g. {target / 'run.zip'}")
     run = resolve_run(client, ref)
-    if run.result is not None:  # the figures an older version did not store, from its series
-        run = run.model_copy(update={"result": current_result(client, run)})
     metrics = read_metrics(client, run.id)
     events = read_events(client, run.id)
     lines: list[str] | None = None

@@ -31,7 +31,6 @@ from mlbench_tui.results.table import render_results
 from mlbench_tui.runs.lookup import RUN_ID, resolve_run
 from mlbench_tui.runs.ranks import RankChoice, rank_figures, ranks_json, ranks_section
 from mlbench_tui.runs.reads import read_metrics
-from mlbench_tui.server.current_results import current_result
 
 if TYPE_CHECKING:
     from mlbench_tui.server.client import MlbenchClient
@@ -46,7 +45,7 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
         runs = [r for r in client.list_runs() if r.state.is_terminal()]
     elif RUN_ID.fullmatch(ref):
         one = resolve_run(client, ref)
-        return [current_result(client, one) or one.known_result()]
+        return [one.known_result()]
     elif Path(ref).exists():
         from mlbench_tui.runs.plans import load_plans
 
@@ -60,7 +59,7 @@ def collect_results(client: RunReader, ref: str | None) -> list[RunResult]:
     for run in sorted(runs, key=lambda r: r.created):
         latest[run.name if ref is not None else run.id] = run
     chosen = sorted(latest.values(), key=lambda r: r.created, reverse=True)  # newest first, as status
-    return [current_result(client, run) or run.known_result() for run in chosen]
+    return [run.known_result() for run in chosen]
 
 
 def recompute(client: MlbenchClient, results: Sequence[RunResult]) -> list[RunResult]:
@@ -94,9 +93,8 @@ def history_entries(reader: RunReader, ref: str | None) -> list[HistoryEntry]:
     runs = named_runs(reader, ref) if ref is not None else reader.list_runs(limit=100_000)
     entries = []
     for run in runs:
-        result = current_result(reader, run) if run.state.is_terminal() else None
-        if result is not None:
-            entries.append(HistoryEntry(run.created, result))
+        if run.state.is_terminal() and run.result is not None:
+            entries.append(HistoryEntry(run.created, run.known_result()))
     return entries
 
 

@@ -21,7 +21,6 @@ from mlbench_tui.results.table import (
 from mlbench_tui.runs.lookup import reconcile, resolve_run
 from mlbench_tui.runs.queue import queued_text
 from mlbench_tui.runs.ranks import RankChoice, ranks_lines
-from mlbench_tui.server.current_results import current_result
 from mlbench_tui.spec.tasks import get_task
 
 if TYPE_CHECKING:
@@ -129,9 +128,8 @@ def status_detail(client: MlbenchClient, ref: str, ranks: RankChoice = None) -> 
     lines += [f"{label + ':':<9} {text}" for label, text in network_detail_lines(run.network, figures)]
     if run.error:
         lines.append(f"error:    {run.error}")
-    result = current_result(client, run)
-    if result is not None:
-        run = run.model_copy(update={"result": result})
+    if run.result is not None:
+        result = run.known_result()
         lines.append(f"result:   {_result_text(result)}")
         step = step_line(result)
         if step is not None:

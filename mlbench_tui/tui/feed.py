@@ -21,9 +21,7 @@ from textual.message import Message
 
 from mlbench_tui.errors import MlbenchError, NotFound
 from mlbench_tui.plan import GoalPlan
-from mlbench_tui.results.model import RunResult
 from mlbench_tui.server.client import KEEPALIVE, ServerUnreachable
-from mlbench_tui.server.current_results import current_result, needs_refresh
 from mlbench_tui.spec.tasks import sweep_of
 from mlbench_tui.store.api_models import EventOut, LogLineOut, RankInfo, RunDetail, RunInfo
 from mlbench_tui.tui.messages import (
@@ -328,7 +326,6 @@ class RunFeed:
         self.wake = threading.Event()
         self.loaded = False  # the history was read (the stream goes on from its cursors)
         self.loads = 0  # how many times the run was (re)loaded: 1 plus resyncs and reconnects
-        self.refreshed: RunResult | None = None  # an older version's result with today's figures
 
     def run(self, cancelled: Cancelled) -> None:
         backoff = Backoff()
@@ -369,10 +366,7 @@ class RunFeed:
         """
         self.loads += 1
         batch = RunBatch(initial=not self.loaded)
-        batch.run = run = client.get_run(self.run_id)
-        if run.result is not None and needs_refresh(run.result):  # stored by an older version
-            self.refreshed = current_result(client, run)
-            batch.run = run.model_copy(update={"result": self.refreshed})
+        batch.run = client.get_run(self.run_id)  # a result other rules stored comes recomputed
         self.post(RunChanged(self.run_id, batch))
         if self.loaded:
             return
@@ -488,9 +482,7 @@ class RunFeed:
         """Fold one stream event into ``batch``; True when the run was deleted."""
         kind, data = event.kind, event.data
         if kind == "run":
-            run = batch.run = RunDetail.model_validate(data)
-            if self.refreshed is not None and run.result is not None and needs_refresh(run.result):
-                batch.run = run.model_copy(update={"result": self.refreshed})  # an ended run's result stays
+            batch.run = RunDetail.model_validate(data)
         elif kind == "rank":
             batch.ranks.append(RankInfo.model_validate(data))
         elif kind == "metrics":

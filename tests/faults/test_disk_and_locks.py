@@ -5,6 +5,7 @@ space is back; a read-only store readable by every read command; no wait without
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -179,3 +180,36 @@ def test_a_store_another_program_keeps_locked_is_waited_on_then_its_holder_named
         holder.wait(10)
     assert not writing.is_alive() and not failures, failures
     assert server.client().get_run(run.run.id).state.value == "running"
+
+
+def test_a_read_only_store_serves_stale_results_recomputed_by_todays_rules(
+    mounts: Mounts, tmp_path: Path
+) -> None:
+    """A store from an older version on a read-only mount: its server cannot keep a recomputed
+    result, yet serves each one as today's rules compute it (the file is left as it was)."""
+    from mlbench_tui.results.provenance import rules_digest
+    from mlbench_tui.server.serve import EmbeddedServer
+    from mlbench_tui.store.store import Store
+
+    suite = Path(__file__).resolve().parents[1] / "fixtures" / "stores" / "h200-2026-11-27" / "suite"
+    copy = tmp_path / "suite"
+    copy.mkdir()
+    shutil.copy(suite / "mlbench.db", copy / "mlbench.db")
+    Store(copy / "mlbench.db").close()  # its schema brought up to date; its results left as stored
+    view = mounts.read_only(copy, tmp_path / "readonly")
+    db = view / "mlbench.db"
+    before = db.read_bytes()
+    with EmbeddedServer(db, record=False) as server, server.info.client() as client:
+        one = client.get_run("r-bd7119eb5cb2").result  # stored "0%" GPU use from one reading
+        assert one is not None and one.computed_by is not None and one.computed_by.rules == rules_digest()
+        assert one.telemetry is not None and one.telemetry.mean_gpu_util is None
+        assert one.telemetry.gpu_util_note == "n/a: 1 reading in 1.4 s"
+        listed = client.list_runs()
+        assert len(listed) == 9 and all(
+            run.result is not None
+            and run.result.computed_by
+            and run.result.computed_by.rules == rules_digest()
+            for run in listed
+        )
+        assert {run.id: run.result for run in listed}["r-bd7119eb5cb2"] == one
+    assert db.read_bytes() == before

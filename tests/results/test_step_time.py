@@ -14,7 +14,6 @@ from mlbench_tui.results.quantiles import quantile, relative_spread, weighted_qu
 from mlbench_tui.results.ranks import RankFigures, settle_ranks
 from mlbench_tui.results.step_time import step_time_figures, step_time_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
-from mlbench_tui.server.current_results import current_result
 from mlbench_tui.server.serve import EmbeddedServer
 
 STORES = Path(__file__).resolve().parents[1] / "fixtures" / "stores" / "h200-2026-11-27"
@@ -83,11 +82,11 @@ def test_a_recorded_h200_store_reads_with_today_s_definition(tmp_path: Path) -> 
     db = tmp_path / "suite" / "mlbench.db"
     with EmbeddedServer(db, record=False) as server, server.info.client() as reader:
         runs = {r.name: r for r in reader.list_runs()}
-        result = current_result(reader, reader.get_run(runs["gpu-1a-fp32-nccl-1w"].id))
+        result = reader.get_run(runs["gpu-1a-fp32-nccl-1w"].id).result
         assert result is not None and result.step_time is not None
         assert result.step_time.basis == "windows" and result.step_time.warmup_steps == 20
         assert result.step_time_s == pytest.approx(0.00974, abs=1e-5)
         assert result.batch_size == 128 and len(result.config_digest) == 12
-        sweep = current_result(reader, reader.get_run(runs["gpu-0a-fp32-nccl-1w"].id))
+        sweep = reader.get_run(runs["gpu-0a-fp32-nccl-1w"].id).result
         assert sweep is not None and sweep.sweep is not None
         assert (sweep.sweep.min_size, sweep.sweep.max_size, sweep.sweep.repetitions) == (1, 10_000_000, 20)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
 from mlbench_tui.errors import NotFound, StoreError
+from mlbench_tui.results.model import RunResult
 from mlbench_tui.server.errors import ApiError
 from mlbench_tui.server.results import ends_run, recomputed, stale, with_result
 from mlbench_tui.server.routes.context import Api, RunId, json_response
@@ -29,7 +30,14 @@ from mlbench_tui.store.api_models import (
 )
 
 Rank = Annotated[int, Path(ge=0, le=MAX_RANK)]
+RunInfoT = TypeVar("RunInfoT", bound=RunInfo)
 log = logging.getLogger(__name__)
+
+
+def served(run: RunInfoT, recomputed: dict[str, RunResult]) -> RunInfoT:
+    """``run`` with the result recomputed for it where the store could not keep it."""
+    result = recomputed.get(run.id)
+    return run if result is None else run.model_copy(update={"result": result})
 
 
 def router(api: Api) -> APIRouter:
@@ -57,9 +65,10 @@ def router(api: Api) -> APIRouter:
             return queries.list_runs(conn, state=state, spec_name=spec_name, limit=limit)
 
         runs = await api.read(request, listed)
-        if await refresh(request, [run.id for run in runs if stale(run)]):
+        stored, unstored = await refresh(request, [run.id for run in runs if stale(run)])
+        if stored:
             runs = await api.read(request, listed)
-        return json_response(runs)
+        return json_response([served(run, unstored) for run in runs])
 
     @routes.get("/{run_id}", response_model=RunDetail)
     async def get_run(run_id: RunId, request: Request) -> Response:
@@ -70,10 +79,13 @@ def router(api: Api) -> APIRouter:
         detail = await api.read(request, lambda c: queries.get_run(c, run_id))
         if detail is None:
             raise NotFound(f"run {run_id} not found")
-        if stale(detail) and await refresh(request, [run_id]):
-            detail = await api.read(request, lambda c: queries.get_run(c, run_id))
-            if detail is None:  # deleted meanwhile
-                raise NotFound(f"run {run_id} not found")
+        if stale(detail):
+            stored, unstored = await refresh(request, [run_id])
+            if stored:
+                detail = await api.read(request, lambda c: queries.get_run(c, run_id))
+                if detail is None:  # deleted meanwhile
+                    raise NotFound(f"run {run_id} not found")
+            detail = served(detail, unstored)
         return json_response(detail)
 
     @routes.post(
@@ -91,10 +103,14 @@ def router(api: Api) -> APIRouter:
             raise ApiError(409, "conflict", f"run {run_id} has no result to recompute: it has not ended")
         return json_response(await api.write(api.store.op_update_run(run_id, update)))
 
-    async def refresh(request: Request, run_ids: list[str]) -> bool:
-        """Recompute and store the results of ``run_ids``; whether any changed. One that cannot
-        be recomputed is served as stored (and logged)."""
-        changed = False
+    async def refresh(request: Request, run_ids: list[str]) -> tuple[bool, dict[str, RunResult]]:
+        """Recompute the results of ``run_ids`` and store them: whether any was stored, and
+        those the store could not take (read-only, full or locked: after the first such refusal
+        none is tried), to be served as computed all the same. One that cannot be recomputed is
+        served as stored (and logged)."""
+        stored = False
+        unstored: dict[str, RunResult] = {}
+        refused = api.store.read_only is not None
         for run_id in run_ids:
 
             def fresh(conn: Connection, run_id: str = run_id) -> RunUpdate | None:
@@ -102,14 +118,25 @@ def router(api: Api) -> APIRouter:
 
             try:
                 update = await api.read(request, fresh)
-                if update is not None:
-                    await api.write(api.store.op_update_run(run_id, update))
-                    changed = True
             except (NotFound, StoreError):
                 continue
             except Exception:  # a result that cannot be recomputed is still served as stored
                 log.exception("cannot recompute the result of run %s", run_id)
-        return changed
+                continue
+            if update is None or update.result is None:
+                continue
+            if not refused:
+                try:
+                    await api.write(api.store.op_update_run(run_id, update))
+                    stored = True
+                    continue
+                except NotFound:
+                    continue
+                except StoreError as exc:
+                    log.warning("recomputed results are served without storing them: %s", exc)
+                    refused = True
+            unstored[run_id] = update.result
+        return stored, unstored
 
     @routes.patch("/{run_id}", response_model=RunDetail)
     async def update_run(run_id: RunId, body: RunUpdate, request: Request) -> Response:

@@ -40,7 +40,6 @@ from mlbench_tui.results.network_sweep import network_lines, network_table
 from mlbench_tui.results.table import value_text
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.server.client import MlbenchClient
-from mlbench_tui.server.current_results import current_result
 from mlbench_tui.store.api_models import RunInfo
 from mlbench_tui.tui.actions import bindings
 from mlbench_tui.tui.feed import Backoff, sleep_until
@@ -292,7 +291,7 @@ class CompareScreen(Screen[None]):
             if not ended or configuration(run.known_result()) not in keys:
                 continue
             if run.id not in self._finished:
-                self._finished[run.id] = current_result(client, run) or run.known_result()
+                self._finished[run.id] = run.known_result()
             entries.append(HistoryEntry(run.created, self._finished[run.id]))
         return entries
 

@@ -1,18 +1,18 @@
-"""A stored result brought up to today's definitions where an older version stored less.
+"""A result in an archive that an older version exported, brought up to today's definitions.
 
-The server computes a run's result once, when it ends; a result stored before per-step timing,
-the declared warm-up, the 0a sweep shape or the configuration digest existed lacks those figures.
-``current_result`` fills them from what the store still holds (the run's plan and its stored step
-series, read through any ``RunReader``: the HTTP client or the store file), so ``status``,
-``compare``, ``results --history``, the TUI and the report show one step-time definition for old
-and new runs alike: an old run's step time then rests on its report windows after the warm-up,
-and says so.
+A store's results are brought up to date by the server that serves them (``server.results``:
+recomputed from the run's stored metrics and events with this version's rules, and stored where
+the store can keep them). An archive of ``mlbench export`` has no server: a result stored before
+per-step timing, the declared warm-up, the 0a sweep shape or the configuration digest existed
+gets those figures here, from the archive's own plan and step series, so ``compare`` reads an old
+archive with one step-time definition (an old run's step time then rests on its report windows
+after the warm-up, and says so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,15 +20,11 @@ from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.flops import flop_figures
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.reference import machine_class
-from mlbench_tui.results.step_time import STEP_SERIES, step_time_figures
+from mlbench_tui.results.step_time import step_time_figures
 from mlbench_tui.results.summary import batch_size, config_digest, sweep_shape, warmup_steps
 from mlbench_tui.results.time_to_accuracy import MetricPoint
-from mlbench_tui.server.paging import all_metrics
 from mlbench_tui.spec.reference_table import table as reference_table
-from mlbench_tui.store.api_models import RunDetail, RunInfo
-
-if TYPE_CHECKING:
-    from mlbench_tui.store.read_api import RunReader
+from mlbench_tui.store.api_models import RunDetail
 
 
 def run_plan(run: RunDetail) -> RunPlan | None:
@@ -70,22 +66,3 @@ def refreshed(run: RunDetail, points: Iterable[MetricPoint] = ()) -> RunResult:
     if updated.flops is None:  # the step against its one-graph floor, where the machine has one
         updated.flops = flop_figures(updated, None, machine_class(updated), reference_table())
     return updated
-
-
-def current_result(reader: RunReader, run: RunInfo) -> RunResult | None:
-    """``run``'s stored result with the figures its version did not store, derived from its plan
-    and its stored step series (both read only when needed: a listed run's result of this version
-    costs no request); None for a run without a result."""
-    if run.result is None:
-        return None
-    if not needs_refresh(run.result):
-        return run.known_result()
-    detail = run if isinstance(run, RunDetail) else reader.get_run(run.id)
-    stored = detail.result
-    if stored is None:
-        return None
-    points: list[MetricPoint] = []
-    if stored.step_time is None and stored.task != "0a":
-        names = list(STEP_SERIES)
-        points = all_metrics(lambda batch, since: reader.metrics(detail.id, names=batch, since=since), names)
-    return refreshed(detail, points)
