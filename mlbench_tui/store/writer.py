@@ -27,6 +27,7 @@ from mlbench_tui.store.changes import Change, MetricChunk
 from mlbench_tui.store.engine import BUSY_TIMEOUT_MS, WRITER, is_busy, storage_error
 from mlbench_tui.store.linger import LINGER_MIN_RATE, LINGER_S, PEAK_GROUPS, ArrivalRate
 from mlbench_tui.store.series import SeriesCatalog
+from mlbench_tui.store.write_jobs import STOP, CallJob, IngestJob, Job, MetricJob, resolve
 from mlbench_tui.store.write_rules import WriteRules
 
 # A group transaction stops growing at this many rows or requests, to bound ack latency.
@@ -76,50 +77,6 @@ def _chunk_sql(metrics: Table, rows: int) -> str:
 
 
 @dataclass
-class _Job:
-    future: concurrent.futures.Future[Any] | asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop | None
-
-    def size(self) -> int:
-        return 1
-
-
-@dataclass
-class _IngestJob(_Job):
-    kind: str = "logs"
-    run_id: str = ""
-    rank: int = 0
-    session: str = ""
-    seq: int = 0
-    rows: list[tuple[Any, ...]] = field(default_factory=list)  # rows without the leading id
-    by_run_token: bool = False  # sent with the run's write token: bound by every write rule
-
-    def size(self) -> int:
-        return len(self.rows)
-
-
-@dataclass
-class _MetricJob(_Job):
-    run_id: str = ""
-    rank: int = 0
-    session: str = ""
-    seq: int = 0
-    params: list[Any] = field(default_factory=list)  # MetricChunk.FIELDS of each row
-    by_run_token: bool = False
-
-    def size(self) -> int:
-        return len(self.params) // METRIC_WIDTH
-
-
-@dataclass
-class _CallJob(_Job):
-    fn: Callable[[Connection], tuple[Any, list[Change]]] | None = None
-
-
-_STOP = object()
-
-
-@dataclass
 class _Group:
     """What a group transaction changed in the writer's memory, to undo it on rollback."""
 
@@ -166,7 +123,7 @@ class Writer:
         self.write_lock = threading.Lock()  # held while a group is written: holding it pauses writes
         self._inline_loop: asyncio.AbstractEventLoop | None = None
         self._inline_thread: int | None = None
-        self._pending: collections.deque[_Job] = collections.deque()
+        self._pending: collections.deque[Job] = collections.deque()
         self._drain_scheduled = False
         self._arrivals = ArrivalRate()  # of the loop's requests: a busy server lingers
         self._groups: collections.deque[int] = collections.deque(maxlen=PEAK_GROUPS)  # recent sizes
@@ -201,7 +158,7 @@ class Writer:
         """Queue a log or event batch from a loop; resolves to ``(accepted, duplicate)`` after commit."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        job = _IngestJob(fut, loop, kind, run_id, rank, session, seq, rows, by_run_token)
+        job = IngestJob(fut, loop, kind, run_id, rank, session, seq, rows, by_run_token)
         self._submit_async(job, loop)
         return fut
 
@@ -211,10 +168,10 @@ class Writer:
         """Queue a metric batch (``MetricChunk`` layout); resolves to ``(accepted, duplicate)``."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._submit_async(_MetricJob(fut, loop, run_id, rank, session, seq, params, by_run_token), loop)
+        self._submit_async(MetricJob(fut, loop, run_id, rank, session, seq, params, by_run_token), loop)
         return fut
 
-    def _submit_async(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+    def _submit_async(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._inline_loop or self._closed:
             self._put(job)
             return
@@ -252,7 +209,7 @@ class Writer:
             loop.call_later(0.001, self._schedule_drain, loop)
             return
         try:
-            jobs: list[_Job] = []
+            jobs: list[Job] = []
             rows = 0
             while self._pending and rows < MAX_GROUP_ROWS and len(jobs) < MAX_GROUP_JOBS:
                 job = self._pending.popleft()
@@ -306,13 +263,13 @@ class Writer:
         future resolves to ``(accepted, duplicate)`` after commit. Many queued at once share
         group transactions (a spool import)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        job: _Job
+        job: Job
         if kind == "metrics":
             if run_id not in self._runs:  # before handing out series ids for it
                 raise NotFound(f"run {run_id} not found")
-            job = _MetricJob(fut, None, run_id, rank, session, seq, self.series.params(run_id, rank, rows))
+            job = MetricJob(fut, None, run_id, rank, session, seq, self.series.params(run_id, rank, rows))
         else:
-            job = _IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
+            job = IngestJob(fut, None, kind, run_id, rank, session, seq, rows)
         self._put(job)
         return fut
 
@@ -322,7 +279,7 @@ class Writer:
         """``submit`` for a metric batch already in the ``MetricChunk`` layout (series ids from
         ``series``, which hands them out only for a run the writer knows)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._put(_MetricJob(fut, None, run_id, rank, session, seq, params))
+        self._put(MetricJob(fut, None, run_id, rank, session, seq, params))
         return fut
 
     def run_ended(self, run_id: str) -> bool:
@@ -332,16 +289,16 @@ class Writer:
     def call(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> Any:
         """Run ``fn(conn)`` in the writer's transaction and return its result (blocking)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._put(_CallJob(fut, None, fn))
+        self._put(CallJob(fut, None, fn))
         return fut.result()
 
     def call_async(self, fn: Callable[[Connection], tuple[Any, list[Change]]]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._submit_async(_CallJob(fut, loop, fn), loop)
+        self._submit_async(CallJob(fut, loop, fn), loop)
         return fut
 
-    def _put(self, job: _Job) -> None:
+    def _put(self, job: Job) -> None:
         if self._closed:
             raise StoreError("the store is closed")
         self._queue.put(job)
@@ -358,7 +315,7 @@ class Writer:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
+        self._queue.put(STOP)
         self._thread.join(timeout)
         with contextlib.suppress(Exception):
             self._conn.info.pop(WRITER, None)  # back in the pool it reads like any other
@@ -370,7 +327,7 @@ class Writer:
         stop = False
         while not stop:
             job = self._queue.get()
-            if job is _STOP:
+            if job is STOP:
                 break
             jobs = [job]
             rows = job.size()
@@ -379,7 +336,7 @@ class Writer:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is _STOP:
+                if nxt is STOP:
                     stop = True
                     break
                 jobs.append(nxt)
@@ -387,7 +344,7 @@ class Writer:
             with self.write_lock:
                 self._run_group(jobs)
 
-    def _run_group(self, jobs: list[_Job], *, locked_retry: bool = False) -> None:
+    def _run_group(self, jobs: list[Job], *, locked_retry: bool = False) -> None:
         """Write ``jobs`` in one transaction and resolve them; with ``locked_retry``, a group that
         cannot begin because another process holds the lock raises ``_LockedElsewhere`` instead."""
         group = self._new_group()
@@ -404,13 +361,13 @@ class Writer:
                 raise _LockedElsewhere from exc
             if len(jobs) == 1:
                 failure = storage_error(exc, self._path) or exc  # a full disk says so, not "500"
-                self._resolve(jobs, [(None, failure)], self._inline_thread)
+                resolve(jobs, [(None, failure)], self._inline_thread)
                 return
             for job in jobs:  # isolate the failing request: retry one per transaction
                 self._run_group([job])
             return
         self._committed(changes)
-        self._resolve(jobs, results, self._inline_thread)
+        resolve(jobs, results, self._inline_thread)
         self._notify(changes)
 
     def _new_group(self) -> _Group:
@@ -469,12 +426,12 @@ class Writer:
             sql = self._chunk_sql[rows] = _chunk_sql(self._tables["metrics"], rows)
         return sql
 
-    def _apply(self, job: _Job, changes: list[Change], group: _Group) -> tuple[Any, BaseException | None]:
-        if isinstance(job, _MetricJob):
+    def _apply(self, job: Job, changes: list[Change], group: _Group) -> tuple[Any, BaseException | None]:
+        if isinstance(job, MetricJob):
             return self._apply_metrics(job, changes, group)
         self._flush_metrics(group)  # keep metric rows ahead of anything that may delete them
         conn = self._conn
-        if isinstance(job, _IngestJob):
+        if isinstance(job, IngestJob):
             if job.run_id not in self._runs:
                 return None, NotFound(f"run {job.run_id} not found")
             refused = self._refusal(job.run_id, job.rank, job.session, job.by_run_token)
@@ -495,7 +452,7 @@ class Writer:
                     group.undo_rules.append(undo)
             changes.append(Change(job.kind, job.run_id, rows))
             return (len(rows), False), None
-        assert isinstance(job, _CallJob) and job.fn is not None
+        assert isinstance(job, CallJob) and job.fn is not None
         try:
             with conn.begin_nested():
                 result, job_changes = job.fn(conn)
@@ -535,7 +492,7 @@ class Writer:
         return found.fetchone() is not None
 
     def _apply_metrics(
-        self, job: _MetricJob, changes: list[Change], group: _Group
+        self, job: MetricJob, changes: list[Change], group: _Group
     ) -> tuple[Any, BaseException | None]:
         if job.run_id not in self._runs:
             return None, NotFound(f"run {job.run_id} not found")
@@ -563,43 +520,3 @@ class Writer:
         for sid, name in self.series.take_unwritten(run_id, sids):
             group.series_written.append((sid, run_id, name))
             self._raw.execute(self._insert_sql["series"], (sid, run_id, name))
-
-    @staticmethod
-    def _resolve(
-        jobs: list[_Job], results: list[tuple[Any, BaseException | None]], inline_thread: int | None = None
-    ) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, BaseException | None]]] = {}
-        for job, (result, exc) in zip(jobs, results, strict=True):
-            if job.loop is None:
-                fut = job.future
-                assert isinstance(fut, concurrent.futures.Future)
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
-            else:
-                by_loop.setdefault(job.loop, []).append((job.future, result, exc))
-        here = threading.get_ident()
-        for loop, items in by_loop.items():
-            if inline_thread == here and loop.is_running() and _running_loop() is loop:
-                _settle(items)  # committed inside this very loop: settle at once
-                continue
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                loop.call_soon_threadsafe(_settle, items)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _settle(items: list[tuple[Any, Any, BaseException | None]]) -> None:
-    for fut, result, exc in items:
-        if fut.done():
-            continue
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
