@@ -69,10 +69,10 @@ def build_trainer(
 ) -> Any:
     """Task 1a's trainer on synthetic data, configured as a run of the task would be."""
     import torch
+    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext
     from mlbench_worker.launch.detect import detect_rendezvous
     from mlbench_worker.tasks.resnet20 import ResNet20Trainer
-    from mlbench_worker.wire import parse_config
 
     world = comm.world_size
     config = parse_config(

@@ -63,10 +63,10 @@ def build_trainer(
 ) -> Any:
     """Task 1b's trainer on synthetic images, configured as a run of the task would be."""
     import torch
+    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext
     from mlbench_worker.launch.detect import detect_rendezvous
     from mlbench_worker.tasks.resnet50 import ResNet50Trainer
-    from mlbench_worker.wire import parse_config
 
     options = {"train_samples": samples, "val_samples": 8, "image_size": image_size, "num_classes": classes}
     config = parse_config(

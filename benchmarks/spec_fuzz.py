@@ -83,7 +83,7 @@ def _child(argv: list[str]) -> None:
 
     out = Path(os.environ["SPEC_FUZZ_OUT"])
     with atheris.instrument_imports(include=["mlbench_tui", "mlbench_worker", "ruamel.yaml"]):
-        from mlbench_worker.wire import parse_config
+        from mlbench_worker.config import parse_config
 
         from mlbench_tui.plan import expand, worker_config
         from mlbench_tui.runs.plans import PlannedRun, dry_run_text

@@ -51,10 +51,10 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
 def _context(task: str, hp: dict[str, Any], data: dict[str, Any], precision: str) -> Any:
     import torch
     from mlbench_worker.comm import TorchComm
+    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext
     from mlbench_worker.launch.detect import detect_rendezvous
     from mlbench_worker.reporting.reporter import Reporter
-    from mlbench_worker.wire import parse_config
 
     comm = TorchComm("gloo")
     config = parse_config(

@@ -16,17 +16,18 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from mlbench_worker import wire
+from mlbench_worker.config import (
+    DEFAULT_TELEMETRY_INTERVAL_S,
+    DataConfig,
+    GoalConfig,
+    ImplementationConfig,
+    WorkerConfig,
+    config_document,
+)
 from mlbench_worker.data.options import parse_data_options
 from mlbench_worker.hyperparams import parse_hyperparameters
 from mlbench_worker.preflight_config import Expectation, PreflightConfig
-from mlbench_worker.wire import (
-    DEFAULT_TELEMETRY_INTERVAL_S,
-    PROBE_ALLREDUCE,
-    PROBE_GEMM,
-    ImplementationConfig,
-    WorkerConfig,
-)
+from mlbench_worker.wire import PROBE_ALLREDUCE, PROBE_GEMM
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -256,14 +257,14 @@ def worker_settings(plan: RunPlan, run_id: str) -> WorkerConfig:
         backend=plan.backend,
         world_size=plan.workers,
         seed=plan.seed + plan.repeat,
-        goal=wire.GoalConfig(goal.metric, goal.target, goal.direction, goal.kind) if goal else None,
+        goal=GoalConfig(goal.metric, goal.target, goal.direction, goal.kind) if goal else None,
         max_time_s=plan.max_time_s,
         precision=plan.resources.precision,
         device="cuda" if on_gpu else "cpu",
         gpu_type=plan.resources.gpu_type if on_gpu else None,
         gpu_type_strict=plan.resources.gpu_type_strict,
         threads_per_rank=plan.resources.threads_per_rank,
-        data=wire.DataConfig(
+        data=DataConfig(
             plan.data.source,
             plan.data.path,
             parse_data_options(plan.task, plan.data.source, plan.data.options),
@@ -315,7 +316,7 @@ def preflight_settings(plan: RunPlan) -> PreflightConfig | None:
 
 def worker_config(plan: RunPlan, run_id: str) -> dict[str, Any]:
     """The JSON document the worker runtime reads (``MLBENCH_CONFIG``): ``worker_settings`` serialised."""
-    return wire.config_document(worker_settings(plan, run_id))
+    return config_document(worker_settings(plan, run_id))
 
 
 def spec_hash(spec: BenchmarkSpec) -> str:

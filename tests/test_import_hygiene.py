@@ -78,6 +78,7 @@ def test_spec_package_imports_only_pydantic_ruamel_and_stdlib() -> None:
     assert set(worker_line.split()) == {
         "mlbench_worker",
         "mlbench_worker.wire",
+        "mlbench_worker.config",
         "mlbench_worker.preflight_config",
         "mlbench_worker.wire_types",
         "mlbench_worker.hyperparams",

@@ -262,7 +262,7 @@ def test_ranks_per_node_is_planned_per_world_size_and_keeps_old_hashes() -> None
     ],
 )
 def test_telemetry_interval_reaches_the_worker(telemetry: Any, interval: float | None) -> None:
-    from mlbench_worker.wire import parse_config
+    from mlbench_worker.config import parse_config
 
     body: dict[str, Any] = {"task": "1a", "price_per_kwh": 0.25}
     if telemetry is not None:

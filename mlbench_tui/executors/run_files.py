@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlbench_worker.wire import WorkerConfig, config_document
+from mlbench_worker.config import WorkerConfig, config_document
 from pydantic import TypeAdapter, ValidationError
 
 T = TypeVar("T")

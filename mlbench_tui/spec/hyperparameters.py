@@ -12,6 +12,7 @@ import typing
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from mlbench_worker.config import DATA_SOURCES
 from mlbench_worker.data.options import DATA_OPTIONS
 from mlbench_worker.hyperparams import (
     HYPERPARAMETERS,
@@ -21,7 +22,6 @@ from mlbench_worker.hyperparams import (
     plan_values,
 )
 from mlbench_worker.knobs import ALL_POLICIES, HyperparameterProblem, Policy, field_types, knobs
-from mlbench_worker.wire import DATA_SOURCES
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 OVERRIDE: frozenset[Policy] = frozenset({"override"})

@@ -9,8 +9,8 @@ largest timeout a Python thread can wait (``threading.TIMEOUT_MAX``).
 
 from __future__ import annotations
 
-from mlbench_worker.wire import MAX_TELEMETRY_INTERVAL_S as MAX_TELEMETRY_INTERVAL_S
-from mlbench_worker.wire import MIN_TELEMETRY_INTERVAL_S as MIN_TELEMETRY_INTERVAL_S
+from mlbench_worker.config import MAX_TELEMETRY_INTERVAL_S as MAX_TELEMETRY_INTERVAL_S
+from mlbench_worker.config import MIN_TELEMETRY_INTERVAL_S as MIN_TELEMETRY_INTERVAL_S
 
 MAX_SPEC_BYTES = 256 * 1024  # one spec file or stdin, checked before parsing; also the store's spec_text
 MAX_YAML_DEPTH = 32  # nested collections; a spec needs 5

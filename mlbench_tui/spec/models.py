@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from mlbench_worker.wire import DEFAULT_TELEMETRY_INTERVAL_S, HostAllocator, ImplementationConfig
+from mlbench_worker.config import DEFAULT_TELEMETRY_INTERVAL_S, HostAllocator, ImplementationConfig
 from pydantic import (
     BeforeValidator,
     ConfigDict,

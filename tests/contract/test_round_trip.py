@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from mlbench_worker import wire
+from mlbench_worker.config import WorkerConfig, parse_config
 from mlbench_worker.reporting.reporter import Reporter
 from mlbench_worker.tasks.base import Outcome
-from mlbench_worker.wire import WorkerConfig, parse_config
 
 from mlbench_tui.lifecycle import RunState
 from mlbench_tui.plan import RunPlan, expand, worker_config, worker_settings

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from mlbench_worker import config as worker_config
 from mlbench_worker import wire
+from mlbench_worker.config import ConfigError, config_document, parse_config
 from mlbench_worker.data.options import Cifar10Synthetic
 from mlbench_worker.hyperparams import ResNet20
-from mlbench_worker.wire import ConfigError, config_document, parse_config
 
 from mlbench_tui.plan import ImplementationPlan, RunPlan, worker_settings
 from mlbench_tui.results import events as ev
@@ -122,9 +123,10 @@ def test_the_worker_config_survives_its_json_form() -> None:
     plan = _plan(telemetry_interval_s=None, max_time_s=90.0)
     built = worker_settings(plan, "run-1")
     parsed = parse_config(json.loads(json.dumps(config_document(built))))
-    assert parsed == built and isinstance(parsed, wire.WorkerConfig)
+    assert parsed == built and isinstance(parsed, worker_config.WorkerConfig)
     assert (
-        isinstance(parsed.implementation, wire.ImplementationConfig) and parsed.telemetry_interval_s is None
+        isinstance(parsed.implementation, worker_config.ImplementationConfig)
+        and parsed.telemetry_interval_s is None
     )
 
 
@@ -132,16 +134,16 @@ def test_an_absent_key_takes_the_one_declared_default() -> None:
     required = {"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1}
     minimal = parse_config(required)
     # the task's own typed hyperparameters, every one its declared default
-    expected = wire.WorkerConfig(
+    expected = worker_config.WorkerConfig(
         run_id="r",
         task="1a",
         backend="gloo",
         world_size=1,
         hyperparameters=ResNet20(),
-        data=wire.DataConfig(options=Cifar10Synthetic()),  # and its typed data options
+        data=worker_config.DataConfig(options=Cifar10Synthetic()),  # and its typed data options
     )
     assert minimal == expected
-    assert minimal.implementation == ImplementationPlan() == wire.ImplementationConfig()
+    assert minimal.implementation == ImplementationPlan() == worker_config.ImplementationConfig()
     with pytest.raises(ConfigError, match="telemetry_interval_s"):
         parse_config(
             {"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1, "telemetry_interval_s": 0}
@@ -150,9 +152,11 @@ def test_an_absent_key_takes_the_one_declared_default() -> None:
 
 def test_spec_plan_and_rank_share_the_implementation_and_telemetry_defaults() -> None:
     spec_defaults = Implementation()
-    for f in dataclasses.fields(wire.ImplementationConfig):
-        assert getattr(spec_defaults, f.name) == getattr(wire.ImplementationConfig(), f.name)
-    assert set(Implementation.model_fields) == {f.name for f in dataclasses.fields(wire.ImplementationConfig)}
-    assert RunPlan.model_fields["implementation"].annotation is wire.ImplementationConfig
-    assert Telemetry().interval_s == wire.DEFAULT_TELEMETRY_INTERVAL_S
-    assert RunPlan.model_fields["telemetry_interval_s"].default == wire.DEFAULT_TELEMETRY_INTERVAL_S
+    for f in dataclasses.fields(worker_config.ImplementationConfig):
+        assert getattr(spec_defaults, f.name) == getattr(worker_config.ImplementationConfig(), f.name)
+    assert set(Implementation.model_fields) == {
+        f.name for f in dataclasses.fields(worker_config.ImplementationConfig)
+    }
+    assert RunPlan.model_fields["implementation"].annotation is worker_config.ImplementationConfig
+    assert Telemetry().interval_s == worker_config.DEFAULT_TELEMETRY_INTERVAL_S
+    assert RunPlan.model_fields["telemetry_interval_s"].default == worker_config.DEFAULT_TELEMETRY_INTERVAL_S

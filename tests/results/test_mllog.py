@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import yaml
 from mlbench_worker.__main__ import run_rank
+from mlbench_worker.config import parse_config
 from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.reporting.reporter import Reporter
-from mlbench_worker.wire import parse_config
 from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
 
 from mlbench_tui.cli import main

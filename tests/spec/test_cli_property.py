@@ -20,7 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mlbench_worker.wire import parse_config
+from mlbench_worker.config import parse_config
 
 from mlbench_tui.cli import main
 from mlbench_tui.plan import expand, worker_config

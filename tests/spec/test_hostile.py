@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from mlbench_worker.config import parse_config
 from mlbench_worker.data.options import Cifar10Synthetic, TransformerSynthetic
-from mlbench_worker.wire import parse_config
 
 from mlbench_tui.cli import main
 from mlbench_tui.plan import expand, plan_warnings, worker_config

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.config import parse_config
 from mlbench_worker.context import RunContext
 from mlbench_worker.launch.rendezvous import Rendezvous
-from mlbench_worker.wire import parse_config
 
 
 class RecordingReporter:

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.config import parse_config
 from mlbench_worker.context import RunContext
 from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.tasks.awd_lstm import AWDLSTMTrainer
 from mlbench_worker.timing.tracker import Tracker
-from mlbench_worker.wire import parse_config
 from support.smoke import apply_one
 
 SMOKE_DATA = {

@@ -19,7 +19,7 @@ LAUNCHERS = {
 SCRIPT = """
 import json, sys
 import torch
-from mlbench_worker.wire import parse_config
+from mlbench_worker.config import parse_config
 from mlbench_worker.context import init_comm
 from mlbench_worker.launch.detect import detect_rendezvous
 backend = sys.argv[2]
@@ -66,7 +66,7 @@ out["overlap_equal"] = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads
 out["mean_equal"] = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[True], mean))
 # stop decisions are rank 0's on every rank, even when clocks and local values disagree
 import time
-from mlbench_worker.wire import GoalConfig
+from mlbench_worker.config import GoalConfig
 from mlbench_worker.goals import StopController
 start = time.time() - (100 if r == 1 else 0)  # rank 1's clock says the budget is spent
 stop = StopController(comm, GoalConfig("val_global_Prec@1", 70.0), 50.0, start=start)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.config import ConfigError, parse_config
 from mlbench_worker.context import RunContext, init_comm, select_device
 from mlbench_worker.devices.placement import GpuInfo, Placement, gpu_index, model_matches
 from mlbench_worker.launch.detect import detect_rendezvous
 from mlbench_worker.telemetry.fingerprint import fingerprint, node_name, parse_driver_version, rank_facts
-from mlbench_worker.wire import ConfigError, parse_config
 
 GIB = 2**30
 

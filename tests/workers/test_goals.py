@@ -7,8 +7,8 @@ import time
 
 import pytest
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.config import GoalConfig
 from mlbench_worker.goals import Stop, StopController
-from mlbench_worker.wire import GoalConfig
 
 
 def test_goal_directions_and_nan() -> None:

@@ -4,9 +4,9 @@ which launcher wins when several left their variables in the environment."""
 from __future__ import annotations
 
 import pytest
+from mlbench_worker.config import ConfigError
 from mlbench_worker.launch.detect import detect_rendezvous
 from mlbench_worker.launch.slurm import expand_hostlist, local_world_size, master_port, slurm_rendezvous
-from mlbench_worker.wire import ConfigError
 
 # Rank 3 (the second on its node) of a 4-rank step on two nodes, as srun leaves it
 # (node names that resolve: localhost).

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from mlbench_worker import wire
+from mlbench_worker.config import ConfigError
 from mlbench_worker.tasks.tf_resnet20 import tf_config
-from mlbench_worker.wire import ConfigError
 from support.smoke import apply_one
 
 from mlbench_tui.executors.local import tf_launch

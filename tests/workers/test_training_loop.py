@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlbench_worker import config as worker_config
 from mlbench_worker import wire
 from mlbench_worker.rank_context import RankContext
 from mlbench_worker.rank_run import RankRun
@@ -76,7 +77,7 @@ def _context(reporter: RecordingReporter, goal: float | None) -> RankContext:
     doc = {"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1}
     if goal is not None:
         doc["goal"] = {"metric": wire.VAL_GLOBAL_PREC1, "target": goal}
-    return RankContext(wire.parse_config(doc), None, Solo(), "cpu", reporter)
+    return RankContext(worker_config.parse_config(doc), None, Solo(), "cpu", reporter)
 
 
 def test_a_framework_free_trainer_runs_on_the_shared_loop_until_its_goal() -> None:
@@ -104,7 +105,11 @@ def test_without_a_goal_the_loop_completes_its_epochs() -> None:
 
 @pytest.mark.parametrize(
     ("raised", "code", "status"),
-    [(None, 0, "success"), (RuntimeError("boom"), 1, "failed"), (wire.ConfigError("bad"), 2, "failed")],
+    [
+        (None, 0, "success"),
+        (RuntimeError("boom"), 1, "failed"),
+        (worker_config.ConfigError("bad"), 2, "failed"),
+    ],
 )
 def test_the_rank_lifecycle_reports_how_a_rank_ended(
     raised: BaseException | None, code: int, status: str, capsys: pytest.CaptureFixture[str]
@@ -136,6 +141,7 @@ def test_the_loop_the_schedule_and_the_tensorflow_task_import_no_torch() -> None
         """
         import sys
         sys.modules["torch"] = None  # any import of torch fails
+        from mlbench_worker import config as worker_config
         from mlbench_worker import wire
         from mlbench_worker.optim.schedules import WarmupPlateau
         from mlbench_worker.rank_context import RankContext
@@ -173,7 +179,7 @@ def test_the_loop_the_schedule_and_the_tensorflow_task_import_no_torch() -> None
             def metric(self, *args, **kwargs): pass
             def event(self, kind, payload): pass
 
-        config = wire.parse_config({"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1})
+        config = worker_config.parse_config({"run_id": "r", "task": "1a", "backend": "gloo", "world_size": 1})
         ctx = RankContext(config, None, Solo(), "cpu", Sink())
         outcome = run_training(ctx, Trainer(), max_epochs=2, tracker=Tracker(seed=0))
         print(outcome.status, outcome.progress.step)

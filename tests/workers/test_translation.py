@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from mlbench_worker.comm import SingleComm
+from mlbench_worker.config import parse_config
 from mlbench_worker.context import RunContext
 from mlbench_worker.data import toy_translation, wmt
 from mlbench_worker.data.options import GnmtSynthetic, ToyTranslation, TransformerSynthetic
@@ -18,7 +19,6 @@ from mlbench_worker.translation.batching import BatchPlan, collate, token_batche
 from mlbench_worker.translation.beam import beam_search
 from mlbench_worker.translation.schedules import GNMTSchedule, InverseSqrtSchedule
 from mlbench_worker.translation.trainer import TranslationTrainer
-from mlbench_worker.wire import parse_config
 
 CORPUS = toy_translation.synthetic(ToyTranslation(train_samples=300, val_samples=20, vocab_words=8), seed=1)
 GNMT_SIZES = {"hidden_size": 16, "num_layers": 3, "dropout": 0.0}

@@ -214,12 +214,12 @@ def test_mlbench_data_prepare_reports_a_corrupt_download_without_a_traceback(tmp
 def test_a_prepared_directory_trains_and_scores_through_the_task(prepared: Path) -> None:
     import torch
     from mlbench_worker.comm import SingleComm
+    from mlbench_worker.config import parse_config
     from mlbench_worker.context import RunContext
     from mlbench_worker.launch.rendezvous import Rendezvous
     from mlbench_worker.tasks import transformer
     from mlbench_worker.timing.tracker import Tracker
     from mlbench_worker.translation.trainer import TranslationTrainer
-    from mlbench_worker.wire import parse_config
 
     class Quiet:
         def metric(self, *args: object, **kw: object) -> None: ...

@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlbench_worker.config import load_config
+from mlbench_worker.config import ConfigError, load_config, parse_config
 from mlbench_worker.data.options import Cifar10Synthetic
 from mlbench_worker.hyperparams import ResNet20
 from mlbench_worker.launch.detect import detect_rendezvous
-from mlbench_worker.wire import ConfigError, parse_config
 
 from mlbench_tui.plan import DataPlan, GoalPlan, ImplementationPlan, ResourcesPlan, RunPlan, worker_config
 

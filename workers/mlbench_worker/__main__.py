@@ -16,12 +16,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from mlbench_worker import rank_env, wire
-from mlbench_worker.config import load_config
+from mlbench_worker.config import ConfigError, WorkerConfig, load_config
 from mlbench_worker.knobs import HyperparameterError
 from mlbench_worker.rank_env import RANK_ENV_APPLIED
 from mlbench_worker.reporting import error_file
 from mlbench_worker.timing.startup import CLOCK
-from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
     from mlbench_worker.context import ReporterLike

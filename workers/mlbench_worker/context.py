@@ -19,11 +19,11 @@ import torch
 
 from mlbench_worker import rank_env
 from mlbench_worker.comm import Comm, MpiComm, SingleComm, TorchComm
+from mlbench_worker.config import ConfigError, WorkerConfig
 from mlbench_worker.devices.placement import CudaQuery, GpuQuery, Placement, place
 from mlbench_worker.env_settings import parse_collective_timeout
 from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.rank_context import RankContext
-from mlbench_worker.wire import ConfigError, WorkerConfig
 
 
 class ReporterLike(Protocol):

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from mlbench_worker.wire import GoalConfig
+from mlbench_worker.config import GoalConfig
 
 
 class Collective(Protocol):

@@ -10,9 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mlbench_worker.config import ConfigError, WorkerConfig
 from mlbench_worker.hyperparams import TaskHyperparameters
 from mlbench_worker.timing.startup import CLOCK
-from mlbench_worker.wire import ConfigError, RunStart, WorkerConfig, emit
+from mlbench_worker.wire import RunStart, emit
 
 if TYPE_CHECKING:
     from mlbench_worker.context import ReporterLike

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mlbench_worker import config as worker_config
 from mlbench_worker import wire
 from mlbench_worker.reporting import error_file
 from mlbench_worker.tasks.base import Outcome
@@ -37,7 +38,7 @@ class RankRun:
 
     reporter: ReporterLike
     rank: int
-    user_errors: tuple[type[BaseException], ...] = (wire.ConfigError,)
+    user_errors: tuple[type[BaseException], ...] = (worker_config.ConfigError,)
     peer_failure: Callable[[BaseException], bool] = _never
     """Whether an exception is this rank noticing another rank's death (a consequence, not a cause)."""
     after_success: list[Callable[[], None]] = field(default_factory=list)

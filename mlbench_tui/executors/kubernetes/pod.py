@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from mlbench_worker import rank_env
-from mlbench_worker.wire import config_document
+from mlbench_worker.config import config_document
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import LaunchContext

@@ -24,8 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from mlbench_worker import rank_env
+from mlbench_worker.config import WorkerConfig
 from mlbench_worker.warm_protocol import WORKER_MODULE, RankMain, RankSlot
-from mlbench_worker.wire import WorkerConfig
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors.api import shell_exports

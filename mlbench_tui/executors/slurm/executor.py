@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlbench_worker.wire import WorkerConfig
+from mlbench_worker.config import WorkerConfig
 from pydantic import BaseModel
 
 from mlbench_tui.errors import ExecutorError, MlbenchError

@@ -459,8 +459,8 @@ def _pod_env(container: dict[str, Any], index: int, secrets: dict[str, dict[str,
 
 def test_worker_runtime_understands_the_pods_environment_and_config() -> None:
     """Contract with mlbench_worker: rendezvous and config as the worker itself parses them."""
+    from mlbench_worker.config import parse_config
     from mlbench_worker.launch.detect import detect_rendezvous
-    from mlbench_worker.wire import parse_config
 
     objects = _render("gloo-cpu-2w")
     job, secret, config_map, svc = objects

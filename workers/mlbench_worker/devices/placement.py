@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from mlbench_worker.wire import ConfigError
+from mlbench_worker.config import ConfigError
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from mlbench_worker.wire import HOST_ALLOCATORS
+from mlbench_worker.config import HOST_ALLOCATORS
 
 MMAP_THRESHOLD = 32 * 2**20
 """Blocks up to this size come from the heap: glibc's largest mmap threshold on 64-bit systems."""

@@ -12,9 +12,9 @@ import os
 from collections.abc import Mapping
 
 from mlbench_worker import rank_env
+from mlbench_worker.config import ConfigError
 from mlbench_worker.launch.rendezvous import Rendezvous
 from mlbench_worker.launch.slurm import slurm_rendezvous
-from mlbench_worker.wire import ConfigError
 
 
 def _int_env(env: Mapping[str, str], *names: str) -> int | None:

@@ -16,8 +16,8 @@ import socket
 from collections.abc import Mapping
 
 from mlbench_worker import rank_env
+from mlbench_worker.config import ConfigError
 from mlbench_worker.launch.rendezvous import Rendezvous
-from mlbench_worker.wire import ConfigError
 
 PORT_BASE = 10000  # ports 10000..29999: below Linux's ephemeral range (32768+)
 PORT_SPAN = 20000

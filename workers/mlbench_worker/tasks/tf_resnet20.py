@@ -37,6 +37,7 @@ import numpy as np
 
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import rank_env, wire
+from mlbench_worker.config import ConfigError, WorkerConfig
 from mlbench_worker.data.options import Cifar10Synthetic, options_of
 from mlbench_worker.launch.allocator import tune_host_allocator
 from mlbench_worker.optim.schedules import WarmupPlateau
@@ -46,7 +47,6 @@ from mlbench_worker.tasks.base import Outcome
 from mlbench_worker.tasks.training import HostStep, HostSums, run_training
 from mlbench_worker.timing.startup import CLOCK
 from mlbench_worker.timing.tracker import Record, Tracker
-from mlbench_worker.wire import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
     from mlbench_worker.context import ReporterLike

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from mlbench_worker import config as worker_config
 from mlbench_worker import hyperparams as hps
 from mlbench_worker import wire
 from mlbench_worker.faults import maybe_inject_fault, slowdown_for
@@ -36,7 +37,7 @@ H = TypeVar("H", bound=hps.TaskHyperparameters)
 class LoopContext(Protocol):
     """What the loop needs of a rank's context (``context.RunContext`` for PyTorch)."""
 
-    config: wire.WorkerConfig
+    config: worker_config.WorkerConfig
     reporter: ReporterLike
     started_at: float
     device: Any  # a torch.device; what a TensorFlow rank runs on ("cpu", "cuda")

@@ -35,9 +35,9 @@ from mlbench_worker.telemetry.gpu_device import DeviceError, GpuDevice, NotSuppo
 from mlbench_worker.telemetry.gpu_poll import PERIOD_S, GpuPoller
 
 if TYPE_CHECKING:
+    from mlbench_worker.config import WorkerConfig
     from mlbench_worker.context import ReporterLike
     from mlbench_worker.launch.rendezvous import Rendezvous
-    from mlbench_worker.wire import WorkerConfig
 
 MIB = float(2**20)
 Sample = list[tuple[str, float]]
