@@ -15,6 +15,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +42,9 @@ MAX_GROUP_JOBS = 512
 METRIC_CHUNK = 128
 METRIC_WIDTH = MetricChunk.WIDTH
 
-# While another process holds the store's lock, the loop's writes retry this often (instead of
-# SQLite's busy wait, which would stall the loop and every read it serves) for up to busy_timeout.
+# While another process holds the store's lock, a group retries this often for up to busy_timeout
+# (the writer's connection never sleeps in SQLite's busy wait, which would stall the server's
+# loop and every read it serves), then is answered that the store stayed locked.
 LOCK_RETRY_S = 0.025
 
 
@@ -120,6 +122,7 @@ class Writer:
         self.series = SeriesCatalog(self._conn.exec_driver_sql("SELECT id, run_id, name FROM series"))
         self._conn.rollback()
         self._conn.info[WRITER] = True  # from here on its transactions write: BEGIN IMMEDIATE
+        self._raw.execute("PRAGMA busy_timeout=0")  # a held lock is waited for here (LOCK_RETRY_S)
         self.write_lock = threading.Lock()  # held while a group is written: holding it pauses writes
         self._inline_loop: asyncio.AbstractEventLoop | None = None
         self._inline_thread: int | None = None
@@ -216,7 +219,6 @@ class Writer:
                 jobs.append(job)
                 rows += job.size()
             self._groups.append(len(jobs))
-            self._raw.execute("PRAGMA busy_timeout=0")  # the loop never sleeps in SQLite
             try:
                 self._run_group(jobs, locked_retry=self._lock_wait_left(loop))
             except _LockedElsewhere:
@@ -224,8 +226,6 @@ class Writer:
                 self._drain_scheduled = True  # arrivals meanwhile do not retry sooner
                 loop.call_later(LOCK_RETRY_S, self._drain_inline)
                 return
-            finally:
-                self._raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._locked_since = None
         finally:
             self.write_lock.release()
@@ -342,11 +342,22 @@ class Writer:
                 jobs.append(nxt)
                 rows += nxt.size()
             with self.write_lock:
-                self._run_group(jobs)
+                self._run_group_waiting(jobs)
+
+    def _run_group_waiting(self, jobs: list[Job]) -> None:
+        """``_run_group`` in the writer thread, which may sleep while another process holds the lock."""
+        started = time.monotonic()
+        while True:
+            try:
+                self._run_group(jobs, locked_retry=time.monotonic() - started < BUSY_TIMEOUT_MS / 1000)
+                return
+            except _LockedElsewhere:
+                time.sleep(LOCK_RETRY_S)
 
     def _run_group(self, jobs: list[Job], *, locked_retry: bool = False) -> None:
         """Write ``jobs`` in one transaction and resolve them; with ``locked_retry``, a group that
-        cannot begin because another process holds the lock raises ``_LockedElsewhere`` instead."""
+        cannot begin because another process holds the lock raises ``_LockedElsewhere`` instead
+        (without it, and in the one-per-transaction retries, such a group is answered at once)."""
         group = self._new_group()
         results: list[tuple[Any, BaseException | None]] = []
         changes: list[Change] = []

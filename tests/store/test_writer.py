@@ -248,3 +248,26 @@ def test_a_loop_write_waits_out_another_connections_lock_without_stalling_the_lo
 
     asyncio.run(serve())
     assert sqlite3.connect(store.path).execute("SELECT step FROM metrics_v").fetchall() == [(1,)]
+
+
+def test_a_thread_write_waits_for_another_connections_lock_then_lands(store: Store) -> None:
+    """The writer thread's groups (spool imports, writes without a server loop) wait for a lock
+    another connection holds, rather than being refused at once, and land once it is let go."""
+    run, _ = store.create_run(RunCreate(name="locked-thread", workers=1))
+    holder = sqlite3.connect(store.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    outcome: list[object] = []
+
+    def write() -> None:
+        try:
+            outcome.append(store.ingest_metrics(run.id, 0, 0, [("loss", 1, None, 1.0, 1.0)]).accepted)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    writing = threading.Thread(target=write, daemon=True)
+    writing.start()
+    writing.join(1.0)
+    assert writing.is_alive() and not outcome, outcome  # waiting, not refused
+    holder.execute("ROLLBACK")
+    writing.join(60)
+    assert outcome == [1]
