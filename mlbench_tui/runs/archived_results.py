@@ -14,9 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import ValidationError
-
-from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.flops import flop_figures
 from mlbench_tui.results.model import RunResult
 from mlbench_tui.results.reference import machine_class
@@ -25,14 +22,6 @@ from mlbench_tui.results.summary import batch_size, config_digest, sweep_shape, 
 from mlbench_tui.results.time_to_accuracy import MetricPoint
 from mlbench_tui.spec.reference_table import table as reference_table
 from mlbench_tui.store.api_models import RunDetail
-
-
-def run_plan(run: RunDetail) -> RunPlan | None:
-    """The run's stored plan (None for a run registered without a valid one)."""
-    try:
-        return RunPlan.model_validate(run.plan)
-    except ValidationError:
-        return None
 
 
 def needs_refresh(result: RunResult) -> bool:
@@ -47,7 +36,7 @@ def refreshed(run: RunDetail, points: Iterable[MetricPoint] = ()) -> RunResult:
     derived from its plan and ``points`` (its step series; an export's metrics will do)."""
     assert run.result is not None
     result = run.result.model_copy(update={"run_id": run.id})
-    plan = run_plan(run)
+    plan = run.stored_plan()
     if plan is None or not needs_refresh(result):
         return result
     updates: dict[str, Any] = {}

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from mlbench_tui.errors import MlbenchError, UsageError
 from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.events import EventRecord
@@ -143,10 +141,7 @@ def write_export(
     ``mllog.txt`` (``results.mllog.mllog_lines``), left out when None; ``power``: MLPerf power
     logs by archive path (``results.power_log.power_logs``)."""
     path = Path(path)
-    try:
-        plan: RunPlan | None = RunPlan.model_validate(run.plan)
-    except ValidationError:  # a run registered without a (valid) plan
-        plan = None
+    plan = run.stored_plan()
     by_rank: dict[int, list[str]] = {}
     for record in logs:
         prefix = "" if record.stream == "stdout" else f"[{record.stream}] "

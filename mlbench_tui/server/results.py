@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 from sqlalchemy import Connection
 
 from mlbench_tui.errors import NotFound
 from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
-from mlbench_tui.plan import RunPlan
 from mlbench_tui.results import provenance
 from mlbench_tui.results.events import EventRecord
 from mlbench_tui.results.model import RunResult
@@ -50,7 +48,7 @@ def with_result(
     if run.result is not None and run.state.is_terminal() and not again:
         return update
     events = all_events(lambda since: queries.events(conn, run_id, since=since, limit=MAX_PAGE))
-    plan = _plan(run)
+    plan = run.stored_plan()
     state, message = settle_state(update.state, update.error, events, plan.workers if plan else run.workers)
     milestones = update.launch if update.launch is not None else run.launch
     result = _computed(store, conn, run, state, message, events, update.host, milestones, update.network)
@@ -72,7 +70,7 @@ def _computed(
     network: NetworkCheck | None,
 ) -> RunResult:
     """The result of ``run``, ended in ``state``, from its stored metrics and ``events``."""
-    plan = _plan(run)
+    plan = run.stored_plan()
     if plan is None:  # a run registered without a (valid) plan: its identity only
         result = run.known_result().model_copy(
             update={"state": state, "message": message, "computed_by": provenance.current()}
@@ -138,13 +136,6 @@ def _check(result: RunResult) -> NetworkCheck | None:
         setup_s=figures.setup_s,
         teardown_s=figures.teardown_s,
     )
-
-
-def _plan(run: RunDetail) -> RunPlan | None:
-    try:
-        return RunPlan.model_validate(run.plan)
-    except ValidationError:
-        return None
 
 
 def _add_speedup(conn: Connection, run: RunDetail, result: RunResult) -> None:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from mlbench_worker import wire
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mlbench_tui.lifecycle import LaunchMilestones, NetworkCheck, RunState
 from mlbench_tui.owners import RunOwner
@@ -233,6 +233,13 @@ class RunDetail(RunInfo):
     plan: dict[str, Any] = Field(default_factory=dict)
     ranks: list[RankInfo] = Field(default_factory=list)
     spool: str | None = Field(default=None, description="Where its ranks keep batches they could not send.")
+
+    def stored_plan(self) -> RunPlan | None:
+        """The run's plan as stored; None for a run registered without a (valid) one."""
+        try:
+            return RunPlan.model_validate(self.plan)
+        except ValidationError:
+            return None
 
 
 class RunCreated(BaseModel):

@@ -12,10 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlbench_worker import sysmetrics as sm
-from pydantic import ValidationError
 
 from mlbench_tui.formatting import format_bandwidth, significant
-from mlbench_tui.plan import RunPlan
 from mlbench_tui.results.ranks import STEP_TIME
 from mlbench_tui.spec.tasks import default_charts, get_task, sweep_of
 from mlbench_tui.store.api_models import RunDetail
@@ -82,19 +80,15 @@ def look(name: str) -> ChartLook:
 
 def gpu_run(run: RunDetail) -> bool:
     """Whether the run's plan placed a GPU on each rank."""
-    try:
-        return RunPlan.model_validate(run.plan).resources.gpus > 0
-    except ValidationError:  # a run registered without a (valid) plan
-        return False
+    plan = run.stored_plan()
+    return plan is not None and plan.resources.gpus > 0
 
 
 def swept_dtypes(run: RunDetail) -> set[str] | None:
     """The element types a sweep run measures (its plan's ``dtypes``; fp16 never on mpi, which
     has no fp16 reduction); None when the plan does not say."""
-    try:
-        dtypes = RunPlan.model_validate(run.plan).hyperparameters.get("dtypes")
-    except ValidationError:
-        return None
+    plan = run.stored_plan()
+    dtypes = plan.hyperparameters.get("dtypes") if plan is not None else None
     if not isinstance(dtypes, list):
         return None
     return {str(d) for d in dtypes} - ({"fp16"} if run.backend == "mpi" else set())

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from mlbench_worker import wire
-from pydantic import ValidationError
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -51,15 +50,8 @@ def _when(value: Any) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _plan(run: RunDetail) -> RunPlan | None:
-    try:
-        return RunPlan.model_validate(run.plan)
-    except ValidationError:  # a run registered without a (valid) plan
-        return None
-
-
 def summary_renderable(run: RunDetail) -> Group:
-    plan = _plan(run)
+    plan = run.stored_plan()
     goal_text = f"{goal_label(run.goal)} ({run.goal.kind})" if run.goal else "none (measurement task)"
     # as stored: a plan from an older version shows no newer defaults (gpu_type_strict)
     resources = plan.resources.model_dump(exclude_unset=True) if plan is not None else {}
