@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mlbench_worker.warm_protocol import GroupRecord
+from support.waiting import wait_for
 
 from mlbench_tui.executors.local.records import GROUP_FILE
 from mlbench_tui.server.daemon import ServerInfo, read_state, state_path
@@ -91,18 +92,6 @@ def store_path() -> Path:
 def server_record(store: Path | None = None) -> ServerInfo | None:
     """The record of the store's server (its pid and URL), as commands find it."""
     return read_state(state_path(store or store_path()))
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 180.0, poll: float = 0.1) -> object:
-    """``condition()``'s first truthy value; fails after ``timeout`` (a hang guard, not a timing)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(poll)
 
 
 def kill_server(store: Path | None = None) -> int:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 from support.local_runs import local_plan
+from support.waiting import wait_for
 
 from mlbench_tui.executors.api import LaunchContext
 from mlbench_tui.executors.local.executor import LocalExecutor
 from mlbench_tui.executors.local.failures import launch_failure
 
-from .conftest import rank_log, rank_pid, run_dirs, run_mlbench, start_mlbench, sweep_spec, wait_for
+from .conftest import rank_log, rank_pid, run_dirs, run_mlbench, start_mlbench, sweep_spec
 
 TORCHRUN_SIGKILL = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:

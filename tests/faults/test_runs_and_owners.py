@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.waiting import wait_for
 
 from mlbench_tui.owners import RunOwner, host_name, start_ticks
 from mlbench_tui.runs.interrupts import deferred_interrupts
@@ -22,7 +23,7 @@ from mlbench_tui.server.daemon import IDLE_TIMEOUT_ENV, alive, ensure_server, st
 from mlbench_tui.store.api_models import RunCreate
 from mlbench_tui.store.reader import StoreReader
 
-from .conftest import rank_pid, run_dirs, run_mlbench, start_mlbench, store_path, sweep_spec, wait_for
+from .conftest import rank_pid, run_dirs, run_mlbench, start_mlbench, store_path, sweep_spec
 
 pytestmark = pytest.mark.slow
 

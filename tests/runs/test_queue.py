@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -50,14 +50,6 @@ def runs() -> dict[str, Any]:
     return {run["name"]: run for run in json.loads(listed.stdout)["runs"]}
 
 
-def until(condition: Any, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.3)
-    return value
-
-
 def start_apply(tmp_path: Path) -> subprocess.Popen[str]:
     spec = tmp_path / "queue.yaml"
     spec.write_text(SWEEP)
@@ -80,7 +72,7 @@ def queued(apply: subprocess.Popen[str]) -> dict[str, Any]:
             return now
         return None
 
-    now = until(ready)
+    now = wait_for(ready, "the queued run to be ready")
     assert now["queue-gloo-2w"]["labels"]["mlbench.io/queued-by"].endswith(f":{apply.pid}")
     assert now["queue-gloo-2w"]["handle"] is None
     assert now["queue-gloo-2w"]["owner"]["pid"] == apply.pid  # owned: a second apply cannot queue it too

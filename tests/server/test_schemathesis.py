@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from support.waiting import wait_for
 
 from mlbench_tui.server.app import create_app
 from mlbench_tui.server.auth import AuthConfig
@@ -133,13 +133,6 @@ def _read(url: str, bearer: str, into: list[tuple[str, Any]], stop: threading.Ev
         return  # the server closed the stream as it stopped
 
 
-def _until(condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for stream events"
-        time.sleep(0.02)
-
-
 def test_every_stream_event_fits_its_documented_schema(tmp_path: Path) -> None:
     seen: dict[str, list[tuple[str, Any]]] = {"run": [], "list": []}
     with EmbeddedServer(tmp_path / "s.db", record=False) as server, server.info.client() as client:
@@ -157,14 +150,21 @@ def test_every_stream_event_fits_its_documented_schema(tmp_path: Path) -> None:
         ]
         for reader in readers:
             reader.start()
-        _until(lambda: seen["list"] and seen["run"])  # both subscribed (hello, the run)
+        wait_for(
+            lambda: seen["list"] and seen["run"], "the streams' first events", 30, poll=0.02
+        )  # both subscribed (hello, the run)
         client.post_metrics(run_id, [{"name": "loss", "value": 0.5, "step": 1}], token=writer)
         client.post_logs(run_id, ["hello"], token=writer)
         client.post_events(run_id, [{"kind": "run_start", "payload": {}}], token=writer)
         client.update_rank(run_id, 0, state="running", token=writer)
         client.update_run(run_id, handle="local://test/streamed")
         wanted = {"run", "metrics", "logs", "events", "rank"}
-        _until(lambda: wanted <= {name for name, _ in seen["run"]} and len(seen["list"]) >= 2)
+        wait_for(
+            lambda: wanted <= {name for name, _ in seen["run"]} and len(seen["list"]) >= 2,
+            "every event kind on both streams",
+            30,
+            poll=0.02,
+        )
         stop.set()
     for reader in readers:
         reader.join(10)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.kube_api import MPIJOBS, KubeApi, make_launch, make_plan, pod
+from support.waiting import wait_for
 
 from mlbench_tui.errors import ExecutorError
 from mlbench_tui.executors import get_executor
@@ -285,13 +286,6 @@ def _follow_in_background(
     return lines, thread
 
 
-def _until(predicate: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_following_a_log_survives_transient_errors_and_a_dropped_connection_showing_each_line_once(
     executor: KubernetesExecutor, kube: KubeApi
 ) -> None:
@@ -303,9 +297,9 @@ def test_following_a_log_survives_transient_errors_and_a_dropped_connection_show
     same = time.time_ns()
     kube.log(NS, name, "epoch 0", "epoch 0 again, same nanosecond", at_ns=same)
     lines, thread = _follow_in_background(executor, handle)
-    _until(lambda: len(lines) == 2)
+    wait_for(lambda: len(lines) == 2, "the followed lines", 60, poll=0.02)
     kube.log(NS, name, "epoch 1")
-    _until(lambda: len(lines) == 3)
+    wait_for(lambda: len(lines) == 3, "the followed lines", 60, poll=0.02)
     kube.drop_log_streams(NS, name)  # the API server goes away mid-stream ...
     kube.log(NS, name, "epoch 2", "goal reached", finished=True)  # ... and the rank carries on
     thread.join(15)
@@ -323,7 +317,7 @@ def test_a_follow_cut_off_after_the_run_ended_reads_the_rest_once_and_stops(
     kube.put("v1/pods", NS, name, pod(JOB, 0, "Running"))
     kube.log(NS, name, "epoch 0")
     lines, thread = _follow_in_background(executor, handle)
-    _until(lambda: lines == ["epoch 0"])
+    wait_for(lambda: lines == ["epoch 0"], "the followed lines", 60, poll=0.02)
     kube.log(NS, name, "goal reached")
     complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
     kube.put("batch/v1/jobs", NS, JOB, complete)

@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from support.netns import needs_emulation
 from support.smoke import apply_one, mlbench
+from support.waiting import wait_for
 
 from mlbench_tui.executors.local import processes
 from mlbench_tui.executors.local.network import ledger, links, probe
@@ -97,22 +97,15 @@ def test_latency_is_emulated_where_the_kernel_has_netem(tmp_path: Path) -> None:
     assert latency >= 0.04  # an all-reduce of two ranks crosses the link both ways: 2 x 20 ms
 
 
-def _wait_for(condition, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def test_cancel_removes_the_runs_links(tmp_path: Path) -> None:
     path = tmp_path / "long.yaml"
     path.write_text(LONG.format(name="cancelled"))
     started = mlbench("apply", "--detach", str(path))
     assert started.returncode == 0, started.stderr
-    _wait_for(lambda: len(_leftovers()) == 2)
+    wait_for(lambda: len(_leftovers()) == 2, "the run's two namespaces", 120, poll=0.2)
     done = mlbench("cancel", "cancelled-gloo-2w-100mbit")
     assert done.returncode == 0, done.stderr
-    _wait_for(lambda: _leftovers() == [], timeout=30)
+    wait_for(lambda: _leftovers() == [], "its namespaces removed", 30, poll=0.2)
     (run,) = json.loads(mlbench("results", str(path), "-o", "json").stdout)["runs"]
     assert run["state"] == "cancelled"
 
@@ -124,7 +117,7 @@ def test_what_a_sigkilled_apply_left_goes_the_next_time_the_store_is_used(tmp_pa
         [sys.executable, "-m", "mlbench_tui", "apply", str(path)], stderr=subprocess.DEVNULL
     )
     try:
-        _wait_for(lambda: len(_leftovers()) == 2)
+        wait_for(lambda: len(_leftovers()) == 2, "the run's two namespaces", 120, poll=0.2)
     finally:
         apply.send_signal(signal.SIGKILL)
         apply.wait()
@@ -133,7 +126,12 @@ def test_what_a_sigkilled_apply_left_goes_the_next_time_the_store_is_used(tmp_pa
     for pid in processes.marked_pids(record.run_id) | ledger.namespace_pids(record.layout().namespaces):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    _wait_for(lambda: not ledger.namespace_pids(record.layout().namespaces))
+    wait_for(
+        lambda: not ledger.namespace_pids(record.layout().namespaces),
+        "no process left in them",
+        120,
+        poll=0.2,
+    )
     assert len(_leftovers()) == 2  # nobody is left to remove them...
     assert mlbench("status").returncode == 0  # ...until the store is used again
     assert _leftovers() == []

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from support.slurm import SlurmCluster
 from support.smoke import mlbench
+from support.waiting import wait_for
 
 from mlbench_tui.executors.local import processes
 from mlbench_tui.executors.slurm import cluster as slurm_clusters
@@ -93,16 +94,6 @@ def rank_processes(run_id: str) -> dict[str, set[int]]:
         node = processes.read_environ(pid).get("SLURMD_NODENAME", "?")
         nodes.setdefault(node, set()).add(pid)
     return nodes
-
-
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +227,17 @@ def test_cancel_mid_run_leaves_no_process_on_either_node(
     follow: subprocess.Popen[str] | None = None
     try:
         run_id = started_run_id(proc)
-        before = wait_until(
-            lambda: (r := rank_processes(run_id)) and set(r) == {"n1", "n2"} and r, 60, "ranks"
+        before = wait_for(
+            lambda: (r := rank_processes(run_id)) and set(r) == {"n1", "n2"} and r, "ranks", 60, poll=0.2
         )
         job = re.search(r"slurm://(\d+)@test", mlbench("status", run_id).stdout)
         assert job is not None
         # mid-run: rank 0 is in its sweep (its processes exist long before it prints a line)
-        wait_until(
-            lambda: "all-reduce sweep" in mlbench("logs", run_id, "--rank", "0").stdout, 60, "the sweep"
+        wait_for(
+            lambda: "all-reduce sweep" in mlbench("logs", run_id, "--rank", "0").stdout,
+            "the sweep",
+            60,
+            poll=0.2,
         )
         follow = subprocess.Popen(
             [sys.executable, "-m", "mlbench_tui", "logs", run_id, "-f", "--rank", "0"],
@@ -253,7 +247,7 @@ def test_cancel_mid_run_leaves_no_process_on_either_node(
         )
         cancelled = mlbench("cancel", run_id)
         assert cancelled.returncode == 0 and f"cancelled long-gloo-2w ({run_id})" in cancelled.stderr
-        wait_until(lambda: not rank_processes(run_id), 30, "the ranks to end")
+        wait_for(lambda: not rank_processes(run_id), "the ranks to end", 30, poll=0.2)
         _, err = proc.communicate(timeout=60)
         followed, _ = follow.communicate(timeout=30)  # logs -f ends with the run
     finally:
@@ -280,8 +274,11 @@ def test_a_job_on_a_down_partition_shows_the_pending_reason(
     try:
         run_id = started_run_id(proc)
         reason = "pending in the Slurm queue: PartitionDown (the partition is down)"
-        status = wait_until(
-            lambda: (text := mlbench("status", run_id).stdout) and reason in text and text, 30, "the reason"
+        status = wait_for(
+            lambda: (text := mlbench("status", run_id).stdout) and reason in text and text,
+            "the reason",
+            30,
+            poll=0.2,
         )
         assert re.search(r"\n\s+0\s+pending\s+-\s+" + re.escape(reason), status), status
         proc.kill()  # apply dies without a word; the job is then cancelled behind mlbench's back
@@ -294,7 +291,12 @@ def test_a_job_on_a_down_partition_shows_the_pending_reason(
     assert job is not None
     slurm_cluster.run("scancel", job[1])
     # `mlbench status` asks Slurm about runs the store still thinks active.
-    wait_until(lambda: "state:    cancelled" in mlbench("status", run_id).stdout, 30, "the reconciled state")
+    wait_for(
+        lambda: "state:    cancelled" in mlbench("status", run_id).stdout,
+        "the reconciled state",
+        30,
+        poll=0.2,
+    )
     run_dir = Path(os.environ["MLBENCH_HOME"]) / "state" / "runs" / run_id
     assert (run_dir / "job.sbatch").exists()
     assert mlbench("delete", run_id, "--yes").returncode == 0
